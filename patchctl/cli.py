@@ -1,0 +1,174 @@
+"""The click CLI: parse, call a command function, render. No logic of its own."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from patchctl import __version__, report
+from patchctl.commands import apply as apply_cmd
+from patchctl.commands import check as check_cmd
+from patchctl.commands import ensure as ensure_cmd
+from patchctl.commands import export as export_cmd
+from patchctl.commands import lint as lint_cmd
+from patchctl.commands import list as list_cmd
+from patchctl.commands import revert as revert_cmd
+from patchctl.commands import status as status_cmd
+from patchctl.commands.common import make_context, options_from
+from patchctl.errors import EXIT_ENVIRONMENT, PatchctlError
+from patchctl.options import (allow_modified_option, json_option, python_option, source_options, store_option,
+                              strict_option, target_option, wait_option)
+from patchctl.progress import progress_for
+from patchctl.spec import parse_spec
+from patchctl.store import Store
+
+
+def _run(command: str, as_json: bool, fn) -> None:
+    try:
+        doc, code = fn()
+    except PatchctlError as exc:
+        code = exc.exit_code
+        doc = report.document(command, code, error={"kind": exc.kind, "message": exc.message, "hint": exc.hint})
+    except KeyboardInterrupt:
+        raise
+    except OSError as exc:
+        code = EXIT_ENVIRONMENT
+        doc = report.document(command, code, error={"kind": "environment", "message": str(exc), "hint": None})
+    if as_json:
+        report.emit_json(doc)
+    else:
+        report.print_document(doc)
+    sys.exit(code)
+
+
+def _ctx(as_json, index_url, offline, nightly_source, repo, as_version):
+    return make_context(index_url=index_url, offline=offline, nightly_source=nightly_source, repo=repo,
+                        as_version=as_version, progress=progress_for(as_json))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="patchctl")
+def main() -> None:
+    """Keep downstream patches to vLLM and SGLang alive across upstream releases.
+
+    Exit codes: 0 ok, 1 a patch failed to apply, 2 usage or bad input, 3 environment.
+    """
+
+
+@main.command()
+@click.argument("spec")
+@click.option("--patch", "only", multiple=True, help="Check only these patches.")
+@store_option
+@source_options
+@strict_option
+@allow_modified_option
+@json_option
+def check(spec, only, store, index_url, offline, nightly_source, repo, as_version, strict, allow_modified, as_json):
+    """Dry-run the patch series on the pristine files of ENGINE@VERSION (no install, no GPU)."""
+    _run("check", as_json, lambda: check_cmd.check(
+        parse_spec(spec), Store.open(store), _ctx(as_json, index_url, offline, nightly_source, repo, as_version),
+        options_from(strict, allow_modified), only=only))
+
+
+def _target_command(name: str, help_text: str):
+    def decorate(f):
+        f = json_option(f)
+        f = wait_option(f)
+        f = source_options(f)
+        f = target_option(f)
+        f = python_option(f)
+        f = click.argument("spec")(f)
+        return main.command(name=name, help=help_text)(f)
+    return decorate
+
+
+@_target_command("apply", "Apply the series to the installed engine (or --target DIR), all or nothing.")
+@store_option
+@strict_option
+@allow_modified_option
+@click.option("--install", is_flag=True, help="pip-install the named version (or nightly) first.")
+@click.option("--keep-going", is_flag=True, help="Apply the patches that apply even if others conflict.")
+@click.option("--dry-run", is_flag=True, help="Report what would happen; write nothing.")
+@click.option("--force", is_flag=True, help="Apply even if patched files were changed by hand since.")
+def apply(spec, python, target_dir, index_url, offline, nightly_source, repo, as_version, wait, as_json,
+          store, strict, allow_modified, install, keep_going, dry_run, force):
+    _run("apply", as_json, lambda: apply_cmd.apply(
+        parse_spec(spec), Store.open(store), _ctx(as_json, index_url, offline, nightly_source, repo, as_version),
+        options_from(strict, allow_modified), python=python, target_dir=target_dir, install=install,
+        keep_going=keep_going, dry_run=dry_run, wait=wait, force=force))
+
+
+@_target_command("ensure", "Idempotent apply for ExecStartPre=: no-op when intact, re-apply after an upgrade.")
+@store_option
+@strict_option
+@allow_modified_option
+def ensure(spec, python, target_dir, index_url, offline, nightly_source, repo, as_version, wait, as_json,
+           store, strict, allow_modified):
+    _run("ensure", as_json, lambda: ensure_cmd.ensure(
+        parse_spec(spec), Store.open(store), _ctx(as_json, index_url, offline, nightly_source, repo, as_version),
+        options_from(strict, allow_modified), python=python, target_dir=target_dir, wait=wait))
+
+
+@_target_command("status", "What is applied, and whether patched files changed since (e.g. wiped by pip).")
+def status(spec, python, target_dir, index_url, offline, nightly_source, repo, as_version, wait, as_json):
+    _run("status", as_json, lambda: status_cmd.status(
+        parse_spec(spec), _ctx(as_json, index_url, offline, nightly_source, repo, as_version),
+        python=python, target_dir=target_dir))
+
+
+@_target_command("revert", "Restore every patched file byte for byte.")
+@click.option("--force", is_flag=True, help="Restore files even if they changed since they were patched.")
+def revert(spec, python, target_dir, index_url, offline, nightly_source, repo, as_version, wait, as_json, force):
+    _run("revert", as_json, lambda: revert_cmd.revert(
+        parse_spec(spec), _ctx(as_json, index_url, offline, nightly_source, repo, as_version),
+        python=python, target_dir=target_dir, force=force, wait=wait))
+
+
+@main.command(name="list")
+@click.argument("spec", required=False)
+@store_option
+@json_option
+def list_(spec, store, as_json):
+    """The series, and which variant would be chosen for ENGINE@VERSION and why."""
+    def run():
+        ref = parse_spec(spec) if spec else None
+        version = ref.version if ref and ref.kind == "exact" else None
+        return list_cmd.list_patches(Store.open(store), ref.engine.name if ref else None, version)
+    _run("list", as_json, run)
+
+
+@main.command()
+@click.argument("spec")
+@click.argument("dest", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--full", is_flag=True, help="Write the whole patched package, not only the patched files.")
+@store_option
+@source_options
+@strict_option
+@allow_modified_option
+@json_option
+def export(spec, dest, full, store, index_url, offline, nightly_source, repo, as_version, strict, allow_modified, as_json):
+    """Write the patched files (or with --full the patched package) of ENGINE@VERSION to DEST."""
+    _run("export", as_json, lambda: export_cmd.export(
+        parse_spec(spec), dest, Store.open(store), _ctx(as_json, index_url, offline, nightly_source, repo, as_version),
+        options_from(strict, allow_modified), full=full))
+
+
+@main.command()
+@store_option
+@json_option
+def lint(store, as_json):
+    """Validate the store: schema, pinned hashes, that every variant parses, sane ranges."""
+    _run("lint", as_json, lambda: lint_cmd.lint(Store.open(store)))
+
+
+@main.command()
+@store_option
+@json_option
+def pin(store, as_json):
+    """Record the sha256 of every variant file in series.yaml (after reviewing them)."""
+    _run("pin", as_json, lambda: lint_cmd.pin(Store.open(store)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""One module per command; each returns (document, exit code) and never prints."""

@@ -1,0 +1,93 @@
+from __future__ import annotations
+
+from patchctl import report
+from patchctl.diff import parse_variant
+from patchctl.engines import get_engine
+from patchctl.errors import EXIT_OK, EXIT_USAGE, StoreError
+from patchctl.store import Store
+
+
+def lint(store: Store) -> tuple[dict, int]:
+    problems: list[dict] = []
+    checked = 0
+
+    def problem(where: str, message: str) -> None:
+        problems.append({"where": where, "message": message})
+
+    envs = {p.stem for p in (store.root / "envs").glob("*.txt")}
+    for engine_name in store.engines():
+        engine = get_engine(engine_name)
+        try:
+            series = store.series(engine_name)
+        except StoreError as exc:
+            problem(f"{engine_name}/series.yaml", exc.message)
+            continue
+        listed = {p.name for p in series.patches}
+        for folder in sorted(d.name for d in series.directory.iterdir() if d.is_dir() and (d / "patch.yaml").exists()):
+            if folder not in listed:
+                problem(f"{engine_name}/{folder}", "has a patch.yaml but is not in series.yaml")
+        seen: set[str] = set()
+        for patch in series.patches:
+            where = f"{engine_name}/{patch.name}"
+            if not patch.variants:
+                problem(where, "has no variant files")
+            for dep in patch.depends_on:
+                if dep not in seen:
+                    problem(where, f"depends_on {dep}, which is not earlier in the series")
+            seen.add(patch.name)
+            env = patch.smoke.get("env")
+            if env and env not in envs:
+                problem(where, f"smoke env {env!r} has no patches/envs/{env}.txt")
+            for variant in patch.variants:
+                checked += 1
+                vwhere = f"{where}/{variant.filename}"
+                if variant.pinned_sha256 is None:
+                    problem(vwhere, "has no sha256 pin in series.yaml (run `patchctl pin`)")
+                elif variant.actual_sha256() != variant.pinned_sha256:
+                    problem(vwhere, "does not match its sha256 pin (modified?)")
+                if not patch.in_range(variant.base):
+                    problem(vwhere, f"base {variant.base} is outside applies_to {patch.applies_to}")
+                try:
+                    parsed = parse_variant(variant.path.read_bytes(), vwhere)
+                except StoreError as exc:
+                    problem(vwhere, exc.message)
+                    continue
+                for path in parsed.paths:
+                    if path.split("/", 1)[0] not in engine.packages:
+                        problem(vwhere, f"path {path} is not inside {', '.join(engine.packages)}/")
+                if not parsed.subject:
+                    problem(vwhere, "has no Subject header (export it with git format-patch)")
+            if not patch.applies_to or str(patch.applies_to) == "":
+                problem(where, "applies_to is empty")
+    code = EXIT_OK if not problems else EXIT_USAGE
+    message = f"{checked} variant(s) checked, {len(problems)} problem(s)"
+    return report.document("lint", code, problems=problems, message=message), code
+
+
+def pin(store: Store) -> tuple[dict, int]:
+    """Rewrite series.yaml pins from the variant files on disk (after a human reviewed them)."""
+    import yaml
+
+    changed = []
+    for engine_name in store.engines():
+        path = store.root / engine_name / "series.yaml"
+        data = yaml.safe_load(path.read_text())
+        for entry in data["patches"]:
+            folder = path.parent / entry["name"]
+            pins = {}
+            for variant in sorted(folder.glob("*.patch")):
+                import hashlib
+
+                pins[variant.name] = hashlib.sha256(variant.read_bytes()).hexdigest()
+            if pins != (entry.get("variants") or {}):
+                changed.append(f"{engine_name}/{entry['name']}")
+            entry["variants"] = dict(sorted(pins.items(), key=lambda kv: _version_key(kv[0])))
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return report.document("pin", EXIT_OK, changed=changed,
+                           message=f"pins updated for {len(changed)} patch(es)" if changed else "pins already current"), EXIT_OK
+
+
+def _version_key(filename: str):
+    from packaging.version import Version
+
+    return Version(filename.removesuffix(".patch"))

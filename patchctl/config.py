@@ -1,0 +1,59 @@
+"""Where things live and which index to ask: flags > environment > config file > pip's own settings."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import NamedTuple
+
+import platformdirs
+import yaml
+
+from patchctl import _pip
+from patchctl.errors import UsageError
+
+
+def config_file() -> Path:
+    env = os.environ.get("PATCHCTL_CONFIG")
+    return Path(env) if env else Path(platformdirs.user_config_dir("patchctl")) / "config.yaml"
+
+
+def cache_dir() -> Path:
+    env = os.environ.get("PATCHCTL_CACHE_DIR")
+    return Path(env) if env else Path(platformdirs.user_cache_dir("patchctl"))
+
+
+def data_dir() -> Path:
+    env = os.environ.get("PATCHCTL_DATA_DIR")
+    return Path(env) if env else Path(platformdirs.user_data_dir("patchctl"))
+
+
+def load_config() -> dict:
+    path = config_file()
+    if not path.is_file():
+        return {}
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise UsageError(f"config file {path} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"config file {path} must hold a mapping")
+    return data
+
+
+class IndexChoice(NamedTuple):
+    url: str
+    origin: str  # where the URL came from, for error messages
+
+
+def resolve_index(flag: str | None = None) -> IndexChoice:
+    if flag:
+        return IndexChoice(flag.rstrip("/"), "--index-url")
+    config = load_config()
+    if config.get("index_url"):
+        return IndexChoice(str(config["index_url"]).rstrip("/"), f"index_url in {config_file()}")
+    url, origin = _pip.configured_index_url()
+    return IndexChoice(url.rstrip("/"), origin)
+
+
+def nightly_override(engine: str) -> dict:
+    return dict(((load_config().get("nightly") or {}).get(engine)) or {})

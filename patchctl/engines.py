@@ -1,0 +1,67 @@
+"""Per-engine facts, loaded from engines.yaml: the one place that knows vLLM from SGLang."""
+from __future__ import annotations
+
+import functools
+from importlib import resources
+from typing import NamedTuple
+
+import yaml
+from packaging.version import Version
+
+from patchctl.errors import UsageError
+
+
+class Move(NamedTuple):
+    since: Version
+    engine: str
+    what: str
+
+
+class NightlySource(NamedTuple):
+    kind: str  # "wheel-index", "git" or "none"
+    url: str | None
+    ref: str | None
+
+
+class Engine(NamedTuple):
+    name: str
+    dist: str
+    packages: tuple[str, ...]
+    layouts: dict[str, str]
+    git_url: str | None
+    nightly: NightlySource
+    moved_to: tuple[Move, ...]
+
+    def layout_prefix(self, tree_kind: str) -> str:
+        return self.layouts.get(tree_kind, "")
+
+    def moves_at(self, version: Version) -> tuple[Move, ...]:
+        return tuple(m for m in self.moved_to if version >= m.since)
+
+
+@functools.lru_cache(maxsize=None)
+def all_engines() -> dict[str, Engine]:
+    raw = yaml.safe_load(resources.files("patchctl").joinpath("engines.yaml").read_text())
+    engines = {}
+    for name, data in raw.items():
+        nightly = data.get("nightly") or {"kind": "none"}
+        engines[name] = Engine(
+            name=name,
+            dist=data["dist"],
+            packages=tuple(data["packages"]),
+            layouts=dict(data.get("layouts") or {}),
+            git_url=data.get("git_url"),
+            nightly=NightlySource(nightly["kind"], nightly.get("url"), nightly.get("ref")),
+            moved_to=tuple(
+                Move(Version(m["from"]), m["engine"], m["what"]) for m in data.get("moved_to") or ()
+            ),
+        )
+    return engines
+
+
+def get_engine(name: str) -> Engine:
+    engines = all_engines()
+    if name not in engines:
+        known = ", ".join(sorted(engines))
+        raise UsageError(f"unknown engine {name!r}; known engines: {known}")
+    return engines[name]

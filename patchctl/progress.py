@@ -1,0 +1,33 @@
+"""Download progress for people: a rich bar on stderr when it is a terminal, nothing otherwise."""
+from __future__ import annotations
+
+import sys
+
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+from patchctl.sources.base import NoProgress
+
+
+class RichProgress:
+    def __init__(self):
+        self._progress: Progress | None = None
+        self._task = None
+
+    def start(self, label: str, total: int | None) -> None:
+        self._progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+                                  TransferSpeedColumn(), transient=True)
+        self._progress.start()
+        self._task = self._progress.add_task(label, total=total)
+
+    def advance(self, amount: int) -> None:
+        if self._progress is not None:
+            self._progress.advance(self._task, amount)
+
+    def finish(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+
+def progress_for(as_json: bool):
+    return RichProgress() if sys.stderr.isatty() else NoProgress()

@@ -1,0 +1,137 @@
+"""EngineRef → the pristine upstream files of that version, wherever they come from."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import NamedTuple
+
+from packaging.version import InvalidVersion, Version
+
+from patchctl import config
+from patchctl.errors import NetworkError, UsageError
+from patchctl.sources.base import DirectorySource, FileSource, ProgressSink
+from patchctl.sources.git import GitSource, open_repo
+from patchctl.sources.index import PackageIndex
+from patchctl.sources.installed import version_of_tree
+from patchctl.sources.release import ReleaseSource, choose_artifact
+from patchctl.spec import EngineRef
+
+
+class Context(NamedTuple):
+    """Everything about *how* to fetch, shared by every command."""
+
+    index_url: str | None = None
+    offline: bool = False
+    progress: ProgressSink | None = None
+    nightly_source: str | None = None
+    repo: str | None = None
+    version_override: Version | None = None  # for trees whose version cannot be read
+    sparse: bool = True
+
+    def index(self) -> PackageIndex:
+        choice = config.resolve_index(self.index_url)
+        return PackageIndex(choice.url, config.cache_dir(), offline=self.offline, origin=choice.origin)
+
+
+class Upstream(NamedTuple):
+    ref: EngineRef
+    version: Version
+    source: FileSource
+    label: str  # what to show: "vllm 0.23.0 (vllm-0.23.0-...whl)"
+
+
+def release(ref_engine, version: Version, ctx: Context, index: PackageIndex | None = None) -> ReleaseSource:
+    index = index or ctx.index()
+    artifact = choose_artifact(index.project(ref_engine.dist), version)
+    return ReleaseSource(ref_engine, artifact, config.cache_dir(), offline=ctx.offline,
+                         progress=ctx.progress, sparse=ctx.sparse)
+
+
+def open_upstream(ref: EngineRef, ctx: Context) -> Upstream:
+    engine = ref.engine
+    if ref.kind in ("exact", "latest"):
+        index = ctx.index()
+        if ref.kind == "latest":
+            versions = index.project(engine.dist).versions()
+            if not versions:
+                raise UsageError(f"the package index has no release of {engine.dist}")
+            version = versions[-1]
+        else:
+            version = ref.version
+        source = release(engine, version, ctx, index)
+        return Upstream(ref, version, source, f"{engine.dist} {version} ({source.artifact.filename})")
+    if ref.kind == "nightly":
+        return _nightly(ref, ctx)
+    if ref.kind == "git":
+        repo_url = ctx.repo or engine.git_url
+        if not repo_url:
+            raise UsageError(f"{engine.name} has no known git repository: pass --repo URL|PATH")
+        repo = open_repo(repo_url, config.cache_dir(), offline=ctx.offline)
+        source = GitSource(repo, ref.git_ref, engine.layout_prefix("git"), repo_url)
+        version = ctx.version_override or _version_from_git(source, engine)
+        return Upstream(ref, version, source, f"{engine.name} {ref.git_ref} ({source.provenance().description})")
+    if ref.kind == "path":
+        root = Path(ref.path).resolve()
+        if not root.is_dir():
+            raise UsageError(f"{ref.path} is not a directory")
+        prefix = engine.layout_prefix("git")
+        if prefix and (root / prefix / engine.packages[0]).is_dir():
+            root = root / prefix
+        if not (root / engine.packages[0]).is_dir():
+            raise UsageError(f"{root} does not contain the {engine.packages[0]}/ package")
+        version = ctx.version_override or version_of_tree(engine, root) or version_of_tree(engine, root.parent)
+        if version is None:
+            raise UsageError(f"cannot tell the {engine.name} version of {root}", hint="pass --as-version X.Y.Z")
+        return Upstream(ref, version, DirectorySource(root), f"{engine.name} {version} ({root})")
+    raise UsageError(f"{ref} names no upstream files (use ENGINE@VERSION)")
+
+
+def _nightly(ref: EngineRef, ctx: Context) -> Upstream:
+    engine = ref.engine
+    override = config.nightly_override(engine.name)
+    kind = override.get("kind", engine.nightly.kind)
+    url = ctx.nightly_source or override.get("url") or engine.nightly.url
+    how = (f"set nightly.{engine.name}.url in {config.config_file()} or pass --nightly-source URL")
+    if kind == "none":
+        raise UsageError(f"{engine.name} publishes no nightly builds")
+    if not url:
+        raise UsageError(f"no nightly source is configured for {engine.name}", hint=how)
+    if kind == "wheel-index":
+        index = PackageIndex(url, config.cache_dir(), offline=ctx.offline, origin="nightly source")
+        try:
+            project = index.project(engine.dist)
+        except NetworkError as exc:
+            raise NetworkError(f"nightly source for {engine.name} ({url}) is unreachable: {exc.message}", hint=how) from None
+        versions = project.versions(include_pre=True)
+        if not versions:
+            raise UsageError(f"the nightly source {url} lists no {engine.dist} builds", hint=how)
+        version = versions[-1]
+        artifact = choose_artifact(project, version)
+        source = ReleaseSource(engine, artifact, config.cache_dir(), offline=ctx.offline, progress=ctx.progress)
+        return Upstream(ref, version, source, f"{engine.dist} nightly {version} ({artifact.filename})")
+    branch = override.get("ref") or engine.nightly.ref or "main"
+    try:
+        repo = open_repo(url, config.cache_dir(), offline=ctx.offline)
+    except NetworkError as exc:
+        raise NetworkError(f"nightly source for {engine.name} ({url}) is unreachable: {exc.message}", hint=how) from None
+    source = GitSource(repo, branch, engine.layout_prefix("git"), url)
+    version = ctx.version_override or _version_from_git(source, engine)
+    return Upstream(ref, version, source, f"{engine.name} nightly {branch} ({source.provenance().description})")
+
+
+def _version_from_git(source: GitSource, engine) -> Version:
+    for rel in (f"{engine.packages[0]}/version.py", f"{engine.packages[0]}/_version.py"):
+        data = source.read(rel)
+        if data:
+            m = re.search(rb"""__version__\s*=\s*['"]([^'"]+)['"]""", data)
+            if m:
+                try:
+                    return Version(m.group(1).decode())
+                except InvalidVersion:
+                    pass
+    # A checkout's version is "the next release": the latest tag is the nearest honest answer.
+    try:
+        tag = source.repo.git.describe("--tags", "--abbrev=0", source.commit)
+        return Version(tag.lstrip("v"))
+    except Exception:
+        raise UsageError(f"cannot tell the version of {source.description}", hint="pass --as-version X.Y.Z") from None

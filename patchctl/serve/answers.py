@@ -1,0 +1,144 @@
+"""Coherence mode `answers`: prompts whose replies a program can check.
+
+Each check is a pure function of the reply text so it is tested on fixed
+strings; the prompts go to the server at temperature 0. The code task is checked
+by parsing the reply, never by executing what a model wrote.
+"""
+from __future__ import annotations
+
+import ast
+import re
+from typing import Callable, NamedTuple, Optional, Sequence
+
+from .client import CHAT, OpenAIClient
+
+
+class Verdict(NamedTuple):
+    passed: bool
+    reason: str
+
+
+class AnswerCheck(NamedTuple):
+    name: str
+    prompt: str
+    max_tokens: int
+    check: Callable[[str], Verdict]
+
+
+class AnswerResult(NamedTuple):
+    name: str
+    passed: bool
+    reason: str
+    reply_excerpt: str
+    reasoning_chars: int
+
+
+def check_fact(reply: str) -> Verdict:
+    if re.search(r"\bparis\b", reply, re.IGNORECASE):
+        return Verdict(True, "names Paris")
+    return Verdict(False, "does not name Paris")
+
+
+def check_arithmetic(reply: str) -> Verdict:
+    numbers = re.findall(r"-?\d[\d,]*", reply)
+    values = [n.replace(",", "") for n in numbers]
+    if "391" in values:
+        return Verdict(True, "answers 391")
+    return Verdict(False, f"expected 391, found numbers {values[:5] or 'none'}")
+
+
+def check_counting(reply: str) -> Verdict:
+    """1..50, one per line, in order; a sentence around the list is tolerated."""
+    lines = [ln.strip().rstrip(".,") for ln in reply.splitlines()]
+    numbers = [ln for ln in lines if ln]
+    try:
+        start = numbers.index("1")
+    except ValueError:
+        return Verdict(False, "no line reading '1'")
+    run = numbers[start : start + 50]
+    for expected, got in enumerate(run, start=1):
+        if got != str(expected):
+            return Verdict(False, f"line for {expected} reads {got[:30]!r}")
+    if len(run) < 50:
+        return Verdict(False, f"stops after {len(run)} of 50 lines")
+    return Verdict(True, "counts 1 to 50 line by line")
+
+
+def extract_code(reply: str) -> str:
+    fenced = re.findall(r"```(?:python|py)?\s*\n(.*?)```", reply, re.DOTALL)
+    return fenced[0] if fenced else reply
+
+
+def check_code(reply: str) -> Verdict:
+    """`def add(a, b): return a + b` in any spelling of the two parameter names."""
+    try:
+        tree = ast.parse(extract_code(reply))
+    except SyntaxError as exc:
+        return Verdict(False, f"reply is not valid Python: {exc.msg}")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and node.name == "add":
+            params = [a.arg for a in node.args.args]
+            if len(params) != 2:
+                return Verdict(False, f"add takes {len(params)} parameters, not 2")
+            for stmt in ast.walk(node):
+                if isinstance(stmt, ast.Return) and _is_sum_of(stmt.value, params):
+                    return Verdict(True, "defines add(a, b) returning a + b")
+            return Verdict(False, "add does not return the sum of its parameters")
+    return Verdict(False, "no function named add")
+
+
+def _is_sum_of(expr: Optional[ast.expr], params: Sequence[str]) -> bool:
+    if not isinstance(expr, ast.BinOp) or not isinstance(expr.op, ast.Add):
+        return False
+    names = [n.id for n in (expr.left, expr.right) if isinstance(n, ast.Name)]
+    return sorted(names) == sorted(params)
+
+
+DEFAULT_CHECKS: tuple[AnswerCheck, ...] = (
+    AnswerCheck("fact", "What is the capital of France? Answer in one word.", 32, check_fact),
+    AnswerCheck("arithmetic", "What is 17 * 23? Answer with just the number.", 32, check_arithmetic),
+    AnswerCheck(
+        "counting",
+        "Count from 1 to 50, one number per line. Write nothing else.",
+        # ~2 tokens per line; headroom so a slightly chatty model is not cut off.
+        320,
+        check_counting,
+    ),
+    AnswerCheck(
+        "code",
+        "Write a Python function add(a, b) that returns the sum of a and b. Reply with only the code.",
+        128,
+        check_code,
+    ),
+)
+
+
+def run_answers(
+    client: OpenAIClient,
+    checks: Sequence[AnswerCheck] = DEFAULT_CHECKS,
+    api: str = CHAT,
+    extra_tokens: int = 0,
+) -> tuple[AnswerResult, ...]:
+    """extra_tokens: budget added to every check, for reasoning models that think first."""
+    results = []
+    for chk in checks:
+        try:
+            reply = client.complete(api, chk.prompt, chk.max_tokens + extra_tokens, temperature=0.0)
+        except Exception as exc:  # a failed request is a failed check, with its cause
+            results.append(AnswerResult(chk.name, False, f"request failed: {exc}"[:300], "", 0))
+            continue
+        # The answer must be in `content`; a reasoning model that only thought
+        # (content null) did not answer.
+        if not reply.content.strip():
+            verdict = Verdict(False, "empty content" + (" (reasoning only)" if reply.reasoning else ""))
+        else:
+            verdict = chk.check(reply.content)
+        results.append(
+            AnswerResult(chk.name, verdict.passed, verdict.reason, _excerpt(reply.content), len(reply.reasoning))
+        )
+    return tuple(results)
+
+
+def _excerpt(text: str, limit: int = 160) -> str:
+    flat = text.replace("\n", "\\n")
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"

@@ -1,0 +1,197 @@
+"""A minimal OpenAI-compatible HTTP client that times what it receives.
+
+`requests` rather than the openai SDK: we need the arrival time of every SSE
+chunk and tolerance for non-standard fields (reasoning_content, content: null),
+and it is already a patchctl dependency.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Mapping, NamedTuple, Optional
+
+import requests
+
+from .metrics import RequestRecord
+from .sse import ServerError, delta_from_object, iter_sse_data, parse_event
+
+CHAT = "chat"
+COMPLETIONS = "completions"
+
+
+class Completion(NamedTuple):
+    """A non-streaming reply, with per-token strings when the server gave logprobs."""
+
+    content: str
+    reasoning: str
+    tokens: Optional[tuple[str, ...]]
+    completion_tokens: Optional[int]
+    finish_reason: Optional[str]
+
+
+class OpenAIClient:
+    def __init__(
+        self,
+        base_url: str,
+        model: Optional[str] = None,
+        api_key: Optional[str] = None,
+        timeout_s: float = 300.0,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        if self.base_url.endswith("/v1"):
+            self.base_url = self.base_url[: -len("/v1")]
+        self.model = model
+        self.timeout_s = timeout_s
+        self._headers = {"Content-Type": "application/json"}
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
+
+    # -- discovery ---------------------------------------------------------------
+
+    def list_models(self) -> list[str]:
+        resp = requests.get(f"{self.base_url}/v1/models", headers=self._headers, timeout=30)
+        resp.raise_for_status()
+        return [m["id"] for m in resp.json().get("data", [])]
+
+    def resolve_model(self) -> str:
+        if self.model is None:
+            models = self.list_models()
+            if not models:
+                raise RuntimeError(f"{self.base_url}/v1/models lists no model")
+            self.model = models[0]
+        return self.model
+
+    def engine_version(self) -> Optional[str]:
+        """vLLM and SGLang answer GET /version; others (llama.cpp) do not."""
+        try:
+            resp = requests.get(f"{self.base_url}/version", headers=self._headers, timeout=10)
+            if resp.status_code == 200:
+                version = resp.json().get("version")
+                return str(version) if version else None
+        except (requests.RequestException, ValueError):
+            pass
+        return None
+
+    # -- requests ----------------------------------------------------------------
+
+    def _body(
+        self, api: str, prompt: str, max_tokens: int, temperature: float, extra: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.resolve_model(),
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            "seed": 0,
+        }
+        if api == CHAT:
+            body["messages"] = [{"role": "user", "content": prompt}]
+        elif api == COMPLETIONS:
+            body["prompt"] = prompt
+        else:
+            raise ValueError(f"unknown api {api!r}")
+        body.update(extra)
+        return body
+
+    def _url(self, api: str) -> str:
+        return f"{self.base_url}/v1/chat/completions" if api == CHAT else f"{self.base_url}/v1/completions"
+
+    def complete(
+        self,
+        api: str,
+        prompt: str,
+        max_tokens: int,
+        temperature: float = 0.0,
+        logprobs: bool = False,
+        extra: Mapping[str, Any] = {},
+    ) -> Completion:
+        body = self._body(api, prompt, max_tokens, temperature, extra)
+        if logprobs:
+            if api == CHAT:
+                body.update({"logprobs": True, "top_logprobs": 1})
+            else:
+                body["logprobs"] = 1
+        resp = requests.post(self._url(api), json=body, headers=self._headers, timeout=self.timeout_s)
+        if resp.status_code >= 400:
+            raise requests.HTTPError(f"{resp.status_code} from {self._url(api)}: {resp.text[:300]}", response=resp)
+        obj = resp.json()
+        delta = delta_from_object(obj)
+        return Completion(delta.content, delta.reasoning, _tokens_of(obj), delta.completion_tokens, delta.finish_reason)
+
+    def timed_request(
+        self,
+        api: str,
+        prompt: str,
+        max_tokens: int,
+        stream: bool = True,
+        temperature: float = 0.0,
+        extra: Mapping[str, Any] = {},
+    ) -> RequestRecord:
+        """Send one request and record when each piece of output arrived.
+
+        Failures become a record with ok=False rather than an exception: under
+        load, one failed request is a result to report, not a reason to stop.
+        """
+        body = self._body(api, prompt, max_tokens, temperature, extra)
+        if stream:
+            body["stream"] = True
+            # Servers that know it put exact token counts in a final chunk.
+            body.setdefault("stream_options", {"include_usage": True})
+        start = time.perf_counter()
+        chunk_times: list[float] = []
+        content: list[str] = []
+        reasoning: list[str] = []
+        usage: Optional[int] = None
+        try:
+            with requests.post(
+                self._url(api), json=body, headers=self._headers, timeout=self.timeout_s, stream=stream
+            ) as resp:
+                if resp.status_code >= 400:
+                    raise requests.HTTPError(f"HTTP {resp.status_code}: {resp.text[:200]}")
+                if stream:
+                    # chunk_size=None hands bytes over as they arrive; a fixed
+                    # size would hold early tokens back and inflate TTFT.
+                    for payload in iter_sse_data(resp.iter_content(chunk_size=None)):
+                        now = time.perf_counter()
+                        delta = parse_event(payload)
+                        if delta is None:
+                            break
+                        if delta.has_output:
+                            chunk_times.append(now)
+                            content.append(delta.content)
+                            reasoning.append(delta.reasoning)
+                        if delta.completion_tokens is not None:
+                            usage = delta.completion_tokens
+                else:
+                    delta = delta_from_object(resp.json())
+                    content.append(delta.content)
+                    reasoning.append(delta.reasoning)
+                    usage = delta.completion_tokens
+            error = None
+        except (requests.RequestException, ServerError, ValueError) as exc:
+            error = f"{type(exc).__name__}: {exc}"[:300]
+        end = time.perf_counter()
+        return RequestRecord(
+            ok=error is None,
+            error=error,
+            streamed=stream,
+            start=start,
+            end=end,
+            chunk_times=tuple(chunk_times),
+            usage_tokens=usage,
+            content="".join(content),
+            reasoning="".join(reasoning),
+        )
+
+
+def _tokens_of(obj: Mapping[str, Any]) -> Optional[tuple[str, ...]]:
+    """Per-token strings from a logprobs block, chat or completions shape."""
+    choices = obj.get("choices") or []
+    if not choices:
+        return None
+    lp = choices[0].get("logprobs")
+    if not lp:
+        return None
+    if isinstance(lp.get("content"), list):  # chat shape
+        return tuple(str(item.get("token", "")) for item in lp["content"])
+    if isinstance(lp.get("tokens"), list):  # completions shape
+        return tuple(str(t) for t in lp["tokens"])
+    return None

@@ -1,0 +1,171 @@
+"""Latency and throughput arithmetic over measured requests. No I/O here.
+
+Definitions follow vLLM's benchmark_serving so numbers compare with what people
+already quote:
+- TTFT: request sent -> first chunk carrying output (content or reasoning).
+- ITL: gap between consecutive output-carrying chunks.
+- TPOT: (last output chunk - first output chunk) / (output tokens - 1); undefined
+  for fewer than two tokens, and undefined without streaming (we never derive it
+  from end-to-end latency minus a TTFT we did not see: that gave negative TPOT).
+- output tok/s: all output tokens of a level / wall time of the level.
+"""
+from __future__ import annotations
+
+import math
+from typing import Iterable, NamedTuple, Optional, Sequence
+
+
+class RequestRecord(NamedTuple):
+    """Raw measurements of one request (perf_counter seconds)."""
+
+    ok: bool
+    error: Optional[str]
+    streamed: bool
+    start: float
+    end: float
+    chunk_times: tuple[float, ...]  # arrival of every chunk carrying output
+    usage_tokens: Optional[int]  # completion_tokens from the server's usage
+    content: str
+    reasoning: str
+
+    @property
+    def chunk_tokens(self) -> int:
+        return len(self.chunk_times)
+
+    @property
+    def output_tokens(self) -> Optional[int]:
+        if self.usage_tokens is not None:
+            return self.usage_tokens
+        # Without usage a non-streaming reply cannot be counted honestly.
+        return self.chunk_tokens if self.streamed else None
+
+    @property
+    def token_count_method(self) -> str:
+        if self.usage_tokens is not None:
+            return "usage"
+        return "chunks" if self.streamed else "unknown"
+
+    @property
+    def ttft(self) -> Optional[float]:
+        if not self.streamed or not self.chunk_times:
+            return None
+        return self.chunk_times[0] - self.start
+
+    @property
+    def tpot(self) -> Optional[float]:
+        n = self.output_tokens
+        # One chunk carrying every token would give TPOT 0: not a measurement.
+        if not self.streamed or n is None or n < 2 or len(self.chunk_times) < 2:
+            return None
+        return max(0.0, (self.chunk_times[-1] - self.chunk_times[0]) / (n - 1))
+
+    @property
+    def itls(self) -> tuple[float, ...]:
+        if not self.streamed:
+            return ()
+        t = self.chunk_times
+        return tuple(b - a for a, b in zip(t, t[1:]))
+
+    @property
+    def e2e(self) -> float:
+        return self.end - self.start
+
+
+class Stats(NamedTuple):
+    """Summary of a sample, in milliseconds."""
+
+    n: int
+    mean: float
+    p50: float
+    p90: float
+    p99: float
+    max: float
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile (numpy's default), q in [0, 100]."""
+    if not sorted_values:
+        raise ValueError("percentile of an empty sample")
+    if len(sorted_values) == 1:
+        return float(sorted_values[0])
+    pos = (len(sorted_values) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    frac = pos - lo
+    return float(sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * frac)
+
+
+def summarize_ms(seconds: Iterable[float]) -> Optional[Stats]:
+    values = sorted(s * 1000.0 for s in seconds)
+    if not values:
+        return None
+    return Stats(
+        n=len(values),
+        mean=sum(values) / len(values),
+        p50=percentile(values, 50),
+        p90=percentile(values, 90),
+        p99=percentile(values, 99),
+        max=values[-1],
+    )
+
+
+class LevelMetrics(NamedTuple):
+    """One concurrency level's result. None means 'not measurable here', never 0."""
+
+    concurrency: int
+    requests: int
+    failed: int
+    streamed: bool
+    duration_s: float
+    output_tokens: Optional[int]
+    output_tok_s: Optional[float]
+    token_count_method: str  # usage | chunks | mixed | unknown
+    ttft_ms: Optional[Stats]
+    tpot_ms: Optional[Stats]
+    itl_ms: Optional[Stats]
+    e2e_ms: Optional[Stats]
+    reasoning_requests: int  # requests that streamed any reasoning_content
+    errors: tuple[str, ...]
+
+    def flat(self) -> dict[str, float]:
+        """The scalar numbers a baseline stores and compares."""
+        out: dict[str, float] = {}
+        if self.output_tok_s is not None:
+            out["output_tok_s"] = self.output_tok_s
+        for name in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
+            stats = getattr(self, name)
+            if stats is not None:
+                out[f"{name}_p50"] = stats.p50
+                out[f"{name}_p99"] = stats.p99
+        return out
+
+
+def aggregate(
+    concurrency: int, records: Sequence[RequestRecord], duration_s: float, streamed: bool
+) -> LevelMetrics:
+    ok = [r for r in records if r.ok]
+    counts = [r.output_tokens for r in ok]
+    methods = {r.token_count_method for r in ok}
+    if any(c is None for c in counts) or not ok:
+        total: Optional[int] = None
+        tok_s: Optional[float] = None
+    else:
+        total = sum(c for c in counts if c is not None)
+        tok_s = total / duration_s if duration_s > 0 else None
+    method = methods.pop() if len(methods) == 1 else ("mixed" if methods else "unknown")
+    return LevelMetrics(
+        concurrency=concurrency,
+        requests=len(records),
+        failed=len(records) - len(ok),
+        streamed=streamed,
+        duration_s=duration_s,
+        output_tokens=total,
+        output_tok_s=tok_s,
+        token_count_method=method,
+        ttft_ms=summarize_ms(r.ttft for r in ok if r.ttft is not None),
+        tpot_ms=summarize_ms(r.tpot for r in ok if r.tpot is not None),
+        itl_ms=summarize_ms(x for r in ok for x in r.itls),
+        e2e_ms=summarize_ms(r.e2e for r in ok),
+        reasoning_requests=sum(1 for r in ok if r.reasoning),
+        errors=tuple(sorted({r.error for r in records if r.error})),
+    )

@@ -1,0 +1,80 @@
+"""The serve tier's result: plain immutable data, JSON-able, no rendering."""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, is_dataclass
+from typing import Any, Optional
+
+from .answers import AnswerResult
+from .baseline import BaselineCheck, Deployment
+from .golden import GoldenDiff
+from .metrics import LevelMetrics
+
+FORMAT = 1
+
+
+@dataclass(frozen=True)
+class GoldenReport:
+    mode: str  # "recorded" | "compared" | "missing"
+    path: str
+    diffs: tuple[GoldenDiff, ...]
+
+    @property
+    def diverged(self) -> tuple[GoldenDiff, ...]:
+        return tuple(d for d in self.diffs if not d.matched)
+
+
+@dataclass(frozen=True)
+class ThroughputReport:
+    api: str
+    streamed: bool
+    max_tokens: int
+    levels: tuple[LevelMetrics, ...]
+
+
+@dataclass(frozen=True)
+class BaselineReport:
+    status: str  # "compared" | "missing" | "recorded"
+    path: str
+    threshold: float
+    checks: tuple[BaselineCheck, ...]
+
+    @property
+    def regressions(self) -> tuple[BaselineCheck, ...]:
+        return tuple(c for c in self.checks if c.regressed)
+
+
+@dataclass(frozen=True)
+class ServeReport:
+    base_url: str
+    deployment: Deployment
+    started_at: str
+    duration_s: float
+    answers: Optional[tuple[AnswerResult, ...]]
+    golden: Optional[GoldenReport]
+    throughput: Optional[ThroughputReport]
+    baseline: Optional[BaselineReport]
+    failures: tuple[str, ...]  # one sentence each, naming the numbers
+    notes: tuple[str, ...]  # what was skipped or measured differently, and why
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def to_json(self) -> dict[str, Any]:
+        out = _plain(self)
+        out["format"] = FORMAT
+        out["ok"] = self.ok
+        return out
+
+
+def _plain(obj: Any) -> Any:
+    """NamedTuples and dataclasses to dicts, tuples to lists, recursively."""
+    if is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: _plain(getattr(obj, f.name)) for f in fields(obj)}
+    if isinstance(obj, tuple) and hasattr(obj, "_asdict"):
+        return {k: _plain(v) for k, v in obj._asdict().items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    return obj

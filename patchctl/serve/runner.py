@@ -1,0 +1,186 @@
+"""run_serve_smoke: coherence, throughput and baseline against one running server."""
+from __future__ import annotations
+
+import datetime as _dt
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
+
+from . import answers as _answers
+from . import baseline as _baseline
+from . import golden as _golden
+from .client import CHAT, COMPLETIONS, OpenAIClient
+from .process import ServerProcess
+from .report import BaselineReport, GoldenReport, ServeReport, ThroughputReport
+from .throughput import DEFAULT_PROMPT, default_requests, run_level, warm_up
+
+Progress = Callable[[str], None]
+
+
+def default_data_dir() -> Path:
+    from platformdirs import user_data_dir
+
+    return Path(user_data_dir("patchctl")) / "serve"
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    base_url: str
+    model: Optional[str] = None  # None: the first model GET /v1/models lists
+    engine_version: Optional[str] = None  # None: GET /version, else "unknown"
+    patch_set: str = "none"  # digest of the applied patches (baseline.patch_set_digest)
+    api_key: Optional[str] = None
+    request_timeout_s: float = 600.0
+    extra_body: Mapping[str, Any] = field(default_factory=dict)  # merged into every request
+
+    answers: bool = True
+    answers_api: str = CHAT
+    answers_extra_tokens: int = 0  # thinking budget for reasoning models
+
+    golden_path: Optional[Path] = None  # golden mode runs only with a file
+    record_golden: bool = False
+    golden_prompts: Sequence[str] = _golden.DEFAULT_PROMPTS
+    golden_max_tokens: int = 48
+    golden_api: str = COMPLETIONS
+
+    throughput: bool = True
+    concurrency: Sequence[int] = (1, 8, 32)
+    requests_per_level: Optional[int] = None  # None: throughput.default_requests
+    max_tokens: int = 128
+    stream: bool = True
+    throughput_api: str = CHAT
+    prompt: str = DEFAULT_PROMPT
+    warmup_requests: int = 1
+
+    baseline_dir: Optional[Path] = None  # None: default_data_dir()/baselines
+    update_baseline: bool = False
+    threshold: float = _baseline.DEFAULT_THRESHOLD
+    baseline_metrics: Sequence[str] = _baseline.DEFAULT_METRICS
+
+
+def run_serve_smoke(config: ServeConfig, progress: Optional[Progress] = None) -> ServeReport:
+    say = progress or (lambda _msg: None)
+    t0 = time.monotonic()
+    started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    client = OpenAIClient(config.base_url, config.model, config.api_key, config.request_timeout_s)
+    model = client.resolve_model()
+    notes: list[str] = []
+    engine_version = config.engine_version or client.engine_version()
+    if engine_version is None:
+        engine_version = "unknown"
+        notes.append("engine version unknown: the server has no /version; pass it for a precise baseline key")
+    deployment = _baseline.Deployment(model, engine_version, config.patch_set)
+    failures: list[str] = []
+    extra = dict(config.extra_body)
+
+    answer_results = None
+    if config.answers:
+        say("coherence: answers")
+        answer_results = _answers.run_answers(client, api=config.answers_api, extra_tokens=config.answers_extra_tokens)
+        failures += [f"answers/{a.name}: {a.reason}" for a in answer_results if not a.passed]
+
+    golden_report = None
+    if config.golden_path is not None:
+        golden_report = _run_golden(config, client, engine_version, extra, say)
+        if golden_report.mode == "missing":
+            failures.append(f"golden: no golden file at {golden_report.path} (record one on a known-good engine)")
+        for d in golden_report.diverged:
+            failures.append(
+                f"golden: {d.prompt!r} diverges at {d.unit} {d.position} "
+                f"(expected {d.expected}, got {d.got})"
+            )
+
+    throughput_report = None
+    baseline_report = None
+    if config.throughput:
+        throughput_report = _run_throughput(config, client, extra, say)
+        for lv in throughput_report.levels:
+            if lv.failed:
+                failures.append(
+                    f"throughput c={lv.concurrency}: {lv.failed}/{lv.requests} requests failed ({'; '.join(lv.errors)[:300]})"
+                )
+            methods = lv.token_count_method
+            if methods != "usage":
+                notes.append(f"c={lv.concurrency}: output tokens counted by {methods}, not server usage")
+            if not lv.streamed:
+                notes.append(f"c={lv.concurrency}: not streamed, so TTFT, TPOT and ITL are not measured")
+        baseline_report = _run_baseline(config, deployment, throughput_report)
+        for check in baseline_report.regressions:
+            failures.append("baseline " + check.describe(config.threshold))
+
+    return ServeReport(
+        base_url=client.base_url,
+        deployment=deployment,
+        started_at=started,
+        duration_s=time.monotonic() - t0,
+        answers=answer_results,
+        golden=golden_report,
+        throughput=throughput_report,
+        baseline=baseline_report,
+        failures=tuple(failures),
+        notes=tuple(notes),
+    )
+
+
+def _run_golden(config: ServeConfig, client: OpenAIClient, engine_version: str, extra, say: Progress) -> GoldenReport:
+    path = Path(config.golden_path)
+    if config.record_golden:
+        say(f"coherence: recording golden to {path}")
+        rec = _golden.record(client, engine_version, config.golden_prompts, config.golden_max_tokens, config.golden_api, extra)
+        rec.save(path)
+        return GoldenReport("recorded", str(path), ())
+    if not path.exists():
+        return GoldenReport("missing", str(path), ())
+    say(f"coherence: comparing with golden {path}")
+    return GoldenReport("compared", str(path), _golden.compare(client, _golden.GoldenRecord.load(path), extra))
+
+
+def _run_throughput(config: ServeConfig, client: OpenAIClient, extra, say: Progress) -> ThroughputReport:
+    if config.warmup_requests:
+        warm_up(client, config.throughput_api, config.prompt, config.warmup_requests, extra)
+    levels = []
+    for conc in config.concurrency:
+        n = config.requests_per_level or default_requests(conc)
+        say(f"throughput: concurrency {conc}, {n} requests")
+        levels.append(
+            run_level(client, conc, n, config.throughput_api, config.prompt, config.max_tokens, config.stream, extra)
+        )
+    return ThroughputReport(config.throughput_api, config.stream, config.max_tokens, tuple(levels))
+
+
+def _run_baseline(config: ServeConfig, deployment: _baseline.Deployment, tp: ThroughputReport) -> BaselineReport:
+    store = _baseline.BaselineStore(Path(config.baseline_dir) if config.baseline_dir else default_data_dir() / "baselines")
+    current = {lv.concurrency: lv.flat() for lv in tp.levels}
+    path = store.path_for(deployment)
+    if config.update_baseline:
+        store.save(deployment, current)
+        return BaselineReport("recorded", str(path), config.threshold, ())
+    base = store.load(deployment)
+    if base is None:
+        return BaselineReport("missing", str(path), config.threshold, ())
+    checks = _baseline.compare(current, base, config.threshold, config.baseline_metrics)
+    return BaselineReport("compared", str(path), config.threshold, checks)
+
+
+def run_with_server(
+    config: ServeConfig,
+    command: Union[str, Sequence[str]],
+    ready_timeout_s: float = 900.0,
+    free_timeout_s: float = 120.0,
+    state_dir: Optional[Path] = None,
+    progress: Optional[Progress] = None,
+) -> ServeReport:
+    """`--start`: wait for the old server to be gone, start, run, stop."""
+    say = progress or (lambda _msg: None)
+    server = ServerProcess(
+        command,
+        config.base_url,
+        state_dir=state_dir or default_data_dir() / "servers",
+        ready_timeout_s=ready_timeout_s,
+        free_timeout_s=free_timeout_s,
+    )
+    say(f"starting {' '.join(server.argv)} (log: {server.log_path})")
+    with server:
+        say(f"server ready after {server.startup_s:.1f}s")
+        return run_serve_smoke(config, progress)

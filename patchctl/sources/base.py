@@ -1,0 +1,79 @@
+"""The one interface the apply engine reads upstream files through."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterable, NamedTuple, Protocol
+
+from patchctl.errors import StoreError
+
+
+class Provenance(NamedTuple):
+    kind: str  # "wheel", "sdist", "installed", "git", "directory"
+    description: str  # e.g. the artifact file name, a path, a commit
+    sha256: str | None = None  # of the artifact, when there is one
+    bytes_fetched: int = 0
+
+
+class FileSource(Protocol):
+    def read(self, path: str) -> bytes | None:
+        """Bytes of a file relative to the import root, or None when the file does not exist."""
+
+    def prefetch(self, paths: Iterable[str]) -> None:
+        """Fetch several files at once (one progress display, batched requests)."""
+
+    def provenance(self) -> Provenance: ...
+
+
+class ProgressSink(Protocol):
+    def start(self, label: str, total: int | None) -> None: ...
+
+    def advance(self, amount: int) -> None: ...
+
+    def finish(self) -> None: ...
+
+
+class NoProgress:
+    def start(self, label: str, total: int | None) -> None:
+        pass
+
+    def advance(self, amount: int) -> None:
+        pass
+
+    def finish(self) -> None:
+        pass
+
+
+def resolve_inside(root: Path, path: str) -> Path:
+    """root/path, refusing anything that escapes root: `..`, absolute paths, escaping symlinks."""
+    if os.path.isabs(path) or ".." in Path(path).parts:
+        raise StoreError(f"refusing path {path!r}: it leaves the engine root")
+    real_root = root.resolve()
+    candidate = real_root / path
+    # Resolve each existing ancestor: a symlinked directory inside the tree may point outside it.
+    resolved = candidate.resolve()
+    if resolved != real_root and real_root not in resolved.parents:
+        raise StoreError(f"refusing path {path!r}: it resolves to {resolved}, outside {real_root}")
+    return candidate
+
+
+class DirectorySource:
+    """A tree on disk whose import root is `root` (site-packages, a checkout, an unpacked sdist)."""
+
+    def __init__(self, root: Path, kind: str = "directory", description: str | None = None):
+        self.root = Path(root)
+        self._kind = kind
+        self._description = description or str(root)
+
+    def read(self, path: str) -> bytes | None:
+        file = resolve_inside(self.root, path)
+        try:
+            return file.read_bytes()
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return None
+
+    def prefetch(self, paths: Iterable[str]) -> None:
+        pass
+
+    def provenance(self) -> Provenance:
+        return Provenance(self._kind, self._description)

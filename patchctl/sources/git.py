@@ -1,0 +1,63 @@
+"""Files at a git ref, read with `git show` (no checkout); remote repositories are cloned once,
+partially (blobs fetched on demand), into the cache."""
+from __future__ import annotations
+
+import hashlib
+import subprocess
+from pathlib import Path
+from typing import Iterable
+
+import git
+
+from patchctl.errors import NetworkError, UsageError
+from patchctl.sources.base import Provenance
+
+
+def _is_local(repo: str) -> bool:
+    return Path(repo).expanduser().exists()
+
+
+def open_repo(repo: str, cache_root: Path, *, offline: bool = False, fetch: bool = True) -> git.Repo:
+    if _is_local(repo):
+        try:
+            return git.Repo(Path(repo).expanduser(), search_parent_directories=False)
+        except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+            raise UsageError(f"{repo} is not a git repository") from None
+    clone = cache_root / "git" / hashlib.sha256(repo.encode()).hexdigest()[:16]
+    try:
+        if not clone.is_dir():
+            if offline:
+                raise NetworkError(f"offline, and {repo} was never cloned into the cache")
+            git.Repo.clone_from(repo, clone, bare=True, multi_options=["--filter=blob:none"])
+        elif fetch and not offline:
+            git.Repo(clone).git.fetch("origin", "+refs/heads/*:refs/heads/*", "--tags", "--prune")
+    except git.GitCommandError as exc:
+        raise NetworkError(
+            f"cannot clone or fetch {repo}: {exc.stderr.strip()[-300:]}",
+            hint="check the network, or pass --repo with a local clone",
+        ) from None
+    return git.Repo(clone)
+
+
+class GitSource:
+    def __init__(self, repo: git.Repo, ref: str, prefix: str, description: str):
+        self.repo = repo
+        self.prefix = prefix
+        self.description = description
+        try:
+            self.commit = repo.commit(ref).hexsha
+        except (git.BadName, ValueError, git.GitCommandError):
+            raise UsageError(f"{description}: no such ref {ref!r}") from None
+
+    def read(self, path: str) -> bytes | None:
+        proc = subprocess.run(
+            ["git", "-C", self.repo.git_dir, "show", f"{self.commit}:{self.prefix}{path}"],
+            capture_output=True,
+        )
+        return proc.stdout if proc.returncode == 0 else None
+
+    def prefetch(self, paths: Iterable[str]) -> None:
+        pass
+
+    def provenance(self) -> Provenance:
+        return Provenance("git", f"{self.description}@{self.commit[:12]}", None)

@@ -1,0 +1,102 @@
+"""An engine installed in some Python environment, found through distribution metadata only:
+importing vLLM takes >10 s and wants CUDA libraries, so the engine itself is never imported."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import NamedTuple
+
+from packaging.version import Version
+
+from patchctl.engines import Engine
+from patchctl.errors import EnvironmentProblem
+
+_PROBE = r"""
+import importlib.metadata as md, importlib.util, json, sys, os
+dist, package = sys.argv[1], sys.argv[2]
+try:
+    d = md.distribution(dist)
+except md.PackageNotFoundError:
+    print(json.dumps({"found": False})); raise SystemExit
+root = None
+spec = importlib.util.find_spec(package)  # finds, never executes, a top-level package
+if spec is not None and spec.submodule_search_locations:
+    root = os.path.dirname(list(spec.submodule_search_locations)[0])
+if root is None:
+    root = str(d.locate_file(""))
+print(json.dumps({"found": True, "version": d.version, "root": root, "python": sys.executable}))
+"""
+
+
+class Installed(NamedTuple):
+    engine: Engine
+    version: Version
+    root: Path  # the import root (site-packages, or the source dir of an editable install)
+    python: str
+
+
+def default_python() -> str:
+    venv = os.environ.get("VIRTUAL_ENV")
+    if venv and Path(venv, "bin", "python").exists():
+        return str(Path(venv, "bin", "python"))
+    return shutil.which("python3") or shutil.which("python") or sys.executable
+
+
+def find_installed(engine: Engine, python: str | None = None) -> Installed | None:
+    python = python or default_python()
+    try:
+        proc = subprocess.run([python, "-c", _PROBE, engine.dist, engine.packages[0]],
+                              capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise EnvironmentProblem(f"cannot run the Python interpreter {python}: {exc}") from None
+    if proc.returncode != 0:
+        raise EnvironmentProblem(f"{python} failed to report installed packages: {proc.stderr.strip()[-300:]}")
+    info = json.loads(proc.stdout.strip().splitlines()[-1])
+    if not info["found"]:
+        return None
+    return Installed(engine, Version(info["version"]), Path(info["root"]), info["python"])
+
+
+def require_installed(engine: Engine, python: str | None = None) -> Installed:
+    found = find_installed(engine, python)
+    if found is None:
+        raise EnvironmentProblem(
+            f"{engine.dist} is not installed in the environment of {python or default_python()}",
+            hint=f"activate the right environment, pass --python PATH, --target DIR, or --install",
+        )
+    return found
+
+
+def pip_install(python: str, requirement: str, extra_args: tuple[str, ...] = ()) -> None:
+    cmd = [python, "-m", "pip", "install", requirement, *extra_args]
+    proc = subprocess.run(cmd)
+    if proc.returncode != 0:
+        raise EnvironmentProblem(f"`{' '.join(cmd)}` failed with exit code {proc.returncode}")
+
+
+def version_of_tree(engine: Engine, root: Path) -> Version | None:
+    """The version of an unpacked tree or checkout, from the metadata that lies in it."""
+    import email
+
+    candidates = list(root.glob("*.dist-info/METADATA")) + list(root.glob("PKG-INFO")) + list(root.glob("*.egg-info/PKG-INFO"))
+    for meta in candidates:
+        message = email.message_from_string(meta.read_text(errors="replace"))
+        name = (message.get("Name") or "").replace("_", "-").lower()
+        if name == engine.dist and message.get("Version"):
+            return Version(message["Version"])
+    for rel in (f"{engine.packages[0]}/_version.py", f"{engine.packages[0]}/version.py"):
+        file = root / rel
+        if file.is_file():
+            import re
+
+            m = re.search(r"""(?:__version__|version)\s*(?::\s*str\s*)?=\s*['"]([^'"]+)['"]""", file.read_text())
+            if m:
+                try:
+                    return Version(m.group(1))
+                except Exception:
+                    pass
+    return None

@@ -1,0 +1,209 @@
+"""The patch store: series order, metadata, variant choice for a version, integrity."""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from pathlib import Path
+from typing import NamedTuple
+
+import yaml
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from patchctl.engines import all_engines, get_engine
+from patchctl.errors import StoreError
+
+VARIANT_RE = re.compile(r"^(?P<base>.+)\.patch$")
+
+
+class Variant(NamedTuple):
+    base: Version
+    path: Path
+    pinned_sha256: str | None
+
+    @property
+    def filename(self) -> str:
+        return self.path.name
+
+    def actual_sha256(self) -> str:
+        return hashlib.sha256(self.path.read_bytes()).hexdigest()
+
+
+class Patch(NamedTuple):
+    engine: str
+    name: str
+    directory: Path
+    title: str
+    why: str
+    upstream: tuple[str, ...]
+    applies_to: SpecifierSet
+    drop_when: str | None
+    requires: tuple[str, ...]
+    depends_on: tuple[str, ...]
+    smoke: dict
+    evidence: dict
+    variants: tuple[Variant, ...]  # sorted by base version
+
+    def in_range(self, version: Version) -> bool:
+        return self.applies_to.contains(version, prereleases=True)
+
+
+class VariantChoice(NamedTuple):
+    variant: Variant | None
+    reason: str
+
+
+class Series(NamedTuple):
+    engine: str
+    directory: Path
+    patches: tuple[Patch, ...]
+
+    def get(self, name: str) -> Patch:
+        for patch in self.patches:
+            if patch.name == name:
+                return patch
+        known = ", ".join(p.name for p in self.patches) or "none"
+        raise StoreError(f"no patch {name!r} in the {self.engine} series (patches: {known})")
+
+
+def choose_variant(patch: Patch, version: Version) -> VariantChoice:
+    """The newest variant whose base is <= version, among bases inside applies_to."""
+    if not patch.in_range(version):
+        return VariantChoice(None, f"{version} is outside applies_to {patch.applies_to}")
+    usable = [v for v in patch.variants if patch.in_range(v.base)]
+    if not usable:
+        return VariantChoice(None, f"no variant has a base inside applies_to {patch.applies_to}")
+    below = [v for v in usable if v.base <= version]
+    if below:
+        chosen = below[-1]
+        how = "same base" if chosen.base == version else f"newest base <= {version}"
+        return VariantChoice(chosen, f"{chosen.filename}: {how}")
+    chosen = usable[0]
+    return VariantChoice(chosen, f"{chosen.filename}: no base <= {version}; oldest variant tried")
+
+
+def default_store_dir() -> Path:
+    env = os.environ.get("PATCHCTL_STORE")
+    if env:
+        return Path(env)
+    beside_package = Path(__file__).resolve().parent.parent / "patches"
+    if beside_package.is_dir():
+        return beside_package
+    return Path.cwd() / "patches"
+
+
+class Store(NamedTuple):
+    root: Path
+
+    @classmethod
+    def open(cls, root: str | Path | None = None) -> "Store":
+        path = Path(root) if root else default_store_dir()
+        if not path.is_dir():
+            raise StoreError(
+                f"patch store {path} does not exist",
+                hint="pass --store DIR or set PATCHCTL_STORE",
+            )
+        return cls(path)
+
+    def engines(self) -> list[str]:
+        return [e for e in sorted(all_engines()) if (self.root / e / "series.yaml").is_file()]
+
+    def series(self, engine: str) -> Series:
+        get_engine(engine)
+        directory = self.root / engine
+        series_file = directory / "series.yaml"
+        if not series_file.is_file():
+            return Series(engine, directory, ())
+        data = _load_yaml(series_file)
+        if not isinstance(data, dict) or not isinstance(data.get("patches"), list):
+            raise StoreError(f"{series_file}: expected a mapping with a 'patches' list")
+        if data.get("engine", engine) != engine:
+            raise StoreError(f"{series_file}: says engine {data.get('engine')!r}, lies under {engine!r}")
+        patches = []
+        for entry in data["patches"]:
+            if not isinstance(entry, dict) or "name" not in entry:
+                raise StoreError(f"{series_file}: every entry needs a 'name'")
+            pins = entry.get("variants") or {}
+            if not isinstance(pins, dict):
+                raise StoreError(f"{series_file}: {entry['name']}: 'variants' must map file -> sha256")
+            patches.append(_load_patch(engine, directory / entry["name"], pins))
+        names = [p.name for p in patches]
+        dupes = {n for n in names if names.count(n) > 1}
+        if dupes:
+            raise StoreError(f"{series_file}: patches listed twice: {', '.join(sorted(dupes))}")
+        return Series(engine, directory, tuple(patches))
+
+
+def _load_yaml(path: Path):
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise StoreError(f"{path}: not valid YAML: {exc}") from None
+
+
+def _load_patch(engine: str, directory: Path, pins: dict) -> Patch:
+    meta_file = directory / "patch.yaml"
+    if not meta_file.is_file():
+        raise StoreError(f"{meta_file} is missing (listed in {engine}/series.yaml)")
+    meta = _load_yaml(meta_file) or {}
+    if not isinstance(meta, dict):
+        raise StoreError(f"{meta_file}: expected a mapping")
+    for key in ("title", "applies_to"):
+        if not meta.get(key):
+            raise StoreError(f"{meta_file}: '{key}' is required")
+    try:
+        applies_to = SpecifierSet(str(meta["applies_to"]))
+    except InvalidSpecifier:
+        raise StoreError(f"{meta_file}: applies_to {meta['applies_to']!r} is not a PEP 440 specifier set") from None
+    drop_when = meta.get("drop_when")
+    if drop_when is not None and drop_when != "upstreamed":
+        try:
+            Requirement(str(drop_when))
+        except InvalidRequirement:
+            raise StoreError(
+                f"{meta_file}: drop_when {drop_when!r} must be 'upstreamed' or a requirement like 'vllm>=0.24'"
+            ) from None
+    for req in meta.get("requires") or ():
+        try:
+            Requirement(req)
+        except InvalidRequirement:
+            raise StoreError(f"{meta_file}: requires entry {req!r} is not a valid requirement") from None
+    variants = []
+    for file in sorted(directory.glob("*.patch")):
+        match = VARIANT_RE.match(file.name)
+        try:
+            base = Version(match["base"])
+        except InvalidVersion:
+            raise StoreError(f"{file}: variant files are named <base-version>.patch") from None
+        variants.append(Variant(base, file, pins.get(file.name)))
+    unknown_pins = set(pins) - {v.filename for v in variants}
+    if unknown_pins:
+        raise StoreError(f"{engine}/series.yaml pins missing variant files of {directory.name}: {sorted(unknown_pins)}")
+    variants.sort(key=lambda v: v.base)
+    return Patch(
+        engine=engine,
+        name=directory.name,
+        directory=directory,
+        title=str(meta["title"]),
+        why=str(meta.get("why") or "").strip(),
+        upstream=tuple(meta.get("upstream") or ()),
+        applies_to=applies_to,
+        drop_when=drop_when,
+        requires=tuple(meta.get("requires") or ()),
+        depends_on=tuple(meta.get("depends_on") or ()),
+        smoke=dict(meta.get("smoke") or {}),
+        evidence=dict(meta.get("evidence") or {}),
+        variants=tuple(variants),
+    )
+
+
+def drop_rule_met(patch: Patch, dist: str, version: Version) -> bool | None:
+    """Whether a `dist>=X` drop_when rule holds for this version; None when not decidable here."""
+    if not patch.drop_when or patch.drop_when == "upstreamed":
+        return None
+    req = Requirement(patch.drop_when)
+    if req.name.replace("_", "-").lower() != dist.lower():
+        return None
+    return req.specifier.contains(version, prereleases=True)
