@@ -148,7 +148,9 @@ def _evaluate_one(patch, version, read, done, options, base_files) -> tuple[Patc
 
     forward = {fp.path: apply_hunks(texts[fp.path], fp) for fp in parsed.files}
     hunks = _hunk_reports(parsed.files, forward, texts)
-    if all(r.ok for r in forward.values()):
+    if all(r.ok for r in forward.values()) and all(r.text == texts[p] for p, r in forward.items()):
+        pass  # applying changes nothing: the result is already there (judged below with the reverse proof)
+    elif all(r.ok for r in forward.values()):
         statuses = {h.status for h in hunks}
         if "fuzz" in statuses:
             kind = O.FUZZ
@@ -164,7 +166,8 @@ def _evaluate_one(patch, version, read, done, options, base_files) -> tuple[Patc
         }
 
     reverse = {fp.path: apply_hunks(texts[fp.path], fp, reverse=True, max_fuzz=0) for fp in parsed.files}
-    if all(r.ok for r in reverse.values()):
+    identical = all(r.ok and r.text == texts[p] for p, r in forward.items())
+    if identical or all(r.ok for r in reverse.values()):
         if patch.name in options.applied:
             return PatchOutcome(patch.name, O.ALREADY_APPLIED, variant.filename,
                                 "the state record lists it and its changes are present", files=parsed.paths), {}

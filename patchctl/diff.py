@@ -132,8 +132,8 @@ def apply_hunks(text: str | None, fp: FilePatch, *, reverse: bool = False, max_f
         created = "".join("".join(h.old if reverse else h.new) for h in fp.hunks)
         if text is None:
             return FileResult(created, (HunkResult(1, "clean", 0, 0, 1),), True)
-        if text == created:
-            return FileResult(None, (HunkResult(1, "failed", 0, 0, 1),), False, "file already exists with this content")
+        if text == created:  # the file already is what the patch wants
+            return FileResult(text, (HunkResult(1, "clean", 0, 0, 1),), True)
         return FileResult(None, (HunkResult(1, "failed", 0, 0, 1),), False, "file already exists")
     if text is None:
         return FileResult(None, (), False, "file is missing")

@@ -70,7 +70,9 @@ def status(target: Target) -> TargetStatus:
         )
     if kinds <= {"patched"}:
         return TargetStatus("intact", record, tuple(files), f"{len(record.patches)} patches applied and intact ({names})")
-    if kinds <= {"pristine", "missing"} and "pristine" in kinds:
+    upstream_files = {f.status for f, r in zip(files, record.files) if r.pristine_sha256 is not None}
+    # pip never removes files it did not install, so files the patches created may outlive a wipe.
+    if upstream_files and upstream_files <= {"pristine"}:
         return TargetStatus(
             "wiped", record, tuple(files),
             f"every patched file is back to the pristine {record.version} content: {target.engine.dist} was "

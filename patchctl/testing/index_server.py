@@ -1,0 +1,102 @@
+"""A real HTTP package index on 127.0.0.1 for tests: PEP 691 JSON pages and files with Range
+support (http.server has none), with switches to simulate a server that ignores Range, or that is
+down."""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+
+class IndexServer:
+    def __init__(self, files_dir: Path):
+        self.files_dir = files_dir
+        self.projects: dict[str, list[Path]] = {}
+        self.honour_range = True
+        self.json_api = True
+        self.requests: list[tuple[str, str | None]] = []
+        self.bytes_served = 0
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/simple"
+
+    def add(self, project: str, path: Path) -> None:
+        self.projects.setdefault(project, []).append(path)
+
+    def __enter__(self) -> "IndexServer":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def _handler(self):
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_HEAD(self):
+                self._serve(head=True)
+
+            def do_GET(self):
+                self._serve(head=False)
+
+            def _serve(self, head: bool):
+                server.requests.append((self.path, self.headers.get("Range")))
+                m = re.match(r"^/simple/([^/]+)/$", self.path)
+                if m:
+                    return self._page(m.group(1))
+                m = re.match(r"^/files/(.+)$", self.path)
+                if m and (server.files_dir / m.group(1)).is_file():
+                    return self._file(server.files_dir / m.group(1), head)
+                self.send_error(404)
+
+            def _page(self, project: str):
+                files = server.projects.get(project)
+                if files is None:
+                    return self.send_error(404)
+                entries = [{"filename": f.name, "url": f"/files/{f.name}", "size": f.stat().st_size,
+                            "hashes": {"sha256": hashlib.sha256(f.read_bytes()).hexdigest()}} for f in files]
+                if server.json_api:
+                    body = json.dumps({"meta": {"api-version": "1.0"}, "name": project, "files": entries}).encode()
+                    ctype = "application/vnd.pypi.simple.v1+json"
+                else:
+                    body = "".join(f'<a href="{e["url"]}#sha256={e["hashes"]["sha256"]}">{e["filename"]}</a>\n'
+                                   for e in entries).encode()
+                    ctype = "text/html"
+                self.send_response(200)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _file(self, path: Path, head: bool):
+                data = path.read_bytes()
+                rng = self.headers.get("Range")
+                m = re.match(r"bytes=(\d+)-(\d+)?$", rng or "")
+                if m and server.honour_range:
+                    start = int(m.group(1))
+                    end = min(int(m.group(2)) if m.group(2) else len(data) - 1, len(data) - 1)
+                    body = data[start : end + 1]
+                    self.send_response(206)
+                    self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
+                else:
+                    body = data
+                    self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.send_header("Accept-Ranges", "bytes")
+                self.end_headers()
+                if not head:
+                    self.wfile.write(body)
+                    server.bytes_served += len(body)
+
+        return Handler

@@ -1,0 +1,68 @@
+import json
+
+import pytest
+
+from patchctl.serve.baseline import Baseline, BaselineStore, Deployment, compare, patch_set_digest
+
+DEP = Deployment("Qwen/Qwen3-8B", "0.20.1", "abc123")
+
+
+def base(levels):
+    return Baseline(DEP, "2026-01-01T00:00:00+00:00", levels)
+
+
+def test_field_case_is_said_with_its_numbers():
+    # 54.9 against an expected 57 is -3.7%: inside 5%, but reported, not silent.
+    (check,) = compare({1: {"output_tok_s": 54.9}}, base({1: {"output_tok_s": 57.0}}))
+    assert not check.regressed
+    assert check.change == pytest.approx(-0.03684, abs=1e-4)
+    text = check.describe(0.05)
+    assert "54.9 vs baseline 57" in text and "-3.7%" in text
+
+
+def test_drop_beyond_threshold_regresses():
+    (check,) = compare({1: {"output_tok_s": 53.0}}, base({1: {"output_tok_s": 57.0}}))
+    assert check.regressed and "REGRESSED" in check.describe(0.05)
+    (tight,) = compare({1: {"output_tok_s": 54.9}}, base({1: {"output_tok_s": 57.0}}), threshold=0.02)
+    assert tight.regressed
+
+
+def test_improvement_never_regresses_and_latency_direction_is_inverted():
+    checks = compare(
+        {8: {"output_tok_s": 200.0, "tpot_ms_p50": 30.0}},
+        base({8: {"output_tok_s": 100.0, "tpot_ms_p50": 20.0}}),
+        metrics=("output_tok_s", "tpot_ms_p50"),
+    )
+    assert [(c.metric, c.regressed) for c in checks] == [("output_tok_s", False), ("tpot_ms_p50", True)]
+
+
+def test_level_missing_now_is_a_regression():
+    (check,) = compare({}, base({32: {"output_tok_s": 10.0}}))
+    assert check.regressed and check.current is None
+
+
+def test_unknown_metric_is_an_error():
+    with pytest.raises(ValueError):
+        compare({1: {"bogus": 1.0}}, base({1: {"bogus": 1.0}}), metrics=("bogus",))
+
+
+def test_store_roundtrip_and_deployments_are_separate(tmp_path):
+    store = BaselineStore(tmp_path)
+    assert store.load(DEP) is None
+    path = store.save(DEP, {1: {"output_tok_s": 57.0}})
+    assert json.loads(path.read_text())["deployment"]["engine_version"] == "0.20.1"
+    loaded = store.load(DEP)
+    assert loaded.levels == {1: {"output_tok_s": 57.0}}
+    assert store.load(DEP._replace(patch_set="other")) is None
+    assert store.load(DEP._replace(engine_version="0.20.2")) is None
+
+
+def test_patch_set_digest_depends_on_bytes_and_order(tmp_path):
+    a, b = tmp_path / "a.patch", tmp_path / "b.patch"
+    a.write_text("one")
+    b.write_text("two")
+    assert patch_set_digest([]) == "none"
+    assert patch_set_digest([a, b]) != patch_set_digest([b, a])
+    before = patch_set_digest([a, b])
+    a.write_text("one!")
+    assert patch_set_digest([a, b]) != before

@@ -1,0 +1,40 @@
+from patchctl.serve import golden
+from patchctl.serve.client import OpenAIClient
+from patchctl.serve.golden import GoldenEntry, GoldenRecord, diff_entry
+
+
+def test_token_diff_reports_first_divergence():
+    a = GoldenEntry("p", "abcd", ("a", "b", "c", "d"))
+    b = GoldenEntry("p", "abxd", ("a", "b", "x", "d"))
+    d = diff_entry(a, b)
+    assert (d.matched, d.unit, d.position) == (False, "token", 2)
+    assert "'c'" in d.expected and "'x'" in d.got
+
+
+def test_prefix_is_a_divergence_at_the_shorter_length():
+    d = diff_entry(GoldenEntry("p", "", ("a", "b")), GoldenEntry("p", "", ("a",)))
+    assert (d.matched, d.position, d.expected_len, d.got_len) == (False, 1, 2, 1)
+
+
+def test_text_fallback_when_either_side_lacks_tokens():
+    d = diff_entry(GoldenEntry("p", "hello world", None), GoldenEntry("p", "hello there", ("hello", " there")))
+    assert (d.unit, d.position) == ("char", 6)
+    assert diff_entry(GoldenEntry("p", "same", None), GoldenEntry("p", "same", None)).matched
+
+
+def test_record_roundtrip(tmp_path):
+    rec = GoldenRecord("m", "1.0", "completions", 4, (GoldenEntry("p", "t", ("t",)), GoldenEntry("q", "u", None)))
+    path = rec.save(tmp_path / "g" / "golden.json")
+    assert GoldenRecord.load(path) == rec
+
+
+def test_record_then_compare_against_a_real_server(shape_server):
+    client = OpenAIClient(shape_server.base_url)
+    rec = golden.record(client, "v", prompts=("a", "bb"), max_tokens=8)
+    assert all(e.tokens is not None and len(e.tokens) == 8 for e in rec.entries)
+    assert all(d.matched for d in golden.compare(client, rec))
+
+    shape_server.settings["shift_at"] = 5  # the patched engine drifts at token 5
+    diffs = golden.compare(client, rec)
+    assert [(d.matched, d.unit, d.position) for d in diffs] == [(False, "token", 5)] * 2
+    assert "DRIFT" in diffs[0].got

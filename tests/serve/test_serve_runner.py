@@ -1,0 +1,132 @@
+"""The whole serve tier against the reasoning-shape server (real HTTP on 127.0.0.1)."""
+import json
+from dataclasses import replace
+
+import pytest
+
+from patchctl.serve import ServeConfig, run_serve_smoke
+from patchctl.serve.render import render_json, render_table, write_outputs
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def config(server, tmp_path, **kw):
+    base = dict(
+        base_url=server.base_url,
+        concurrency=(1, 4),
+        requests_per_level=4,
+        max_tokens=24,
+        baseline_dir=tmp_path / "baselines",
+        patch_set="p1",
+    )
+    base.update(kw)
+    return ServeConfig(**base)
+
+
+def test_reasoning_model_streams_are_measured_and_answers_checked(shape_server, tmp_path):
+    report = run_serve_smoke(config(shape_server, tmp_path))
+    assert report.ok, report.failures
+    assert [a.passed for a in report.answers] == [True] * 4
+    assert all(a.reasoning_chars > 0 for a in report.answers)
+    assert report.deployment.engine_version == "0.0.0+shape"
+    for lv in report.throughput.levels:
+        assert lv.failed == 0
+        assert lv.token_count_method == "usage"
+        # 4 reasoning chunks + 20 content chunks, and the server said 24.
+        assert lv.output_tokens == 4 * 24
+        assert lv.reasoning_requests == 4
+        assert lv.ttft_ms.p50 > 0 and lv.tpot_ms.p50 > 0 and lv.itl_ms.p50 > 0
+    # The client asked for usage in the stream.
+    streamed = [r for r in shape_server.requests if r.get("stream")]
+    assert streamed and all(r["stream_options"] == {"include_usage": True} for r in streamed)
+    assert report.baseline.status == "missing"
+
+
+def test_without_usage_tokens_are_counted_from_chunks_and_said(shape_server, tmp_path):
+    shape_server.settings["usage"] = False
+    report = run_serve_smoke(config(shape_server, tmp_path, answers=False))
+    lv = report.throughput.levels[0]
+    assert lv.token_count_method == "chunks"
+    assert lv.output_tokens == 4 * 24  # role-only and finish chunks are not tokens
+    assert any("counted by chunks" in n for n in report.notes)
+
+
+def test_non_streaming_reports_only_what_it_can_measure(shape_server, tmp_path):
+    report = run_serve_smoke(config(shape_server, tmp_path, answers=False, stream=False))
+    lv = report.throughput.levels[0]
+    assert lv.ttft_ms is None and lv.tpot_ms is None and lv.itl_ms is None
+    assert lv.e2e_ms.p50 > 0 and lv.output_tok_s > 0
+    assert "-" in render_table(report)  # shown as not measured, never as 0 or negative
+
+    shape_server.settings["usage"] = False
+    report = run_serve_smoke(config(shape_server, tmp_path, answers=False, stream=False))
+    assert report.throughput.levels[0].output_tok_s is None
+
+
+def test_wrong_answers_and_golden_drift_fail_with_reasons(shape_server, tmp_path):
+    golden = tmp_path / "golden.json"
+    rec = run_serve_smoke(config(shape_server, tmp_path, answers=False, throughput=False, golden_path=golden, record_golden=True))
+    assert rec.golden.mode == "recorded" and golden.exists()
+
+    shape_server.settings.update(wrong=True, shift_at=3)
+    report = run_serve_smoke(config(shape_server, tmp_path, throughput=False, golden_path=golden))
+    assert not report.ok
+    failures = "\n".join(report.failures)
+    for name in ("fact", "arithmetic", "counting", "code"):
+        assert f"answers/{name}" in failures
+    assert "diverges at token 3" in failures
+    assert len(report.golden.diverged) == len(report.golden.diffs) == 4
+
+
+def test_missing_golden_file_fails(shape_server, tmp_path):
+    report = run_serve_smoke(config(shape_server, tmp_path, answers=False, throughput=False, golden_path=tmp_path / "nope.json"))
+    assert report.golden.mode == "missing" and not report.ok
+
+
+def test_reasoning_only_reply_is_not_an_answer(shape_server, tmp_path):
+    # A thinking budget too small to reach the answer: content stays null.
+    from patchctl.serve.answers import AnswerCheck, check_fact, run_answers
+    from patchctl.serve.client import OpenAIClient
+
+    (res,) = run_answers(OpenAIClient(shape_server.base_url), [AnswerCheck("fact", "capital of France?", 3, check_fact)])
+    assert not res.passed and res.reason == "empty content (reasoning only)"
+
+
+def test_baseline_record_then_regression_names_the_numbers(shape_server, tmp_path):
+    cfg = config(shape_server, tmp_path, answers=False)
+    recorded = run_serve_smoke(replace(cfg, update_baseline=True))
+    assert recorded.baseline.status == "recorded"
+    path = recorded.baseline.path
+
+    ok = run_serve_smoke(cfg)
+    assert ok.baseline.status == "compared"
+    assert {c.concurrency for c in ok.baseline.checks} == {1, 4}
+
+    # Pretend the known-good run was twice as fast: today's numbers are a >5% drop.
+    data = json.loads(open(path).read())
+    for level in data["levels"].values():
+        level["output_tok_s"] *= 2
+    open(path, "w").write(json.dumps(data))
+    bad = run_serve_smoke(cfg)
+    assert not bad.ok
+    msg = [f for f in bad.failures if f.startswith("baseline")]
+    assert len(msg) == 2 and "REGRESSED" in msg[0] and "vs baseline" in msg[0] and "threshold 5%" in msg[0]
+
+    # A different patch set is a different deployment: no baseline for it yet.
+    other = run_serve_smoke(replace(cfg, patch_set="p2"))
+    assert other.baseline.status == "missing"
+
+
+def test_renderers(shape_server, tmp_path):
+    report = run_serve_smoke(config(shape_server, tmp_path, golden_path=tmp_path / "g.json", record_golden=True))
+    table = render_table(report)
+    for needle in ("coherence: answers", "PASS", "throughput", "TTFT", "tok/s", "OK"):
+        assert needle in table
+    obj = json.loads(render_json(report))
+    assert obj["ok"] is True and obj["format"] == 1
+    assert obj["throughput"]["levels"][1]["concurrency"] == 4
+    assert obj["deployment"] == {"model": "tiny-reasoner", "engine_version": "0.0.0+shape", "patch_set": "p1"}
+    json_path, png_path = write_outputs(report, tmp_path / "out" / "serve.json")
+    assert json.loads(json_path.read_text()) == obj
+    assert png_path == tmp_path / "out" / "serve.png"
+    assert png_path.read_bytes()[:8] == PNG_MAGIC and png_path.stat().st_size > 5000
