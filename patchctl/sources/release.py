@@ -190,7 +190,10 @@ class ReleaseSource:
 
     def _read_member(self, entry: ZipEntry) -> bytes:
         # The local header's extra field may differ from the central one: read a little slack.
-        head = self._range(entry.header_offset, entry.header_offset + 30 + len(entry.name.encode()) + 256 + entry.compressed_size - 1)
+        end = entry.header_offset + 30 + len(entry.name.encode()) + 256 + entry.compressed_size - 1
+        if self.artifact.size:
+            end = min(end, self.artifact.size - 1)
+        head = self._range(entry.header_offset, end)
         if head[:4] != b"PK\x03\x04":
             raise NetworkError(f"{self.artifact.filename}: bad local header for {entry.name}")
         name_len, extra_len = struct.unpack("<HH", head[26:30])
@@ -203,7 +206,10 @@ class ReleaseSource:
         if entry.method == 0:
             data = payload
         elif entry.method == 8:
-            data = zlib.decompress(payload, -15)
+            try:
+                data = zlib.decompress(payload, -15)
+            except zlib.error as exc:
+                raise NetworkError(f"{self.artifact.filename}: {entry.name} is corrupt ({exc})") from None
         else:
             raise NetworkError(f"{self.artifact.filename}: {entry.name} uses zip method {entry.method}")
         if zlib.crc32(data) & 0xFFFFFFFF != entry.crc or len(data) != entry.size:

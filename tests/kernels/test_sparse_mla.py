@@ -82,9 +82,12 @@ def make_inputs(T, H, topk, dtype, *, block_size=16, n_blocks=None, seed=None, v
     if valid_counts is None:
         valid_counts = torch.randint(1, topk + 1, (T,), generator=g).tolist()
     idx = torch.full((T, topk), -1, dtype=torch.int32)
+    perm = torch.randperm(n_slots, generator=g).to(torch.int32)
     for t in range(T):
         n = 0 if t in empty_rows else min(valid_counts[t], topk, n_slots)
-        slots = torch.randperm(n_slots, generator=g)[:n].to(torch.int32)
+        # a window of one random permutation: unique slots within the row
+        start = int(torch.randint(0, n_slots, (1,), generator=g))
+        slots = perm[(start + torch.arange(n)) % n_slots]
         if mid_padding:
             pos = torch.randperm(topk, generator=g)[:n]
             idx[t, pos] = slots

@@ -1,0 +1,285 @@
+#!/usr/bin/env python3
+"""Decode benchmark for the Triton sparse-MLA kernel (needs a CUDA GPU).
+
+    python benchmarks/sparse_mla/bench_decode.py [--dense-src PATH] [--sweep] [--json FILE]
+
+For batch 1, 8, 32, 64, 128, heads 8 and 64, fp16 and bf16, top-k 2048,
+page size 64, it times one decode step of
+
+* the sparse kernel (kernels/sparse_mla/triton_sparse_mla.py), every row
+  gathering 2048 distinct random slots of a paged cache, and
+* vLLM's dense Triton MLA decode kernel (``decode_attention_fwd`` from a
+  release's ``triton_decode_attention.py``, loaded by file path; default: the
+  pristine vLLM 0.23.0 tree) attending to 2048 tokens per request (32 random
+  pages of 64), called the way vLLM 0.23.0's TritonMLA backend calls it
+  (num_kv_splits = 4 for 2048 tokens, is_mla=True).
+
+Timing: one CUDA graph holds N back-to-back calls, each on its own input set
+(its own KV rows / pages), with N chosen so that the bytes the graph reads are
+several times the 60 MB L2; the graph is replayed and time / N is one call.
+The copy bandwidth is measured in the same run (device-to-device copy of a
+2 GiB buffer, bytes read + written over time).
+
+Bandwidth floor of the sparse kernel: per row topk * D * elt bytes gathered
+(unique per row) + q + out. "%floor" = floor bytes / time / copy bandwidth.
+
+The dense module imports ``vllm.platforms.current_platform`` and
+``vllm.triton_utils``; when vLLM is not installed those two are stubbed here
+(``is_rocm() -> False``; ``tl``/``triton`` are the real triton modules), which
+is what they resolve to on an NVIDIA GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import os
+import statistics
+import sys
+import types
+from pathlib import Path
+
+import torch
+import triton
+import triton.language as tl
+
+ROOT = Path(__file__).resolve().parents[2]
+KERNEL = ROOT / "kernels" / "sparse_mla" / "triton_sparse_mla.py"
+DENSE_CANDIDATES = [
+    ROOT / ".bench_upstream" / "triton_decode_attention.py",
+    Path("/root/.cache/upstream/vllm-0.23.0-sdist/vllm/v1/attention/ops/triton_decode_attention.py"),
+]
+DV, ROPE = 512, 64
+D = DV + ROPE
+L2_BYTES = 60 * 2**20
+
+
+def load_module(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def load_dense(path: Path):
+    try:
+        import vllm.platforms  # noqa: F401
+        import vllm.triton_utils  # noqa: F401
+    except Exception:
+        # Minimal stubs: what these resolve to on an NVIDIA GPU.
+        vllm = types.ModuleType("vllm")
+        plat = types.ModuleType("vllm.platforms")
+        plat.current_platform = types.SimpleNamespace(is_rocm=lambda: False, is_cuda=lambda: True)
+        tu = types.ModuleType("vllm.triton_utils")
+        tu.tl, tu.triton = tl, triton
+        vllm.platforms, vllm.triton_utils = plat, tu
+        sys.modules.update({"vllm": vllm, "vllm.platforms": plat, "vllm.triton_utils": tu})
+    return load_module(path, "vllm_triton_decode_attention")
+
+
+def graph_time_us(fns, reps=20, rounds=5):
+    """Capture fns (one call each) into one graph; median over rounds of time per call."""
+    for f in fns[:2]:
+        f()
+    torch.cuda.synchronize()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for f in fns[:2]:
+            f()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for f in fns:
+            f()
+    g.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(rounds):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(reps):
+            g.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e3 / (reps * len(fns)))
+    del g
+    return statistics.median(times)
+
+
+def copy_bandwidth():
+    n = 2 * 2**30
+    src = torch.empty(n, dtype=torch.uint8, device="cuda").random_()
+    dst = torch.empty_like(src)
+    for _ in range(3):
+        dst.copy_(src)
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(10):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        dst.copy_(src)
+        b.record()
+        b.synchronize()
+        ts.append(a.elapsed_time(b) * 1e-3)
+    del src, dst
+    torch.cuda.empty_cache()
+    return 2 * n / statistics.median(ts)
+
+
+def n_sets_for(bytes_per_call):
+    return max(2, min(256, math.ceil(6 * L2_BYTES / bytes_per_call)))
+
+
+def sparse_case(kmod, B, H, dtype, topk, page, cfg=None):
+    elt = torch.finfo(dtype).bits // 8
+    kv_bytes = B * topk * D * elt
+    sets = n_sets_for(kv_bytes)
+    n_slots = sets * B * topk
+    n_blocks = triton.cdiv(n_slots, page)
+    kv = torch.randn(n_blocks, page, D, device="cuda", dtype=dtype)
+    perm = torch.randperm(n_blocks * page, device="cuda")[:n_slots].to(torch.int32)
+    idx = perm.view(sets, B, topk)
+    q = torch.randn(sets, B, H, D, device="cuda", dtype=dtype)
+    out = torch.empty(B, H, DV, device="cuda", dtype=dtype)
+    scale = 1.0 / math.sqrt(D)
+    fns = [
+        (lambda i=i: kmod.sparse_mla_attention(q[i], kv, idx[i], scale, DV, out=out, _config=cfg))
+        for i in range(sets)
+    ]
+    us = graph_time_us(fns)
+    floor_bytes = kv_bytes + B * H * D * elt + B * H * DV * elt
+    del kv, idx, q
+    torch.cuda.empty_cache()
+    return us, floor_bytes
+
+
+def dense_case(dmod, B, H, dtype, seqlen, page):
+    elt = torch.finfo(dtype).bits // 8
+    pages_per_req = seqlen // page
+    sets = n_sets_for(B * seqlen * D * elt)
+    n_pages = sets * B * pages_per_req
+    kv = torch.randn(n_pages, page, 1, D, device="cuda", dtype=dtype)
+    v = kv[..., :DV]
+    bt = torch.randperm(n_pages, device="cuda").to(torch.int32).view(sets, B, pages_per_req)
+    seq = torch.full((B,), seqlen, dtype=torch.int32, device="cuda")
+    q = torch.randn(sets, B, H, D, device="cuda", dtype=dtype)
+    o = torch.empty(B, H, DV, device="cuda", dtype=dtype)
+    lse = torch.empty(B, H, device="cuda", dtype=dtype)
+    splits = min(triton.next_power_of_2(max(1, seqlen // 512)),
+                 2 * torch.cuda.get_device_properties(0).multi_processor_count)
+    logits = torch.empty(B, H, splits, DV + 1, dtype=torch.float32, device="cuda")
+    one = torch.tensor(1.0, dtype=torch.float32, device="cuda")
+    scale = 1.0 / math.sqrt(D)
+    fns = [
+        (lambda i=i: dmod.decode_attention_fwd(q[i], kv, v, o, lse, bt[i], seq, logits, splits, scale,
+                                                page, k_scale=one, v_scale=one, is_mla=True))
+        for i in range(sets)
+    ]
+    us = graph_time_us(fns)
+    del kv, q, bt
+    torch.cuda.empty_cache()
+    return us
+
+
+SWEEP = {
+    8: [dict(block_h=16, block_n=bn, num_warps=w, num_stages=st)
+        for bn, w, st in [(32, 4, 2), (64, 4, 2), (64, 8, 2), (32, 4, 3), (64, 4, 3), (32, 2, 3)]],
+    64: [dict(block_h=bh, block_n=bn, num_warps=w, num_stages=st)
+         for bh, bn, w, st in [(64, 32, 8, 2), (64, 32, 4, 2), (64, 64, 8, 2), (64, 32, 8, 3),
+                               (32, 32, 4, 2), (32, 64, 4, 2), (32, 32, 8, 3)]],
+}
+
+
+def run_sweep(kmod, bw, topk, page, results):
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    print(f"{'H':>3} {'B':>4} {'cfg':<40} {'mult':>4} {'splits':>6} {'us':>8} {'%floor':>7}")
+    for H, cfgs in SWEEP.items():
+        for B in (1, 32, 128):
+            for cfg in cfgs:
+                hb = triton.cdiv(H, cfg["block_h"])
+                n_tiles = triton.cdiv(topk, cfg["block_n"])
+                for mult in (1, 2, 4):
+                    splits = min(n_tiles, max(1, triton.cdiv(mult * sms, B * hb)))
+                    c = dict(cfg, num_splits=splits)
+                    try:
+                        us, fb = sparse_case(kmod, B, H, torch.bfloat16, topk, page, c)
+                    except Exception as e:  # a config may not fit (shared memory, registers)
+                        print(f"{H:>3} {B:>4} {str(cfg):<40} {mult:>4} failed: {type(e).__name__}: {str(e)[:80]}")
+                        break
+                    pct = 100 * fb / (us * 1e-6) / bw
+                    tag = f"bh{cfg['block_h']} bn{cfg['block_n']} w{cfg['num_warps']} s{cfg['num_stages']}"
+                    print(f"{H:>3} {B:>4} {tag:<40} {mult:>4} {splits:>6} {us:>8.1f} {pct:>6.1f}%", flush=True)
+                    results.append(dict(kind="sweep", H=H, B=B, cfg=c, mult=mult, us=us, pct_floor=pct))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dense-src", type=Path, default=None, help="triton_decode_attention.py of a vLLM release")
+    ap.add_argument("--batches", default="1,8,32,64,128")
+    ap.add_argument("--heads", default="8,64")
+    ap.add_argument("--dtypes", default="fp16,bf16")
+    ap.add_argument("--topk", type=int, default=2048)
+    ap.add_argument("--page", type=int, default=64)
+    ap.add_argument("--sweep", action="store_true", help="also sweep launch configs (bf16)")
+    ap.add_argument("--no-table", action="store_true")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("bench_decode.py needs a CUDA GPU")
+
+    kmod = load_module(KERNEL, "triton_sparse_mla")
+    dense_src = args.dense_src or next((p for p in DENSE_CANDIDATES if p.exists()), None)
+    dmod = load_dense(dense_src) if dense_src else None
+    props = torch.cuda.get_device_properties(0)
+    print(f"device: {props.name}, {props.multi_processor_count} SMs; torch {torch.__version__}, triton {triton.__version__}")
+    print(f"dense kernel: {dense_src or 'not found (skipped)'}")
+    bw = copy_bandwidth()
+    print(f"copy bandwidth (read+write): {bw / 1e12:.2f} TB/s")
+    results = [dict(kind="copy_bw", bytes_per_s=bw)]
+
+    if args.sweep:
+        run_sweep(kmod, bw, args.topk, args.page, results)
+
+    if not args.no_table:
+        dtypes = {"fp16": torch.float16, "bf16": torch.bfloat16}
+        rows = []
+        for dn in args.dtypes.split(","):
+            for H in map(int, args.heads.split(",")):
+                for B in map(int, args.batches.split(",")):
+                    us, fb = sparse_case(kmod, B, H, dtypes[dn], args.topk, args.page)
+                    dus = dense_case(dmod, B, H, dtypes[dn], args.topk, args.page) if dmod else float("nan")
+                    cfg = kmod._default_config(B, H, args.topk, torch.device("cuda"))
+                    rows.append(dict(kind="table", dtype=dn, H=H, B=B, sparse_us=us, floor_bytes=fb,
+                                     floor_us=fb / bw * 1e6, pct_floor=100 * fb / (us * 1e-6) / bw,
+                                     achieved_TBps=fb / (us * 1e-6) / 1e12, dense_us=dus, cfg=cfg))
+                    print(f"  {dn} H={H} B={B}: sparse {us:.1f} us, dense {dus:.1f} us", flush=True)
+        results += rows
+        print()
+        print(f"copy bandwidth {bw / 1e12:.2f} TB/s; topk {args.topk}, page {args.page}, CUDA-graph replay, "
+              f"time per call")
+        hdr = (f"| dtype | heads | batch | splits | sparse us | floor us | % of floor | achieved TB/s "
+               f"| dense us | sparse/dense | target |")
+        print(hdr)
+        print("|---" * (hdr.count("|") - 1) + "|")
+        for r in rows:
+            need = []
+            if r["B"] >= 32:
+                need.append(r["pct_floor"] >= (60 if r["H"] <= 8 else 50))
+            if r["B"] == 1:
+                need.append(r["sparse_us"] <= 15)
+            ratio = r["sparse_us"] / r["dense_us"]
+            need.append(ratio <= 1 / 3)
+            print(f"| {r['dtype']} | {r['H']} | {r['B']} | {r['cfg']['num_splits']} | {r['sparse_us']:.1f} "
+                  f"| {r['floor_us']:.1f} | {r['pct_floor']:.1f}% | {r['achieved_TBps']:.2f} | {r['dense_us']:.1f} "
+                  f"| {ratio:.2f} | {'met' if all(need) else 'MISSED'} |")
+        print("target: %floor >= 60 (H8) / 50 (H64) at batch >= 32; batch 1 <= 15 us; sparse/dense <= 1/3")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()

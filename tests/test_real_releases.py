@@ -1,0 +1,98 @@
+"""Against the real releases on the configured package index (downloaded once per cache)."""
+import json
+import shutil
+
+import pytest
+from click.testing import CliRunner
+from packaging.version import Version
+
+from patchctl.cli import main
+from patchctl.engines import get_engine
+from patchctl.resolve import Context, release
+from patchctl.store import Store
+from patchctl.testing.builders import write_tree
+
+pytestmark = pytest.mark.network
+
+GGUF = "vllm/model_executor/model_loader/gguf_loader.py"
+SERVER_ARGS = "sglang/srt/server_args.py"
+
+
+def cli(*args, expect=None):
+    result = CliRunner().invoke(main, [*args, "--json"], catch_exceptions=False)
+    doc = json.loads(result.output)
+    if expect is not None:
+        assert result.exit_code == expect, result.output
+    return doc
+
+
+def pristine(engine: str, version: str, path: str) -> str:
+    return release(get_engine(engine), Version(version), Context()).read(path).decode()
+
+
+def one_line_change(text: str, anchor: str, added: str) -> str:
+    lines = text.splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if anchor in line)
+    indent = lines[at][: len(lines[at]) - len(lines[at].lstrip())]
+    lines.insert(at, f"{indent}{added}\n")
+    return "".join(lines)
+
+
+@pytest.fixture(scope="module")
+def tiny_store(tmp_path_factory):
+    """A test-only series made from the real 0.20.0 gguf_loader.py and sglang 0.5.9 server_args.py."""
+    from patchctl.testing.builders import StoreBuilder
+
+    builder = StoreBuilder(tmp_path_factory.mktemp("real") / "store")
+    base = pristine("vllm", "0.20.0", GGUF)
+    changed = one_line_change(base, "def _get_gguf_weights_map", "# patchctl test marker")
+    builder.add("vllm", "marker", applies_to=">=0.20",
+                variants={"0.20.0": builder.variant({GGUF: base}, {GGUF: changed})})
+    sbase = pristine("sglang", "0.5.9", SERVER_ARGS)
+    schanged = one_line_change(sbase, "def _set_default_nsa_backends", "# patchctl test marker")
+    builder.add("sglang", "marker", variants={"0.5.9": builder.variant({SERVER_ARGS: sbase}, {SERVER_ARGS: schanged})})
+    return builder.root
+
+
+@pytest.mark.parametrize("version", ["0.20.0", "0.23.0"])
+def test_check_real_vllm(tiny_store, version):
+    doc = cli("check", f"vllm@{version}", "--store", str(tiny_store), expect=0)
+    (patch,) = doc["patches"]
+    assert patch["outcome"] in ("clean", "offset")
+    assert doc["source"]["sha256"] and doc["source"]["kind"] in ("wheel", "sdist")
+
+
+def test_check_real_sglang(tiny_store):
+    doc = cli("check", "sglang@0.5.9", "--store", str(tiny_store), expect=0)
+    assert doc["patches"][0]["outcome"] == "clean"
+
+
+def test_vllm_24_moves_gguf_to_the_plugin(tiny_store):
+    doc = cli("check", "vllm@0.24.0", "--store", str(tiny_store))
+    assert any("vllm-gguf-plugin" in w for w in doc["warnings"])
+    assert doc["patches"][0]["outcome"] == "obsolete"  # gguf_loader.py is gone from the tree
+
+
+def test_export_apply_revert_byte_exact_on_real_files(tiny_store, tmp_path):
+    doc = cli("export", "vllm@0.23.0", str(tmp_path / "overlay"), "--store", str(tiny_store), expect=0)
+    assert doc["written"] == [GGUF]
+    assert "# patchctl test marker" in (tmp_path / "overlay" / GGUF).read_text()
+    original = pristine("vllm", "0.23.0", GGUF)
+    tree = write_tree(tmp_path / "tree", {GGUF: original, "vllm/__init__.py": ""})
+    cli("apply", "vllm@0.23.0", "--target", str(tree), "--store", str(tiny_store), expect=0)
+    assert (tree / GGUF).read_text() != original
+    cli("revert", "vllm@0.23.0", "--target", str(tree), expect=0)
+    assert (tree / GGUF).read_text() == original
+
+
+def test_real_store_lints_and_checks_its_newest_claimed_version():
+    store = Store.open()
+    assert cli("lint", expect=0)["problems"] == []
+    for engine in store.engines():
+        patches = store.series(engine).patches
+        if not patches:
+            continue
+        newest = max(v.base for p in patches for v in p.variants)
+        doc = cli("check", f"{engine}@{newest}")
+        bad = [p for p in doc["patches"] if p["outcome"] == "conflict"]
+        assert not bad, bad
