@@ -14,6 +14,7 @@ from patchctl.commands import export as export_cmd
 from patchctl.commands import lint as lint_cmd
 from patchctl.commands import list as list_cmd
 from patchctl.commands import revert as revert_cmd
+from patchctl.commands import smoke as smoke_cmd
 from patchctl.commands import status as status_cmd
 from patchctl.commands.common import make_context, options_from
 from patchctl.errors import EXIT_ENVIRONMENT, PatchctlError
@@ -168,6 +169,21 @@ def lint(store, as_json):
 def pin(store, as_json):
     """Record the sha256 of every variant file in series.yaml (after reviewing them)."""
     _run("pin", as_json, lambda: lint_cmd.pin(Store.open(store)))
+
+
+@main.command()
+@click.argument("spec")
+@click.option("--patch", "only", multiple=True, help="Only these patches.")
+@click.option("--tier", type=click.Choice(["cpu", "gpu"]), default="cpu", show_default=True)
+@python_option
+@store_option
+@source_options
+@json_option
+def smoke(spec, only, tier, python, store, index_url, offline, nightly_source, repo, as_version, as_json):
+    """Run the patches' smoke checks against the patched tree of ENGINE@VERSION."""
+    _run("smoke", as_json, lambda: smoke_cmd.smoke_checks(
+        parse_spec(spec), Store.open(store), _ctx(as_json, index_url, offline, nightly_source, repo, as_version),
+        only=only, tier=tier, python=python))
 
 
 if __name__ == "__main__":

@@ -99,6 +99,18 @@ def print_document(doc: dict) -> None:
             print_conflicts(out, doc["patches"])
         else:
             out.print(f"{title}: the store has no patches for {doc.get('engine')}")
+    if command == "smoke" and doc.get("results") is not None:
+        table = Table(title=f"smoke {doc.get('engine')} {doc.get('version')} ({doc.get('tier')} tier)", title_justify="left")
+        for col in ("patch", "status", "passed", "failed", "skipped", "seconds", "detail"):
+            table.add_column(col)
+        for r in doc["results"]:
+            color = {"passed": "green", "failed": "bold red", "error": "bold red"}.get(r["status"], "yellow")
+            table.add_row(r["patch"], f"[{color}]{r['status']}[/]", str(r["passed"]), str(r["failed"]),
+                          str(r["skipped"]), f"{r['seconds']:.1f}", r["reason"])
+        out.print(table)
+        for r in doc["results"]:
+            for f in r.get("failures", []):
+                out.print(f"  {r['patch']}: {f}", markup=False)
     for key in ("message", "note"):
         if doc.get(key):
             out.print(doc[key], markup=False)

@@ -40,9 +40,10 @@ class Upstream(NamedTuple):
     label: str  # what to show: "vllm 0.23.0 (vllm-0.23.0-...whl)"
 
 
-def release(ref_engine, version: Version, ctx: Context, index: PackageIndex | None = None) -> ReleaseSource:
+def release(ref_engine, version: Version, ctx: Context, index: PackageIndex | None = None,
+            prefer_sdist: bool = False) -> ReleaseSource:
     index = index or ctx.index()
-    artifact = choose_artifact(index.project(ref_engine.dist), version)
+    artifact = choose_artifact(index.project(ref_engine.dist), version, prefer_sdist=prefer_sdist)
     return ReleaseSource(ref_engine, artifact, config.cache_dir(), offline=ctx.offline,
                          progress=ctx.progress, sparse=ctx.sparse)
 

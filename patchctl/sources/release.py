@@ -38,7 +38,9 @@ class ZipEntry(NamedTuple):
     crc: int
 
 
-def choose_artifact(project: IndexProject, version) -> IndexFile:
+def choose_artifact(project: IndexProject, version, prefer_sdist: bool = False) -> IndexFile:
+    """The cheapest artifact to read files from: a wheel for sparse reads; an sdist when a whole
+    tree is wanted (vLLM's sdist is 47 MB against a 300 MB wheel, with the same Python sources)."""
     files = [f for f in project.files_for(version) if f.sha256]
     if not files:
         known = project.versions(include_pre=True)
@@ -49,6 +51,8 @@ def choose_artifact(project: IndexProject, version) -> IndexFile:
         )
 
     def rank(f: IndexFile):
+        if prefer_sdist and f.kind == "sdist":
+            return (-1, 0, f.size or 0)
         if f.kind == "wheel":
             pure = "none-any" in f.tags
             x86 = "x86_64" in f.tags

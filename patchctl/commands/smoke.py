@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+from patchctl import report, resolve, smoke, trees
+from patchctl.envs import ensure_env
+from patchctl.errors import EXIT_OK, EXIT_PATCH_FAILED, UsageError
+from patchctl.spec import EngineRef
+from patchctl.store import Store
+
+
+def smoke_checks(ref: EngineRef, store: Store, ctx: resolve.Context, *, only: tuple[str, ...], tier: str,
+                 python: str | None) -> tuple[dict, int]:
+    if ref.kind not in ("exact", "latest"):
+        raise UsageError("smoke checks need a released version: ENGINE@X.Y.Z or ENGINE@latest")
+    upstream = resolve.open_upstream(ref, ctx)
+    series = store.series(ref.engine.name)
+    patches = tuple(p for p in series.patches if not only or p.name in only)
+    unknown = set(only) - {p.name for p in series.patches}
+    if unknown:
+        raise UsageError(f"no such patch in the {ref.engine.name} series: {', '.join(sorted(unknown))}")
+    built = trees.build_trees(ref.engine, upstream.version, series.patches, ctx)
+    results = []
+    for patch in patches:
+        outcome = built.result.outcome_of(patch.name)
+        if outcome.outcome not in ("clean", "offset", "fuzz", "three-way"):
+            results.append(smoke.CheckResult(patch.name, tier, "not-run", 0, 0, 0, 0.0,
+                                             f"patch is {outcome.outcome} on {upstream.version}", ""))
+            continue
+        profile = patch.smoke.get("env")
+        if python is None and not profile:
+            results.append(smoke.CheckResult(patch.name, tier, "not-run", 0, 0, 0, 0.0,
+                                             "patch.yaml names no smoke env", ""))
+            continue
+        env_python = python or ensure_env(store.root, profile)
+        results.append(smoke.run_checks(patch, tier, env_python, engine=ref.engine.name,
+                                        version=str(upstream.version), patched=built.patched,
+                                        pristine=built.pristine))
+    code = EXIT_PATCH_FAILED if any(r.status in ("failed", "error") for r in results) else EXIT_OK
+    return report.document("smoke", code, engine=ref.engine.name, version=str(upstream.version), tier=tier,
+                           source={"kind": "release", "description": built.artifact, "sha256": built.artifact_sha256},
+                           results=[r._asdict() for r in results]), code

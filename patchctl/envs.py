@@ -1,0 +1,48 @@
+"""Smoke environments: one venv per profile (patches/envs/<profile>.txt), created once, cached by
+the requirements' hash, reused across engine versions (the engine itself is imported from the
+extracted tree, never installed)."""
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from patchctl import config
+from patchctl.errors import EnvironmentProblem, UsageError
+
+BASE_REQUIREMENTS = ("pytest", "packaging")
+
+
+def requirements_file(store_root: Path, profile: str) -> Path:
+    path = store_root / "envs" / f"{profile}.txt"
+    if not path.is_file():
+        raise UsageError(f"smoke environment profile {profile!r} has no {path}")
+    return path
+
+
+def ensure_env(store_root: Path, profile: str, log=None) -> str:
+    """Path of the profile's python, creating the venv the first time."""
+    reqs = requirements_file(store_root, profile)
+    digest = hashlib.sha256(reqs.read_bytes() + "\n".join(BASE_REQUIREMENTS).encode()).hexdigest()[:12]
+    venv = config.cache_dir() / "envs" / f"{profile}-{digest}"
+    python = venv / "bin" / "python"
+    if (venv / ".complete").is_file() and python.exists():
+        return str(python)
+    # Built in place (venvs are not relocatable); `.complete` is written last, so an interrupted
+    # build is simply started again.
+    shutil.rmtree(venv, ignore_errors=True)
+    _run([sys.executable, "-m", "venv", str(venv)], f"create the {profile} venv", log)
+    _run([str(python), "-m", "pip", "install", "-q", "-r", str(reqs), *BASE_REQUIREMENTS],
+         f"install the {profile} requirements ({reqs})", log)
+    (venv / ".complete").write_text(reqs.read_text())
+    return str(python)
+
+
+def _run(cmd: list[str], what: str, log) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if log:
+        log(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        raise EnvironmentProblem(f"could not {what}: {(proc.stderr or proc.stdout).strip()[-800:]}")

@@ -1,0 +1,105 @@
+"""The smoke runner's check tiers: a patch's pytest checks against the patched tree of a release,
+in the patch's smoke environment. (The serve tier lives in patchctl.serve.)"""
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import NamedTuple
+
+import patchctl
+from patchctl.store import Patch
+
+TIER_MARKERS = {"cpu": "not gpu", "gpu": "gpu"}
+
+
+class CheckResult(NamedTuple):
+    patch: str
+    tier: str
+    status: str  # passed | failed | skipped | not-run | error
+    passed: int
+    failed: int
+    skipped: int
+    seconds: float
+    reason: str  # why skipped / not run / failed, in words
+    evidence: str  # what a pass proves for this patch, from its metadata
+    failures: tuple[str, ...] = ()
+
+
+def has_gpu(python: str) -> bool:
+    proc = subprocess.run([python, "-c", "import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)"],
+                          capture_output=True)
+    return proc.returncode == 0
+
+
+def evidence_of(patch: Patch, tier: str) -> str:
+    proven = patch.evidence.get("proven") or []
+    level = {"cpu": "applies + CPU checks", "gpu": "applies + GPU checks", "serve": "served"}[tier]
+    return level + (f" ({'; '.join(map(str, proven))})" if proven else "")
+
+
+def run_checks(patch: Patch, tier: str, python: str, *, engine: str, version: str, patched: Path,
+               pristine: Path, timeout: float = 1800) -> CheckResult:
+    checks = patch.directory / "checks"
+    evidence = evidence_of(patch, tier)
+    if not checks.is_dir() or not any(checks.glob("test_*.py")):
+        return CheckResult(patch.name, tier, "not-run", 0, 0, 0, 0.0, "the patch ships no checks", evidence)
+    if tier == "gpu" and not has_gpu(python):
+        return CheckResult(patch.name, tier, "not-run", 0, 0, 0, 0.0, "not run: no GPU", evidence)
+    with tempfile.TemporaryDirectory(prefix="patchctl-smoke-") as tmp:
+        junit = Path(tmp) / "junit.xml"
+        env = dict(os.environ)
+        env.update({
+            "PATCHCTL_PATCHED_TREE": str(patched), "PATCHCTL_PRISTINE_TREE": str(pristine),
+            "PATCHCTL_ENGINE_VERSION": version, "PATCHCTL_ENGINE": engine,
+            "PYTHONPATH": str(Path(patchctl.__file__).resolve().parent.parent),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            # vLLM caches model info across runs: a stale cache hides missing dependencies
+            "VLLM_CACHE_ROOT": str(Path(tmp) / "vllm-cache"),
+        })
+        cmd = [python, "-m", "pytest", "-q", "-p", "patchctl.smoke_fixtures", "-p", "no:cacheprovider",
+               "-m", TIER_MARKERS[tier], f"--junitxml={junit}", "--rootdir", str(checks), str(checks)]
+        start = time.monotonic()
+        try:
+            proc = subprocess.run(cmd, cwd=checks, env=env, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return CheckResult(patch.name, tier, "error", 0, 0, 0, timeout, f"timed out after {timeout:.0f} s", evidence)
+        seconds = time.monotonic() - start
+        if not junit.is_file():
+            tail = (proc.stdout + proc.stderr).strip()[-1500:]
+            return CheckResult(patch.name, tier, "error", 0, 0, 0, seconds, f"pytest did not run: {tail}", evidence)
+        passed, failed, skipped, failures, skip_reasons = _parse_junit(junit)
+    if failed:
+        status, reason = "failed", f"{failed} check(s) failed"
+    elif passed:
+        status, reason = "passed", f"{passed} passed" + (f", {skipped} skipped" if skipped else "")
+    elif skipped:
+        status, reason = "skipped", "; ".join(sorted(set(skip_reasons)))[:500]
+    else:
+        status, reason = "not-run", f"no {tier} checks selected"
+    return CheckResult(patch.name, tier, status, passed, failed, skipped, round(seconds, 2), reason, evidence,
+                       tuple(failures))
+
+
+def _parse_junit(path: Path):
+    root = ET.parse(path).getroot()
+    passed = failed = skipped = 0
+    failures, skip_reasons = [], []
+    for case in root.iter("testcase"):
+        name = f"{case.get('classname', '')}::{case.get('name', '')}"
+        problem = case.find("failure")
+        if problem is None:
+            problem = case.find("error")
+        skip = case.find("skipped")
+        if problem is not None:
+            failed += 1
+            failures.append(f"{name}: {(problem.get('message') or '').strip()[:300]}")
+        elif skip is not None:
+            skipped += 1
+            skip_reasons.append((skip.get("message") or "").strip())
+        else:
+            passed += 1
+    return passed, failed, skipped, failures, skip_reasons

@@ -1,0 +1,93 @@
+"""Whole pristine and patched package trees of a release, built once and cached by artifact hash
+(the smoke tier imports the engine from them; `check` never needs them)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tarfile
+import zipfile
+from pathlib import Path
+from typing import NamedTuple
+
+from packaging.version import Version
+
+from patchctl import apply as engine_apply
+from patchctl import config, resolve
+from patchctl.engines import Engine
+from patchctl.errors import PatchFailed
+from patchctl.sources.base import DirectorySource
+from patchctl.sources.release import ReleaseSource
+from patchctl.store import Patch
+
+
+class Trees(NamedTuple):
+    version: Version
+    pristine: Path  # import root
+    patched: Path
+    artifact: str
+    artifact_sha256: str
+    result: engine_apply.SeriesResult
+
+
+def pristine_tree(source: ReleaseSource) -> Path:
+    root = config.cache_dir() / "trees" / source.artifact.sha256 / "pristine"
+    if (root / ".complete").is_file():
+        return root
+    source.sparse = False
+    archive = source._download_full()
+    tmp = root.with_name(f"pristine.{os.getpid()}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    engine = source.engine
+    wanted = tuple(p + "/" for p in engine.packages)
+    if zipfile.is_zipfile(archive):
+        with zipfile.ZipFile(archive) as zf:
+            for name in zf.namelist():
+                if name.startswith(wanted) and not name.endswith("/"):
+                    zf.extract(name, tmp)
+    else:
+        layout = engine.layouts.get("git", "")
+        with tarfile.open(archive) as tf:
+            for member in tf:
+                if not member.isfile() or "/" not in member.name:
+                    continue
+                inner = member.name.split("/", 1)[1]
+                if layout and inner.startswith(layout):
+                    inner = inner[len(layout):]
+                if inner.startswith(wanted):
+                    dest = tmp / inner
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    with tf.extractfile(member) as src, open(dest, "wb") as out:
+                        shutil.copyfileobj(src, out)
+    (tmp / ".complete").write_text(source.artifact.filename)
+    shutil.rmtree(root, ignore_errors=True)
+    os.replace(tmp, root)
+    return root
+
+
+def build_trees(engine: Engine, version: Version, patches: tuple[Patch, ...], ctx: resolve.Context) -> Trees:
+    source = resolve.release(engine, version, ctx, prefer_sdist=True)
+    pristine = pristine_tree(source)
+    result = engine_apply.evaluate(patches, version, DirectorySource(pristine))
+    if not result.ok:
+        bad = ", ".join(o.name for o in result.outcomes if o.outcome == "conflict")
+        raise PatchFailed(f"cannot build the patched tree of {engine.name} {version}: {bad} do not apply")
+    digest = hashlib.sha256(json.dumps(
+        [[c.path, hashlib.sha256(c.after or b"").hexdigest()] for c in result.changes]).encode()).hexdigest()[:16]
+    patched = pristine.parent / f"patched-{digest}"
+    if not (patched / ".complete").is_file():
+        tmp = patched.with_name(f"{patched.name}.{os.getpid()}.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(pristine, tmp, symlinks=True)
+        for change in result.changes:
+            file = tmp / change.path
+            if change.after is None:
+                file.unlink(missing_ok=True)
+            else:
+                file.parent.mkdir(parents=True, exist_ok=True)
+                file.write_bytes(change.after)
+        shutil.rmtree(patched, ignore_errors=True)
+        os.replace(tmp, patched)
+    return Trees(version, pristine, patched, source.artifact.filename, source.artifact.sha256, result)

@@ -1,0 +1,76 @@
+"""The smoke runner's check tiers on a real wheel served by a local index, with real pytest runs."""
+import json
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from patchctl.cli import main
+from patchctl.testing.builders import build_wheel
+from patchctl.testing.index_server import IndexServer
+from tests.conftest import PRISTINE, loader_with
+
+CHECK = '''
+import pytest
+
+def test_patched_tree_has_the_change(patched_tree, pristine_tree, engine_version, engine_name):
+    assert engine_name == "vllm" and str(engine_version) == "1.0"
+    assert "ten" in (patched_tree / "vllm/loader.py").read_text()
+    assert "ten" not in (pristine_tree / "vllm/loader.py").read_text()
+
+@pytest.mark.gpu
+def test_needs_a_gpu(patched_tree):
+    import torch
+    assert torch.cuda.is_available()
+'''
+
+FAILING = '''
+def test_wrong_expectation(patched_tree):
+    assert "eleven" in (patched_tree / "vllm/loader.py").read_text()
+'''
+
+
+@pytest.fixture
+def setup(tmp_path, builder):
+    files = tmp_path / "files"
+    files.mkdir()
+    wheel = build_wheel(files, "vllm", "1.0", PRISTINE)
+    variant = builder.variant(PRISTINE, {"vllm/loader.py": loader_with({10: "ten\n"})})
+    good = builder.add("vllm", "good", variants={"1.0": variant}, extra_meta={"smoke": {"env": "test"}})
+    (good / "checks").mkdir()
+    (good / "checks" / "test_good.py").write_text(CHECK)
+    bad = builder.add("vllm", "bad", variants={"1.0": builder.variant(PRISTINE, {"vllm/utils.py": "X = 1\n"})})
+    (bad / "checks").mkdir()
+    (bad / "checks" / "test_bad.py").write_text(FAILING)
+    with IndexServer(files) as server:
+        server.add("vllm", wheel)
+        yield server, builder.root
+
+
+def smoke(*args):
+    result = CliRunner().invoke(main, ["smoke", *args, "--json"], catch_exceptions=False)
+    return result.exit_code, json.loads(result.output)
+
+
+def test_cpu_tier_runs_checks_and_reports_failures(setup, fresh_cache):
+    server, store = setup
+    code, doc = smoke("vllm@1.0", "--index-url", server.url, "--store", str(store), "--python", sys.executable)
+    by = {r["patch"]: r for r in doc["results"]}
+    assert by["good"]["status"] == "passed" and by["good"]["passed"] == 1
+    assert by["bad"]["status"] == "failed" and "test_wrong_expectation" in by["bad"]["failures"][0]
+    assert code == 1
+
+
+def test_gpu_tier_says_not_run_without_gpu(setup, fresh_cache):
+    server, store = setup
+    code, doc = smoke("vllm@1.0", "--patch", "good", "--tier", "gpu", "--index-url", server.url,
+                      "--store", str(store), "--python", sys.executable)
+    (result,) = doc["results"]
+    assert result["status"] == "not-run" and result["reason"] == "not run: no GPU"
+    assert code == 0
+
+
+def test_unknown_patch_name_is_usage_error(setup, fresh_cache):
+    server, store = setup
+    code, doc = smoke("vllm@1.0", "--patch", "nope", "--index-url", server.url, "--store", str(store))
+    assert code == 2 and "nope" in doc["error"]["message"]
