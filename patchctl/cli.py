@@ -13,6 +13,7 @@ from patchctl.commands import ensure as ensure_cmd
 from patchctl.commands import export as export_cmd
 from patchctl.commands import lint as lint_cmd
 from patchctl.commands import list as list_cmd
+from patchctl.commands import matrix as matrix_cmd
 from patchctl.commands import revert as revert_cmd
 from patchctl.commands import smoke as smoke_cmd
 from patchctl.commands import status as status_cmd
@@ -184,6 +185,47 @@ def smoke(spec, only, tier, python, store, index_url, offline, nightly_source, r
     _run("smoke", as_json, lambda: smoke_cmd.smoke_checks(
         parse_spec(spec), Store.open(store), _ctx(as_json, index_url, offline, nightly_source, repo, as_version),
         only=only, tier=tier, python=python))
+
+
+@main.group(invoke_without_command=True)
+@click.option("--engine", "engines", multiple=True, help="Only these engines (default: every engine in the store).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default="compat_matrix.yaml",
+              show_default=True)
+@click.option("--shard", help="I/N: only every N-th (engine, version) job, starting at I (CI fan-out).")
+@click.option("--diff", "previous", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Compare with a previous matrix; exit 1 on a regression.")
+@click.option("--markdown", type=click.Path(dir_okay=False, path_type=Path), help="Also write a Markdown table.")
+@click.option("--workers", type=int, default=4, show_default=True)
+@store_option
+@source_options
+@json_option
+@click.pass_context
+def matrix(click_ctx, engines, output, shard, previous, markdown, workers, store, index_url, offline,
+           nightly_source, repo, as_version, as_json):
+    """Every patch x every release from the oldest any patch claims: compat_matrix.yaml."""
+    if click_ctx.invoked_subcommand:
+        return
+    _run("matrix", as_json, lambda: matrix_cmd.run(
+        Store.open(store), _ctx(True, index_url, offline, nightly_source, repo, as_version), engines=engines,
+        output=output, shard=shard, previous=previous, markdown=markdown, workers=workers))
+
+
+@matrix.command(name="merge")
+@click.argument("inputs", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True)
+@json_option
+def matrix_merge(inputs, output, as_json):
+    """Merge shard outputs into one matrix."""
+    _run("matrix-merge", as_json, lambda: matrix_cmd.merge(inputs, output))
+
+
+@matrix.command(name="diff")
+@click.argument("previous", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("current", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@json_option
+def matrix_diff(previous, current, as_json):
+    """Regressions and fixes between two matrices; exit 1 on a regression."""
+    _run("matrix-diff", as_json, lambda: matrix_cmd.diff(previous, current))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """EngineRef → the pristine upstream files of that version, wherever they come from."""
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 from typing import NamedTuple
@@ -29,8 +30,14 @@ class Context(NamedTuple):
     sparse: bool = True
 
     def index(self) -> PackageIndex:
-        choice = config.resolve_index(self.index_url)
-        return PackageIndex(choice.url, config.cache_dir(), offline=self.offline, origin=choice.origin)
+        return _index(self.index_url, self.offline, str(config.cache_dir()))
+
+
+@functools.lru_cache(maxsize=8)
+def _index(index_url: str | None, offline: bool, cache_dir: str) -> PackageIndex:
+    """One index client per process, so each project page is read once (the matrix asks often)."""
+    choice = config.resolve_index(index_url)
+    return PackageIndex(choice.url, Path(cache_dir), offline=offline, origin=choice.origin)
 
 
 class Upstream(NamedTuple):

@@ -45,7 +45,8 @@ def render_table(report: ServeReport) -> str:
         )
     if report.golden is not None:
         g = report.golden
-        out += ["", f"coherence: golden ({g.mode}, {g.path})"]
+        source = f", from {g.golden_model} on {g.golden_engine_version}" if g.golden_model else ""
+        out += ["", f"coherence: golden ({g.mode}, {g.path}{source})"]
         if g.diffs:
             out += _table(
                 ["prompt", "result", "first divergence"],

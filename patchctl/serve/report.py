@@ -14,9 +14,11 @@ FORMAT = 1
 
 @dataclass(frozen=True)
 class GoldenReport:
-    mode: str  # "recorded" | "compared" | "missing"
+    mode: str  # "recorded" | "compared" | "missing" | "wrong-model"
     path: str
     diffs: tuple[GoldenDiff, ...]
+    golden_model: str = ""  # what the golden file was recorded from
+    golden_engine_version: str = ""
 
     @property
     def diverged(self) -> tuple[GoldenDiff, ...]:

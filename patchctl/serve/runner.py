@@ -85,6 +85,11 @@ def run_serve_smoke(config: ServeConfig, progress: Optional[Progress] = None) ->
         golden_report = _run_golden(config, client, engine_version, extra, say)
         if golden_report.mode == "missing":
             failures.append(f"golden: no golden file at {golden_report.path} (record one on a known-good engine)")
+        elif golden_report.mode == "wrong-model":
+            failures.append(
+                f"golden: {golden_report.path} was recorded from model {golden_report.golden_model!r}, "
+                f"the server serves {model!r}"
+            )
         for d in golden_report.diverged:
             failures.append(
                 f"golden: {d.prompt!r} diverges at {d.unit} {d.position} "
@@ -129,11 +134,15 @@ def _run_golden(config: ServeConfig, client: OpenAIClient, engine_version: str, 
         say(f"coherence: recording golden to {path}")
         rec = _golden.record(client, engine_version, config.golden_prompts, config.golden_max_tokens, config.golden_api, extra)
         rec.save(path)
-        return GoldenReport("recorded", str(path), ())
+        return GoldenReport("recorded", str(path), (), rec.model, rec.engine_version)
     if not path.exists():
         return GoldenReport("missing", str(path), ())
+    rec = _golden.GoldenRecord.load(path)
+    if rec.model != client.resolve_model():
+        # Diffing another model's outputs would report a meaningless divergence at token 0.
+        return GoldenReport("wrong-model", str(path), (), rec.model, rec.engine_version)
     say(f"coherence: comparing with golden {path}")
-    return GoldenReport("compared", str(path), _golden.compare(client, _golden.GoldenRecord.load(path), extra))
+    return GoldenReport("compared", str(path), _golden.compare(client, rec, extra), rec.model, rec.engine_version)
 
 
 def _run_throughput(config: ServeConfig, client: OpenAIClient, extra, say: Progress) -> ThroughputReport:

@@ -51,7 +51,7 @@ class ShapeServer:
         }
         self.requests: list[dict[str, Any]] = []
         handler = type("Handler", (_Handler,), {"owner": self})
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
+        self.httpd = _Server(("127.0.0.1", port), handler)
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
@@ -66,6 +66,18 @@ class ShapeServer:
     def __exit__(self, *exc) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+class _Server(ThreadingHTTPServer):
+    # Clients close streams right after [DONE], before reading the terminating
+    # chunk; the kernel answers with RST. Not an error worth a traceback.
+    request_queue_size = 64
+
+    def handle_error(self, request, client_address) -> None:
+        import sys
+
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):

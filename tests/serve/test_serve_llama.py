@@ -102,7 +102,7 @@ def test_whole_tier_against_llama_cpp(llama_url, tmp_path):
     assert recorded.baseline.status == "recorded"
 
     # Second run: same greedy outputs, compared against the baseline just taken.
-    again = run_serve_smoke(small_config(llama_url, tmp_path, golden_path=golden_path, answers=False, threshold=0.9))
+    again = run_serve_smoke(small_config(llama_url, tmp_path, golden_path=golden_path, answers=False, threshold=0.99))
     assert again.golden.mode == "compared"
     assert again.golden.diffs and all(d.matched for d in again.golden.diffs), again.golden.diffs
     assert again.baseline.status == "compared" and len(again.baseline.checks) == 2
@@ -134,7 +134,7 @@ def test_baseline_drop_is_a_failure_naming_numbers(llama_url, tmp_path):
     first = run_serve_smoke(replace(cfg, update_baseline=True))
     path = Path(first.baseline.path)
     data = json.loads(path.read_text())
-    data["levels"]["1"]["output_tok_s"] *= 3  # the known-good run was much faster
+    data["levels"]["1"]["output_tok_s"] *= 100  # far beyond the noise of a shared CI machine
     path.write_text(json.dumps(data))
     report = run_serve_smoke(cfg)
     assert not report.ok

@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+from patchctl import matrix, report, resolve
+from patchctl.errors import EXIT_OK, EXIT_PATCH_FAILED, UsageError
+from patchctl.store import Store
+
+
+def parse_shard(text: str | None) -> tuple[int, int] | None:
+    if not text:
+        return None
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise UsageError(f"--shard {text!r}: expected I/N, e.g. 2/4") from None
+    if not 1 <= i <= n:
+        raise UsageError(f"--shard {text!r}: I must be between 1 and N")
+    return i, n
+
+
+def run(store: Store, ctx: resolve.Context, *, engines: tuple[str, ...], output: Path, shard: str | None,
+        previous: Path | None, markdown: Path | None, workers: int) -> tuple[dict, int]:
+    doc = matrix.build(store, ctx, engines=list(engines) or None, shard=parse_shard(shard), workers=workers)
+    output.write_text(matrix.dump(doc))
+    if markdown:
+        markdown.write_text(matrix.markdown(doc))
+    fields = {"output": str(output), "versions": {e: len(d["versions"]) for e, d in doc["engines"].items()}}
+    code = EXIT_OK
+    if previous:
+        changes = matrix.diff(matrix.load(previous), doc)
+        fields["diff"] = changes
+        if changes["regressions"]:
+            code = EXIT_PATCH_FAILED
+    conflicts = sum(1 for d in doc["engines"].values() for r in d["versions"].values()
+                    for p in r["patches"].values() if p["outcome"] == "conflict")
+    fields["message"] = (f"wrote {output}: " + ", ".join(f"{e} {n} versions" for e, n in fields["versions"].items())
+                         + f"; {conflicts} conflict cell(s)")
+    return report.document("matrix", code, **fields), code
+
+
+def merge(inputs: tuple[Path, ...], output: Path) -> tuple[dict, int]:
+    merged = matrix.merge([matrix.load(p) for p in inputs])
+    output.write_text(matrix.dump(merged))
+    return report.document("matrix-merge", EXIT_OK, output=str(output),
+                           message=f"merged {len(inputs)} shard(s) into {output}"), EXIT_OK
+
+
+def diff(previous: Path, current: Path) -> tuple[dict, int]:
+    changes = matrix.diff(matrix.load(previous), matrix.load(current))
+    code = EXIT_PATCH_FAILED if changes["regressions"] else EXIT_OK
+    lines = [f"regression: {r['engine']} {r['version']} {r['patch']} {r['before']} -> {r['after']} "
+             f"(first bad {r['first_bad_version']})" for r in changes["regressions"]]
+    lines += [f"fixed: {r['engine']} {r['version']} {r['patch']} {r['before']} -> {r['after']}" for r in changes["fixes"]]
+    return report.document("matrix-diff", code, diff=changes, message="\n".join(lines) or "no changes"), code

@@ -1,0 +1,66 @@
+"""The matrix over several real-format releases on a local index: outcomes, shards, merge, diff."""
+import json
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from patchctl.cli import main
+from patchctl.testing.builders import build_wheel
+from patchctl.testing.index_server import IndexServer
+from tests.conftest import PRISTINE, loader_with
+
+
+@pytest.fixture
+def index(tmp_path, builder):
+    files = tmp_path / "files"
+    files.mkdir()
+    trees = {
+        "1.0": PRISTINE,
+        "1.1": dict(PRISTINE, **{"vllm/loader.py": "# new header\n" + PRISTINE["vllm/loader.py"]}),
+        "1.2": dict(PRISTINE, **{"vllm/loader.py": loader_with({9: "nine!\n", 10: "TEN\n", 11: "eleven!\n"})}),
+        "1.3": dict(PRISTINE, **{"vllm/loader.py": loader_with({10: "ten\n"})}),
+    }
+    builder.add("vllm", "loader", applies_to=">=1.0",
+                variants={"1.0": builder.variant(PRISTINE, {"vllm/loader.py": loader_with({10: "ten\n"})})})
+    with IndexServer(files) as server:
+        for version, tree in trees.items():
+            server.add("vllm", build_wheel(files, "vllm", version, tree))
+        yield server, builder.root
+
+
+def run(*args, expect=None):
+    result = CliRunner().invoke(main, [*args, "--json"], catch_exceptions=False)
+    if expect is not None:
+        assert result.exit_code == expect, result.output
+    return json.loads(result.output)
+
+
+def test_matrix_outcomes_shards_and_diff(index, tmp_path, fresh_cache):
+    server, store = index
+    common = ["--index-url", server.url, "--store", str(store)]
+    full = tmp_path / "full.yaml"
+    run("matrix", "-o", str(full), "--markdown", str(tmp_path / "m.md"), *common, expect=0)
+    doc = yaml.safe_load(full.read_text())
+    cells = {v: r["patches"]["loader"]["outcome"] for v, r in doc["engines"]["vllm"]["versions"].items()}
+    assert cells == {"1.0": "clean", "1.1": "offset", "1.2": "conflict", "1.3": "upstreamed"}
+    assert all(r["sha256"] for r in doc["engines"]["vllm"]["versions"].values())
+    assert "❌ conflict" in (tmp_path / "m.md").read_text()
+    # shards merge back to the same matrix
+    shards = []
+    for i in (1, 2):
+        out = tmp_path / f"s{i}.yaml"
+        run("matrix", "--shard", f"{i}/2", "-o", str(out), *common, expect=0)
+        shards.append(str(out))
+    run("matrix", "merge", *shards, "-o", str(tmp_path / "merged.yaml"), expect=0)
+    merged = yaml.safe_load((tmp_path / "merged.yaml").read_text())
+    strip = lambda d: {v: r["patches"] for v, r in d["engines"]["vllm"]["versions"].items()}  # noqa: E731
+    assert strip(merged) == strip(doc)
+    # a previous run where 1.2 still applied: now a regression, exit 1, first bad version named
+    previous = yaml.safe_load(full.read_text())
+    previous["engines"]["vllm"]["versions"]["1.2"]["patches"]["loader"]["outcome"] = "clean"
+    (tmp_path / "prev.yaml").write_text(yaml.safe_dump(previous))
+    diff = run("matrix", "diff", str(tmp_path / "prev.yaml"), str(full), expect=1)["diff"]
+    assert diff["regressions"] == [{"engine": "vllm", "version": "1.2", "patch": "loader", "before": "clean",
+                                    "after": "conflict", "first_bad_version": "1.2"}]
+    assert run("matrix", "diff", str(full), str(full), expect=0)["diff"]["regressions"] == []
