@@ -100,7 +100,9 @@ def evaluate(
     *,
     options: Options = Options(),
     base_files: BaseFiles | None = None,
+    earlier: dict[str, PatchOutcome] | None = None,
 ) -> SeriesResult:
+    """earlier: outcomes of patches evaluated before these (rebase replays one patch at a time)."""
     source.prefetch(needed_paths(patches, version, options.allow_modified))
     original: dict[str, bytes | None] = {}
     current: dict[str, str | None] = {}
@@ -113,7 +115,7 @@ def evaluate(
         return current[path]
 
     results: list[PatchOutcome] = []
-    by_name: dict[str, PatchOutcome] = {}
+    by_name: dict[str, PatchOutcome] = dict(earlier or {})
     for patch in patches:
         outcome, new_texts = _evaluate_one(patch, version, read, by_name, options, base_files)
         current.update(new_texts)

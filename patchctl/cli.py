@@ -14,6 +14,7 @@ from patchctl.commands import export as export_cmd
 from patchctl.commands import lint as lint_cmd
 from patchctl.commands import list as list_cmd
 from patchctl.commands import matrix as matrix_cmd
+from patchctl.commands import rebase as rebase_cmd
 from patchctl.commands import revert as revert_cmd
 from patchctl.commands import smoke as smoke_cmd
 from patchctl.commands import status as status_cmd
@@ -226,6 +227,71 @@ def matrix_merge(inputs, output, as_json):
 def matrix_diff(previous, current, as_json):
     """Regressions and fixes between two matrices; exit 1 on a regression."""
     _run("matrix-diff", as_json, lambda: matrix_cmd.diff(previous, current))
+
+
+@main.command()
+@click.argument("engine")
+@click.option("--onto", required=True, help="The new upstream version (or 'latest').")
+@click.option("--from", "old", help="The old base (default: the newest variant base at or below --onto).")
+@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path),
+              help="Keep the replay repo and conflict worktrees here (default: a temporary directory).")
+@click.option("--no-write", is_flag=True, help="Classify only; write no variant files.")
+@python_option
+@store_option
+@source_options
+@json_option
+def rebase(engine, onto, old, workdir, no_write, python, store, index_url, offline, nightly_source, repo,
+           as_version, as_json):
+    """Carry the series onto a new version: unchanged, refreshed, conflict, upstreamed, obsolete."""
+    def run():
+        s = Store.open(store)
+        ctx = _ctx(as_json, index_url, offline, nightly_source, repo, as_version)
+        return rebase_cmd.rebase(engine, s, ctx, onto=onto, old=old, workdir=workdir, write=not no_write,
+                                 verify=rebase_cmd.verify_with_smoke(s, ctx, python))
+    _run("rebase", as_json, run)
+
+
+@main.command(name="resolve")
+@click.argument("engine")
+@click.argument("workdir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--patch", "patch", required=True, help="The patch whose conflict worktree a person resolved.")
+@click.option("--onto", required=True, help="The version the rebase was onto.")
+@store_option
+@json_option
+def resolve_(engine, workdir, patch, onto, store, as_json):
+    """Record a person's conflict resolution (versioned rerere) and write the new variant."""
+    _run("resolve", as_json, lambda: rebase_cmd.resolve_conflict(engine, Store.open(store), workdir, patch, onto))
+
+
+@main.command()
+@click.argument("patch")
+@click.option("--engine", required=True)
+@click.option("--from", "good", required=True, help="A good release (or commit with --repo).")
+@click.option("--to", "bad", required=True, help="A bad release (or commit with --repo).")
+@click.option("--smoke", is_flag=True, help="Also run the patch's CPU smoke checks at each release.")
+@python_option
+@store_option
+@source_options
+@json_option
+def bisect(patch, engine, good, bad, smoke, python, store, index_url, offline, nightly_source, repo, as_version, as_json):
+    """Find the first release (or commit) where PATCH stops applying or its smoke fails."""
+    def run():
+        s = Store.open(store)
+        ctx = _ctx(as_json, index_url, offline, nightly_source, repo, as_version)
+        return rebase_cmd.bisect(patch, engine, s, ctx, good=good, bad=bad, repo=repo, version=as_version,
+                                 smoke=rebase_cmd.smoke_gate(s, ctx, python) if smoke else None)
+    _run("bisect", as_json, run)
+
+
+@main.command()
+@click.argument("engines", nargs=-1)
+@store_option
+@source_options
+@json_option
+def droppable(engines, store, index_url, offline, nightly_source, repo, as_version, as_json):
+    """Evaluate drop_when rules on the newest release: which patches can be deleted."""
+    _run("droppable", as_json, lambda: rebase_cmd.droppable(
+        Store.open(store), _ctx(as_json, index_url, offline, nightly_source, repo, as_version), engines))
 
 
 if __name__ == "__main__":

@@ -111,6 +111,22 @@ def print_document(doc: dict) -> None:
         for r in doc["results"]:
             for f in r.get("failures", []):
                 out.print(f"  {r['patch']}: {f}", markup=False)
+    if command == "rebase" and doc.get("items") is not None:
+        table = Table(title=f"rebase {doc.get('engine')} {doc.get('old')} -> {doc.get('new')}", title_justify="left")
+        for col in ("patch", "classification", "old variant", "new variant", "detail"):
+            table.add_column(col)
+        colors = {"unchanged": "green", "refreshed": "green", "upstreamed": "cyan", "obsolete": "dim",
+                  "conflict": "bold red"}
+        for item in doc["items"]:
+            color = colors.get(item["classification"], "")
+            detail = item["reason"] + (f" [resolution {item['resolution']}]" if item.get("resolution") else "")
+            table.add_row(item["name"], f"[{color}]{item['classification']}[/]", item["old_variant"] or "-",
+                          item["new_variant"] or "-", detail)
+        out.print(table)
+        for item in doc["items"]:
+            for proposal in item.get("relocations") or ():
+                out.print(f"relocated proposal for {item['name']} ({proposal['from']} -> {proposal['to']}):")
+                out.print(proposal["diff"], markup=False, highlight=False)
     for key in ("message", "note"):
         if doc.get(key):
             out.print(doc[key], markup=False)

@@ -67,10 +67,11 @@ def pristine_tree(source: ReleaseSource) -> Path:
     return root
 
 
-def build_trees(engine: Engine, version: Version, patches: tuple[Patch, ...], ctx: resolve.Context) -> Trees:
+def build_trees(engine: Engine, version: Version, patches: tuple[Patch, ...], ctx: resolve.Context,
+                options: engine_apply.Options = engine_apply.Options()) -> Trees:
     source = resolve.release(engine, version, ctx, prefer_sdist=True)
     pristine = pristine_tree(source)
-    result = engine_apply.evaluate(patches, version, DirectorySource(pristine))
+    result = engine_apply.evaluate(patches, version, DirectorySource(pristine), options=options)
     if not result.ok:
         bad = ", ".join(o.name for o in result.outcomes if o.outcome == "conflict")
         raise PatchFailed(f"cannot build the patched tree of {engine.name} {version}: {bad} do not apply")

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from patchctl import report, resolve, smoke, trees
+from patchctl.apply import Options
 from patchctl.envs import ensure_env
 from patchctl.errors import EXIT_OK, EXIT_PATCH_FAILED, UsageError
 from patchctl.spec import EngineRef
@@ -8,7 +9,7 @@ from patchctl.store import Store
 
 
 def smoke_checks(ref: EngineRef, store: Store, ctx: resolve.Context, *, only: tuple[str, ...], tier: str,
-                 python: str | None) -> tuple[dict, int]:
+                 python: str | None, options: Options = Options()) -> tuple[dict, int]:
     if ref.kind not in ("exact", "latest"):
         raise UsageError("smoke checks need a released version: ENGINE@X.Y.Z or ENGINE@latest")
     upstream = resolve.open_upstream(ref, ctx)
@@ -17,7 +18,7 @@ def smoke_checks(ref: EngineRef, store: Store, ctx: resolve.Context, *, only: tu
     unknown = set(only) - {p.name for p in series.patches}
     if unknown:
         raise UsageError(f"no such patch in the {ref.engine.name} series: {', '.join(sorted(unknown))}")
-    built = trees.build_trees(ref.engine, upstream.version, series.patches, ctx)
+    built = trees.build_trees(ref.engine, upstream.version, series.patches, ctx, options)
     results = []
     for patch in patches:
         outcome = built.result.outcome_of(patch.name)

@@ -12,7 +12,7 @@ from typing import Callable, Optional
 import click
 
 from . import baseline as _baseline
-from .process import ServerStartError
+from .process import ServerStartError, url_from_command
 from .render import render_json, render_table, write_outputs
 from .runner import ServeConfig, run_serve_smoke, run_with_server
 
@@ -32,7 +32,8 @@ def _concurrency(_ctx, _param, value: str) -> tuple[int, ...]:
 SERVE_OPTIONS: list[Callable] = [
     click.option("--serve", "serve_url", metavar="URL", help="Run the serve tier against this OpenAI-compatible server."),
     click.option("--start", "start_cmd", metavar="CMD",
-                 help=f"Start this server command (e.g. \"vllm serve MODEL\"), run the serve tier, stop it. URL: --serve, default {DEFAULT_URL}."),
+                 help="Start this server command (e.g. \"vllm serve MODEL --port 8000\"), run the serve tier, stop it. "
+                      "URL: --serve, else the command's --host/--port."),
     click.option("--ready-timeout", type=float, default=900.0, show_default=True, help="Seconds --start waits for the server."),
     click.option("--model", "serve_model", help="Model name to request (default: first of /v1/models)."),
     click.option("--engine-version", help="Engine version for the baseline key (default: the server's /version)."),
@@ -89,7 +90,7 @@ def run_from_cli(
     if record_golden and golden_path is None:
         raise click.UsageError("--record-golden needs --golden PATH")
     config = ServeConfig(
-        base_url=serve_url or DEFAULT_URL,
+        base_url=serve_url or (url_from_command(start_cmd) if start_cmd else DEFAULT_URL),
         model=serve_model,
         engine_version=engine_version,
         patch_set=patch_set,

@@ -23,6 +23,26 @@ from urllib.parse import urlsplit
 import requests
 
 
+def url_from_command(command: Union[str, Sequence[str]], default_port: int = 8000) -> str:
+    """The URL a `vllm serve` / `sglang.launch_server` / llama.cpp command will listen on.
+
+    Reads --host/--port (both `--port N` and `--port=N`); 0.0.0.0 and :: are
+    reached through loopback.
+    """
+    argv = shlex.split(command) if isinstance(command, str) else list(command)
+    opts: dict[str, str] = {}
+    for i, arg in enumerate(argv):
+        for name in ("--host", "--port"):
+            if arg == name and i + 1 < len(argv):
+                opts[name] = argv[i + 1]
+            elif arg.startswith(name + "="):
+                opts[name] = arg.split("=", 1)[1]
+    host = opts.get("--host", "127.0.0.1")
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"
+    return f"http://{host}:{opts.get('--port', default_port)}"
+
+
 class ServerStartError(RuntimeError):
     """The server exited, or did not get ready in time; carries its log tail."""
 

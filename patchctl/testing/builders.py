@@ -3,24 +3,16 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import os
-import subprocess
 import zipfile
 from pathlib import Path
 
 import yaml
 
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "patchctl", "GIT_AUTHOR_EMAIL": "patchctl@localhost",
-    "GIT_AUTHOR_DATE": "2000-01-01T00:00:00+0000",
-    "GIT_COMMITTER_NAME": "patchctl", "GIT_COMMITTER_EMAIL": "patchctl@localhost",
-    "GIT_COMMITTER_DATE": "2000-01-01T00:00:00+0000",
-}
+from patchctl import gitutil
 
 
 def git(cwd: Path, *args: str) -> str:
-    env = dict(os.environ, **GIT_ENV)
-    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout
+    return gitutil.git(cwd, *args).stdout
 
 
 def write_tree(root: Path, files: dict[str, str | bytes]) -> Path:

@@ -191,8 +191,10 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 if __name__ == "__main__":
-    # Standalone, for tests of `--start`: python shape_server.py PORT
-    import sys
+    # Standalone, for tests of `--start`: python shape_server.py --port PORT
+    import argparse
 
-    server = ShapeServer(int(sys.argv[1]))
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    server = ShapeServer(parser.parse_args().port)
     server.httpd.serve_forever()

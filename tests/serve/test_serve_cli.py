@@ -29,7 +29,8 @@ def test_start_runs_stops_and_writes_json_and_png(tmp_path, monkeypatch):
     port = free_port()
     out = tmp_path / "r" / "serve.json"
     result = CliRunner().invoke(smoke, [
-        "--start", f"{sys.executable} {SHAPE} {port}", "--serve", f"http://127.0.0.1:{port}",
+        # No --serve: the URL comes from the command's --port.
+        "--start", f"{sys.executable} {SHAPE} --port {port}",
         "--concurrency", "1,2", "--requests", "2", "--max-tokens", "12", "--json", str(out), "--ready-timeout", "20",
     ])
     assert result.exit_code == 0, result.output
