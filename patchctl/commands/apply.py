@@ -16,7 +16,8 @@ def apply(ref: EngineRef, store: Store, ctx: resolve.Context, options: engine_ap
           python: str | None, target_dir: str | None, install: bool, keep_going: bool,
           dry_run: bool, wait: float, force: bool, command: str = "apply") -> tuple[dict, int]:
     target = find_target(ref, python=python, target_dir=target_dir, install=install, ctx=ctx)
-    docs = [_apply_one(target, store, ctx, options, keep_going, dry_run, wait, force, command)]
+    env_python = None if target_dir else (python or inst.default_python())
+    docs = [_apply_one(target, store, ctx, options, keep_going, dry_run, wait, force, command, env_python)]
     warnings = moved_warnings(target.engine, target.version)
     # Code that moved to another distribution (vLLM's GGUF support → vllm-gguf-plugin) is patched
     # there, when that distribution is installed in the same environment.
@@ -27,20 +28,20 @@ def apply(ref: EngineRef, store: Store, ctx: resolve.Context, options: engine_ap
                 warnings.append(f"{move.engine} is not installed, so its patches were not applied")
                 continue
             other_target = tgt.Target(other.engine, other.root, other.version, f"installed in {other.python}")
-            docs.append(_apply_one(other_target, store, ctx, options, keep_going, dry_run, wait, force, command))
+            docs.append(_apply_one(other_target, store, ctx, options, keep_going, dry_run, wait, force, command,
+                                   env_python))
     first = docs[0]
     code = max(d["exit_code"] for d in docs)
     first["also"] = docs[1:]
     first["exit_code"], first["ok"] = code, code == EXIT_OK
     first["warnings"] = warnings + [w for d in docs for w in d["warnings"]]
-    if not target_dir:  # companion packages can only be checked in an environment
-        in_range = [p for p in store.series(target.engine.name).patches if p.in_range(target.version)]
-        first["warnings"] += requirement_warnings(in_range, python)
     return first, code
 
 
-def _apply_one(target, store, ctx, options, keep_going, dry_run, wait, force, command) -> dict:
+def _apply_one(target, store, ctx, options, keep_going, dry_run, wait, force, command, env_python) -> dict:
     patches = store.series(target.engine.name).patches
+    # Companion packages (gguf>=0.18, ...) can only be checked in an environment, not in a bare tree.
+    warnings = requirement_warnings([p for p in patches if p.in_range(target.version)], env_python) if env_python else []
     base = base_files_for(target.engine, ctx)
     try:
         rep = tgt.apply(target, patches, options=options, base_files=base, keep_going=keep_going,
@@ -49,7 +50,7 @@ def _apply_one(target, store, ctx, options, keep_going, dry_run, wait, force, co
         return report.document(command, EXIT_PATCH_FAILED, engine=target.engine.name, version=str(target.version),
                                target=str(target.root), source={"kind": "target", "description": target.how},
                                patches=report.series_json(exc.result), written=[],
-                               error={"kind": exc.kind, "message": exc.message, "hint": exc.hint})
+                               error={"kind": exc.kind, "message": exc.message, "hint": exc.hint}, warnings=warnings)
     failed = any(o.outcome == O.CONFLICT for o in rep.result.outcomes)
     code = EXIT_PATCH_FAILED if failed else EXIT_OK
     note = rep.note
@@ -59,4 +60,5 @@ def _apply_one(target, store, ctx, options, keep_going, dry_run, wait, force, co
         note = (note + "; " if note else "") + f"wrote {len(rep.written)} file(s)"
     return report.document(command, code, engine=target.engine.name, version=str(target.version),
                            target=str(target.root), source={"kind": "target", "description": target.how},
-                           patches=report.series_json(rep.result), written=list(rep.written), note=note)
+                           patches=report.series_json(rep.result), written=list(rep.written), note=note,
+                           warnings=warnings)
