@@ -112,4 +112,4 @@ def test_vllm_24_points_to_the_plugin_and_patches_it(builder, tmp_path, monkeypa
     (plugin,) = doc["also"]
     assert plugin["engine"] == "vllm-gguf-plugin" and plugin["patches"][0]["outcome"] == "clean"
     assert (site / plugin_file).read_text() == "a\nB\nc\n"
-    assert any("gguf: needs gguf>=0.18, which is not installed" in w for w in doc["warnings"])
+    assert any("patch gguf needs gguf>=0.18, which is not installed" in w for w in doc["warnings"]), doc["warnings"]

@@ -128,7 +128,7 @@ def requirement_warnings(patches, python: str | None) -> list[str]:
     for patch_name, req in reqs:
         version = have.get(req.name)
         if version is None:
-            warnings.append(f"{patch_name} needs {req}, which is not installed")
+            warnings.append(f"patch {patch_name} needs {req}, which is not installed")
         elif not req.specifier.contains(version, prereleases=True):
-            warnings.append(f"{patch_name} needs {req}, but {req.name} {version} is installed")
+            warnings.append(f"patch {patch_name} needs {req}, but {req.name} {version} is installed")
     return warnings
