@@ -127,6 +127,31 @@ def print_document(doc: dict) -> None:
             for proposal in item.get("relocations") or ():
                 out.print(f"relocated proposal for {item['name']} ({proposal['from']} -> {proposal['to']}):")
                 out.print(proposal["diff"], markup=False, highlight=False)
+    if command == "list":
+        table = Table(title="series" + (f" for {doc['engine']} {doc['version']}" if doc.get("version") else ""),
+                      title_justify="left")
+        columns = ["engine", "#", "patch", "applies_to", "variants"] + (["chosen", "why"] if doc.get("version") else [])
+        for col in columns:
+            table.add_column(col, overflow="fold")
+        for row in doc["series"]:
+            cells = [row["engine"], str(row["position"]), row["name"], row["applies_to"], " ".join(row["variants"])]
+            if doc.get("version"):
+                cells += [row.get("chosen_variant") or "-", row.get("why") or ""]
+            table.add_row(*cells)
+        out.print(table)
+    if command == "status" and doc.get("files"):
+        for f in doc["files"]:
+            out.print(f"  {f['status']:<9} {f['path']}", markup=False)
+    if command in ("lint",) and doc.get("problems"):
+        for p in doc["problems"]:
+            out.print(f"  {p['where']}: {p['message']}", markup=False)
+    if command == "droppable":
+        for row in doc.get("patches", []):
+            mark = "drop" if row["droppable"] else "keep"
+            out.print(f"  {mark}  {row['engine']}/{row['patch']}  drop_when={row['drop_when']}", markup=False)
+    if command == "bisect":
+        for step in doc.get("steps", []):
+            out.print(f"  {'good' if step['good'] else 'bad ':<4} {step['point']}  {step['detail']}", markup=False)
     for key in ("message", "note"):
         if doc.get(key):
             out.print(doc[key], markup=False)
