@@ -197,18 +197,22 @@ def smoke(spec, only, tier, python, store, index_url, offline, nightly_source, r
               help="Compare with a previous matrix; exit 1 on a regression.")
 @click.option("--markdown", type=click.Path(dir_okay=False, path_type=Path), help="Also write a Markdown table.")
 @click.option("--workers", type=int, default=4, show_default=True)
+@click.option("--smoke", is_flag=True, help="Also run each patch's CPU smoke checks per version (slow).")
+@click.option("--no-nightly", is_flag=True, help="Leave the nightly build out.")
+@python_option
 @store_option
 @source_options
 @json_option
 @click.pass_context
-def matrix(click_ctx, engines, output, shard, previous, markdown, workers, store, index_url, offline,
-           nightly_source, repo, as_version, as_json):
+def matrix(click_ctx, engines, output, shard, previous, markdown, workers, smoke, no_nightly, python, store,
+           index_url, offline, nightly_source, repo, as_version, as_json):
     """Every patch x every release from the oldest any patch claims: compat_matrix.yaml."""
     if click_ctx.invoked_subcommand:
         return
     _run("matrix", as_json, lambda: matrix_cmd.run(
         Store.open(store), _ctx(True, index_url, offline, nightly_source, repo, as_version), engines=engines,
-        output=output, shard=shard, previous=previous, markdown=markdown, workers=workers))
+        output=output, shard=shard, previous=previous, markdown=markdown, workers=workers, smoke=smoke,
+        python=python, nightly=not no_nightly))
 
 
 @matrix.command(name="merge")

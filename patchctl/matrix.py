@@ -34,22 +34,32 @@ def lowest_claimed(specifiers: Iterable[SpecifierSet]) -> Version | None:
 
 
 def versions_for(engine: str, store: Store, ctx: resolve.Context, since: Version | None = None) -> list[Version]:
-    patches = store.series(engine).patches
-    if not patches:
+    series = store.series(engine)
+    if not series.patches:
         return []
-    since = since or lowest_claimed(p.applies_to for p in patches) or min(v.base for p in patches for v in p.variants)
+    patches = series.patches
+    since = (since or series.matrix_since or lowest_claimed(p.applies_to for p in patches)
+             or min(v.base for p in patches for v in p.variants))
     released = ctx.index().project(get_engine(engine).dist).versions()
     return [v for v in released if v >= since]
 
 
-def check_one(engine: str, version: Version, store: Store, ctx: resolve.Context) -> dict:
+def check_one(engine: str, version: Version, store: Store, ctx: resolve.Context, smoke=None,
+              upstream: resolve.Upstream | None = None) -> dict:
+    """smoke(engine, version) -> {patch: result dict}: the CPU checks, when the caller asks for them."""
     eng = get_engine(engine)
     start = time.monotonic()
     try:
-        source = resolve.release(eng, version, ctx)
+        source = upstream.source if upstream else resolve.release(eng, version, ctx)
         result = engine_apply.evaluate(store.series(engine).patches, version, source)
     except PatchctlError as exc:
         return {"version": str(version), "error": exc.message, "patches": {}}
+    smoke_results = {}
+    if smoke is not None and result.ok:
+        try:
+            smoke_results = smoke(engine, version)
+        except PatchctlError as exc:
+            smoke_results = {p.name: {"status": "error", "reason": exc.message} for p in store.series(engine).patches}
     seconds = round(time.monotonic() - start, 2)
     patches = {}
     for patch, outcome in zip(store.series(engine).patches, result.outcomes):
@@ -59,37 +69,83 @@ def check_one(engine: str, version: Version, store: Store, ctx: resolve.Context)
             entry["hunks_moved"] = len(moved)
         if drop_rule_met(patch, eng.dist, version):
             entry["drop"] = f"drop_when {patch.drop_when} holds"
+        entry["evidence"] = _evidence(outcome.outcome, smoke_results.get(patch.name))
+        if patch.name in smoke_results:
+            r = smoke_results[patch.name]
+            entry["smoke"] = {"status": r["status"], "reason": r["reason"]}
         patches[patch.name] = entry
-    return {"version": str(version), "artifact": source.artifact.filename, "sha256": source.artifact.sha256,
-            "bytes_fetched": source.bytes_fetched, "seconds": seconds, "patches": patches}
+    provenance = source.provenance()
+    return {"version": str(version), "artifact": provenance.description, "sha256": provenance.sha256,
+            "bytes_fetched": provenance.bytes_fetched, "seconds": seconds, "patches": patches}
+
+
+def _evidence(outcome: str, smoke: dict | None) -> str:
+    """How much a cell proves, in increasing strength."""
+    if outcome not in O.WRITES:
+        return "outcome only"
+    if smoke is None:
+        return "applies (smoke not run)"
+    if smoke["status"] == "passed":
+        return "applies + CPU checks passed"
+    return f"applies; CPU checks {smoke['status']}"
 
 
 def build(store: Store, ctx: resolve.Context, *, engines: list[str] | None = None,
-          shard: tuple[int, int] | None = None, workers: int = 4, progress=None) -> dict:
+          shard: tuple[int, int] | None = None, workers: int = 4, progress=None, smoke=None,
+          nightly: bool = True) -> dict:
     engines = engines or store.engines()
     jobs = [(e, v) for e in engines for v in versions_for(e, store, ctx)]
     if shard:
         index, count = shard
         jobs = [job for n, job in enumerate(jobs) if n % count == index - 1]
     rows: dict[tuple[str, str], dict] = {}
-    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = {pool.submit(check_one, e, v, store, ctx): (e, v) for e, v in jobs}
+    # Smoke runs build trees and venvs: one at a time; the sparse checks run in parallel.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1 if smoke else workers) as pool:
+        futures = {pool.submit(check_one, e, v, store, ctx, smoke): (e, v) for e, v in jobs}
         for future in concurrent.futures.as_completed(futures):
             e, v = futures[future]
             rows[(e, str(v))] = future.result()
             if progress:
                 progress(e, v)
-    return assemble(store, engines, rows)
+    nightly_notes = {}
+    if nightly and (not shard or shard[0] == 1):
+        for engine in engines:
+            row, note = _nightly_row(engine, store, ctx)
+            nightly_notes[engine] = note
+            if row:
+                rows[(engine, "nightly")] = row
+    return assemble(store, engines, rows, nightly_notes)
 
 
-def assemble(store: Store, engines: list[str], rows: dict[tuple[str, str], dict]) -> dict:
+def _nightly_row(engine: str, store: Store, ctx: resolve.Context) -> tuple[dict | None, str]:
+    """The nightly build is part of the matrix when its source is configured and reachable; else
+    the document says why it is missing (never a silent gap)."""
+    from patchctl.spec import EngineRef
+
+    try:
+        upstream = resolve.open_upstream(EngineRef(get_engine(engine), "nightly"), ctx)
+    except PatchctlError as exc:
+        return None, f"not run: {exc.message}"
+    row = check_one(engine, upstream.version, store, ctx, upstream=upstream)
+    row["nightly_of"] = upstream.label
+    return row, f"ran on {upstream.label}"
+
+
+def _version_key(version: str):
+    return (1, Version("0")) if version == "nightly" else (0, Version(version))
+
+
+def assemble(store: Store, engines: list[str], rows: dict[tuple[str, str], dict],
+             nightly_notes: dict | None = None) -> dict:
     doc = {"schema": SCHEMA, "engines": {}}
     for engine in engines:
-        versions = sorted((v for e, v in rows if e == engine), key=Version)
+        versions = sorted((v for e, v in rows if e == engine), key=_version_key)
         doc["engines"][engine] = {
             "patches": [p.name for p in store.series(engine).patches],
             "versions": {v: rows[(engine, v)] for v in versions},
         }
+        if nightly_notes and engine in nightly_notes:
+            doc["engines"][engine]["nightly"] = nightly_notes[engine]
     return doc
 
 
@@ -101,8 +157,10 @@ def merge(documents: list[dict]) -> dict:
         for engine, data in doc["engines"].items():
             target = merged["engines"].setdefault(engine, {"patches": data["patches"], "versions": {}})
             target["versions"].update(data["versions"])
+            if "nightly" in data:
+                target["nightly"] = data["nightly"]
     for data in merged["engines"].values():
-        data["versions"] = dict(sorted(data["versions"].items(), key=lambda kv: Version(kv[0])))
+        data["versions"] = dict(sorted(data["versions"].items(), key=lambda kv: _version_key(kv[0])))
     return merged
 
 
@@ -140,7 +198,7 @@ def diff(previous: dict, current: dict) -> dict:
     for item in regressions:
         versions = current["engines"][item["engine"]]["versions"]
         bad = [v for v, r in versions.items() if r["patches"].get(item["patch"], {}).get("outcome") == O.CONFLICT]
-        item["first_bad_version"] = min(bad, key=Version) if bad else item["version"]
+        item["first_bad_version"] = min(bad, key=_version_key) if bad else item["version"]
     return {"regressions": regressions, "fixes": fixes, "changes": changes}
 
 

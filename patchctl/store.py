@@ -59,6 +59,7 @@ class Series(NamedTuple):
     engine: str
     directory: Path
     patches: tuple[Patch, ...]
+    matrix_since: Version | None = None  # the matrix covers releases from here (default: oldest claimed)
 
     def get(self, name: str) -> Patch:
         for patch in self.patches:
@@ -133,7 +134,12 @@ class Store(NamedTuple):
         dupes = {n for n in names if names.count(n) > 1}
         if dupes:
             raise StoreError(f"{series_file}: patches listed twice: {', '.join(sorted(dupes))}")
-        return Series(engine, directory, tuple(patches))
+        since = data.get("matrix_since")
+        try:
+            since = Version(str(since)) if since else None
+        except InvalidVersion:
+            raise StoreError(f"{series_file}: matrix_since {since!r} is not a version") from None
+        return Series(engine, directory, tuple(patches), since)
 
 
 def _load_yaml(path: Path):

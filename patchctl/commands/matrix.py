@@ -19,9 +19,27 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
     return i, n
 
 
+def smoke_runner(store: Store, ctx: resolve.Context, python: str | None):
+    """(engine, version) -> {patch: smoke result}, for matrix cells that claim more than 'applies'."""
+    from patchctl.commands import smoke as smoke_cmd
+    from patchctl.engines import get_engine
+    from patchctl.spec import EngineRef
+
+    def run_smoke(engine, version):
+        doc, _ = smoke_cmd.smoke_checks(EngineRef(get_engine(engine), "exact", version), store, ctx,
+                                        only=(), tier="cpu", python=python)
+        if doc.get("error"):
+            raise UsageError(doc["error"]["message"])
+        return {r["patch"]: r for r in doc["results"]}
+
+    return run_smoke
+
+
 def run(store: Store, ctx: resolve.Context, *, engines: tuple[str, ...], output: Path, shard: str | None,
-        previous: Path | None, markdown: Path | None, workers: int) -> tuple[dict, int]:
-    doc = matrix.build(store, ctx, engines=list(engines) or None, shard=parse_shard(shard), workers=workers)
+        previous: Path | None, markdown: Path | None, workers: int, smoke: bool = False,
+        python: str | None = None, nightly: bool = True) -> tuple[dict, int]:
+    doc = matrix.build(store, ctx, engines=list(engines) or None, shard=parse_shard(shard), workers=workers,
+                       smoke=smoke_runner(store, ctx, python) if smoke else None, nightly=nightly)
     output.write_text(matrix.dump(doc))
     if markdown:
         markdown.write_text(matrix.markdown(doc))
