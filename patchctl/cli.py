@@ -196,6 +196,8 @@ def smoke(spec, only, tier, python, store, index_url, offline, nightly_source, r
 @click.option("--diff", "previous", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Compare with a previous matrix; exit 1 on a regression.")
 @click.option("--markdown", type=click.Path(dir_okay=False, path_type=Path), help="Also write a Markdown table.")
+@click.option("--html", "html_out", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write a self-contained HTML page with the coloured grid.")
 @click.option("--workers", type=int, default=4, show_default=True)
 @click.option("--smoke", is_flag=True, help="Also run each patch's CPU smoke checks per version (slow).")
 @click.option("--no-nightly", is_flag=True, help="Leave the nightly build out.")
@@ -204,7 +206,7 @@ def smoke(spec, only, tier, python, store, index_url, offline, nightly_source, r
 @source_options
 @json_option
 @click.pass_context
-def matrix(click_ctx, engines, output, shard, previous, markdown, workers, smoke, no_nightly, python, store,
+def matrix(click_ctx, engines, output, shard, previous, markdown, html_out, workers, smoke, no_nightly, python, store,
            index_url, offline, nightly_source, repo, as_version, as_json):
     """Every patch x every release from the oldest any patch claims: compat_matrix.yaml."""
     if click_ctx.invoked_subcommand:
@@ -212,7 +214,7 @@ def matrix(click_ctx, engines, output, shard, previous, markdown, workers, smoke
     _run("matrix", as_json, lambda: matrix_cmd.run(
         Store.open(store), _ctx(True, index_url, offline, nightly_source, repo, as_version), engines=engines,
         output=output, shard=shard, previous=previous, markdown=markdown, workers=workers, smoke=smoke,
-        python=python, nightly=not no_nightly))
+        python=python, nightly=not no_nightly, html=html_out))
 
 
 @matrix.command(name="merge")

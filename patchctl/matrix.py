@@ -182,7 +182,12 @@ def diff(previous: dict, current: dict) -> dict:
         for version, row in data["versions"].items():
             old_row = old_versions.get(version)
             if not old_row:
-                continue
+                # A release the previous run did not know: compare with the newest one it did, so
+                # a new release that breaks a patch is a regression, not a silent new row.
+                older = [v for v in old_versions if v != "nightly" and _version_key(v) < _version_key(version)]
+                if not older:
+                    continue
+                old_row = old_versions[max(older, key=_version_key)]
             for patch, entry in row["patches"].items():
                 before = old_row["patches"].get(patch, {}).get("outcome")
                 after = entry["outcome"]

@@ -120,13 +120,21 @@ def render_cell(entry: dict | None) -> str:
         parts.append(f'<span class="smoke">smoke {esc(smoke)}</span>')
         title.append(f"smoke: {smoke}")
     evidence = entry.get("evidence")
-    if evidence:
+    if isinstance(evidence, str) and evidence:
+        # matrix.build writes a short phrase ("applies + CPU checks passed"): show it in the cell.
+        parts.append(f'<span class="note evidence">{esc(evidence)}</span>')
+        title.append(f"evidence: {evidence}")
+    elif evidence:
         parts.append(f"<details><summary>evidence</summary><pre>{esc(_text(evidence))}</pre></details>")
     return f'<td class="cell {css_class(key)}" title="{esc(chr(10).join(title))}">{"".join(parts)}</td>'
 
 
 def render_version_header(version: str, row: dict) -> str:
     title = []
+    if row.get("nightly_of"):
+        title.append(f"nightly: {row['nightly_of']}")
+    if row.get("version") and row["version"] != version:
+        title.append(f"version: {row['version']}")
     if row.get("sha256"):
         title.append(f"sha256: {row['sha256']}")
     if row.get("artifact"):
@@ -165,8 +173,10 @@ def render_engine(engine: str, data: dict) -> str:
         body.append("<tr>" + "".join(cells) + "</tr>")
     head = "<tr><th>version</th>" + "".join(f'<th scope="col">{esc(p)}</th>' for p in patches) + "</tr>"
     summary = ", ".join(f"{n} {STYLE[k][2]}" for k, n in counts.items()) or "no versions"
+    # matrix.build says whether the nightly build ran, and why not: a missing row is never silent.
+    nightly = f'<p class="summary">nightly: {esc(data["nightly"])}</p>' if data.get("nightly") else ""
     return (f'<section class="engine" id="engine-{esc(engine)}"><h2>{esc(engine)}</h2>'
-            f'<p class="summary">{len(versions)} version(s) × {len(patches)} patch(es): {esc(summary)}</p>'
+            f'<p class="summary">{len(versions)} version(s) × {len(patches)} patch(es): {esc(summary)}</p>{nightly}'
             f'<div class="wrap"><table class="grid"><thead>{head}</thead><tbody>{"".join(body)}</tbody>'
             f"</table></div></section>")
 

@@ -37,12 +37,16 @@ def smoke_runner(store: Store, ctx: resolve.Context, python: str | None):
 
 def run(store: Store, ctx: resolve.Context, *, engines: tuple[str, ...], output: Path, shard: str | None,
         previous: Path | None, markdown: Path | None, workers: int, smoke: bool = False,
-        python: str | None = None, nightly: bool = True) -> tuple[dict, int]:
+        python: str | None = None, nightly: bool = True, html: Path | None = None) -> tuple[dict, int]:
     doc = matrix.build(store, ctx, engines=list(engines) or None, shard=parse_shard(shard), workers=workers,
                        smoke=smoke_runner(store, ctx, python) if smoke else None, nightly=nightly)
     output.write_text(matrix.dump(doc))
     if markdown:
         markdown.write_text(matrix.markdown(doc))
+    if html:
+        from patchctl.matrix_html import render_html
+
+        html.write_text(render_html(doc), encoding="utf-8")
     fields = {"output": str(output), "versions": {e: len(d["versions"]) for e, d in doc["engines"].items()}}
     code = EXIT_OK
     if previous:
