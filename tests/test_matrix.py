@@ -64,3 +64,10 @@ def test_matrix_outcomes_shards_and_diff(index, tmp_path, fresh_cache):
     assert diff["regressions"] == [{"engine": "vllm", "version": "1.2", "patch": "loader", "before": "clean",
                                     "after": "conflict", "first_bad_version": "1.2"}]
     assert run("matrix", "diff", str(full), str(full), expect=0)["diff"]["regressions"] == []
+    # the nightly case: the previous run did not know 1.2 at all; a new release that breaks the
+    # patch is still a regression (compared with the newest release the previous run knew)
+    del previous["engines"]["vllm"]["versions"]["1.2"]
+    del previous["engines"]["vllm"]["versions"]["1.3"]
+    (tmp_path / "prev2.yaml").write_text(yaml.safe_dump(previous))
+    diff = run("matrix", "diff", str(tmp_path / "prev2.yaml"), str(full), expect=1)["diff"]
+    assert [(r["version"], r["before"], r["after"]) for r in diff["regressions"]] == [("1.2", "offset", "conflict")]
