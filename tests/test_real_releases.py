@@ -1,6 +1,5 @@
 """Against the real releases on the configured package index (downloaded once per cache)."""
 import json
-import shutil
 
 import pytest
 from click.testing import CliRunner

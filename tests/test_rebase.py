@@ -1,7 +1,6 @@
 """rebase on a local index of real wheels: every classification, relocation, deterministic
 refresh, recorded resolutions reused only when the smoke checks pass; bisect; droppable."""
 import json
-import shutil
 import sys
 
 import pytest

@@ -8,7 +8,7 @@ from packaging.version import InvalidVersion, Version
 
 from patchctl import resolve
 from patchctl.apply import Options
-from patchctl.errors import EnvironmentProblem, UsageError
+from patchctl.errors import UsageError
 from patchctl.sources import installed as inst
 from patchctl.spec import EngineRef
 from patchctl.target import Target

@@ -66,7 +66,7 @@ def require_installed(engine: Engine, python: str | None = None) -> Installed:
     if found is None:
         raise EnvironmentProblem(
             f"{engine.dist} is not installed in the environment of {python or default_python()}",
-            hint=f"activate the right environment, pass --python PATH, --target DIR, or --install",
+            hint="activate the right environment, pass --python PATH, --target DIR, or --install",
         )
     return found
 
