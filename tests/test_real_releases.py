@@ -95,3 +95,47 @@ def test_real_store_lints_and_checks_its_newest_claimed_version():
         doc = cli("check", f"{engine}@{newest}")
         bad = [p for p in doc["patches"] if p["outcome"] == "conflict"]
         assert not bad, bad
+
+
+def _committed_matrix():
+    import yaml
+
+    from patchctl.store import default_store_dir
+
+    path = default_store_dir().parent / "compat_matrix.yaml"
+    return yaml.safe_load(path.read_text()) if path.is_file() else None
+
+
+def test_every_claimed_release_applies_or_is_classified():
+    """Every patch against every real release the matrix covers: no conflicts anywhere."""
+    from patchctl import matrix, resolve
+
+    store = Store.open()
+    doc = matrix.build(store, resolve.Context(), nightly=False)
+    conflicts = [(e, v, p) for e, d in doc["engines"].items() for v, r in d["versions"].items()
+                 for p, c in r["patches"].items() if c["outcome"] == "conflict"]
+    errors = [(e, v, r["error"]) for e, d in doc["engines"].items() for v, r in d["versions"].items() if r.get("error")]
+    assert not conflicts and not errors, (conflicts, errors)
+    for engine, data in doc["engines"].items():
+        for version, row in data["versions"].items():
+            for patch in store.series(engine).patches:
+                if not patch.in_range(Version(version)):
+                    assert row["patches"][patch.name]["outcome"] == "obsolete"
+
+
+def test_committed_matrix_matches_a_regenerated_slice():
+    """compat_matrix.yaml is the tool's output, never hand-edited: regenerate the newest and the
+    oldest release of each engine and compare outcomes and variants."""
+    from patchctl import matrix, resolve
+
+    committed = _committed_matrix()
+    if committed is None:
+        pytest.skip("no compat_matrix.yaml committed yet")
+    store = Store.open()
+    for engine, data in committed["engines"].items():
+        versions = [v for v in data["versions"] if v != "nightly"]
+        for version in {versions[0], versions[-1]}:
+            fresh = matrix.check_one(engine, Version(version), store, resolve.Context())
+            strip = lambda row: {p: (c["outcome"], c["variant"]) for p, c in row["patches"].items()}  # noqa: E731
+            assert strip(fresh) == strip(data["versions"][version]), (engine, version)
+            assert fresh["sha256"] == data["versions"][version]["sha256"]
