@@ -1,0 +1,33 @@
+"""The shipped patches' own smoke checks, run by `patchctl smoke` against the real releases
+(every variant's base version: the versions each variant was written for), in the profile
+environments. Slow: builds the CPU torch environments once and extracts each release."""
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from patchctl.cli import main
+from patchctl.store import Store
+
+pytestmark = [pytest.mark.network, pytest.mark.slow]
+
+
+def _cases():
+    store = Store.open()
+    cases = set()
+    for engine in store.engines():
+        for patch in store.series(engine).patches:
+            if (patch.directory / "checks").is_dir():
+                cases.update((engine, str(v.base)) for v in patch.variants if patch.in_range(v.base))
+    return sorted(cases)
+
+
+@pytest.mark.parametrize("engine,version", _cases())
+def test_patch_checks_pass_on_the_release(engine, version):
+    result = CliRunner().invoke(main, ["smoke", f"{engine}@{version}", "--json"], catch_exceptions=False)
+    doc = json.loads(result.output)
+    assert doc["error"] is None, doc["error"]
+    bad = [r for r in doc["results"] if r["status"] in ("failed", "error")]
+    assert not bad, bad
+    for r in doc["results"]:
+        assert r["status"] == "passed" or r["reason"], r  # anything not passed says why
