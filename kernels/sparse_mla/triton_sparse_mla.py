@@ -1,0 +1,410 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Sparse MLA attention (DeepSeek V3.2 / GLM-5 "DSA") in Triton.
+
+Every query row ``t`` attends to its own top-k list of KV-cache slots
+(``indices[t]``, global slot ids ``block * block_size + offset``; ``-1`` (any
+negative value) is padding and is ignored). The KV cache is the MLA latent
+cache: one shared "head" of ``D = kv_lora_rank + rope_dim`` values per token;
+K is the whole row, V its first ``kv_lora_rank`` values. The same kernel serves
+decode (one row per request) and prefill (one row per token).
+
+Design (see NOTES.md beside this file for measurements):
+
+* stage 1: one program per (row, head block, split). A head block covers up to
+  ``BLOCK_H`` query heads; they all share the row's gathered KV tiles, so each
+  tile of ``BLOCK_N`` gathered cache rows is loaded once and used as the N
+  (scores) and K (output) operand of ``tl.dot`` for all heads of the block.
+  D is handled as ``kv_lora_rank`` + ``rope`` chunks. Online softmax in base 2.
+* split-K over the top-k dimension (flash decoding) when rows x head blocks are
+  too few to fill the GPU; stage 2 merges the splits through their
+  log-sum-exp. With one split, stage 1 writes the final output directly.
+
+This file imports only torch and triton so it can be copied verbatim into a
+vLLM tree.
+"""
+
+from __future__ import annotations
+
+
+import torch
+import triton
+import triton.language as tl
+
+_LOG2E = 1.4426950408889634
+_LN2 = 0.6931471805599453
+
+
+@triton.jit
+def _sparse_mla_stage1(
+    Q,
+    KV,
+    IDX,
+    O,
+    LSE,
+    scale_log2,  # sm_scale * log2(e) (* kv_scale for fp8)
+    out_scale,  # kv_scale for fp8, else 1.0
+    num_heads,
+    topk,
+    rope_dim,
+    tiles_per_split,
+    num_splits,
+    num_head_blocks,
+    stride_qt,
+    stride_qh,
+    stride_qd,
+    stride_kvb,
+    stride_kvs,
+    stride_kvd,
+    stride_it,
+    stride_ik,
+    stride_ot,
+    stride_oh,
+    stride_os,
+    stride_od,
+    stride_lt,
+    stride_lh,
+    stride_ls,
+    DV: tl.constexpr,
+    DPE: tl.constexpr,
+    PE_MASKED: tl.constexpr,  # rope_dim < DPE: mask the padded rope columns
+    PAGE: tl.constexpr,  # kv-cache block size (constexpr: the slot split is a shift for powers of 2)
+    BLOCK_H: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    IS_FINAL: tl.constexpr,
+    WRITE_LSE: tl.constexpr,
+    KV_FP8: tl.constexpr,
+    DOT_F32: tl.constexpr,
+):
+    # 1-D grid, head block fastest: the head blocks of one (row, split) read the
+    # same KV rows at about the same time, so all but the first hit L2.
+    pid = tl.program_id(0)
+    hb = pid % num_head_blocks
+    rest = pid // num_head_blocks
+    split = rest % num_splits
+    t = rest // num_splits
+
+    offs_h = hb * BLOCK_H + tl.arange(0, BLOCK_H)
+    mask_h = offs_h < num_heads
+    offs_dv = tl.arange(0, DV)
+    offs_pe = tl.arange(0, DPE)
+    if PE_MASKED:
+        mask_pe = offs_pe < rope_dim
+    else:
+        # No column mask when rope_dim == DPE: a mask that varies along the row
+        # stops 16-byte vector loads, and with them cp.async pipelining.
+        mask_pe = offs_pe < DPE
+
+    q_row = Q + t.to(tl.int64) * stride_qt + offs_h[:, None] * stride_qh
+    q_nope = tl.load(q_row + offs_dv[None, :] * stride_qd, mask=mask_h[:, None], other=0.0)
+    q_pe = tl.load(
+        q_row + (DV + offs_pe[None, :]) * stride_qd,
+        mask=mask_h[:, None] & mask_pe[None, :],
+        other=0.0,
+    )
+
+    m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_H, DV], dtype=tl.float32)
+
+    start = split * tiles_per_split * BLOCK_N
+    end = tl.minimum(start + tiles_per_split * BLOCK_N, topk)
+    idx_row = IDX + t.to(tl.int64) * stride_it
+    for n0 in tl.range(start, end, BLOCK_N):
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        slot = tl.load(idx_row + offs_n * stride_ik, mask=offs_n < end, other=-1).to(tl.int32)
+        valid = slot >= 0
+        slot = tl.where(valid, slot, 0)
+        blk = slot // PAGE
+        row_ptr = KV + blk.to(tl.int64) * stride_kvb + (slot - blk * PAGE) * stride_kvs
+        k_nope = tl.load(
+            row_ptr[:, None] + offs_dv[None, :] * stride_kvd,
+            mask=valid[:, None],
+            other=0.0,
+        )
+        k_pe = tl.load(
+            row_ptr[:, None] + (DV + offs_pe[None, :]) * stride_kvd,
+            mask=valid[:, None] & mask_pe[None, :],
+            other=0.0,
+        )
+        if KV_FP8:
+            # e4m3 -> fp16/bf16 is exact; the per-tensor scale is folded into
+            # scale_log2 (scores) and out_scale (output).
+            k_nope = k_nope.to(q_nope.dtype)
+            k_pe = k_pe.to(q_pe.dtype)
+        if DOT_F32:
+            # CPU interpreter only: its tl.dot multiplies the raw uint16 bits of
+            # bf16 operands (triton 3.8), so upcast there. Never used on GPU.
+            qk = tl.dot(q_nope.to(tl.float32), tl.trans(k_nope.to(tl.float32)))
+            qk += tl.dot(q_pe.to(tl.float32), tl.trans(k_pe.to(tl.float32)))
+        else:
+            qk = tl.dot(q_nope, tl.trans(k_nope))
+            qk += tl.dot(q_pe, tl.trans(k_pe))
+        qk = tl.where(valid[None, :], qk * scale_log2, float("-inf"))
+
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        # Rows with no valid key so far keep m = -inf; use 0 as the reference
+        # so exp2 gives 0 instead of NaN (-inf - -inf).
+        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m_i - m_ref)
+        p = tl.exp2(qk - m_ref[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        if DOT_F32:
+            pv = tl.dot(p.to(k_nope.dtype).to(tl.float32), k_nope.to(tl.float32))
+        else:
+            pv = tl.dot(p.to(k_nope.dtype), k_nope)
+        acc = acc * alpha[:, None] + pv
+        m_i = m_new
+
+    has = l_i > 0.0
+    l_safe = tl.where(has, l_i, 1.0)
+    res = tl.where(has[:, None], acc / l_safe[:, None], 0.0)
+    lse2 = tl.where(has, m_i + tl.log2(l_safe), float("-inf"))
+
+    o_ptr = (
+        O
+        + t.to(tl.int64) * stride_ot
+        + offs_h[:, None] * stride_oh
+        + split * stride_os
+        + offs_dv[None, :] * stride_od
+    )
+    l_ptr = LSE + t.to(tl.int64) * stride_lt + offs_h * stride_lh + split * stride_ls
+    if IS_FINAL:
+        tl.store(o_ptr, (res * out_scale).to(O.dtype.element_ty), mask=mask_h[:, None])
+        if WRITE_LSE:
+            tl.store(l_ptr, lse2 * 0.6931471805599453, mask=mask_h)
+    else:
+        tl.store(o_ptr, res, mask=mask_h[:, None])
+        tl.store(l_ptr, lse2, mask=mask_h)
+
+
+@triton.jit
+def _sparse_mla_stage2(
+    MID_O,  # [T, H, S, DV] float32, each split normalised by its own sum (0 if empty)
+    MID_L,  # [T, H, S] float32, base-2 lse of each split (-inf if empty)
+    O,
+    LSE,
+    out_scale,
+    num_heads,
+    num_splits,
+    stride_mt,
+    stride_mh,
+    stride_ms,
+    stride_lt,
+    stride_lh,
+    stride_ot,
+    stride_oh,
+    stride_od,
+    stride_rt,
+    stride_rh,
+    DV: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    WRITE_LSE: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    h = pid % num_heads
+    t = pid // num_heads
+    offs_s = tl.arange(0, BLOCK_S)
+    offs_dv = tl.arange(0, DV)
+    l_base = MID_L + t.to(tl.int64) * stride_lt + h * stride_lh
+    o_base = MID_O + t.to(tl.int64) * stride_mt + h * stride_mh
+
+    m = float("-inf")
+    for s0 in range(0, num_splits, BLOCK_S):
+        ls = tl.load(l_base + s0 + offs_s, mask=s0 + offs_s < num_splits, other=float("-inf"))
+        m = tl.maximum(m, tl.max(ls, 0))
+    m_ref = tl.where(m == float("-inf"), 0.0, m)
+
+    acc = tl.zeros([DV], dtype=tl.float32)
+    w_sum = 0.0
+    # BLOCK_S splits per step, no data-dependent branch: the loads of a step
+    # are independent and overlap (a scalar loop over splits was latency bound).
+    for s0 in range(0, num_splits, BLOCK_S):
+        ms = s0 + offs_s < num_splits
+        w = tl.exp2(tl.load(l_base + s0 + offs_s, mask=ms, other=float("-inf")) - m_ref)
+        o = tl.load(o_base + (s0 + offs_s)[:, None] * stride_ms + offs_dv[None, :], mask=ms[:, None], other=0.0)
+        acc += tl.sum(w[:, None] * o, 0)
+        w_sum += tl.sum(w, 0)
+
+    has = w_sum > 0.0
+    res = tl.where(has, acc / tl.where(has, w_sum, 1.0), 0.0) * out_scale
+    tl.store(
+        O + t.to(tl.int64) * stride_ot + h * stride_oh + offs_dv * stride_od,
+        res.to(O.dtype.element_ty),
+    )
+    if WRITE_LSE:
+        lse = tl.where(has, (m_ref + tl.log2(tl.where(has, w_sum, 1.0))) * 0.6931471805599453, float("-inf"))
+        tl.store(LSE + t.to(tl.int64) * stride_rt + h * stride_rh, lse)
+
+
+_SM_COUNT: dict = {}
+
+
+def _num_sms(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 8
+    key = device.index if device.index is not None else torch.cuda.current_device()
+    if key not in _SM_COUNT:
+        _SM_COUNT[key] = torch.cuda.get_device_properties(key).multi_processor_count
+    return _SM_COUNT[key]
+
+
+def _default_config(num_rows: int, num_heads: int, topk: int, device: torch.device) -> dict:
+    """Launch parameters. Chosen from the H200 sweep recorded in NOTES.md."""
+    block_h = 16 if num_heads <= 16 else (32 if num_heads <= 32 else 64)
+    if block_h >= 64:
+        # ~148 KB shared memory, 255 registers: one program per SM.
+        block_n, num_warps, num_stages, per_sm = 32, 8, 3, 1
+    else:
+        block_n, num_warps, num_stages, per_sm = 32, 4, 3, 2
+    head_blocks = triton.cdiv(num_heads, block_h)
+    n_tiles = max(1, triton.cdiv(topk, block_n))
+    # Split the top-k range only as far as needed to give every SM its resident
+    # programs (floor: going past one wave measured slower, NOTES.md v2), and
+    # keep >= 2 tiles per split so the pipeline has something to overlap.
+    slots = per_sm * _num_sms(device)
+    work = num_rows * head_blocks
+    num_splits = max(1, min(max(1, n_tiles // 2), slots // work))
+    return dict(
+        block_h=block_h,
+        block_n=block_n,
+        num_warps=num_warps,
+        num_stages=num_stages,
+        num_splits=num_splits,
+    )
+
+
+def sparse_mla_attention(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    indices: torch.Tensor,
+    sm_scale: float,
+    kv_lora_rank: int = 512,
+    out: torch.Tensor | None = None,
+    return_lse: bool = False,
+    *,
+    kv_scale: float | None = None,
+    _config: dict | None = None,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Sparse MLA attention over per-row top-k KV slots.
+
+    q:        [T, H, D] fp16/bf16, D = kv_lora_rank + rope_dim, already absorbed.
+    kv_cache: [num_blocks, block_size, D], same dtype as q, or float8_e4m3fn
+              with ``kv_scale`` (per-tensor dequantisation scale).
+    indices:  [T, topk] int32 global slot ids (block * block_size + offset);
+              negative = padding. A row with no valid index outputs zeros and
+              lse = -inf.
+    out:      optional [T, H, kv_lora_rank] (any strides); fully overwritten.
+    Returns out, or (out, lse [T, H] float32, natural log) if return_lse.
+    """
+    if q.dim() != 3 or kv_cache.dim() != 3 or indices.dim() != 2:
+        raise ValueError("expected q [T,H,D], kv_cache [blocks,block_size,D], indices [T,topk]")
+    T, H, D = q.shape
+    if kv_cache.shape[-1] != D:
+        raise ValueError(f"q last dim {D} != kv_cache last dim {kv_cache.shape[-1]}")
+    if indices.shape[0] != T:
+        raise ValueError(f"indices has {indices.shape[0]} rows, q has {T}")
+    if q.dtype not in (torch.float16, torch.bfloat16):
+        raise ValueError(f"q must be fp16 or bf16, got {q.dtype}")
+    if indices.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"indices must be int32 (or int64), got {indices.dtype}")
+    dv = kv_lora_rank
+    if dv <= 0 or dv & (dv - 1) or dv < 16:
+        raise ValueError(f"kv_lora_rank must be a power of two >= 16, got {dv}")
+    rope_dim = D - dv
+    if rope_dim < 0:
+        raise ValueError(f"kv_lora_rank {dv} > head dim {D}")
+    kv_fp8 = kv_cache.dtype == getattr(torch, "float8_e4m3fn", None)
+    if kv_fp8:
+        if kv_scale is None:
+            raise ValueError("an fp8 kv_cache needs kv_scale")
+    elif kv_cache.dtype != q.dtype:
+        raise ValueError(f"kv_cache dtype {kv_cache.dtype} != q dtype {q.dtype}")
+    scale = float(kv_scale) if kv_fp8 else 1.0
+
+    if out is None:
+        out = torch.empty((T, H, dv), dtype=q.dtype, device=q.device)
+    elif tuple(out.shape) != (T, H, dv):
+        raise ValueError(f"out must have shape {(T, H, dv)}, got {tuple(out.shape)}")
+    lse = torch.empty((T, H), dtype=torch.float32, device=q.device) if return_lse else None
+    if T == 0 or H == 0:
+        return (out, lse) if return_lse else out
+    topk = indices.shape[1]
+    if topk == 0:
+        out.zero_()
+        if return_lse:
+            lse.fill_(float("-inf"))
+        return (out, lse) if return_lse else out
+
+    cfg = _default_config(T, H, topk, q.device)
+    if _config:
+        cfg.update(_config)
+    block_h, block_n = cfg["block_h"], cfg["block_n"]
+    head_blocks = triton.cdiv(H, block_h)
+    n_tiles = triton.cdiv(topk, block_n)
+    num_splits = max(1, min(int(cfg["num_splits"]), n_tiles))
+    tiles_per_split = triton.cdiv(n_tiles, num_splits)
+    num_splits = triton.cdiv(n_tiles, tiles_per_split)  # no empty splits
+    dpe = max(16, triton.next_power_of_2(max(rope_dim, 1)))
+    scale_log2 = float(sm_scale) * scale * _LOG2E
+    block_size = kv_cache.shape[1]
+    grid = (T * head_blocks * num_splits,)
+    common = dict(
+        DV=dv,
+        DPE=dpe,
+        PE_MASKED=rope_dim != dpe,
+        PAGE=block_size,
+        BLOCK_H=block_h,
+        BLOCK_N=block_n,
+        KV_FP8=kv_fp8,
+        DOT_F32=q.device.type == "cpu" and q.dtype == torch.bfloat16,
+        num_warps=cfg["num_warps"],
+        num_stages=cfg["num_stages"],
+    )
+    if num_splits == 1:
+        lse_arg = lse if return_lse else out  # dummy pointer when unused
+        _sparse_mla_stage1[grid](
+            q, kv_cache, indices, out, lse_arg,
+            scale_log2, scale, H, topk, rope_dim,
+            tiles_per_split, num_splits, head_blocks,
+            q.stride(0), q.stride(1), q.stride(2),
+            kv_cache.stride(0), kv_cache.stride(1), kv_cache.stride(2),
+            indices.stride(0), indices.stride(1),
+            out.stride(0), out.stride(1), 0, out.stride(2),
+            lse.stride(0) if return_lse else 0, lse.stride(1) if return_lse else 0, 0,
+            IS_FINAL=True,
+            WRITE_LSE=return_lse,
+            **common,
+        )
+    else:
+        mid_o = torch.empty((T, H, num_splits, dv), dtype=torch.float32, device=q.device)
+        mid_l = torch.empty((T, H, num_splits), dtype=torch.float32, device=q.device)
+        _sparse_mla_stage1[grid](
+            q, kv_cache, indices, mid_o, mid_l,
+            scale_log2, scale, H, topk, rope_dim,
+            tiles_per_split, num_splits, head_blocks,
+            q.stride(0), q.stride(1), q.stride(2),
+            kv_cache.stride(0), kv_cache.stride(1), kv_cache.stride(2),
+            indices.stride(0), indices.stride(1),
+            mid_o.stride(0), mid_o.stride(1), mid_o.stride(2), mid_o.stride(3),
+            mid_l.stride(0), mid_l.stride(1), mid_l.stride(2),
+            IS_FINAL=False,
+            WRITE_LSE=True,
+            **common,
+        )
+        lse_arg = lse if return_lse else mid_l
+        _sparse_mla_stage2[(T * H,)](
+            mid_o, mid_l, out, lse_arg,
+            scale, H, num_splits,
+            mid_o.stride(0), mid_o.stride(1), mid_o.stride(2),
+            mid_l.stride(0), mid_l.stride(1),
+            out.stride(0), out.stride(1), out.stride(2),
+            lse.stride(0) if return_lse else 0, lse.stride(1) if return_lse else 0,
+            DV=dv,
+            BLOCK_S=min(16, max(2, triton.next_power_of_2(num_splits))),
+            WRITE_LSE=return_lse,
+            num_warps=4,
+        )
+    return (out, lse) if return_lse else out
+
+
+__all__ = ["sparse_mla_attention"]
