@@ -138,6 +138,10 @@ def _evaluate_one(patch, version, read, done, options, base_files) -> tuple[Patc
         if dep_outcome.outcome in (O.CONFLICT, O.OBSOLETE):
             return PatchOutcome(patch.name, dep_outcome.outcome, None, f"depends on {dep}, which is {dep_outcome.outcome}"), {}
     choice = choose_variant(patch, version)
+    if choice.variant is None and patch.upstreamed_at(version):
+        return PatchOutcome(patch.name, O.UPSTREAMED, None,
+                            f"upstream behaves as patched here (upstreamed_in {patch.upstreamed_in}); "
+                            "`patchctl smoke` proves it by running the checks on the pristine release"), {}
     if choice.variant is None:
         return PatchOutcome(patch.name, O.OBSOLETE, None, choice.reason), {}
     variant = choice.variant

@@ -14,6 +14,8 @@ import patchctl
 from patchctl.store import Patch
 
 TIER_MARKERS = {"cpu": "not gpu", "gpu": "gpu"}
+# Proving an upstreamed version: the patched-side checks must pass on the pristine tree.
+UPSTREAM_PROOF = " and not pristine_fails"
 
 
 class CheckResult(NamedTuple):
@@ -42,7 +44,7 @@ def evidence_of(patch: Patch, tier: str) -> str:
 
 
 def run_checks(patch: Patch, tier: str, python: str, *, engine: str, version: str, patched: Path,
-               pristine: Path, timeout: float = 1800) -> CheckResult:
+               pristine: Path, timeout: float = 1800, upstream_proof: bool = False) -> CheckResult:
     checks = patch.directory / "checks"
     evidence = evidence_of(patch, tier)
     if not checks.is_dir() or not any(checks.glob("test_*.py")):
@@ -61,7 +63,7 @@ def run_checks(patch: Patch, tier: str, python: str, *, engine: str, version: st
             "VLLM_CACHE_ROOT": str(Path(tmp) / "vllm-cache"),
         })
         cmd = [python, "-m", "pytest", "-q", "-p", "patchctl.smoke_fixtures", "-p", "no:cacheprovider",
-               "-m", TIER_MARKERS[tier], f"--junitxml={junit}", "--rootdir", str(checks), str(checks)]
+               "-m", TIER_MARKERS[tier] + (UPSTREAM_PROOF if upstream_proof else ""), f"--junitxml={junit}", "--rootdir", str(checks), str(checks)]
         start = time.monotonic()
         try:
             proc = subprocess.run(cmd, cwd=checks, env=env, capture_output=True, text=True, timeout=timeout)
@@ -72,10 +74,11 @@ def run_checks(patch: Patch, tier: str, python: str, *, engine: str, version: st
             tail = (proc.stdout + proc.stderr).strip()[-1500:]
             return CheckResult(patch.name, tier, "error", 0, 0, 0, seconds, f"pytest did not run: {tail}", evidence)
         passed, failed, skipped, failures, skip_reasons = _parse_junit(junit)
+    proof = "upstreamed: behaves as patched on the pristine release; " if upstream_proof else ""
     if failed:
-        status, reason = "failed", f"{failed} check(s) failed"
+        status, reason = "failed", proof + f"{failed} check(s) failed"
     elif passed:
-        status, reason = "passed", f"{passed} passed" + (f", {skipped} skipped" if skipped else "")
+        status, reason = "passed", proof + f"{passed} passed" + (f", {skipped} skipped" if skipped else "")
     elif skipped:
         status, reason = "skipped", "; ".join(sorted(set(skip_reasons)))[:500]
     else:

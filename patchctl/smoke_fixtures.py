@@ -42,6 +42,8 @@ def engine_name() -> str:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU; reported 'not run: no GPU' without one")
+    config.addinivalue_line("markers", "pristine_fails: asserts the unpatched release misbehaves; deselected "
+                                       "when the checks prove an upstreamed version on its pristine tree")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

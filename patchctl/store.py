@@ -45,9 +45,15 @@ class Patch(NamedTuple):
     smoke: dict
     evidence: dict
     variants: tuple[Variant, ...]  # sorted by base version
+    # Versions whose upstream already behaves as patched although the code moved (so no variant
+    # reverse-applies): reported `upstreamed`, proven by running the checks on the pristine tree.
+    upstreamed_in: SpecifierSet | None = None
 
     def in_range(self, version: Version) -> bool:
         return self.applies_to.contains(version, prereleases=True)
+
+    def upstreamed_at(self, version: Version) -> bool:
+        return self.upstreamed_in is not None and self.upstreamed_in.contains(version, prereleases=True)
 
 
 class VariantChoice(NamedTuple):
@@ -176,6 +182,12 @@ def _load_patch(engine: str, directory: Path, pins: dict) -> Patch:
             Requirement(req)
         except InvalidRequirement:
             raise StoreError(f"{meta_file}: requires entry {req!r} is not a valid requirement") from None
+    upstreamed_in = None
+    if meta.get("upstreamed_in"):
+        try:
+            upstreamed_in = SpecifierSet(str(meta["upstreamed_in"]))
+        except InvalidSpecifier:
+            raise StoreError(f"{meta_file}: upstreamed_in {meta['upstreamed_in']!r} is not a PEP 440 specifier set") from None
     variants = []
     for file in sorted(directory.glob("*.patch")):
         match = VARIANT_RE.match(file.name)
@@ -202,6 +214,7 @@ def _load_patch(engine: str, directory: Path, pins: dict) -> Patch:
         smoke=dict(meta.get("smoke") or {}),
         evidence=dict(meta.get("evidence") or {}),
         variants=tuple(variants),
+        upstreamed_in=upstreamed_in,
     )
 
 

@@ -74,3 +74,41 @@ def test_unknown_patch_name_is_usage_error(setup, fresh_cache):
     server, store = setup
     code, doc = smoke("vllm@1.0", "--patch", "nope", "--index-url", server.url, "--store", str(store))
     assert code == 2 and "nope" in doc["error"]["message"]
+
+
+PROOF_CHECK = '''
+import pytest
+
+def test_behaves_as_patched(patched_tree):
+    assert "ten" in (patched_tree / "vllm/moved.py").read_text() or "ten" in (patched_tree / "vllm/loader.py").read_text()
+
+@pytest.mark.pristine_fails
+def test_pristine_lacks_it(pristine_tree):
+    assert "ten" not in (pristine_tree / "vllm/loader.py").read_text()
+'''
+
+
+def test_upstreamed_in_is_proven_on_the_pristine_tree(tmp_path, builder, fresh_cache):
+    """Upstream moved the code and took the change (no reverse-apply possible): the metadata claim
+    is proven by the patch's own checks on the pristine release, minus the pristine-fails ones."""
+    files = tmp_path / "files"
+    files.mkdir()
+    moved = dict(PRISTINE, **{"vllm/moved.py": "ten\n"})
+    del moved["vllm/loader.py"]
+    moved["vllm/loader.py"] = "# the loader moved to moved.py\n"
+    folder = builder.add("vllm", "p", applies_to="<1.1", variants={"1.0": builder.variant(PRISTINE, {"vllm/loader.py": loader_with({10: "ten\n"})})},
+                         extra_meta={"upstreamed_in": ">=1.1", "smoke": {"env": "test"}})
+    (folder / "checks").mkdir()
+    (folder / "checks" / "test_p.py").write_text(PROOF_CHECK)
+    with IndexServer(files) as server:
+        server.add("vllm", build_wheel(files, "vllm", "1.0", PRISTINE))
+        server.add("vllm", build_wheel(files, "vllm", "1.1", moved))
+        check = CliRunner().invoke(main, ["check", "vllm@1.1", "--index-url", server.url, "--store", str(builder.root), "--json"])
+        assert json.loads(check.output)["patches"][0]["outcome"] == "upstreamed"
+        code, doc = smoke("vllm@1.1", "--index-url", server.url, "--store", str(builder.root), "--python", sys.executable)
+        (result,) = doc["results"]
+        assert code == 0 and result["status"] == "passed" and result["passed"] == 1
+        assert result["reason"].startswith("upstreamed: behaves as patched on the pristine release")
+        # and a claim that is false is caught: 1.0 is not upstreamed, the proof run would fail
+        code, doc = smoke("vllm@1.0", "--index-url", server.url, "--store", str(builder.root), "--python", sys.executable)
+        assert doc["results"][0]["status"] == "passed"  # patched tree of 1.0: the patch itself

@@ -79,7 +79,9 @@ def droppable(store: st.Store, ctx: resolve.Context, engines: tuple[str, ...]) -
         for patch in series:
             met = st.drop_rule_met(patch, eng.dist, latest)
             why = f"{patch.drop_when} holds for {latest}" if met else None
-            if patch.drop_when == "upstreamed":
+            if patch.drop_when == "upstreamed" and patch.upstreamed_at(latest):
+                met, why = True, f"upstreamed_in {patch.upstreamed_in} covers {latest}"
+            elif patch.drop_when == "upstreamed":
                 if outcomes is None:
                     outcomes = engine_apply.evaluate(series, latest, resolve.release(eng, latest, ctx))
                 met = outcomes.outcome_of(patch.name).outcome == "upstreamed"

@@ -22,7 +22,8 @@ def smoke_checks(ref: EngineRef, store: Store, ctx: resolve.Context, *, only: tu
     results = []
     for patch in patches:
         outcome = built.result.outcome_of(patch.name)
-        if outcome.outcome not in ("clean", "offset", "fuzz", "three-way"):
+        upstream_proof = outcome.outcome == "upstreamed" and patch.upstreamed_at(upstream.version)
+        if outcome.outcome not in ("clean", "offset", "fuzz", "three-way") and not upstream_proof:
             results.append(smoke.CheckResult(patch.name, tier, "not-run", 0, 0, 0, 0.0,
                                              f"patch is {outcome.outcome} on {upstream.version}", ""))
             continue
@@ -33,8 +34,9 @@ def smoke_checks(ref: EngineRef, store: Store, ctx: resolve.Context, *, only: tu
             continue
         env_python = python or ensure_env(store.root, profile)
         results.append(smoke.run_checks(patch, tier, env_python, engine=ref.engine.name,
-                                        version=str(upstream.version), patched=built.patched,
-                                        pristine=built.pristine))
+                                        version=str(upstream.version),
+                                        patched=built.pristine if upstream_proof else built.patched,
+                                        pristine=built.pristine, upstream_proof=upstream_proof))
     code = EXIT_PATCH_FAILED if any(r.status in ("failed", "error") for r in results) else EXIT_OK
     return report.document("smoke", code, engine=ref.engine.name, version=str(upstream.version), tier=tier,
                            source={"kind": "release", "description": built.artifact, "sha256": built.artifact_sha256},

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Callable, NamedTuple, Optional, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence
 
 from .client import CHAT, OpenAIClient
 
@@ -54,7 +54,8 @@ def check_counting(reply: str) -> Verdict:
     try:
         start = numbers.index("1")
     except ValueError:
-        return Verdict(False, "no line reading '1'")
+        first = repr(numbers[0][:30]) if numbers else "nothing"
+        return Verdict(False, f"no line reading '1' (first line: {first})")
     run = numbers[start : start + 50]
     for expected, got in enumerate(run, start=1):
         if got != str(expected):
@@ -118,12 +119,13 @@ def run_answers(
     checks: Sequence[AnswerCheck] = DEFAULT_CHECKS,
     api: str = CHAT,
     extra_tokens: int = 0,
+    extra: Mapping[str, Any] = {},
 ) -> tuple[AnswerResult, ...]:
     """extra_tokens: budget added to every check, for reasoning models that think first."""
     results = []
     for chk in checks:
         try:
-            reply = client.complete(api, chk.prompt, chk.max_tokens + extra_tokens, temperature=0.0)
+            reply = client.complete(api, chk.prompt, chk.max_tokens + extra_tokens, temperature=0.0, extra=extra)
         except Exception as exc:  # a failed request is a failed check, with its cause
             results.append(AnswerResult(chk.name, False, f"request failed: {exc}"[:300], "", 0))
             continue

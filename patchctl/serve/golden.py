@@ -85,7 +85,8 @@ class GoldenDiff(NamedTuple):
     matched: bool
     unit: str  # "token" or "char"
     position: Optional[int]  # first diverging index in `unit`s; None when matched
-    expected: str  # a few units around the divergence
+    context: str  # the common units just before the divergence
+    expected: str  # what the golden run had from the divergence on (a few units)
     got: str
     expected_len: int
     got_len: int
@@ -100,16 +101,16 @@ def diff_entry(expected: GoldenEntry, got: GoldenEntry, context: int = 3) -> Gol
     if pos is None and len(a) != len(b):
         pos = min(len(a), len(b))  # one output is a strict prefix of the other
     if pos is None:
-        return GoldenDiff(expected.prompt, True, unit, None, "", "", len(a), len(b))
-    lo = max(0, pos - context)
+        return GoldenDiff(expected.prompt, True, unit, None, "", "", "", len(a), len(b))
     window = context * (1 if unit == "token" else 8)
     return GoldenDiff(
         prompt=expected.prompt,
         matched=False,
         unit=unit,
         position=pos,
-        expected=_show(a[lo : pos + window], unit),
-        got=_show(b[lo : pos + window], unit),
+        context=_show(a[max(0, pos - window) : pos], unit),
+        expected=_show(a[pos : pos + window], unit),
+        got=_show(b[pos : pos + window], unit),
         expected_len=len(a),
         got_len=len(b),
     )

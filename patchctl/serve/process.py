@@ -22,6 +22,8 @@ from urllib.parse import urlsplit
 
 import requests
 
+from patchctl.errors import EnvironmentProblem
+
 
 def url_from_command(command: Union[str, Sequence[str]], default_port: int = 8000) -> str:
     """The URL a `vllm serve` / `sglang.launch_server` / llama.cpp command will listen on.
@@ -43,8 +45,8 @@ def url_from_command(command: Union[str, Sequence[str]], default_port: int = 800
     return f"http://{host}:{opts.get('--port', default_port)}"
 
 
-class ServerStartError(RuntimeError):
-    """The server exited, or did not get ready in time; carries its log tail."""
+class ServerStartError(EnvironmentProblem):
+    """The server exited, or did not get ready in time; carries its log tail (exit code 3)."""
 
 
 def port_is_free(host: str, port: int) -> bool:

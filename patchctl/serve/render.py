@@ -25,9 +25,13 @@ def _num(value: Optional[float], fmt: str = "{:.1f}") -> str:
     return "-" if value is None else fmt.format(value)
 
 
-def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
-    line = lambda cells: "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+def _table(headers: list[str], rows: list[list[str]], align: str) -> list[str]:
+    """align: one letter per column, l or r (numbers right, text left)."""
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.rjust(w) if a == "r" else c.ljust(w) for c, w, a in zip(cells, widths, align)).rstrip()
+
     return [line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows]
 
 
@@ -42,6 +46,7 @@ def render_table(report: ServeReport) -> str:
         out += _table(
             ["check", "result", "why", "reply"],
             [[a.name, "PASS" if a.passed else "FAIL", a.reason, a.reply_excerpt[:60]] for a in report.answers],
+            "llll",
         )
     if report.golden is not None:
         g = report.golden
@@ -58,6 +63,7 @@ def render_table(report: ServeReport) -> str:
                     ]
                     for x in g.diffs
                 ],
+                "lll",
             )
     if report.throughput is not None:
         tp = report.throughput
@@ -71,6 +77,7 @@ def render_table(report: ServeReport) -> str:
                 ]
                 for lv in tp.levels
             ],
+            "rrrrrrrrl",
         )
     if report.baseline is not None:
         b = report.baseline
@@ -95,6 +102,7 @@ def render_plot(report: ServeReport, path: Path) -> Optional[Path]:
 
     matplotlib.use("Agg")  # no display on CI or a GPU box
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, NullLocator
 
     levels = report.throughput.levels
     xs = [lv.concurrency for lv in levels]
@@ -103,9 +111,12 @@ def render_plot(report: ServeReport, path: Path) -> Optional[Path]:
         pts = [(x, getattr(lv, name).p50) for x, lv in zip(xs, levels) if getattr(lv, name) is not None]
         if pts:
             ax_lat.plot(*zip(*pts), marker="o", label=f"{label} p50")
-    ax_lat.set_xlabel("concurrency")
-    ax_lat.set_ylabel("ms")
-    ax_lat.set_xscale("log", base=2)
+    ax_lat.set_ylabel("ms (log)")
+    # TTFT under queueing is orders of magnitude above TPOT; linear would flatten TPOT.
+    ax_lat.set_yscale("log")
+    plain = FuncFormatter(lambda v, _pos: f"{v:g}")
+    ax_lat.yaxis.set_major_formatter(plain)
+    ax_lat.yaxis.set_minor_formatter(plain)
     ax_lat.set_title("latency")
     if ax_lat.get_legend_handles_labels()[0]:
         ax_lat.legend()
@@ -117,10 +128,14 @@ def render_plot(report: ServeReport, path: Path) -> Optional[Path]:
         base_pts = sorted((c.concurrency, c.baseline) for c in b.checks if c.metric == "output_tok_s")
         if base_pts:
             ax_tp.plot(*zip(*base_pts), linestyle="--", marker="x", label="baseline")
-    ax_tp.set_xlabel("concurrency")
     ax_tp.set_ylabel("output tokens / s")
-    ax_tp.set_xscale("log", base=2)
+    ax_tp.set_ylim(bottom=0)  # a 3% wobble should look like one
     ax_tp.set_title("throughput")
+    for ax in (ax_lat, ax_tp):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(xs, [str(x) for x in xs])
+        ax.xaxis.set_minor_locator(NullLocator())  # only the measured levels get ticks
+        ax.set_xlabel("concurrency")
     if ax_tp.get_legend_handles_labels()[0]:
         ax_tp.legend()
     d = report.deployment

@@ -7,7 +7,7 @@ from typing import Any, Optional
 from .answers import AnswerResult
 from .baseline import BaselineCheck, Deployment
 from .golden import GoldenDiff
-from .metrics import LevelMetrics
+from .metrics import LevelMetrics, Stats
 
 FORMAT = 1
 
@@ -35,7 +35,7 @@ class ThroughputReport:
 
 @dataclass(frozen=True)
 class BaselineReport:
-    status: str  # "compared" | "missing" | "recorded"
+    status: str  # "compared" | "missing" | "recorded" | "refused" (not recorded: requests failed)
     path: str
     threshold: float
     checks: tuple[BaselineCheck, ...]
@@ -67,6 +67,39 @@ class ServeReport:
         out["format"] = FORMAT
         out["ok"] = self.ok
         return out
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> "ServeReport":
+        """Inverse of to_json: re-render a table or plot from a stored report."""
+        if obj.get("format") != FORMAT:
+            raise ValueError(f"serve report format {obj.get('format')!r}, expected {FORMAT}")
+        answers = obj.get("answers")
+        golden = obj.get("golden")
+        tp = obj.get("throughput")
+        base = obj.get("baseline")
+        return cls(
+            base_url=obj["base_url"],
+            deployment=Deployment(**obj["deployment"]),
+            started_at=obj["started_at"],
+            duration_s=obj["duration_s"],
+            answers=None if answers is None else tuple(AnswerResult(**a) for a in answers),
+            golden=None if golden is None else GoldenReport(
+                **{**golden, "diffs": tuple(GoldenDiff(**d) for d in golden["diffs"])}
+            ),
+            throughput=None if tp is None else ThroughputReport(
+                **{**tp, "levels": tuple(_level(lv) for lv in tp["levels"])}
+            ),
+            baseline=None if base is None else BaselineReport(
+                **{**base, "checks": tuple(BaselineCheck(**c) for c in base["checks"])}
+            ),
+            failures=tuple(obj["failures"]),
+            notes=tuple(obj["notes"]),
+        )
+
+
+def _level(obj: dict[str, Any]) -> LevelMetrics:
+    stats = {k: None if obj[k] is None else Stats(**obj[k]) for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")}
+    return LevelMetrics(**{**obj, **stats, "errors": tuple(obj["errors"])})
 
 
 def _plain(obj: Any) -> Any:

@@ -7,6 +7,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
+import requests
+
+from patchctl.errors import EnvironmentProblem, UsageError
+
 from . import answers as _answers
 from . import baseline as _baseline
 from . import golden as _golden
@@ -19,9 +23,10 @@ Progress = Callable[[str], None]
 
 
 def default_data_dir() -> Path:
-    from platformdirs import user_data_dir
+    """patchctl's data dir (PATCHCTL_DATA_DIR or the platform's), serve/ inside it."""
+    from patchctl.config import data_dir
 
-    return Path(user_data_dir("patchctl")) / "serve"
+    return data_dir() / "serve"
 
 
 @dataclass(frozen=True)
@@ -60,11 +65,21 @@ class ServeConfig:
 
 
 def run_serve_smoke(config: ServeConfig, progress: Optional[Progress] = None) -> ServeReport:
+    if config.record_golden and config.golden_path is None:
+        raise UsageError("recording a golden file needs its path (--golden PATH)")
+    if not config.concurrency or min(config.concurrency) < 1:
+        raise UsageError(f"concurrency levels must be >= 1, got {tuple(config.concurrency)}")
     say = progress or (lambda _msg: None)
     t0 = time.monotonic()
     started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     client = OpenAIClient(config.base_url, config.model, config.api_key, config.request_timeout_s)
-    model = client.resolve_model()
+    try:
+        model = client.resolve_model()
+    except (requests.RequestException, RuntimeError) as exc:
+        raise EnvironmentProblem(
+            f"no OpenAI-compatible server answers at {client.base_url}: {exc}",
+            hint="start one, or pass --start 'vllm serve MODEL' to let patchctl start and stop it",
+        ) from None
     notes: list[str] = []
     engine_version = config.engine_version or client.engine_version()
     if engine_version is None:
@@ -77,7 +92,9 @@ def run_serve_smoke(config: ServeConfig, progress: Optional[Progress] = None) ->
     answer_results = None
     if config.answers:
         say("coherence: answers")
-        answer_results = _answers.run_answers(client, api=config.answers_api, extra_tokens=config.answers_extra_tokens)
+        answer_results = _answers.run_answers(
+            client, api=config.answers_api, extra_tokens=config.answers_extra_tokens, extra=extra
+        )
         failures += [f"answers/{a.name}: {a.reason}" for a in answer_results if not a.passed]
 
     golden_report = None
@@ -92,8 +109,8 @@ def run_serve_smoke(config: ServeConfig, progress: Optional[Progress] = None) ->
             )
         for d in golden_report.diverged:
             failures.append(
-                f"golden: {d.prompt!r} diverges at {d.unit} {d.position} "
-                f"(expected {d.expected}, got {d.got})"
+                f"golden: {d.prompt!r} diverges at {d.unit} {d.position}, after {d.context}: "
+                f"expected {d.expected}, got {d.got}"
             )
 
     throughput_report = None
@@ -111,6 +128,8 @@ def run_serve_smoke(config: ServeConfig, progress: Optional[Progress] = None) ->
             if not lv.streamed:
                 notes.append(f"c={lv.concurrency}: not streamed, so TTFT, TPOT and ITL are not measured")
         baseline_report = _run_baseline(config, deployment, throughput_report)
+        if baseline_report.status == "refused":
+            failures.append(f"baseline not recorded: requests failed, so {baseline_report.path} keeps its numbers")
         for check in baseline_report.regressions:
             failures.append("baseline " + check.describe(config.threshold))
 
@@ -163,6 +182,9 @@ def _run_baseline(config: ServeConfig, deployment: _baseline.Deployment, tp: Thr
     current = {lv.concurrency: lv.flat() for lv in tp.levels}
     path = store.path_for(deployment)
     if config.update_baseline:
+        if any(lv.failed for lv in tp.levels):
+            # A run with failed requests would become the bar every later run is held to.
+            return BaselineReport("refused", str(path), config.threshold, ())
         store.save(deployment, current)
         return BaselineReport("recorded", str(path), config.threshold, ())
     base = store.load(deployment)

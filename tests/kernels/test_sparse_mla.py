@@ -344,3 +344,24 @@ def test_cuda_graph_capture():
     graph.replay()
     torch.cuda.synchronize()
     assert_close(out, reference(q, kv, idx, 0.05)[0], dtype, "graph replay")
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", sorted(kmod._CONFIGS))
+@pytest.mark.parametrize("heads", [8, 64])
+def test_every_named_config(name, heads):
+    """Every launch configuration the defaults or the benchmark sweep can pick, on
+    ragged rows with holes and an empty row, with its own split rule and one split."""
+    T, dtype = 6, torch.bfloat16
+    q, kv, idx, _ = make_inputs(T, heads, GLM5_TOPK, dtype, block_size=64, n_blocks=T * 40 + 64,
+                                valid_counts=[GLM5_TOPK, 1, 700, 2047, 33, 0], mid_padding=True,
+                                empty_rows=(5,))
+    ref, ref_lse = reference(q, kv, idx, 0.04)
+    cfg = kmod._config_dict(name, T, heads, GLM5_TOPK, q.device)
+    for c in (cfg, dict(cfg, num_splits=1)):
+        out = torch.empty(T, heads, DV, dtype=dtype, device=DEV)
+        o, lse = run(q, kv, idx, 0.04, out=out, cfg=c)
+        assert_close(o, ref, dtype, f"{name} {c}")
+        assert_lse(lse, ref_lse, f"{name} {c}")
+        assert torch.all(o[5] == 0)

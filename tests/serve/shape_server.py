@@ -48,6 +48,7 @@ class ShapeServer:
             "shift_at": None,  # golden: change the token at this index
             "delay_s": 0.002,  # between streamed chunks, so timings are not all zero
             "version": "0.0.0+shape",
+            "fail": False,  # answer every POST with HTTP 500
         }
         self.requests: list[dict[str, Any]] = []
         handler = type("Handler", (_Handler,), {"owner": self})
@@ -107,6 +108,9 @@ class _Handler(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         self.owner.requests.append(body)
         s = self.owner.settings
+        if s["fail"]:
+            self._json(500, {"error": {"message": "engine core died (pretend)"}})
+            return
         max_tokens = int(body.get("max_tokens", 16))
         if self.path == "/v1/chat/completions":
             prompt = body["messages"][-1]["content"]

@@ -8,7 +8,7 @@ def test_token_diff_reports_first_divergence():
     b = GoldenEntry("p", "abxd", ("a", "b", "x", "d"))
     d = diff_entry(a, b)
     assert (d.matched, d.unit, d.position) == (False, "token", 2)
-    assert "'c'" in d.expected and "'x'" in d.got
+    assert (d.context, d.expected, d.got) == ("['a', 'b']", "['c', 'd']", "['x', 'd']")
 
 
 def test_prefix_is_a_divergence_at_the_shorter_length():
@@ -19,6 +19,7 @@ def test_prefix_is_a_divergence_at_the_shorter_length():
 def test_text_fallback_when_either_side_lacks_tokens():
     d = diff_entry(GoldenEntry("p", "hello world", None), GoldenEntry("p", "hello there", ("hello", " there")))
     assert (d.unit, d.position) == ("char", 6)
+    assert (d.context, d.expected, d.got) == ("'hello '", "'world'", "'there'")
     assert diff_entry(GoldenEntry("p", "same", None), GoldenEntry("p", "same", None)).matched
 
 
@@ -37,4 +38,4 @@ def test_record_then_compare_against_a_real_server(shape_server):
     shape_server.settings["shift_at"] = 5  # the patched engine drifts at token 5
     diffs = golden.compare(client, rec)
     assert [(d.matched, d.unit, d.position) for d in diffs] == [(False, "token", 5)] * 2
-    assert "DRIFT" in diffs[0].got
+    assert diffs[0].got.startswith("[' DRIFT'")

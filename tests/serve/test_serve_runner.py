@@ -2,9 +2,7 @@
 import json
 from dataclasses import replace
 
-import pytest
-
-from patchctl.serve import ServeConfig, run_serve_smoke
+from patchctl.serve import ServeConfig, ServeReport, run_serve_smoke
 from patchctl.serve.render import render_json, render_table, write_outputs
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -127,6 +125,26 @@ def test_baseline_record_then_regression_names_the_numbers(shape_server, tmp_pat
     assert other.baseline.status == "missing"
 
 
+def test_failed_requests_fail_the_run_and_never_become_a_baseline(shape_server, tmp_path):
+    shape_server.settings["fail"] = True
+    cfg = config(shape_server, tmp_path, answers=False, concurrency=(1,), warmup_requests=0, update_baseline=True)
+    report = run_serve_smoke(cfg)
+    (lv,) = report.throughput.levels
+    assert (lv.requests, lv.failed, lv.output_tok_s) == (4, 4, None)
+    assert any("4/4 requests failed" in f and "HTTP 500" in f for f in report.failures)
+    assert report.baseline.status == "refused"
+    assert not list((tmp_path / "baselines").glob("*.json"))
+
+
+def test_extra_body_reaches_every_request(shape_server, tmp_path):
+    extra = {"chat_template_kwargs": {"enable_thinking": False}}
+    run_serve_smoke(config(shape_server, tmp_path, concurrency=(1,), requests_per_level=1, extra_body=extra,
+                           golden_path=tmp_path / "g.json", record_golden=True))
+    posts = shape_server.requests
+    assert len(posts) >= 4 + 4 + 2  # answers, golden, warm-up + throughput
+    assert all(p["chat_template_kwargs"] == {"enable_thinking": False} for p in posts)
+
+
 def test_renderers(shape_server, tmp_path):
     report = run_serve_smoke(config(shape_server, tmp_path, golden_path=tmp_path / "g.json", record_golden=True))
     table = render_table(report)
@@ -138,5 +156,7 @@ def test_renderers(shape_server, tmp_path):
     assert obj["deployment"] == {"model": "tiny-reasoner", "engine_version": "0.0.0+shape", "patch_set": "p1"}
     json_path, png_path = write_outputs(report, tmp_path / "out" / "serve.json")
     assert json.loads(json_path.read_text()) == obj
+    # A stored report re-renders: the matrix can redraw tables and plots later.
+    assert ServeReport.from_json(obj) == report
     assert png_path == tmp_path / "out" / "serve.png"
     assert png_path.read_bytes()[:8] == PNG_MAGIC and png_path.stat().st_size > 5000

@@ -4,7 +4,6 @@ python tiny_server.py PORT [--delay S] [--exit N] [--child PIDFILE] [--ignore-te
 """
 import argparse
 import http.server
-import os
 import signal
 import subprocess
 import sys
