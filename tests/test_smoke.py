@@ -80,7 +80,8 @@ PROOF_CHECK = '''
 import pytest
 
 def test_behaves_as_patched(patched_tree):
-    assert "ten" in (patched_tree / "vllm/moved.py").read_text() or "ten" in (patched_tree / "vllm/loader.py").read_text()
+    texts = [p.read_text() for p in (patched_tree / "vllm/moved.py", patched_tree / "vllm/loader.py") if p.exists()]
+    assert any("ten" in t for t in texts)
 
 @pytest.mark.pristine_fails
 def test_pristine_lacks_it(pristine_tree):
