@@ -186,33 +186,30 @@ def dense_case(dmod, B, H, dtype, seqlen, page):
 
 
 SWEEP = {
-    8: [dict(block_h=16, block_n=bn, num_warps=w, num_stages=st)
-        for bn, w, st in [(32, 4, 3), (32, 8, 3), (64, 8, 3), (32, 4, 4)]],
-    64: [dict(block_h=bh, block_n=bn, num_warps=w, num_stages=st)
-         for bh, bn, w, st in [(64, 32, 8, 3), (64, 32, 16, 3), (32, 64, 8, 3), (32, 32, 8, 3)]],
+    8: ["h16_n32_w4_s3", "h16_n32_w4_s5", "h16_n32_w8_s5", "h16_n16_w4_s7", "h16_n32_w4_s7"],
+    64: ["h64_n32_w8_s3", "h64_n32_w8_s5", "h64_n32_w8_s7", "h64_n16_w8_s7", "h64_n16_w8_s9",
+         "h16_n32_w4_s5", "h16_n16_w4_s7"],
 }
 
 
-def run_sweep(kmod, bw, topk, page, results):
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    print(f"{'H':>3} {'B':>4} {'cfg':<40} {'mult':>4} {'splits':>6} {'us':>8} {'%floor':>7}")
-    for H, cfgs in SWEEP.items():
-        for B in (1, 32, 128):
-            for cfg in cfgs:
-                hb = triton.cdiv(H, cfg["block_h"])
-                n_tiles = triton.cdiv(topk, cfg["block_n"])
-                for mult in (0.25, 1, 2):
-                    splits = min(n_tiles, max(1, math.ceil(mult * sms / (B * hb))))
-                    c = dict(cfg, num_splits=splits)
+def run_sweep(kmod, bw, topk, page, results, batches, sweep=SWEEP):
+    """bf16; each named config of the kernel's _CONFIGS at its own split rule, and at half that."""
+    dev = torch.device("cuda")
+    print(f"{'H':>3} {'B':>4} {'cfg':<16} {'splits':>6} {'us':>8} {'%floor':>7}")
+    for H, names in sweep.items():
+        for B in batches:
+            for name in names:
+                c = kmod._config_dict(name, B, H, topk, dev)
+                for splits in sorted({c["num_splits"], max(1, c["num_splits"] // 2)}, reverse=True):
+                    cc = dict(c, num_splits=splits)
                     try:
-                        us, fb = sparse_case(kmod, B, H, torch.bfloat16, topk, page, c)
+                        us, fb = sparse_case(kmod, B, H, torch.bfloat16, topk, page, cc)
                     except Exception as e:  # a config may not fit (shared memory, registers)
-                        print(f"{H:>3} {B:>4} {str(cfg):<40} {mult:>4} failed: {type(e).__name__}: {str(e)[:80]}")
+                        print(f"{H:>3} {B:>4} {name:<16} failed: {type(e).__name__}: {str(e)[:80]}", flush=True)
                         break
                     pct = 100 * fb / (us * 1e-6) / bw
-                    tag = f"bh{cfg['block_h']} bn{cfg['block_n']} w{cfg['num_warps']} s{cfg['num_stages']}"
-                    print(f"{H:>3} {B:>4} {tag:<40} {mult:>4} {splits:>6} {us:>8.1f} {pct:>6.1f}%", flush=True)
-                    results.append(dict(kind="sweep", H=H, B=B, cfg=c, mult=mult, us=us, pct_floor=pct))
+                    print(f"{H:>3} {B:>4} {name:<16} {splits:>6} {us:>8.1f} {pct:>6.1f}%", flush=True)
+                    results.append(dict(kind="sweep", H=H, B=B, cfg=cc, name=name, us=us, pct_floor=pct))
 
 
 def main():
@@ -224,6 +221,8 @@ def main():
     ap.add_argument("--topk", type=int, default=2048)
     ap.add_argument("--page", type=int, default=64)
     ap.add_argument("--sweep", action="store_true", help="also sweep launch configs (bf16)")
+    ap.add_argument("--sweep-batches", default="1,32,128")
+    ap.add_argument("--sweep-configs", default=None, help='per heads, names from _CONFIGS: "8:a+b;64:c"')
     ap.add_argument("--no-table", action="store_true")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
@@ -241,7 +240,10 @@ def main():
     results = [dict(kind="copy_bw", bytes_per_s=bw)]
 
     if args.sweep:
-        run_sweep(kmod, bw, args.topk, args.page, results)
+        sweep = SWEEP
+        if args.sweep_configs:  # "8:name+name;64:name"
+            sweep = {int(h): names.split("+") for h, names in (p.split(":") for p in args.sweep_configs.split(";"))}
+        run_sweep(kmod, bw, args.topk, args.page, results, [int(b) for b in args.sweep_batches.split(",")], sweep)
 
     if not args.no_table:
         dtypes = {"fp16": torch.float16, "bf16": torch.bfloat16}

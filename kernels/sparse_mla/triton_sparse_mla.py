@@ -248,29 +248,68 @@ def _num_sms(device: torch.device) -> int:
     return _SM_COUNT[key]
 
 
-def _default_config(num_rows: int, num_heads: int, topk: int, device: torch.device) -> dict:
-    """Launch parameters. Chosen from the H200 sweep recorded in NOTES.md."""
-    block_h = 16 if num_heads <= 16 else (32 if num_heads <= 32 else 64)
-    if block_h >= 64:
-        # ~148 KB shared memory, 255 registers: one program per SM.
-        block_n, num_warps, num_stages, per_sm = 32, 8, 3, 1
-    else:
-        block_n, num_warps, num_stages, per_sm = 32, 4, 3, 2
-    head_blocks = triton.cdiv(num_heads, block_h)
-    n_tiles = max(1, triton.cdiv(topk, block_n))
-    # Split the top-k range only as far as needed to give every SM its resident
-    # programs (floor: going past one wave measured slower, NOTES.md v2), and
-    # keep >= 2 tiles per split so the pipeline has something to overlap.
+# Launch configurations: (block_h, block_n, num_warps, num_stages, programs
+# resident per SM). num_stages >= 5 matters: with the index load in the
+# pipeline, triton gives the KV tile (num_stages - 3) shared-memory buffers; at
+# 3 or 4 stages it had one (BLOCK_H 16) or two buffers but waited for every copy
+# at the top of each iteration (async_wait 0), so a program's gather never
+# overlapped its own compute (NOTES.md v4). Programs per SM from the local
+# sm_90 compile: shared memory (q + buffers) and registers.
+_CONFIGS = {
+    "h16_n32_w4_s3": (16, 32, 4, 3, 2),  # v3 default (57 KB, 180 regs)
+    "h16_n32_w4_s5": (16, 32, 4, 5, 2),  # 94 KB, 184 regs
+    "h16_n32_w8_s5": (16, 32, 8, 5, 2),  # 94 KB, 97 regs
+    "h16_n16_w4_s7": (16, 16, 4, 7, 3),  # 75 KB, 128 regs
+    "h16_n32_w4_s7": (16, 32, 4, 7, 1),  # 131 KB, 184 regs
+    "h32_n32_w4_s3": (32, 32, 4, 3, 2),  # v3 default for 16 < H <= 32 (not re-measured)
+    "h64_n32_w8_s3": (64, 32, 8, 3, 1),  # v3 default (148 KB, 242 regs)
+    "h64_n32_w8_s5": (64, 32, 8, 5, 1),  # 185 KB, 237 regs
+    "h64_n32_w8_s7": (64, 32, 8, 7, 1),  # 222 KB, 235 regs
+    "h64_n16_w8_s7": (64, 16, 8, 7, 1),  # 148 KB, 220 regs
+    "h64_n16_w8_s9": (64, 16, 8, 9, 1),  # 167 KB, 220 regs
+}
+
+
+def _num_splits(num_rows: int, head_blocks: int, n_tiles: int, per_sm: int, device: torch.device) -> int:
+    """Split the top-k range only as far as needed to give every SM its resident
+    programs (going past one wave measured slower, NOTES.md v2), keeping >= 2
+    tiles per split so the pipeline has something to overlap."""
     slots = per_sm * _num_sms(device)
     work = num_rows * head_blocks
-    num_splits = max(1, min(max(1, n_tiles // 2), slots // work))
+    return max(1, min(max(1, n_tiles // 2), slots // work))
+
+
+def _config_dict(name: str, num_rows: int, num_heads: int, topk: int, device: torch.device) -> dict:
+    block_h, block_n, num_warps, num_stages, per_sm = _CONFIGS[name]
+    head_blocks = triton.cdiv(num_heads, block_h)
+    n_tiles = max(1, triton.cdiv(topk, block_n))
     return dict(
         block_h=block_h,
         block_n=block_n,
         num_warps=num_warps,
         num_stages=num_stages,
-        num_splits=num_splits,
+        num_splits=_num_splits(num_rows, head_blocks, n_tiles, per_sm, device),
     )
+
+
+def _default_config(num_rows: int, num_heads: int, topk: int, device: torch.device) -> dict:
+    """Launch parameters, per regime, from the H200 sweep in NOTES.md (v4).
+
+    * few rows (each split gets ~2 tiles): the 3-stage pipeline; its shorter
+      prologue won at batch 1 (H8: 13.5 us vs 15.7 us with 5 stages).
+    * H64, <= 2 rows: head blocks of 16 (4 programs per row and split, 2 per
+      SM) instead of one 64-head program per split on a quarter of the SMs.
+    * otherwise 5 stages (the gather of tile i+1 overlaps the compute of tile i).
+    """
+    if num_heads <= 16:
+        name = "h16_n32_w4_s3" if num_rows < 16 else "h16_n32_w4_s5"
+    elif num_heads <= 32:
+        name = "h32_n32_w4_s3"
+    elif num_rows <= 2:
+        name = "h16_n32_w4_s3"
+    else:
+        name = "h64_n32_w8_s5"
+    return _config_dict(name, num_rows, num_heads, topk, device)
 
 
 def sparse_mla_attention(
