@@ -44,7 +44,8 @@ def evidence_of(patch: Patch, tier: str) -> str:
 
 
 def run_checks(patch: Patch, tier: str, python: str, *, engine: str, version: str, patched: Path,
-               pristine: Path, timeout: float = 1800, upstream_proof: bool = False) -> CheckResult:
+               pristine: Path, timeout: float = 1800, upstream_proof: bool = False,
+               extra_env: dict[str, str] | None = None) -> CheckResult:
     checks = patch.directory / "checks"
     evidence = evidence_of(patch, tier)
     if not checks.is_dir() or not any(checks.glob("test_*.py")):
@@ -62,6 +63,7 @@ def run_checks(patch: Patch, tier: str, python: str, *, engine: str, version: st
             # vLLM caches model info across runs: a stale cache hides missing dependencies
             "VLLM_CACHE_ROOT": str(Path(tmp) / "vllm-cache"),
         })
+        env.update(extra_env or {})
         cmd = [python, "-m", "pytest", "-q", "-p", "patchctl.smoke_fixtures", "-p", "no:cacheprovider",
                "-m", TIER_MARKERS[tier] + (UPSTREAM_PROOF if upstream_proof else ""), f"--junitxml={junit}", "--rootdir", str(checks), str(checks)]
         start = time.monotonic()

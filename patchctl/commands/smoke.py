@@ -36,8 +36,24 @@ def smoke_checks(ref: EngineRef, store: Store, ctx: resolve.Context, *, only: tu
         results.append(smoke.run_checks(patch, tier, env_python, engine=ref.engine.name,
                                         version=str(upstream.version),
                                         patched=built.pristine if upstream_proof else built.patched,
-                                        pristine=built.pristine, upstream_proof=upstream_proof))
+                                        pristine=built.pristine, upstream_proof=upstream_proof,
+                                        extra_env=companion_trees(patch, ctx)))
     code = EXIT_PATCH_FAILED if any(r.status in ("failed", "error") for r in results) else EXIT_OK
     return report.document("smoke", code, engine=ref.engine.name, version=str(upstream.version), tier=tier,
                            source={"kind": "release", "description": built.artifact, "sha256": built.artifact_sha256},
                            results=[r._asdict() for r in results]), code
+
+
+def companion_trees(patch, ctx: resolve.Context) -> dict[str, str]:
+    """`smoke.with: ["vllm@0.24.0"]`: pristine trees of other engines a patch's checks import
+    (the GGUF plugin imports vLLM), passed as PATCHCTL_<ENGINE>_TREE."""
+    from patchctl.spec import parse_spec
+
+    env = {}
+    for text in patch.smoke.get("with") or ():
+        ref = parse_spec(text)
+        if ref.kind != "exact":
+            raise UsageError(f"{patch.engine}/{patch.name}: smoke.with {text!r} must name an exact version")
+        tree = trees.pristine_tree(resolve.release(ref.engine, ref.version, ctx, prefer_sdist=True))
+        env[f"PATCHCTL_{ref.engine.name.upper().replace('-', '_')}_TREE"] = str(tree)
+    return env

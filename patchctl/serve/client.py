@@ -18,6 +18,10 @@ CHAT = "chat"
 COMPLETIONS = "completions"
 
 
+class TruncatedStream(RuntimeError):
+    """The stream stopped before the server said it was done."""
+
+
 class Completion(NamedTuple):
     """A non-streaming reply, with per-token strings when the server gave logprobs."""
 
@@ -147,6 +151,7 @@ class OpenAIClient:
                 if resp.status_code >= 400:
                     raise requests.HTTPError(f"HTTP {resp.status_code}: {resp.text[:200]}")
                 if stream:
+                    finished = False
                     # chunk_size=None hands bytes over as they arrive; a fixed
                     # size would hold early tokens back and inflate TTFT.
                     for payload in iter_sse_data(resp.iter_content(chunk_size=None)):
@@ -160,13 +165,21 @@ class OpenAIClient:
                             reasoning.append(delta.reasoning)
                         if delta.completion_tokens is not None:
                             usage = delta.completion_tokens
+                        finished = finished or delta.finish_reason is not None
+                    if not finished:
+                        # Every complete OpenAI stream carries a finish_reason. A
+                        # dropped one may still send [DONE]: llama-cpp-python,
+                        # interrupting a stream for a newer request, sends the role
+                        # chunk, [DONE], and nothing else. Counting that as a
+                        # request would report short, fast "successes".
+                        raise TruncatedStream(f"stream ended without a finish_reason after {len(chunk_times)} chunks")
                 else:
                     delta = delta_from_object(resp.json())
                     content.append(delta.content)
                     reasoning.append(delta.reasoning)
                     usage = delta.completion_tokens
             error = None
-        except (requests.RequestException, ServerError, ValueError) as exc:
+        except (requests.RequestException, ServerError, TruncatedStream, ValueError) as exc:
             error = f"{type(exc).__name__}: {exc}"[:300]
         end = time.perf_counter()
         return RequestRecord(
