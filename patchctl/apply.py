@@ -5,6 +5,8 @@ the job of `target.py`, which makes that all-or-nothing.
 """
 from __future__ import annotations
 
+import functools
+import hashlib
 import subprocess
 import tempfile
 from pathlib import Path
@@ -73,14 +75,19 @@ def load_variant(variant: Variant, allow_modified: bool) -> ParsedVariant:
         if not allow_modified:
             raise StoreError(f"{where} has no sha256 pin in series.yaml", hint="run `patchctl pin` after reviewing it")
     elif not allow_modified:
-        import hashlib
-
         actual = hashlib.sha256(data).hexdigest()
         if actual != variant.pinned_sha256:
             raise StoreError(
                 f"{where} was modified: sha256 {actual[:12]}… does not match the pin {variant.pinned_sha256[:12]}…",
                 hint="review the change, then `patchctl pin`; or pass --allow-modified",
             )
+    return _parse_cached(data, where)
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_cached(data: bytes, where: str) -> ParsedVariant:
+    # Variants are parsed for the prefetch list and again to apply them; the matrix parses the
+    # same few files for every version.
     return parse_variant(data, where)
 
 

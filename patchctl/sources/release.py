@@ -16,7 +16,9 @@ import os
 import struct
 import tarfile
 import zipfile
+import threading
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable, NamedTuple
 
@@ -26,7 +28,14 @@ from patchctl.sources import http
 from patchctl.sources.base import NoProgress, ProgressSink, Provenance
 from patchctl.sources.index import IndexFile, IndexProject, _atomic_write
 
-TAIL_GUESS = 1 << 16
+TAIL_MIN, TAIL_MAX = 1 << 16, 1 << 21
+FETCH_THREADS = 8
+
+
+def tail_guess(size: int) -> int:
+    """Bytes to read from the end of a wheel so that the central directory usually comes in the
+    same request (vLLM's is ~0.5 MB in a ~270 MB wheel): one round trip instead of two."""
+    return max(TAIL_MIN, min(TAIL_MAX, size // 256))
 
 
 class ZipEntry(NamedTuple):
@@ -76,6 +85,7 @@ class ReleaseSource:
         self.bytes_fetched = 0
         self._entries: dict[str, ZipEntry] | None = None
         self._record: dict[str, str] | None = None
+        self._lock = threading.Lock()
 
     # FileSource -----------------------------------------------------------------------------
     def read(self, path: str) -> bytes | None:
@@ -147,11 +157,11 @@ class ReleaseSource:
             return self._entries
         self._need_network("the wheel's file list")
         size = self.artifact.size or self._remote_size()
-        tail_start = max(0, size - TAIL_GUESS)
+        tail_start = max(0, size - tail_guess(size))
         tail = self._range(tail_start, size - 1)
         eocd = tail.rfind(b"PK\x05\x06")
         if eocd < 0:
-            raise NetworkError(f"{self.artifact.filename}: no zip end record in the last {TAIL_GUESS} bytes")
+            raise NetworkError(f"{self.artifact.filename}: no zip end record in the last {size - tail_start} bytes")
         cd_size, cd_offset = struct.unpack("<II", tail[eocd + 12 : eocd + 20])
         loc = tail.rfind(b"PK\x06\x07", 0, eocd)
         if loc >= 0 and (cd_offset == 0xFFFFFFFF or cd_size == 0xFFFFFFFF):
@@ -173,8 +183,9 @@ class ReleaseSource:
 
     def _range(self, start: int, end: int) -> bytes:
         data = http.get_range(self.artifact.url, start, end, what=self.artifact.filename)
-        self.bytes_fetched += len(data)
-        self.progress.advance(len(data))
+        with self._lock:  # members are fetched from several threads
+            self.bytes_fetched += len(data)
+            self.progress.advance(len(data))
         return data
 
     def _record_hashes(self) -> dict[str, str]:
@@ -225,18 +236,22 @@ class ReleaseSource:
         self.progress.start(f"{self.artifact.filename} (sparse)", None)
         try:
             entries = self._central_directory()
-            record = self._record_hashes()
-            for path in paths:
-                name = self._archive_name(path)
-                entry = entries.get(name)
-                if entry is None:
-                    self._store(path, None)
-                    continue
-                data = self._read_member(entry)
-                expected = record.get(name)
-                if expected and hashlib.sha256(data).hexdigest() != expected:
-                    raise NetworkError(f"{self.artifact.filename}: {name} does not match the sha256 in RECORD")
-                self._store(path, data)
+            wanted = {path: entries.get(self._archive_name(path)) for path in paths}
+            # RECORD and the members in parallel: each is one round trip, and they are independent.
+            with ThreadPoolExecutor(max_workers=FETCH_THREADS) as pool:
+                record_future = pool.submit(self._record_hashes)
+                futures = {path: pool.submit(self._read_member, entry)
+                           for path, entry in wanted.items() if entry is not None}
+                record = record_future.result()
+                for path, entry in wanted.items():
+                    if entry is None:
+                        self._store(path, None)
+                        continue
+                    data = futures[path].result()
+                    expected = record.get(entry.name)
+                    if expected and hashlib.sha256(data).hexdigest() != expected:
+                        raise NetworkError(f"{self.artifact.filename}: {entry.name} does not match the sha256 in RECORD")
+                    self._store(path, data)
         finally:
             self.progress.finish()
 
