@@ -45,6 +45,11 @@ def _run(command: str, as_json: bool, fn) -> None:
     sys.exit(code)
 
 
+def _notify(text: str) -> None:
+    """Progress lines for long work, on stderr so that --json output stays one document."""
+    click.echo(f"patchctl: {text}", err=True)
+
+
 def _ctx(as_json, index_url, offline, nightly_source, repo, as_version):
     return make_context(index_url=index_url, offline=offline, nightly_source=nightly_source, repo=repo,
                         as_version=as_version, progress=progress_for(as_json))
@@ -185,7 +190,7 @@ def smoke(spec, only, tier, python, store, index_url, offline, nightly_source, r
     """Run the patches' smoke checks against the patched tree of ENGINE@VERSION."""
     _run("smoke", as_json, lambda: smoke_cmd.smoke_checks(
         parse_spec(spec), Store.open(store), _ctx(as_json, index_url, offline, nightly_source, repo, as_version),
-        only=only, tier=tier, python=python))
+        only=only, tier=tier, python=python, notify=_notify))
 
 
 @main.group(invoke_without_command=True)

@@ -9,7 +9,9 @@ from patchctl.store import Store
 
 
 def smoke_checks(ref: EngineRef, store: Store, ctx: resolve.Context, *, only: tuple[str, ...], tier: str,
-                 python: str | None, options: Options = Options()) -> tuple[dict, int]:
+                 python: str | None, options: Options = Options(), notify=None) -> tuple[dict, int]:
+    """notify(text): progress for people (environment builds, each patch's run); None is silent."""
+    notify = notify or (lambda text: None)
     if ref.kind not in ("exact", "latest"):
         raise UsageError("smoke checks need a released version: ENGINE@X.Y.Z or ENGINE@latest")
     upstream = resolve.open_upstream(ref, ctx)
@@ -18,6 +20,7 @@ def smoke_checks(ref: EngineRef, store: Store, ctx: resolve.Context, *, only: tu
     unknown = set(only) - {p.name for p in series.patches}
     if unknown:
         raise UsageError(f"no such patch in the {ref.engine.name} series: {', '.join(sorted(unknown))}")
+    notify(f"building the pristine and patched trees of {ref.engine.name} {upstream.version}")
     built = trees.build_trees(ref.engine, upstream.version, series.patches, ctx, options)
     results = []
     for patch in patches:
@@ -32,7 +35,10 @@ def smoke_checks(ref: EngineRef, store: Store, ctx: resolve.Context, *, only: tu
             results.append(smoke.CheckResult(patch.name, tier, "not-run", 0, 0, 0, 0.0,
                                              "patch.yaml names no smoke env", ""))
             continue
+        if python is None:
+            notify(f"{patch.name}: smoke environment {profile!r} (built once, a few minutes the first time)")
         env_python = python or ensure_env(store.root, profile)
+        notify(f"{patch.name}: running its {tier} checks")
         results.append(smoke.run_checks(patch, tier, env_python, engine=ref.engine.name,
                                         version=str(upstream.version),
                                         patched=built.pristine if upstream_proof else built.patched,
