@@ -19,10 +19,12 @@ from patchctl.commands import revert as revert_cmd
 from patchctl.commands import smoke as smoke_cmd
 from patchctl.commands import status as status_cmd
 from patchctl.commands.common import make_context, options_from
-from patchctl.errors import EXIT_ENVIRONMENT, PatchctlError
+from patchctl.errors import EXIT_ENVIRONMENT, PatchctlError, UsageError
 from patchctl.options import (allow_modified_option, json_option, python_option, source_options, store_option,
                               strict_option, target_option, wait_option)
 from patchctl.progress import progress_for
+from patchctl.serve import patch_set_digest
+from patchctl.serve.cli import serve_options, serve_requested, serve_smoke
 from patchctl.spec import parse_spec
 from patchctl.store import Store
 
@@ -43,6 +45,10 @@ def _run(command: str, as_json: bool, fn) -> None:
     else:
         report.print_document(doc)
     sys.exit(code)
+
+
+def _serve_tier_without_server():
+    raise UsageError('the serve tier needs a server: --serve URL, or --start "vllm serve MODEL ..."')
 
 
 def _notify(text: str) -> None:
@@ -181,13 +187,26 @@ def pin(store, as_json):
 @main.command()
 @click.argument("spec")
 @click.option("--patch", "only", multiple=True, help="Only these patches.")
-@click.option("--tier", type=click.Choice(["cpu", "gpu"]), default="cpu", show_default=True)
+@click.option("--tier", type=click.Choice(["cpu", "gpu", "serve"]), default="cpu", show_default=True,
+              help="serve: validate a running engine; needs --serve URL or --start CMD.")
 @python_option
 @store_option
 @source_options
 @json_option
-def smoke(spec, only, tier, python, store, index_url, offline, nightly_source, repo, as_version, as_json):
-    """Run the patches' smoke checks against the patched tree of ENGINE@VERSION."""
+@serve_options
+def smoke(spec, only, tier, python, store, index_url, offline, nightly_source, repo, as_version, as_json, **serve):
+    """Run the patches' smoke checks against the patched tree of ENGINE@VERSION (cpu/gpu tiers),
+    or validate a running engine (serve tier: --serve URL or --start CMD)."""
+    if serve_requested(**serve):
+        def run_serve():
+            engine = parse_spec(spec).engine.name
+            digest = patch_set_digest([Store.open(store).root / engine / "series.yaml"])
+            return serve_smoke(engine, digest, progress=None if as_json else _notify, **serve)
+        _run("smoke", as_json, run_serve)
+        return
+    if tier == "serve":
+        _run("smoke", as_json, _serve_tier_without_server)
+        return
     _run("smoke", as_json, lambda: smoke_cmd.smoke_checks(
         parse_spec(spec), Store.open(store), _ctx(as_json, index_url, offline, nightly_source, repo, as_version),
         only=only, tier=tier, python=python, notify=_notify))

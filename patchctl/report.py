@@ -99,6 +99,10 @@ def print_document(doc: dict) -> None:
             print_conflicts(out, doc["patches"])
         else:
             out.print(f"{title}: the store has no patches for {doc.get('engine')}")
+    if command == "smoke" and doc.get("tier") == "serve":
+        from patchctl.serve.cli import render_serve_document
+
+        out.print(render_serve_document(doc), markup=False)
     if command == "smoke" and doc.get("results") is not None:
         table = Table(title=f"smoke {doc.get('engine')} {doc.get('version')} ({doc.get('tier')} tier)", title_justify="left")
         for col in ("patch", "status", "passed", "failed", "skipped", "seconds", "detail"):

@@ -17,7 +17,7 @@ def invoke(*args):
 @pytest.mark.parametrize("spec,needle", [("tensorrt@1.0", "unknown engine"), ("vllm@1..0", "not a PEP 440 version")])
 def test_bad_specs_exit_2_in_json_and_text(spec, needle):
     result = invoke("check", spec, "--json")
-    doc = json.loads(result.output)
+    doc = json.loads(result.stdout)
     assert result.exit_code == 2 and doc["ok"] is False and needle in doc["error"]["message"]
     assert doc["schema"] == "patchctl/1" and doc["error"]["kind"] == "usage"
     text = subprocess.run([sys.executable, "-m", "patchctl.cli", "check", spec], capture_output=True, text=True)
@@ -44,7 +44,7 @@ def test_malformed_series(tmp_path, content, needle):
     (tmp_path / "vllm").mkdir()
     (tmp_path / "vllm" / "series.yaml").write_text(content)
     result = invoke("list", "vllm", "--store", str(tmp_path), "--json")
-    assert result.exit_code == 2 and needle in json.loads(result.output)["error"]["message"]
+    assert result.exit_code == 2 and needle in json.loads(result.stdout)["error"]["message"]
 
 
 def test_list_explains_variant_choice(builder):
@@ -60,4 +60,4 @@ def test_list_explains_variant_choice(builder):
 
 def test_missing_store_is_usage_error(tmp_path):
     result = invoke("lint", "--store", str(tmp_path / "nope"), "--json")
-    assert result.exit_code == 2 and "does not exist" in json.loads(result.output)["error"]["message"]
+    assert result.exit_code == 2 and "does not exist" in json.loads(result.stdout)["error"]["message"]

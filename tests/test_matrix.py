@@ -33,7 +33,7 @@ def run(*args, expect=None):
     result = CliRunner().invoke(main, [*args, "--json"], catch_exceptions=False)
     if expect is not None:
         assert result.exit_code == expect, result.output
-    return json.loads(result.output)
+    return json.loads(result.stdout)
 
 
 def test_matrix_outcomes_shards_and_diff(index, tmp_path, fresh_cache):

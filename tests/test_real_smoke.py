@@ -25,7 +25,7 @@ def _cases():
 @pytest.mark.parametrize("engine,version", _cases())
 def test_patch_checks_pass_on_the_release(engine, version):
     result = CliRunner().invoke(main, ["smoke", f"{engine}@{version}", "--json"], catch_exceptions=False)
-    doc = json.loads(result.output)
+    doc = json.loads(result.stdout)
     assert doc["error"] is None, doc["error"]
     bad = [r for r in doc["results"] if r["status"] in ("failed", "error")]
     assert not bad, bad

@@ -78,7 +78,7 @@ def run(*args, expect=None):
     result = CliRunner().invoke(main, [*args, "--json"], catch_exceptions=False)
     if expect is not None:
         assert result.exit_code == expect, result.output
-    return json.loads(result.output)
+    return json.loads(result.stdout)
 
 
 def test_rebase_classifies_relocates_and_reuses_reviewed_resolutions(setup, tmp_path, fresh_cache):

@@ -49,7 +49,7 @@ def setup(tmp_path, builder):
 
 def smoke(*args):
     result = CliRunner().invoke(main, ["smoke", *args, "--json"], catch_exceptions=False)
-    return result.exit_code, json.loads(result.output)
+    return result.exit_code, json.loads(result.stdout)
 
 
 def test_cpu_tier_runs_checks_and_reports_failures(setup, fresh_cache):
@@ -105,7 +105,7 @@ def test_upstreamed_in_is_proven_on_the_pristine_tree(tmp_path, builder, fresh_c
         server.add("vllm", build_wheel(files, "vllm", "1.0", PRISTINE))
         server.add("vllm", build_wheel(files, "vllm", "1.1", moved))
         check = CliRunner().invoke(main, ["check", "vllm@1.1", "--index-url", server.url, "--store", str(builder.root), "--json"])
-        assert json.loads(check.output)["patches"][0]["outcome"] == "upstreamed"
+        assert json.loads(check.stdout)["patches"][0]["outcome"] == "upstreamed"
         code, doc = smoke("vllm@1.1", "--index-url", server.url, "--store", str(builder.root), "--python", sys.executable)
         (result,) = doc["results"]
         assert code == 0 and result["status"] == "passed" and result["passed"] == 1

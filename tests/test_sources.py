@@ -35,7 +35,7 @@ def store(builder):
 
 def check(*args, expect=None):
     result = CliRunner().invoke(main, ["check", *args, "--json"], catch_exceptions=False)
-    doc = json.loads(result.output)
+    doc = json.loads(result.stdout)
     if expect is not None:
         assert result.exit_code == expect, result.output
     return doc

@@ -16,7 +16,7 @@ def run(*args, expect=None):
     result = CliRunner().invoke(main, [*args, "--json"], catch_exceptions=False)
     if expect is not None:
         assert result.exit_code == expect, result.output
-    return json.loads(result.output)
+    return json.loads(result.stdout)
 
 
 @pytest.fixture

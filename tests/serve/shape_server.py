@@ -49,6 +49,7 @@ class ShapeServer:
             "delay_s": 0.002,  # between streamed chunks, so timings are not all zero
             "version": "0.0.0+shape",
             "fail": False,  # answer every POST with HTTP 500
+            "truncate_after": None,  # end chat streams after this many chunks, no finish_reason/[DONE]
         }
         self.requests: list[dict[str, Any]] = []
         handler = type("Handler", (_Handler,), {"owner": self})
@@ -175,7 +176,13 @@ class _Handler(BaseHTTPRequestHandler):
         # vLLM's first chunk: the role, no output yet.
         self._send(json.dumps({"object": "chat.completion.chunk", "choices": [
             {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}))
-        for kind, text in pieces:
+        for i, (kind, text) in enumerate(pieces):
+            if self.owner.settings["truncate_after"] == i:
+                # As llama-cpp-python ends a stream it interrupts: [DONE], never a finish_reason.
+                self._send("[DONE]")
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+                return
             time.sleep(delay)
             delta = {"content": None, "reasoning_content": text} if kind == "reasoning" else {"content": text}
             self._send(json.dumps({"object": "chat.completion.chunk", "choices": [
@@ -187,10 +194,10 @@ class _Handler(BaseHTTPRequestHandler):
     def _stream_completion(self, toks: list[str], body: dict[str, Any]) -> None:
         delay = self.owner.settings["delay_s"]
         self._start_sse()
-        for t in toks:
+        for i, t in enumerate(toks):
             time.sleep(delay)
             self._send(json.dumps({"object": "text_completion", "choices": [
-                {"index": 0, "text": t, "finish_reason": None}]}))
+                {"index": 0, "text": t, "finish_reason": "length" if i == len(toks) - 1 else None}]}))
         self._end_sse(len(toks), body, "text_completion")
 
 

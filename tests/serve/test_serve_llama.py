@@ -46,7 +46,8 @@ def server_command(port: int) -> list[str]:
         "--chat_format", "gemma",  # the GGUF's template is not picked up for this base model
         "--n_ctx", "2048",
         # llama-cpp-python's default aborts a running stream when a new request
-        # arrives, which would make every concurrency > 1 a failure.
+        # arrives (role chunk, [DONE], no finish_reason): every concurrency > 1
+        # would fail (test_streams_interrupted_by_the_server_are_caught).
         "--interrupt_requests", "False",
     ]
 
@@ -102,6 +103,10 @@ def test_whole_tier_against_llama_cpp(llama_url, tmp_path):
         # (one SSE chunk per token) is what gets used, and the report says so.
         assert lv.token_count_method == "chunks"
         assert lv.output_tokens <= 4 * 16
+    # Same greedy prompt, same 4 requests: concurrency must not change how much
+    # comes back (a server cutting streams short would look like fine latency).
+    c1, c4 = recorded.throughput.levels
+    assert c1.output_tokens == c4.output_tokens
     assert recorded.baseline.status == "recorded"
     assert any("counted by chunks" in n for n in recorded.notes)
 
@@ -153,6 +158,22 @@ def test_baseline_drop_is_a_failure_naming_numbers(llama_url, tmp_path):
     assert not report.ok
     (msg,) = [f for f in report.failures if f.startswith("baseline")]
     assert "c=1 output_tok_s" in msg and "vs baseline" in msg and "REGRESSED" in msg
+
+
+def test_streams_interrupted_by_the_server_are_caught(tmp_path):
+    """llama-cpp-python's default (interrupt_requests on) silently cuts streams short
+    under concurrency; the serve tier must call that a failure, not a fast request."""
+    need_server()
+    port = _free_port()
+    cmd = server_command(port)
+    i = cmd.index("--interrupt_requests")
+    del cmd[i : i + 2]
+    cfg = small_config(f"http://127.0.0.1:{port}", tmp_path, answers=False, concurrency=(4,), requests_per_level=4)
+    report = run_with_server(cfg, cmd, ready_timeout_s=180, state_dir=tmp_path / "servers")
+    (lv,) = report.throughput.levels
+    assert lv.failed >= 1, lv
+    assert any("stream ended without a finish_reason" in e for e in lv.errors), lv.errors
+    assert any(f.startswith("throughput c=4:") for f in report.failures)
 
 
 def test_start_stop_restart_on_the_same_port(tmp_path):

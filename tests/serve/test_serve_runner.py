@@ -49,6 +49,12 @@ def test_without_usage_tokens_are_counted_from_chunks_and_said(shape_server, tmp
     assert any("counted by chunks" in n for n in report.notes)
 
 
+def test_completions_api_streams_too(shape_server, tmp_path):
+    report = run_serve_smoke(config(shape_server, tmp_path, answers=False, throughput_api="completions"))
+    assert report.ok, report.failures
+    assert [lv.output_tokens for lv in report.throughput.levels] == [4 * 24, 4 * 24]
+
+
 def test_non_streaming_reports_only_what_it_can_measure(shape_server, tmp_path):
     report = run_serve_smoke(config(shape_server, tmp_path, answers=False, stream=False))
     lv = report.throughput.levels[0]
@@ -74,6 +80,7 @@ def test_wrong_answers_and_golden_drift_fail_with_reasons(shape_server, tmp_path
         assert f"answers/{name}" in failures
     assert "diverges at token 3" in failures
     assert len(report.golden.diverged) == len(report.golden.diffs) == 4
+    assert ServeReport.from_json(json.loads(json.dumps(report.to_json()))) == report
 
 
 def test_missing_golden_file_fails(shape_server, tmp_path):
@@ -119,6 +126,7 @@ def test_baseline_record_then_regression_names_the_numbers(shape_server, tmp_pat
     assert not bad.ok
     msg = [f for f in bad.failures if f.startswith("baseline")]
     assert len(msg) == 2 and "REGRESSED" in msg[0] and "vs baseline" in msg[0] and "threshold 5%" in msg[0]
+    assert ServeReport.from_json(json.loads(json.dumps(bad.to_json()))) == bad
 
     # A different patch set is a different deployment: no baseline for it yet.
     other = run_serve_smoke(replace(cfg, patch_set="p2"))
@@ -134,6 +142,15 @@ def test_failed_requests_fail_the_run_and_never_become_a_baseline(shape_server, 
     assert any("4/4 requests failed" in f and "HTTP 500" in f for f in report.failures)
     assert report.baseline.status == "refused"
     assert not list((tmp_path / "baselines").glob("*.json"))
+
+
+def test_streams_cut_short_are_failures_not_fast_requests(shape_server, tmp_path):
+    shape_server.settings["truncate_after"] = 6
+    report = run_serve_smoke(config(shape_server, tmp_path, answers=False, concurrency=(2,), warmup_requests=0))
+    (lv,) = report.throughput.levels
+    assert lv.failed == lv.requests == 4
+    assert lv.errors == ("TruncatedStream: stream ended without a finish_reason after 6 chunks",)
+    assert not report.ok
 
 
 def test_extra_body_reaches_every_request(shape_server, tmp_path):
