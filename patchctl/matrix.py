@@ -140,8 +140,13 @@ def assemble(store: Store, engines: list[str], rows: dict[tuple[str, str], dict]
     doc = {"schema": SCHEMA, "engines": {}}
     for engine in engines:
         versions = sorted((v for e, v in rows if e == engine), key=_version_key)
+        series = store.series(engine).patches
         doc["engines"][engine] = {
-            "patches": [p.name for p in store.series(engine).patches],
+            "patches": [p.name for p in series],
+            # What a passing cell proves and what it cannot (e.g. "SM120 itself: not available"),
+            # from each patch's metadata, so the matrix never claims more than was run.
+            "evidence": {p.name: {"proven": list(p.evidence.get("proven") or []),
+                                  "not_proven": list(p.evidence.get("not_proven") or [])} for p in series},
             "versions": {v: rows[(engine, v)] for v in versions},
         }
         if nightly_notes and engine in nightly_notes:
@@ -155,7 +160,8 @@ def merge(documents: list[dict]) -> dict:
         if doc.get("schema") != SCHEMA:
             raise UsageError(f"not a {SCHEMA} document")
         for engine, data in doc["engines"].items():
-            target = merged["engines"].setdefault(engine, {"patches": data["patches"], "versions": {}})
+            target = merged["engines"].setdefault(
+                engine, {"patches": data["patches"], "evidence": data.get("evidence", {}), "versions": {}})
             target["versions"].update(data["versions"])
             if "nightly" in data:
                 target["nightly"] = data["nightly"]
