@@ -71,3 +71,24 @@ def test_matrix_outcomes_shards_and_diff(index, tmp_path, fresh_cache):
     (tmp_path / "prev2.yaml").write_text(yaml.safe_dump(previous))
     diff = run("matrix", "diff", str(tmp_path / "prev2.yaml"), str(full), expect=1)["diff"]
     assert [(r["version"], r["before"], r["after"]) for r in diff["regressions"]] == [("1.2", "offset", "conflict")]
+
+
+def test_matrix_with_smoke_records_results_and_evidence(tmp_path, builder, fresh_cache):
+    import sys
+
+    files = tmp_path / "files"
+    files.mkdir()
+    folder = builder.add("vllm", "loader", variants={"1.0": builder.variant(PRISTINE, {"vllm/loader.py": loader_with({10: "ten\n"})})},
+                         extra_meta={"smoke": {"env": "test"}, "evidence": {"proven": ["x"], "not_proven": ["SM120 itself"]}})
+    (folder / "checks").mkdir()
+    (folder / "checks" / "test_it.py").write_text(
+        "def test_it(patched_tree):\n    assert 'ten' in (patched_tree / 'vllm/loader.py').read_text()\n")
+    with IndexServer(files) as server:
+        server.add("vllm", build_wheel(files, "vllm", "1.0", PRISTINE))
+        out = tmp_path / "m.yaml"
+        run("matrix", "--smoke", "--python", sys.executable, "--no-nightly", "-o", str(out),
+            "--index-url", server.url, "--store", str(builder.root), expect=0)
+    doc = yaml.safe_load(out.read_text())
+    cell = doc["engines"]["vllm"]["versions"]["1.0"]["patches"]["loader"]
+    assert cell["smoke"]["status"] == "passed" and cell["evidence"] == "applies + CPU checks passed"
+    assert doc["engines"]["vllm"]["evidence"]["loader"]["not_proven"] == ["SM120 itself"]
