@@ -22,13 +22,23 @@ def requirements_file(store_root: Path, profile: str) -> Path:
     return path
 
 
+def _venv(store_root: Path, profile: str) -> Path:
+    reqs = requirements_file(store_root, profile)
+    digest = hashlib.sha256(reqs.read_bytes() + "\n".join(BASE_REQUIREMENTS).encode()).hexdigest()[:12]
+    return config.cache_dir() / "envs" / f"{profile}-{digest}"
+
+
+def env_ready(store_root: Path, profile: str) -> bool:
+    venv = _venv(store_root, profile)
+    return (venv / ".complete").is_file() and (venv / "bin" / "python").exists()
+
+
 def ensure_env(store_root: Path, profile: str, log=None) -> str:
     """Path of the profile's python, creating the venv the first time."""
     reqs = requirements_file(store_root, profile)
-    digest = hashlib.sha256(reqs.read_bytes() + "\n".join(BASE_REQUIREMENTS).encode()).hexdigest()[:12]
-    venv = config.cache_dir() / "envs" / f"{profile}-{digest}"
+    venv = _venv(store_root, profile)
     python = venv / "bin" / "python"
-    if (venv / ".complete").is_file() and python.exists():
+    if env_ready(store_root, profile):
         return str(python)
     # Built in place (venvs are not relocatable); `.complete` is written last, so an interrupted
     # build is simply started again.

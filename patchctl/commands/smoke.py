@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from patchctl import report, resolve, smoke, trees
 from patchctl.apply import Options
-from patchctl.envs import ensure_env
+from patchctl.envs import ensure_env, env_ready
 from patchctl.errors import EXIT_OK, EXIT_PATCH_FAILED, UsageError
 from patchctl.spec import EngineRef
 from patchctl.store import Store
@@ -35,8 +35,8 @@ def smoke_checks(ref: EngineRef, store: Store, ctx: resolve.Context, *, only: tu
             results.append(smoke.CheckResult(patch.name, tier, "not-run", 0, 0, 0, 0.0,
                                              "patch.yaml names no smoke env", ""))
             continue
-        if python is None:
-            notify(f"{patch.name}: smoke environment {profile!r} (built once, a few minutes the first time)")
+        if python is None and not env_ready(store.root, profile):
+            notify(f"building smoke environment {profile!r} (once; a few minutes)")
         env_python = python or ensure_env(store.root, profile)
         notify(f"{patch.name}: running its {tier} checks")
         results.append(smoke.run_checks(patch, tier, env_python, engine=ref.engine.name,
