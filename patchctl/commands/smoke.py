@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from patchctl import apply as engine_apply
 from patchctl import report, resolve, smoke, trees
 from patchctl.apply import Options
 from patchctl.envs import ensure_env, env_ready
@@ -20,6 +21,17 @@ def smoke_checks(ref: EngineRef, store: Store, ctx: resolve.Context, *, only: tu
     unknown = set(only) - {p.name for p in series.patches}
     if unknown:
         raise UsageError(f"no such patch in the {ref.engine.name} series: {', '.join(sorted(unknown))}")
+    # Decide from the sparse check first: a release where nothing applies needs no trees at all.
+    quick = engine_apply.evaluate(series.patches, upstream.version, upstream.source, options=options)
+    runnable = [p for p in patches if quick.outcome_of(p.name).outcome in ("clean", "offset", "fuzz", "three-way")
+                or (quick.outcome_of(p.name).outcome == "upstreamed" and p.upstreamed_at(upstream.version))]
+    if not runnable:
+        results = [smoke.CheckResult(p.name, tier, "not-run", 0, 0, 0, 0.0,
+                                     f"patch is {quick.outcome_of(p.name).outcome} on {upstream.version}", "")
+                   for p in patches]
+        return report.document("smoke", EXIT_OK, engine=ref.engine.name, version=str(upstream.version), tier=tier,
+                               source=upstream.source.provenance()._asdict(),
+                               results=[r._asdict() for r in results]), EXIT_OK
     notify(f"building the pristine and patched trees of {ref.engine.name} {upstream.version}")
     built = trees.build_trees(ref.engine, upstream.version, series.patches, ctx, options)
     results = []
