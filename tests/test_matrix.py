@@ -1,11 +1,9 @@
 """The matrix over several real-format releases on a local index: outcomes, shards, merge, diff."""
-import json
 
 import pytest
 import yaml
-from click.testing import CliRunner
 
-from patchctl.cli import main
+from patchctl.testing.cli import run_json
 from patchctl.testing.builders import build_wheel
 from patchctl.testing.index_server import IndexServer
 from tests.conftest import PRISTINE, loader_with
@@ -29,11 +27,7 @@ def index(tmp_path, builder):
         yield server, builder.root
 
 
-def run(*args, expect=None):
-    result = CliRunner().invoke(main, [*args, "--json"], catch_exceptions=False)
-    if expect is not None:
-        assert result.exit_code == expect, result.output
-    return json.loads(result.stdout)
+run = run_json
 
 
 def test_matrix_outcomes_shards_and_diff(index, tmp_path, fresh_cache):

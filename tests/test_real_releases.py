@@ -1,11 +1,9 @@
 """Against the real releases on the configured package index (downloaded once per cache)."""
-import json
 
 import pytest
-from click.testing import CliRunner
 from packaging.version import Version
 
-from patchctl.cli import main
+from patchctl.testing.cli import run_json
 from patchctl.engines import get_engine
 from patchctl.resolve import Context, release
 from patchctl.store import Store
@@ -17,12 +15,7 @@ GGUF = "vllm/model_executor/model_loader/gguf_loader.py"
 SERVER_ARGS = "sglang/srt/server_args.py"
 
 
-def cli(*args, expect=None):
-    result = CliRunner().invoke(main, [*args, "--json"], catch_exceptions=False)
-    doc = json.loads(result.stdout)
-    if expect is not None:
-        assert result.exit_code == expect, result.output
-    return doc
+cli = run_json
 
 
 def pristine(engine: str, version: str, path: str) -> str:

@@ -1,13 +1,11 @@
 """rebase on a local index of real wheels: every classification, relocation, deterministic
 refresh, recorded resolutions reused only when the smoke checks pass; bisect; droppable."""
-import json
 import sys
 
 import pytest
 import yaml
-from click.testing import CliRunner
 
-from patchctl.cli import main
+from patchctl.testing.cli import run_json
 from patchctl.testing.builders import build_wheel
 from patchctl.testing.index_server import IndexServer
 from tests.conftest import PRISTINE, loader_with
@@ -74,11 +72,7 @@ def setup(tmp_path, builder):
         yield server, builder.root
 
 
-def run(*args, expect=None):
-    result = CliRunner().invoke(main, [*args, "--json"], catch_exceptions=False)
-    if expect is not None:
-        assert result.exit_code == expect, result.output
-    return json.loads(result.stdout)
+run = run_json
 
 
 def test_rebase_classifies_relocates_and_reuses_reviewed_resolutions(setup, tmp_path, fresh_cache):

@@ -2,13 +2,11 @@
 HTTP index on 127.0.0.1 serving real wheels and sdists."""
 import io
 import random
-import json
 import tarfile
 
 import pytest
-from click.testing import CliRunner
 
-from patchctl.cli import main
+from patchctl.testing.cli import run_json
 from patchctl.testing.builders import build_wheel
 from patchctl.testing.index_server import IndexServer
 from tests.conftest import PRISTINE, loader_with
@@ -34,11 +32,7 @@ def store(builder):
 
 
 def check(*args, expect=None):
-    result = CliRunner().invoke(main, ["check", *args, "--json"], catch_exceptions=False)
-    doc = json.loads(result.stdout)
-    if expect is not None:
-        assert result.exit_code == expect, result.output
-    return doc
+    return run_json("check", *args, expect=expect)
 
 
 def test_sparse_check_reads_a_small_part_of_the_wheel(index, store, fresh_cache):

@@ -1,22 +1,16 @@
 """git:REF, local directories, nightly sources and --install, on real repos, venvs and a local index."""
-import json
 import subprocess
 import sys
 
 import pytest
-from click.testing import CliRunner
 
-from patchctl.cli import main
+from patchctl.testing.cli import run_json
 from patchctl.testing.builders import build_wheel, git, install_fake_dist, write_tree
 from patchctl.testing.index_server import IndexServer
 from tests.conftest import PRISTINE, loader_with
 
 
-def run(*args, expect=None):
-    result = CliRunner().invoke(main, [*args, "--json"], catch_exceptions=False)
-    if expect is not None:
-        assert result.exit_code == expect, result.output
-    return json.loads(result.stdout)
+run = run_json
 
 
 @pytest.fixture

@@ -1,15 +1,13 @@
 """Apply / status / revert / ensure on real trees: all-or-nothing, kill -9 at every write step,
 locks, hardlinks, bytecode, permissions, escaping symlinks, tampered patches."""
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from patchctl.cli import main
+from patchctl.testing.cli import run_json
 from patchctl.testing.builders import install_fake_dist
 from tests.conftest import PRISTINE, loader_with
 
@@ -25,12 +23,7 @@ def store(builder):
     return builder.root
 
 
-def cli(*args, expect=None):
-    result = CliRunner().invoke(main, [*args, "--json"], catch_exceptions=False)
-    doc = json.loads(result.stdout)
-    if expect is not None:
-        assert result.exit_code == expect, result.output
-    return doc
+cli = run_json
 
 
 def snapshot(root: Path) -> dict:
