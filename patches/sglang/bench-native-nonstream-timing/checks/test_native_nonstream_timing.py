@@ -1,4 +1,5 @@
 """Native /generate without streaming (--backend sglang --disable-stream): TPOT and ITL."""
+import pytest
 from conftest import assert_sane, run_bench
 
 
@@ -9,6 +10,7 @@ def test_patched_reports_positive_tpot_and_itl(patched_tree, reasoning_server, t
     assert abs(metrics["mean_tpot_ms"] - metrics["mean_itl_ms"]) < 1e-6 * max(1.0, metrics["mean_itl_ms"]) + 1e-9
 
 
+@pytest.mark.pristine_fails
 def test_pristine_reports_negative_tpot_or_zero_itl(pristine_tree, reasoning_server, tmp_path):
     proc, metrics = run_bench(pristine_tree, reasoning_server, tmp_path, backend="sglang", stream=False)
     assert proc.returncode == 0 and metrics is not None, proc.stderr[-2000:]

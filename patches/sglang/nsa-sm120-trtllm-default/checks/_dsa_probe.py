@@ -9,7 +9,10 @@ Each scenario: {"capability": [12, 0], "kv_cache_dtype": "fp8_e4m3", "prefill": 
 - 0.5.9-0.5.14: `ServerArgs._set_default_{nsa,dsa}_backends(kv_cache_dtype, major)` receives the
   major that `_handle_model_specific_adjustments` read from torch.cuda.get_device_capability();
 - 0.5.15+: `arg_groups.overrides._dsa_split_backend_resolution(view)` calls
-  torch.cuda.get_device_capability() itself, so that function is replaced on torch.cuda.
+  torch.cuda.get_device_capability() itself, so that function is replaced on torch.cuda;
+  the model config is handed over as `view.get_model_config()` (0.5.15-0.5.19) and as the
+  memoized `_model_config` that `model_config_of(view)` returns (0.5.20+, where ServerArgs is
+  assembled from argument groups and the view is a permissive namespace).
 """
 import dataclasses
 import json
@@ -98,6 +101,8 @@ def _resolve(sa, torch, sc):
         ("dsa_decode_backend", sc.get("decode")),
         ("enable_hisparse", False),
         ("get_model_config", lambda: model_config),
+        # 0.5.20+: model_config_of(view) hands back the config memoized on the record
+        ("_model_config", model_config),
     ):
         object.__setattr__(view, name, value)
     declared = overrides._dsa_split_backend_resolution(view)
