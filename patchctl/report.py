@@ -106,7 +106,7 @@ def print_document(doc: dict) -> None:
     if command == "smoke" and doc.get("results") is not None:
         table = Table(title=f"smoke {doc.get('engine')} {doc.get('version')} ({doc.get('tier')} tier)", title_justify="left")
         for col in ("patch", "status", "passed", "failed", "skipped", "seconds", "detail"):
-            table.add_column(col)
+            table.add_column(col, overflow="fold")
         for r in doc["results"]:
             color = {"passed": "green", "failed": "bold red", "error": "bold red"}.get(r["status"], "yellow")
             table.add_row(r["patch"], f"[{color}]{r['status']}[/]", str(r["passed"]), str(r["failed"]),

@@ -16,6 +16,7 @@ Each scenario: {"capability": [12, 0], "kv_cache_dtype": "fp8_e4m3", "prefill": 
 """
 import dataclasses
 import json
+import pathlib
 import sys
 import types
 
@@ -23,6 +24,8 @@ import types
 def main() -> None:
     tree, scenarios_path = sys.argv[1], sys.argv[2]
     sys.path.insert(0, tree)
+    # shared with the bench patches' checks
+    sys.path.insert(1, str(pathlib.Path(__file__).resolve().parents[3] / "checklib" / "sglang"))
     import _sglang_cpu_stubs
 
     _sglang_cpu_stubs.install()

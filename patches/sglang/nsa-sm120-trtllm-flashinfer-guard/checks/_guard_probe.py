@@ -21,6 +21,7 @@ import dataclasses
 import importlib
 import json
 import os
+import pathlib
 import sys
 import types
 
@@ -28,6 +29,8 @@ import types
 def main() -> None:
     tree, scenarios_path = sys.argv[1], sys.argv[2]
     sys.path.insert(0, tree)
+    # shared with the bench patches' checks
+    sys.path.insert(1, str(pathlib.Path(__file__).resolve().parents[3] / "checklib" / "sglang"))
     import _sglang_cpu_stubs
 
     _sglang_cpu_stubs.install()
