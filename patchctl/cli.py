@@ -225,12 +225,15 @@ def smoke(spec, only, tier, python, store, index_url, offline, nightly_source, r
 @click.option("--workers", type=int, default=4, show_default=True)
 @click.option("--smoke", is_flag=True, help="Also run each patch's CPU smoke checks per version (slow).")
 @click.option("--no-nightly", is_flag=True, help="Leave the nightly build out.")
+@click.option("--version", "versions", multiple=True,
+              help="Only these versions (e.g. to add smoke results for a few; merge with a full run).")
 @python_option
 @store_option
 @source_options
 @json_option
 @click.pass_context
-def matrix(click_ctx, engines, output, shard, previous, markdown, html_out, workers, smoke, no_nightly, python, store,
+def matrix(click_ctx, engines, output, shard, previous, markdown, html_out, workers, smoke, no_nightly, versions,
+           python, store,
            index_url, offline, nightly_source, repo, as_version, as_json):
     """Every patch x every release from the oldest any patch claims: compat_matrix.yaml."""
     if click_ctx.invoked_subcommand:
@@ -238,7 +241,7 @@ def matrix(click_ctx, engines, output, shard, previous, markdown, html_out, work
     _run("matrix", as_json, lambda: matrix_cmd.run(
         Store.open(store), _ctx(True, index_url, offline, nightly_source, repo, as_version), engines=engines,
         output=output, shard=shard, previous=previous, markdown=markdown, workers=workers, smoke=smoke,
-        python=python, nightly=not no_nightly, html=html_out))
+        python=python, nightly=not no_nightly, html=html_out, versions=versions))
 
 
 @matrix.command(name="merge")

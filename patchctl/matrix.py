@@ -92,9 +92,10 @@ def _evidence(outcome: str, smoke: dict | None) -> str:
 
 def build(store: Store, ctx: resolve.Context, *, engines: list[str] | None = None,
           shard: tuple[int, int] | None = None, workers: int = 4, progress=None, smoke=None,
-          nightly: bool = True) -> dict:
+          nightly: bool = True, only_versions: set[str] | None = None) -> dict:
     engines = engines or store.engines()
-    jobs = [(e, v) for e in engines for v in versions_for(e, store, ctx)]
+    jobs = [(e, v) for e in engines for v in versions_for(e, store, ctx)
+            if not only_versions or str(v) in only_versions]
     if shard:
         index, count = shard
         jobs = [job for n, job in enumerate(jobs) if n % count == index - 1]

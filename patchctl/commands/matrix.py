@@ -37,9 +37,11 @@ def smoke_runner(store: Store, ctx: resolve.Context, python: str | None):
 
 def run(store: Store, ctx: resolve.Context, *, engines: tuple[str, ...], output: Path, shard: str | None,
         previous: Path | None, markdown: Path | None, workers: int, smoke: bool = False,
-        python: str | None = None, nightly: bool = True, html: Path | None = None) -> tuple[dict, int]:
+        python: str | None = None, nightly: bool = True, html: Path | None = None,
+        versions: tuple[str, ...] = ()) -> tuple[dict, int]:
     doc = matrix.build(store, ctx, engines=list(engines) or None, shard=parse_shard(shard), workers=workers,
-                       smoke=smoke_runner(store, ctx, python) if smoke else None, nightly=nightly)
+                       smoke=smoke_runner(store, ctx, python) if smoke else None, nightly=nightly,
+                       only_versions=set(versions) or None)
     output.write_text(matrix.dump(doc))
     if markdown:
         markdown.write_text(matrix.markdown(doc))
