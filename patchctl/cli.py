@@ -249,7 +249,7 @@ def matrix(click_ctx, engines, output, shard, previous, markdown, html_out, work
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True)
 @json_option
 def matrix_merge(inputs, output, as_json):
-    """Merge shard outputs into one matrix."""
+    """Merge shard outputs into one matrix (for a version in several inputs, the later input wins)."""
     _run("matrix-merge", as_json, lambda: matrix_cmd.merge(inputs, output))
 
 
