@@ -33,10 +33,17 @@ def open_repo(repo: str, cache_root: Path, *, offline: bool = False, fetch: bool
             git.Repo(clone).git.fetch("origin", "+refs/heads/*:refs/heads/*", "--tags", "--prune")
     except git.GitCommandError as exc:
         raise NetworkError(
-            f"cannot clone or fetch {repo}: {exc.stderr.strip()[-300:]}",
+            f"cannot clone or fetch {repo}: {_git_reason(exc)}",
             hint="check the network, or pass --repo with a local clone",
         ) from None
     return git.Repo(clone)
+
+
+def _git_reason(exc: git.GitCommandError) -> str:
+    """git's own 'fatal: …' line, without GitPython's wrapping."""
+    text = str(exc.stderr or "").strip().strip("'").strip()
+    fatal = [line for line in text.splitlines() if line.startswith(("fatal:", "error:"))]
+    return (fatal[-1] if fatal else text.splitlines()[-1] if text else str(exc))[:300]
 
 
 class GitSource:
