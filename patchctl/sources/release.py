@@ -86,6 +86,7 @@ class ReleaseSource:
         self._entries: dict[str, ZipEntry] | None = None
         self._record: dict[str, str] | None = None
         self._lock = threading.Lock()
+        self._tail: tuple[int, bytes] | None = None
 
     # FileSource -----------------------------------------------------------------------------
     def read(self, path: str) -> bytes | None:
@@ -159,6 +160,7 @@ class ReleaseSource:
         size = self.artifact.size or self._remote_size()
         tail_start = max(0, size - tail_guess(size))
         tail = self._range(tail_start, size - 1)
+        self._tail = (tail_start, tail)
         eocd = tail.rfind(b"PK\x05\x06")
         if eocd < 0:
             raise NetworkError(f"{self.artifact.filename}: no zip end record in the last {size - tail_start} bytes")
@@ -182,6 +184,10 @@ class ReleaseSource:
         return int(response.headers["Content-Length"])
 
     def _range(self, start: int, end: int) -> bytes:
+        if self._tail and self._tail[0] <= start and end < self._tail[0] + len(self._tail[1]):
+            # Already read with the central directory (RECORD is usually the last member).
+            offset = start - self._tail[0]
+            return self._tail[1][offset : offset + end - start + 1]
         data = http.get_range(self.artifact.url, start, end, what=self.artifact.filename)
         with self._lock:  # members are fetched from several threads
             self.bytes_fetched += len(data)
