@@ -31,6 +31,7 @@ class Engine(NamedTuple):
     git_url: str | None
     nightly: NightlySource
     moved_to: tuple[Move, ...]
+    smoke_env: dict[str, str] = {}
 
     def layout_prefix(self, tree_kind: str) -> str:
         return self.layouts.get(tree_kind, "")
@@ -55,6 +56,7 @@ def all_engines() -> dict[str, Engine]:
             moved_to=tuple(
                 Move(Version(m["from"]), m["engine"], m["what"]) for m in data.get("moved_to") or ()
             ),
+            smoke_env=dict(data.get("smoke_env") or {}),
         )
     return engines
 

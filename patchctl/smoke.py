@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import patchctl
+from patchctl.engines import get_engine
 from patchctl.store import Patch
 
 TIER_MARKERS = {"cpu": "not gpu", "gpu": "gpu"}
@@ -60,9 +61,8 @@ def run_checks(patch: Patch, tier: str, python: str, *, engine: str, version: st
             "PATCHCTL_ENGINE_VERSION": version, "PATCHCTL_ENGINE": engine,
             "PYTHONPATH": str(Path(patchctl.__file__).resolve().parent.parent),
             "PYTHONDONTWRITEBYTECODE": "1",
-            # vLLM caches model info across runs: a stale cache hides missing dependencies
-            "VLLM_CACHE_ROOT": str(Path(tmp) / "vllm-cache"),
         })
+        env.update({k: v.format(tmp=tmp) for k, v in get_engine(engine).smoke_env.items()})
         env.update(extra_env or {})
         cmd = [python, "-m", "pytest", "-q", "-p", "patchctl.smoke_fixtures", "-p", "no:cacheprovider",
                "-m", TIER_MARKERS[tier] + (UPSTREAM_PROOF if upstream_proof else ""), f"--junitxml={junit}", "--rootdir", str(checks), str(checks)]
