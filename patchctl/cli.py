@@ -247,10 +247,12 @@ def matrix(click_ctx, engines, output, shard, previous, markdown, html_out, work
 @matrix.command(name="merge")
 @click.argument("inputs", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True)
+@click.option("--markdown", type=click.Path(dir_okay=False, path_type=Path), help="Also write a Markdown table.")
+@click.option("--html", "html_out", type=click.Path(dir_okay=False, path_type=Path), help="Also write the HTML grid.")
 @json_option
-def matrix_merge(inputs, output, as_json):
+def matrix_merge(inputs, output, markdown, html_out, as_json):
     """Merge shard outputs into one matrix (for a version in several inputs, the later input wins)."""
-    _run("matrix-merge", as_json, lambda: matrix_cmd.merge(inputs, output))
+    _run("matrix-merge", as_json, lambda: matrix_cmd.merge(inputs, output, markdown, html_out))
 
 
 @matrix.command(name="diff")

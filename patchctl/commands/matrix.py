@@ -43,12 +43,7 @@ def run(store: Store, ctx: resolve.Context, *, engines: tuple[str, ...], output:
                        smoke=smoke_runner(store, ctx, python) if smoke else None, nightly=nightly,
                        only_versions=set(versions) or None)
     output.write_text(matrix.dump(doc))
-    if markdown:
-        markdown.write_text(matrix.markdown(doc))
-    if html:
-        from patchctl.matrix_html import render_html
-
-        html.write_text(render_html(doc), encoding="utf-8")
+    _renderings(doc, markdown, html)
     fields = {"output": str(output), "versions": {e: len(d["versions"]) for e, d in doc["engines"].items()}}
     code = EXIT_OK
     if previous:
@@ -63,9 +58,11 @@ def run(store: Store, ctx: resolve.Context, *, engines: tuple[str, ...], output:
     return report.document("matrix", code, **fields), code
 
 
-def merge(inputs: tuple[Path, ...], output: Path) -> tuple[dict, int]:
+def merge(inputs: tuple[Path, ...], output: Path, markdown: Path | None = None,
+          html: Path | None = None) -> tuple[dict, int]:
     merged = matrix.merge([matrix.load(p) for p in inputs])
     output.write_text(matrix.dump(merged))
+    _renderings(merged, markdown, html)
     return report.document("matrix-merge", EXIT_OK, output=str(output),
                            message=f"merged {len(inputs)} shard(s) into {output}"), EXIT_OK
 
@@ -77,3 +74,12 @@ def diff(previous: Path, current: Path) -> tuple[dict, int]:
              f"(first bad {r['first_bad_version']})" for r in changes["regressions"]]
     lines += [f"fixed: {r['engine']} {r['version']} {r['patch']} {r['before']} -> {r['after']}" for r in changes["fixes"]]
     return report.document("matrix-diff", code, diff=changes, message="\n".join(lines) or "no changes"), code
+
+
+def _renderings(doc: dict, markdown: Path | None, html: Path | None) -> None:
+    if markdown:
+        markdown.write_text(matrix.markdown(doc))
+    if html:
+        from patchctl.matrix_html import render_html
+
+        html.write_text(render_html(doc), encoding="utf-8")
