@@ -188,7 +188,7 @@ def dense_case(dmod, B, H, dtype, seqlen, page):
 SWEEP = {
     8: ["h16_n32_w4_s3", "h16_n32_w4_s5", "h16_n32_w8_s5", "h16_n16_w4_s7", "h16_n32_w4_s7"],
     64: ["h64_n32_w8_s3", "h64_n32_w8_s5", "h64_n32_w8_s7", "h64_n16_w8_s7", "h64_n16_w8_s9",
-         "h16_n32_w4_s5", "h16_n16_w4_s7"],
+         "h64_n64_w8_s3", "h16_n32_w4_s5", "h16_n16_w4_s7", "h16_n32_w8_s3"],
 }
 
 

@@ -261,13 +261,24 @@ _CONFIGS = {
     "h16_n32_w8_s5": (16, 32, 8, 5, 2),  # 94 KB, 97 regs
     "h16_n16_w4_s7": (16, 16, 4, 7, 3),  # 75 KB, 128 regs
     "h16_n32_w4_s7": (16, 32, 4, 7, 1),  # 131 KB, 184 regs
+    "h16_n32_w8_s3": (16, 32, 8, 3, 2),  # v5 candidate for H64 <= 2 rows (57 KB, 110 regs)
     "h32_n32_w4_s3": (32, 32, 4, 3, 2),  # v3 default for 16 < H <= 32 (not re-measured)
     "h64_n32_w8_s3": (64, 32, 8, 3, 1),  # v3 default (148 KB, 242 regs)
     "h64_n32_w8_s5": (64, 32, 8, 5, 1),  # 185 KB, 237 regs
     "h64_n32_w8_s7": (64, 32, 8, 7, 1),  # 222 KB, 235 regs
     "h64_n16_w8_s7": (64, 16, 8, 7, 1),  # 148 KB, 220 regs
     "h64_n16_w8_s9": (64, 16, 8, 9, 1),  # 167 KB, 220 regs
+    # v5: 64-key tiles halve the per-tile fixed cost (q re-read from shared
+    # memory by both warpgroups, cross-warpgroup softmax reductions, dot
+    # waits). 5 stages would need 296 KB; 3 stages fit (222 KB, 2 KV buffers)
+    # but wait for each gather (async_wait 0). 255 regs + 192 B spill.
+    "h64_n64_w8_s3": (64, 64, 8, 3, 1),
 }
+
+# H64: from this many rows on, h64_n64_w8_s3 instead of h64_n32_w8_s5 (NOTES.md v5).
+_H64_N64_MIN_ROWS = 64
+# H64, <= 2 rows: head blocks of 16 (NOTES.md v4/v5).
+_H64_FEW_ROWS = "h16_n32_w4_s3"
 
 
 def _num_splits(num_rows: int, head_blocks: int, n_tiles: int, per_sm: int, device: torch.device) -> int:
@@ -306,7 +317,9 @@ def _default_config(num_rows: int, num_heads: int, topk: int, device: torch.devi
     elif num_heads <= 32:
         name = "h32_n32_w4_s3"
     elif num_rows <= 2:
-        name = "h16_n32_w4_s3"
+        name = _H64_FEW_ROWS
+    elif num_rows >= _H64_N64_MIN_ROWS:
+        name = "h64_n64_w8_s3"
     else:
         name = "h64_n32_w8_s5"
     return _config_dict(name, num_rows, num_heads, topk, device)
