@@ -31,9 +31,13 @@ class Trees(NamedTuple):
     result: engine_apply.SeriesResult
 
 
+TREE_FORMAT = "2"  # 2: file modes kept (vLLM ships some sources executable; git diffs record modes)
+
+
 def pristine_tree(source: ReleaseSource) -> Path:
     root = config.cache_dir() / "trees" / source.artifact.sha256 / "pristine"
-    if (root / ".complete").is_file():
+    marker = root / ".complete"
+    if marker.is_file() and marker.read_text().startswith(f"format {TREE_FORMAT}\n"):
         return root
     source.sparse = False
     archive = source._download_full()
@@ -44,9 +48,12 @@ def pristine_tree(source: ReleaseSource) -> Path:
     wanted = tuple(p + "/" for p in engine.packages)
     if zipfile.is_zipfile(archive):
         with zipfile.ZipFile(archive) as zf:
-            for name in zf.namelist():
-                if name.startswith(wanted) and not name.endswith("/"):
-                    zf.extract(name, tmp)
+            for info in zf.infolist():
+                if info.filename.startswith(wanted) and not info.filename.endswith("/"):
+                    extracted = zf.extract(info, tmp)
+                    mode = (info.external_attr >> 16) & 0o777
+                    if mode:
+                        os.chmod(extracted, mode)
     else:
         layout = engine.layouts.get("git", "")
         with tarfile.open(archive) as tf:
@@ -61,7 +68,8 @@ def pristine_tree(source: ReleaseSource) -> Path:
                     dest.parent.mkdir(parents=True, exist_ok=True)
                     with tf.extractfile(member) as src, open(dest, "wb") as out:
                         shutil.copyfileobj(src, out)
-    (tmp / ".complete").write_text(source.artifact.filename)
+                    os.chmod(dest, member.mode & 0o777)
+    (tmp / ".complete").write_text(f"format {TREE_FORMAT}\n{source.artifact.filename}\n")
     shutil.rmtree(root, ignore_errors=True)
     os.replace(tmp, root)
     return root

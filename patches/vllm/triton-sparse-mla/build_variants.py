@@ -33,7 +33,19 @@ VERSIONS = [
     "0.16.0", "0.17.0", "0.17.1", "0.18.0", "0.18.1", "0.19.0", "0.19.1",
     "0.20.0", "0.20.1", "0.20.2", "0.21.0", "0.22.0", "0.22.1", "0.23.0",
 ]
-DEFAULT_PRISTINE_ROOT = pathlib.Path("/root/.cache/upstream")
+def pristine_tree(version: str, pristine_root: str | None) -> pathlib.Path:
+    """The release's pristine tree: from --pristine-root (<root>/vllm-<v>-sdist) if given, else the
+    one patchctl builds and caches from the package index."""
+    if pristine_root:
+        return pathlib.Path(pristine_root) / f"vllm-{version}-sdist"
+    sys.path.insert(0, str(REPO))
+    from packaging.version import Version
+
+    from patchctl import resolve, trees
+    from patchctl.engines import get_engine
+
+    source = resolve.release(get_engine("vllm"), Version(version), resolve.Context(), prefer_sdist=True)
+    return trees.pristine_tree(source)
 DEFAULT_KERNEL = REPO / "kernels" / "sparse_mla" / "triton_sparse_mla.py"
 
 GIT_ENV = {
@@ -391,13 +403,12 @@ def applies(patch: pathlib.Path | bytes, tree: pathlib.Path) -> bool:
 
 def build(name: str, spec: dict, args) -> dict[str, str]:
     out_dir: pathlib.Path = spec["dir"]
-    root = pathlib.Path(args.pristine_root)
     chosen: dict[str, str] = {}
     variants: dict[str, bytes] = {}
     current: str | None = None
     touched: dict[str, list[str]] = {}
     for v in spec["versions"]:
-        tree = root / f"vllm-{v}-sdist"
+        tree = pristine_tree(v, args.pristine_root)
         data, result = make_variant(name, spec, v, tree, args)
         if current is not None and applies(variants[current], tree):
             # Reuse the older variant only if it makes exactly the same files.
@@ -435,7 +446,8 @@ def build(name: str, spec: dict, args) -> dict[str, str]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", choices=sorted(PATCHES))
-    ap.add_argument("--pristine-root", default=str(DEFAULT_PRISTINE_ROOT))
+    ap.add_argument("--pristine-root", default=None,
+                    help="<root>/vllm-<v>-sdist trees (default: patchctl's cached pristine trees)")
     ap.add_argument("--kernel", default=str(DEFAULT_KERNEL))
     ap.add_argument("--check", action="store_true",
                     help="write nothing; exit 1 if a variant file is out of date")
