@@ -36,6 +36,15 @@ class Engine(NamedTuple):
     def layout_prefix(self, tree_kind: str) -> str:
         return self.layouts.get(tree_kind, "")
 
+    def sdist_member_path(self, member: str) -> str | None:
+        """An sdist member's path relative to the import root: sdists have one top directory
+        (<name>-<version>/), and some keep the repository layout (SGLang's python/)."""
+        if "/" not in member:
+            return None
+        inner = member.split("/", 1)[1]
+        prefix = self.layout_prefix("git")
+        return inner[len(prefix):] if prefix and inner.startswith(prefix) else inner
+
     def moves_at(self, version: Version) -> tuple[Move, ...]:
         return tuple(m for m in self.moved_to if version >= m.since)
 

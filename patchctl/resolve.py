@@ -9,6 +9,7 @@ from typing import NamedTuple
 from packaging.version import InvalidVersion, Version
 
 from patchctl import config
+from patchctl.engines import NightlySource
 from patchctl.errors import NetworkError, UsageError
 from patchctl.sources.base import DirectorySource, FileSource, ProgressSink
 from patchctl.sources.git import GitSource, open_repo
@@ -94,16 +95,26 @@ def open_upstream(ref: EngineRef, ctx: Context) -> Upstream:
     raise UsageError(f"{ref} names no upstream files (use ENGINE@VERSION)")
 
 
-def _nightly(ref: EngineRef, ctx: Context) -> Upstream:
-    engine = ref.engine
+def nightly_source(engine, flag: str | None) -> NightlySource:
+    """Where ENGINE@nightly comes from: --nightly-source > the config file > the engine table."""
     override = config.nightly_override(engine.name)
     kind = override.get("kind", engine.nightly.kind)
-    url = ctx.nightly_source or override.get("url") or engine.nightly.url
-    how = (f"set nightly.{engine.name}.url in {config.config_file()} or pass --nightly-source URL")
     if kind == "none":
         raise UsageError(f"{engine.name} publishes no nightly builds")
+    url = flag or override.get("url") or engine.nightly.url
     if not url:
-        raise UsageError(f"no nightly source is configured for {engine.name}", hint=how)
+        raise UsageError(f"no nightly source is configured for {engine.name}", hint=nightly_hint(engine))
+    return NightlySource(kind, url, override.get("ref") or engine.nightly.ref or "main")
+
+
+def nightly_hint(engine) -> str:
+    return f"set nightly.{engine.name}.url in {config.config_file()} or pass --nightly-source URL"
+
+
+def _nightly(ref: EngineRef, ctx: Context) -> Upstream:
+    engine = ref.engine
+    kind, url, branch = nightly_source(engine, ctx.nightly_source)
+    how = nightly_hint(engine)
     if kind == "wheel-index":
         index = PackageIndex(url, config.cache_dir(), offline=ctx.offline, origin="nightly source")
         try:
@@ -117,7 +128,6 @@ def _nightly(ref: EngineRef, ctx: Context) -> Upstream:
         artifact = choose_artifact(project, version)
         source = ReleaseSource(engine, artifact, config.cache_dir(), offline=ctx.offline, progress=ctx.progress)
         return Upstream(ref, version, source, f"{engine.dist} nightly {version} ({artifact.filename})")
-    branch = override.get("ref") or engine.nightly.ref or "main"
     try:
         repo = open_repo(url, config.cache_dir(), offline=ctx.offline)
     except NetworkError as exc:

@@ -136,8 +136,10 @@ def _failed(result: SeriesResult, bad) -> ConflictError:
 def _check_writable(root: Path, paths: list[str]) -> None:
     for rel in paths:
         file = root / rel
-        where = file if file.exists() else file.parent
-        if not os.access(where.parent if file.exists() else where, os.W_OK):
+        directory = file.parent  # a rename into it needs the directory writable, not the file
+        while not directory.exists():
+            directory = directory.parent
+        if not os.access(directory, os.W_OK):
             raise EnvironmentProblem(f"cannot write {file}: permission denied; nothing was changed",
                                      hint="run as the owner of the environment, or use --target on a copy")
 

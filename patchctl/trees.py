@@ -40,7 +40,7 @@ def pristine_tree(source: ReleaseSource) -> Path:
     if marker.is_file() and marker.read_text().startswith(f"format {TREE_FORMAT}\n"):
         return root
     source.sparse = False
-    archive = source._download_full()
+    archive = source.download_full()
     tmp = root.with_name(f"pristine.{os.getpid()}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -55,15 +55,10 @@ def pristine_tree(source: ReleaseSource) -> Path:
                     if mode:
                         os.chmod(extracted, mode)
     else:
-        layout = engine.layouts.get("git", "")
         with tarfile.open(archive) as tf:
             for member in tf:
-                if not member.isfile() or "/" not in member.name:
-                    continue
-                inner = member.name.split("/", 1)[1]
-                if layout and inner.startswith(layout):
-                    inner = inner[len(layout):]
-                if inner.startswith(wanted):
+                inner = engine.sdist_member_path(member.name) if member.isfile() else None
+                if inner and inner.startswith(wanted):
                     dest = tmp / inner
                     dest.parent.mkdir(parents=True, exist_ok=True)
                     with tf.extractfile(member) as src, open(dest, "wb") as out:

@@ -79,18 +79,11 @@ def _install(ref: EngineRef, python: str, ctx: resolve.Context) -> None:
     elif ref.kind in ("latest", "installed"):
         requirement, extra = engine.dist, extra + ("--upgrade",)
     elif ref.kind == "nightly":
-        upstream_kind = engine.nightly.kind
-        from patchctl import config
-
-        override = config.nightly_override(engine.name)
-        url = ctx.nightly_source or override.get("url") or engine.nightly.url
-        if not url:
-            raise UsageError(f"no nightly source is configured for {engine.name}",
-                             hint=f"set nightly.{engine.name}.url in {config.config_file()} or pass --nightly-source URL")
-        if override.get("kind", upstream_kind) == "git":
+        kind, url, branch = resolve.nightly_source(engine, ctx.nightly_source)
+        if kind == "git":
             prefix = engine.layout_prefix("git").rstrip("/")
             sub = f"#subdirectory={prefix}" if prefix else ""
-            requirement = f"{engine.dist} @ git+{url}@{override.get('ref') or engine.nightly.ref or 'main'}{sub}"
+            requirement = f"{engine.dist} @ git+{url}@{branch}{sub}"
         else:
             requirement, extra = engine.dist, extra + ("--pre", "--upgrade", "--extra-index-url", url)
     else:

@@ -262,7 +262,7 @@ class ReleaseSource:
             self.progress.finish()
 
     # whole artifact --------------------------------------------------------------------------
-    def _download_full(self) -> Path:
+    def download_full(self) -> Path:
         target = self._full_file()
         if target.is_file():
             if _sha256_file(target) == self.artifact.sha256:
@@ -298,7 +298,7 @@ class ReleaseSource:
         return target
 
     def _fetch_from_full(self, paths: list[str]) -> None:
-        archive = self._download_full()
+        archive = self.download_full()
         wanted = {self._archive_name(p): p for p in paths}
         found: dict[str, bytes] = {}
         if self.artifact.kind == "wheel" or archive.read_bytes()[:2] == b"PK":
@@ -309,13 +309,9 @@ class ReleaseSource:
         else:
             with tarfile.open(archive) as tf:
                 for member in tf:
-                    if not member.isfile():
-                        continue
-                    # sdists have one top directory: <name>-<version>/
-                    inner = member.name.split("/", 1)[1] if "/" in member.name else member.name
-                    for candidate in (inner, _strip_prefix(inner, self.engine.layouts.get("git", ""))):
-                        if candidate in wanted and wanted[candidate] not in found:
-                            found[wanted[candidate]] = tf.extractfile(member).read()
+                    path = self.engine.sdist_member_path(member.name) if member.isfile() else None
+                    if path in wanted and wanted[path] not in found:
+                        found[wanted[path]] = tf.extractfile(member).read()
         for path in paths:
             self._store(path, found.get(path))
 
@@ -325,18 +321,13 @@ class ReleaseSource:
             prefix_name = self._archive_name(prefix)
             layout = self.engine.layout_prefix(self.artifact.kind)
             return [n[len(layout):] for n in self._central_directory() if n.startswith(prefix_name)]
-        archive = self._download_full()
+        archive = self.download_full()
         if zipfile.is_zipfile(archive):
             with zipfile.ZipFile(archive) as zf:
                 return [n for n in zf.namelist() if n.startswith(prefix)]
         with tarfile.open(archive) as tf:
-            names = [m.name.split("/", 1)[1] for m in tf if m.isfile() and "/" in m.name]
-        layout = self.engine.layouts.get("git", "")
-        return [_strip_prefix(n, layout) for n in names if _strip_prefix(n, layout).startswith(prefix)]
-
-
-def _strip_prefix(name: str, prefix: str) -> str:
-    return name[len(prefix):] if prefix and name.startswith(prefix) else name
+            paths = [self.engine.sdist_member_path(m.name) for m in tf if m.isfile()]
+        return [p for p in paths if p and p.startswith(prefix)]
 
 
 def _sha256_file(path: Path) -> str:
