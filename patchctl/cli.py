@@ -56,9 +56,9 @@ def _notify(text: str) -> None:
     click.echo(f"patchctl: {text}", err=True)
 
 
-def _ctx(as_json, index_url, offline, nightly_source, repo, as_version):
+def _ctx(index_url, offline, nightly_source, repo, as_version):
     return make_context(index_url=index_url, offline=offline, nightly_source=nightly_source, repo=repo,
-                        as_version=as_version, progress=progress_for(as_json))
+                        as_version=as_version, progress=progress_for())
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -81,7 +81,7 @@ def main() -> None:
 def check(spec, only, store, index_url, offline, nightly_source, repo, as_version, strict, allow_modified, as_json):
     """Dry-run the patch series on the pristine files of ENGINE@VERSION (no install, no GPU)."""
     _run("check", as_json, lambda: check_cmd.check(
-        parse_spec(spec), Store.open(store), _ctx(as_json, index_url, offline, nightly_source, repo, as_version),
+        parse_spec(spec), Store.open(store), _ctx(index_url, offline, nightly_source, repo, as_version),
         options_from(strict, allow_modified), only=only))
 
 
@@ -108,7 +108,7 @@ def _target_command(name: str, help_text: str):
 def apply(spec, python, target_dir, index_url, offline, nightly_source, repo, as_version, wait, as_json,
           store, strict, allow_modified, install, keep_going, dry_run, force):
     _run("apply", as_json, lambda: apply_cmd.apply(
-        parse_spec(spec), Store.open(store), _ctx(as_json, index_url, offline, nightly_source, repo, as_version),
+        parse_spec(spec), Store.open(store), _ctx(index_url, offline, nightly_source, repo, as_version),
         options_from(strict, allow_modified), python=python, target_dir=target_dir, install=install,
         keep_going=keep_going, dry_run=dry_run, wait=wait, force=force))
 
@@ -120,14 +120,14 @@ def apply(spec, python, target_dir, index_url, offline, nightly_source, repo, as
 def ensure(spec, python, target_dir, index_url, offline, nightly_source, repo, as_version, wait, as_json,
            store, strict, allow_modified):
     _run("ensure", as_json, lambda: ensure_cmd.ensure(
-        parse_spec(spec), Store.open(store), _ctx(as_json, index_url, offline, nightly_source, repo, as_version),
+        parse_spec(spec), Store.open(store), _ctx(index_url, offline, nightly_source, repo, as_version),
         options_from(strict, allow_modified), python=python, target_dir=target_dir, wait=wait))
 
 
 @_target_command("status", "What is applied, and whether patched files changed since (e.g. wiped by pip).")
 def status(spec, python, target_dir, index_url, offline, nightly_source, repo, as_version, wait, as_json):
     _run("status", as_json, lambda: status_cmd.status(
-        parse_spec(spec), _ctx(as_json, index_url, offline, nightly_source, repo, as_version),
+        parse_spec(spec), _ctx(index_url, offline, nightly_source, repo, as_version),
         python=python, target_dir=target_dir))
 
 
@@ -135,7 +135,7 @@ def status(spec, python, target_dir, index_url, offline, nightly_source, repo, a
 @click.option("--force", is_flag=True, help="Restore files even if they changed since they were patched.")
 def revert(spec, python, target_dir, index_url, offline, nightly_source, repo, as_version, wait, as_json, force):
     _run("revert", as_json, lambda: revert_cmd.revert(
-        parse_spec(spec), _ctx(as_json, index_url, offline, nightly_source, repo, as_version),
+        parse_spec(spec), _ctx(index_url, offline, nightly_source, repo, as_version),
         python=python, target_dir=target_dir, force=force, wait=wait))
 
 
@@ -164,7 +164,7 @@ def list_(spec, store, as_json):
 def export(spec, dest, full, store, index_url, offline, nightly_source, repo, as_version, strict, allow_modified, as_json):
     """Write the patched files (or with --full the patched package) of ENGINE@VERSION to DEST."""
     _run("export", as_json, lambda: export_cmd.export(
-        parse_spec(spec), dest, Store.open(store), _ctx(as_json, index_url, offline, nightly_source, repo, as_version),
+        parse_spec(spec), dest, Store.open(store), _ctx(index_url, offline, nightly_source, repo, as_version),
         options_from(strict, allow_modified), full=full))
 
 
@@ -208,7 +208,7 @@ def smoke(spec, only, tier, python, store, index_url, offline, nightly_source, r
         _run("smoke", as_json, _serve_tier_without_server)
         return
     _run("smoke", as_json, lambda: smoke_cmd.smoke_checks(
-        parse_spec(spec), Store.open(store), _ctx(as_json, index_url, offline, nightly_source, repo, as_version),
+        parse_spec(spec), Store.open(store), _ctx(index_url, offline, nightly_source, repo, as_version),
         only=only, tier=tier, python=python, notify=_notify))
 
 
@@ -239,7 +239,7 @@ def matrix(click_ctx, engines, output, shard, previous, markdown, html_out, work
     if click_ctx.invoked_subcommand:
         return
     _run("matrix", as_json, lambda: matrix_cmd.run(
-        Store.open(store), _ctx(True, index_url, offline, nightly_source, repo, as_version), engines=engines,
+        Store.open(store), _ctx(index_url, offline, nightly_source, repo, as_version), engines=engines,
         output=output, shard=shard, previous=previous, markdown=markdown, workers=workers, smoke=smoke,
         python=python, nightly=not no_nightly, html=html_out, versions=versions))
 
@@ -280,7 +280,7 @@ def rebase(engine, onto, old, workdir, no_write, python, store, index_url, offli
     """Carry the series onto a new version: unchanged, refreshed, conflict, upstreamed, obsolete."""
     def run():
         s = Store.open(store)
-        ctx = _ctx(as_json, index_url, offline, nightly_source, repo, as_version)
+        ctx = _ctx(index_url, offline, nightly_source, repo, as_version)
         return rebase_cmd.rebase(engine, s, ctx, onto=onto, old=old, workdir=workdir, write=not no_write,
                                  verify=rebase_cmd.verify_with_smoke(s, ctx, python))
     _run("rebase", as_json, run)
@@ -312,7 +312,7 @@ def bisect(patch, engine, good, bad, smoke, python, store, index_url, offline, n
     """Find the first release (or commit) where PATCH stops applying or its smoke fails."""
     def run():
         s = Store.open(store)
-        ctx = _ctx(as_json, index_url, offline, nightly_source, repo, as_version)
+        ctx = _ctx(index_url, offline, nightly_source, repo, as_version)
         return rebase_cmd.bisect(patch, engine, s, ctx, good=good, bad=bad, repo=repo, version=as_version,
                                  smoke=rebase_cmd.smoke_gate(s, ctx, python) if smoke else None)
     _run("bisect", as_json, run)
@@ -326,7 +326,7 @@ def bisect(patch, engine, good, bad, smoke, python, store, index_url, offline, n
 def droppable(engines, store, index_url, offline, nightly_source, repo, as_version, as_json):
     """Evaluate drop_when rules on the newest release: which patches can be deleted."""
     _run("droppable", as_json, lambda: rebase_cmd.droppable(
-        Store.open(store), _ctx(as_json, index_url, offline, nightly_source, repo, as_version), engines))
+        Store.open(store), _ctx(index_url, offline, nightly_source, repo, as_version), engines))
 
 
 if __name__ == "__main__":

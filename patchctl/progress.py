@@ -29,5 +29,6 @@ class RichProgress:
             self._progress = None
 
 
-def progress_for(as_json: bool):
+def progress_for():
+    # On stderr, so it never mixes into --json output on stdout.
     return RichProgress() if sys.stderr.isatty() else NoProgress()
