@@ -15,6 +15,8 @@ Design (see NOTES.md beside this file for measurements):
   tile of ``BLOCK_N`` gathered cache rows is loaded once and used as the N
   (scores) and K (output) operand of ``tl.dot`` for all heads of the block.
   D is handled as ``kv_lora_rank`` + ``rope`` chunks. Online softmax in base 2.
+  The indices of the next tile are loaded one tile ahead, so the gather of the
+  next tile is in flight while the current one is computed.
 * split-K over the top-k dimension (flash decoding) when rows x head blocks are
   too few to fill the GPU; stage 2 merges the splits through their
   log-sum-exp. With one split, stage 1 writes the final output directly.
@@ -68,6 +70,7 @@ def _sparse_mla_stage1(
     DPE: tl.constexpr,
     PE_MASKED: tl.constexpr,  # rope_dim < DPE: mask the padded rope columns
     PAGE: tl.constexpr,  # kv-cache block size (constexpr: the slot split is a shift for powers of 2)
+    FLAT_KV: tl.constexpr,  # stride_kvb == PAGE * stride_kvs: a slot id is a row number, no split needed
     BLOCK_H: tl.constexpr,
     BLOCK_N: tl.constexpr,
     IS_FINAL: tl.constexpr,
@@ -109,13 +112,25 @@ def _sparse_mla_stage1(
     start = split * tiles_per_split * BLOCK_N
     end = tl.minimum(start + tiles_per_split * BLOCK_N, topk)
     idx_row = IDX + t.to(tl.int64) * stride_it
+    # The indices of tile i+1 are loaded during tile i (loop-carried), so no
+    # load in the same iteration feeds the gather's addresses. With the index
+    # load in that chain (v5) triton's pipeliner copied the index three times
+    # per tile (once per layout that uses it), gave the KV tile fewer buffers
+    # and, at 3 stages, waited for every copy at the top of each iteration;
+    # now the gather of the next tile stays in flight (NOTES.md v6).
+    offs_n = start + tl.arange(0, BLOCK_N)
+    slot_next = tl.load(idx_row + offs_n * stride_ik, mask=offs_n < end, other=-1).to(tl.int32)
     for n0 in tl.range(start, end, BLOCK_N):
-        offs_n = n0 + tl.arange(0, BLOCK_N)
-        slot = tl.load(idx_row + offs_n * stride_ik, mask=offs_n < end, other=-1).to(tl.int32)
+        slot = slot_next
+        offs_n = n0 + BLOCK_N + tl.arange(0, BLOCK_N)
+        slot_next = tl.load(idx_row + offs_n * stride_ik, mask=offs_n < end, other=-1).to(tl.int32)
         valid = slot >= 0
         slot = tl.where(valid, slot, 0)
-        blk = slot // PAGE
-        row_ptr = KV + blk.to(tl.int64) * stride_kvb + (slot - blk * PAGE) * stride_kvs
+        if FLAT_KV:
+            row_ptr = KV + slot.to(tl.int64) * stride_kvs
+        else:
+            blk = slot // PAGE
+            row_ptr = KV + blk.to(tl.int64) * stride_kvb + (slot - blk * PAGE) * stride_kvs
         k_nope = tl.load(
             row_ptr[:, None] + offs_dv[None, :] * stride_kvd,
             mask=valid[:, None],
@@ -198,6 +213,7 @@ def _sparse_mla_stage2(
     stride_rh,
     DV: tl.constexpr,
     BLOCK_S: tl.constexpr,
+    ONE_STEP: tl.constexpr,
     WRITE_LSE: tl.constexpr,
 ):
     pid = tl.program_id(0)
@@ -208,22 +224,33 @@ def _sparse_mla_stage2(
     l_base = MID_L + t.to(tl.int64) * stride_lt + h * stride_lh
     o_base = MID_O + t.to(tl.int64) * stride_mt + h * stride_mh
 
-    m = float("-inf")
-    for s0 in range(0, num_splits, BLOCK_S):
-        ls = tl.load(l_base + s0 + offs_s, mask=s0 + offs_s < num_splits, other=float("-inf"))
-        m = tl.maximum(m, tl.max(ls, 0))
-    m_ref = tl.where(m == float("-inf"), 0.0, m)
+    if ONE_STEP:
+        # num_splits <= BLOCK_S: lse and partial outputs in one round of loads.
+        ms = offs_s < num_splits
+        ls = tl.load(l_base + offs_s, mask=ms, other=float("-inf"))
+        o = tl.load(o_base + offs_s[:, None] * stride_ms + offs_dv[None, :], mask=ms[:, None], other=0.0)
+        m = tl.max(ls, 0)
+        m_ref = tl.where(m == float("-inf"), 0.0, m)
+        w = tl.exp2(ls - m_ref)
+        acc = tl.sum(w[:, None] * o, 0)
+        w_sum = tl.sum(w, 0)
+    else:
+        m = float("-inf")
+        for s0 in range(0, num_splits, BLOCK_S):
+            ls = tl.load(l_base + s0 + offs_s, mask=s0 + offs_s < num_splits, other=float("-inf"))
+            m = tl.maximum(m, tl.max(ls, 0))
+        m_ref = tl.where(m == float("-inf"), 0.0, m)
 
-    acc = tl.zeros([DV], dtype=tl.float32)
-    w_sum = 0.0
-    # BLOCK_S splits per step, no data-dependent branch: the loads of a step
-    # are independent and overlap (a scalar loop over splits was latency bound).
-    for s0 in range(0, num_splits, BLOCK_S):
-        ms = s0 + offs_s < num_splits
-        w = tl.exp2(tl.load(l_base + s0 + offs_s, mask=ms, other=float("-inf")) - m_ref)
-        o = tl.load(o_base + (s0 + offs_s)[:, None] * stride_ms + offs_dv[None, :], mask=ms[:, None], other=0.0)
-        acc += tl.sum(w[:, None] * o, 0)
-        w_sum += tl.sum(w, 0)
+        acc = tl.zeros([DV], dtype=tl.float32)
+        w_sum = 0.0
+        # BLOCK_S splits per step, no data-dependent branch: the loads of a step
+        # are independent and overlap (a scalar loop over splits was latency bound).
+        for s0 in range(0, num_splits, BLOCK_S):
+            ms = s0 + offs_s < num_splits
+            w = tl.exp2(tl.load(l_base + s0 + offs_s, mask=ms, other=float("-inf")) - m_ref)
+            o = tl.load(o_base + (s0 + offs_s)[:, None] * stride_ms + offs_dv[None, :], mask=ms[:, None], other=0.0)
+            acc += tl.sum(w[:, None] * o, 0)
+            w_sum += tl.sum(w, 0)
 
     has = w_sum > 0.0
     res = tl.where(has, acc / tl.where(has, w_sum, 1.0), 0.0) * out_scale
@@ -249,45 +276,51 @@ def _num_sms(device: torch.device) -> int:
 
 
 # Launch configurations: (block_h, block_n, num_warps, num_stages, programs
-# resident per SM). num_stages >= 5 matters: with the index load in the
-# pipeline, triton gives the KV tile (num_stages - 3) shared-memory buffers; at
-# 3 or 4 stages it had one (BLOCK_H 16) or two buffers but waited for every copy
-# at the top of each iteration (async_wait 0), so a program's gather never
-# overlapped its own compute (NOTES.md v4). Programs per SM from the local
-# sm_90 compile: shared memory (q + buffers) and registers.
+# resident per SM). Programs per SM and the comments are from local sm_90
+# compiles (triton 3.6, bf16): shared memory (q + KV buffers), registers, and
+# whether the gather of the next tile stays in flight while a tile is computed
+# (the pipeliner's async_wait count > 0) (NOTES.md v6).
 _CONFIGS = {
-    "h16_n32_w4_s3": (16, 32, 4, 3, 2),  # v3 default (57 KB, 180 regs)
-    "h16_n32_w4_s5": (16, 32, 4, 5, 2),  # 94 KB, 184 regs
-    "h16_n32_w8_s5": (16, 32, 8, 5, 2),  # 94 KB, 97 regs
-    "h16_n16_w4_s7": (16, 16, 4, 7, 3),  # 75 KB, 128 regs
-    "h16_n32_w4_s7": (16, 32, 4, 7, 1),  # 131 KB, 184 regs
-    "h16_n32_w8_s3": (16, 32, 8, 3, 2),  # v5 candidate for H64 <= 2 rows (57 KB, 110 regs)
-    "h32_n32_w4_s3": (32, 32, 4, 3, 2),  # v3 default for 16 < H <= 32 (not re-measured)
-    "h64_n32_w8_s3": (64, 32, 8, 3, 1),  # v3 default (148 KB, 242 regs)
-    "h64_n32_w8_s5": (64, 32, 8, 5, 1),  # 185 KB, 237 regs
-    "h64_n32_w8_s7": (64, 32, 8, 7, 1),  # 222 KB, 235 regs
-    "h64_n16_w8_s7": (64, 16, 8, 7, 1),  # 148 KB, 220 regs
-    "h64_n16_w8_s9": (64, 16, 8, 9, 1),  # 167 KB, 220 regs
-    # v5: 64-key tiles halve the per-tile fixed cost (q re-read from shared
-    # memory by both warpgroups, cross-warpgroup softmax reductions, dot
-    # waits). 5 stages would need 296 KB; 3 stages fit (222 KB, 2 KV buffers)
-    # but wait for each gather (async_wait 0). 255 regs + 192 B spill.
-    "h64_n64_w8_s3": (64, 64, 8, 3, 1),
+    # v6 default for H <= 16, H32 below 32 rows and H64 up to 2 rows:
+    "h16_n32_w4_s3": (16, 32, 4, 3, 2),  # 93 KB, 183 regs, 2 KV buffers, overlapped
+    "h16_n32_w8_s3": (16, 32, 8, 3, 2),  # 93 KB, 101 regs, overlapped
+    "h16_n16_w4_s3": (16, 16, 4, 3, 4),  # 56 KB, 128 regs, overlapped
+    "h16_n64_w8_s2": (16, 64, 8, 2, 2),  # 94 KB, 136 regs, 1 KV buffer: not overlapped
+    "h32_n32_w8_s3": (32, 32, 8, 3, 2),  # 113 KB, 169 regs, overlapped
+    # v6 default for 16 < H <= 32 from 32 rows on:
+    "h32_n64_w8_s3": (32, 64, 8, 3, 1),  # 188 KB, 174 regs, overlapped
+    # v6 default for H64, 3 to 127 rows:
+    "h64_n32_w8_s3": (64, 32, 8, 3, 1),  # 184 KB, 241 regs, 3 KV buffers, overlapped
+    "h64_n32_w8_s4": (64, 32, 8, 4, 1),  # 221 KB, 240 regs, 4 KV buffers, overlapped
+    # 64-key tiles halve the per-tile fixed cost (q re-read from shared memory
+    # by both warpgroups, cross-warpgroup softmax exchange, dot waits); q and
+    # two 64-key buffers fill shared memory, and with two the pipeliner waits
+    # for each gather (not overlapped). Still the fastest at >= 128 rows.
+    # v6 default for H64 from 128 rows on:
+    "h64_n64_w8_s2": (64, 64, 8, 2, 1),  # 221 KB, 255 regs + 48 B stack
 }
 
-# H64: from this many rows on, h64_n64_w8_s3 instead of h64_n32_w8_s5 (NOTES.md v5).
-_H64_N64_MIN_ROWS = 64
-# H64, <= 2 rows: head blocks of 16 (NOTES.md v4/v5).
+# H64: from this many rows on, 64-key tiles (NOTES.md v5, v6).
+_H64_N64_MIN_ROWS = 128
+# H64, <= 2 rows: head blocks of 16 (NOTES.md v4-v6).
+# 16 < H <= 32: from this many rows on one 32-head block with 64-key tiles,
+# below it head blocks of 16 (NOTES.md v6: batch 8 vs 32).
+_H32_N64_MIN_ROWS = 32
 _H64_FEW_ROWS = "h16_n32_w4_s3"
 
 
 def _num_splits(num_rows: int, head_blocks: int, n_tiles: int, per_sm: int, device: torch.device) -> int:
     """Split the top-k range only as far as needed to give every SM its resident
     programs (going past one wave measured slower, NOTES.md v2), keeping >= 2
-    tiles per split so the pipeline has something to overlap."""
-    slots = per_sm * _num_sms(device)
+    tiles per split so the pipeline has something to overlap, and >= 4 once
+    there are more programs than SMs (H8 batch 8: 16 splits of 4 tiles beat 32
+    of 2, NOTES.md v6)."""
+    sms = _num_sms(device)
     work = num_rows * head_blocks
-    return max(1, min(max(1, n_tiles // 2), slots // work))
+    splits = max(1, min(max(1, n_tiles // 2), (per_sm * sms) // work))
+    if splits > 1 and n_tiles // splits < 4 and work * splits > sms:
+        splits = max(1, min(splits, max(1, n_tiles // 4), max(1, sms // work)))
+    return splits
 
 
 def _config_dict(name: str, num_rows: int, num_heads: int, topk: int, device: torch.device) -> dict:
@@ -304,24 +337,26 @@ def _config_dict(name: str, num_rows: int, num_heads: int, topk: int, device: to
 
 
 def _default_config(num_rows: int, num_heads: int, topk: int, device: torch.device) -> dict:
-    """Launch parameters, per regime, from the H200 sweep in NOTES.md (v4).
+    """Launch parameters, per regime, from the H200 sweeps in NOTES.md (v6).
 
-    * few rows (each split gets ~2 tiles): the 3-stage pipeline; its shorter
-      prologue won at batch 1 (H8: 13.5 us vs 15.7 us with 5 stages).
+    * H <= 16: one config at every batch (the split rule adapts).
+    * 16 < H <= 32: head blocks of 16 below 32 rows, else one 32-head block
+      with 64-key tiles.
     * H64, <= 2 rows: head blocks of 16 (4 programs per row and split, 2 per
       SM) instead of one 64-head program per split on a quarter of the SMs.
-    * otherwise 5 stages (the gather of tile i+1 overlaps the compute of tile i).
+    * H64 otherwise: 64-head blocks, 32-key tiles with 3 buffers; 64-key tiles
+      (2 buffers, all that fits next to q) from 128 rows on.
     """
     if num_heads <= 16:
-        name = "h16_n32_w4_s3" if num_rows < 16 else "h16_n32_w4_s5"
+        name = "h16_n32_w4_s3"
     elif num_heads <= 32:
-        name = "h32_n32_w4_s3"
+        name = "h32_n64_w8_s3" if num_rows >= _H32_N64_MIN_ROWS else "h16_n32_w4_s3"
     elif num_rows <= 2:
         name = _H64_FEW_ROWS
     elif num_rows >= _H64_N64_MIN_ROWS:
-        name = "h64_n64_w8_s3"
+        name = "h64_n64_w8_s2"
     else:
-        name = "h64_n32_w8_s5"
+        name = "h64_n32_w8_s3"
     return _config_dict(name, num_rows, num_heads, topk, device)
 
 
@@ -405,6 +440,7 @@ def sparse_mla_attention(
         DPE=dpe,
         PE_MASKED=rope_dim != dpe,
         PAGE=block_size,
+        FLAT_KV=kv_cache.stride(0) == block_size * kv_cache.stride(1),
         BLOCK_H=block_h,
         BLOCK_N=block_n,
         KV_FP8=kv_fp8,
@@ -444,6 +480,7 @@ def sparse_mla_attention(
             **common,
         )
         lse_arg = lse if return_lse else mid_l
+        block_s = min(16, max(2, triton.next_power_of_2(num_splits)))
         _sparse_mla_stage2[(T * H,)](
             mid_o, mid_l, out, lse_arg,
             scale, H, num_splits,
@@ -452,7 +489,8 @@ def sparse_mla_attention(
             out.stride(0), out.stride(1), out.stride(2),
             lse.stride(0) if return_lse else 0, lse.stride(1) if return_lse else 0,
             DV=dv,
-            BLOCK_S=min(16, max(2, triton.next_power_of_2(num_splits))),
+            BLOCK_S=block_s,
+            ONE_STEP=num_splits <= block_s,
             WRITE_LSE=return_lse,
             num_warps=4,
         )

@@ -206,6 +206,24 @@ def test_noncontiguous_out_and_q(dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+def test_cache_blocks_not_back_to_back(dtype):
+    """A cache whose blocks are not adjacent (a gap after every block): a slot id
+    is then not a row number, and the kernel must split it into block and
+    offset (the row-number shortcut is taken only for back-to-back blocks)."""
+    T, H, topk, bs = 3, 8, 70, 16
+    q, kv0, idx, _ = make_inputs(T, H, topk, dtype, block_size=bs)
+    big = torch.full((kv0.shape[0], bs + 3, D), float("nan"), dtype=dtype, device=DEV)
+    kv = big[:, :bs]
+    kv.copy_(kv0)
+    assert kv.stride(0) != bs * kv.stride(1)
+    ref, ref_lse = reference(q, kv0, idx, 0.1)
+    for mode in ("nosplit", "split"):
+        o, lse = run(q, kv, idx, 0.1, out=torch.empty(T, H, DV, dtype=dtype, device=DEV), cfg=CFGS[mode])
+        assert_close(o, ref, dtype, mode)
+        assert_lse(lse, ref_lse, mode)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
 @pytest.mark.parametrize("mode", ["nosplit", "split"])
 def test_output_buffer_reuse(dtype, mode):
     """Second call with the same out must hold nothing of the first."""
