@@ -27,6 +27,7 @@ vLLM tree.
 
 from __future__ import annotations
 
+from typing import NamedTuple
 
 import torch
 import triton
@@ -263,59 +264,77 @@ def _sparse_mla_stage2(
         tl.store(LSE + t.to(tl.int64) * stride_rt + h * stride_rh, lse)
 
 
-_SM_COUNT: dict = {}
+class _Limits(NamedTuple):
+    sms: int
+    smem_per_block: int  # opt-in maximum of one program (bytes)
+    smem_per_sm: int
 
 
-def _num_sms(device: torch.device) -> int:
+_LIMITS: dict = {}
+# CPU (the interpreter): no limits; 8 "SMs" keep the split paths exercised.
+_CPU_LIMITS = _Limits(8, 1 << 30, 1 << 30)
+
+
+def _device_limits(device: torch.device) -> _Limits:
     if device.type != "cuda":
-        return 8
+        return _CPU_LIMITS
     key = device.index if device.index is not None else torch.cuda.current_device()
-    if key not in _SM_COUNT:
-        _SM_COUNT[key] = torch.cuda.get_device_properties(key).multi_processor_count
-    return _SM_COUNT[key]
+    if key not in _LIMITS:
+        p = torch.cuda.get_device_properties(key)
+        per_block = getattr(p, "shared_memory_per_block_optin", 0) or 101376
+        per_sm = getattr(p, "shared_memory_per_multiprocessor", 0) or per_block
+        _LIMITS[key] = _Limits(p.multi_processor_count, per_block, per_sm)
+    return _LIMITS[key]
 
 
 # Launch configurations: (block_h, block_n, num_warps, num_stages, programs
-# resident per SM). Programs per SM and the comments are from local sm_90
-# compiles (triton 3.6, bf16): shared memory (q + KV buffers), registers, and
+# resident per SM on an H200, shared memory in bytes). The shared memory is the
+# larger of local sm_90 and sm_120 compiles (triton 3.6, bf16; q + KV buffers):
+# a config is only chosen where it fits the device's per-program limit, which
+# is 99 KB (101376 B) on SM120 parts against 227 KB on Hopper, so on SM120 the
+# large head blocks below are never picked. The comments give registers and
 # whether the gather of the next tile stays in flight while a tile is computed
 # (the pipeliner's async_wait count > 0) (NOTES.md v6).
 _CONFIGS = {
-    # v6 default for H <= 16, H32 below 32 rows and H64 up to 2 rows:
-    "h16_n32_w4_s3": (16, 32, 4, 3, 2),  # 93 KB, 183 regs, 2 KV buffers, overlapped
-    "h16_n32_w8_s3": (16, 32, 8, 3, 2),  # 93 KB, 101 regs, overlapped
-    "h16_n16_w4_s3": (16, 16, 4, 3, 4),  # 56 KB, 128 regs, overlapped
-    "h16_n64_w8_s2": (16, 64, 8, 2, 2),  # 94 KB, 136 regs, 1 KV buffer: not overlapped
-    "h32_n32_w8_s3": (32, 32, 8, 3, 2),  # 113 KB, 169 regs, overlapped
+    # v6 default for H <= 16, H32 below 32 rows, H64 up to 2 rows, and everywhere
+    # on parts with <= 99 KB per program (SM120):
+    "h16_n32_w4_s3": (16, 32, 4, 3, 2, 93184),  # 183 regs, 2 KV buffers, overlapped
+    "h16_n32_w8_s3": (16, 32, 8, 3, 2, 93184),  # 101 regs, overlapped
+    "h16_n16_w4_s3": (16, 16, 4, 3, 4, 55808),  # 128 regs, overlapped
+    "h16_n64_w8_s2": (16, 64, 8, 2, 2, 94208),  # 136 regs, 1 KV buffer: not overlapped
+    "h32_n32_w8_s3": (32, 32, 8, 3, 2, 112640),  # 169 regs, overlapped
     # v6 default for 16 < H <= 32 from 32 rows on:
-    "h32_n64_w8_s3": (32, 64, 8, 3, 1),  # 188 KB, 174 regs, overlapped
+    "h32_n64_w8_s3": (32, 64, 8, 3, 1, 188416),  # 174 regs, overlapped
     # v6 default for H64, 3 to 127 rows:
-    "h64_n32_w8_s3": (64, 32, 8, 3, 1),  # 184 KB, 241 regs, 3 KV buffers, overlapped
-    "h64_n32_w8_s4": (64, 32, 8, 4, 1),  # 221 KB, 240 regs, 4 KV buffers, overlapped
+    "h64_n32_w8_s3": (64, 32, 8, 3, 1, 184320),  # 241 regs, 3 KV buffers, overlapped
+    "h64_n32_w8_s4": (64, 32, 8, 4, 1, 221184),  # 240 regs, 4 KV buffers, overlapped
     # 64-key tiles halve the per-tile fixed cost (q re-read from shared memory
     # by both warpgroups, cross-warpgroup softmax exchange, dot waits); q and
     # two 64-key buffers fill shared memory, and with two the pipeliner waits
     # for each gather (not overlapped). Still the fastest at >= 128 rows.
     # v6 default for H64 from 128 rows on:
-    "h64_n64_w8_s2": (64, 64, 8, 2, 1),  # 221 KB, 255 regs + 48 B stack
+    "h64_n64_w8_s2": (64, 64, 8, 2, 1, 221184),  # 255 regs + 48 B stack
 }
+# Where the preferred config does not fit: measured on the H200 among the
+# configs that fit 99 KB, h16_n32_w4_s3 was the fastest or within 3 % of it
+# for H 32 and 64 at every batch (NOTES.md v6); h16_n16_w4_s3 is the last resort.
+_SMALL_FALLBACKS = ("h16_n32_w4_s3", "h16_n16_w4_s3")
 
 # H64: from this many rows on, 64-key tiles (NOTES.md v5, v6).
 _H64_N64_MIN_ROWS = 128
 # H64, <= 2 rows: head blocks of 16 (NOTES.md v4-v6).
+_H64_FEW_ROWS = "h16_n32_w4_s3"
 # 16 < H <= 32: from this many rows on one 32-head block with 64-key tiles,
 # below it head blocks of 16 (NOTES.md v6: batch 8 vs 32).
 _H32_N64_MIN_ROWS = 32
-_H64_FEW_ROWS = "h16_n32_w4_s3"
 
 
-def _num_splits(num_rows: int, head_blocks: int, n_tiles: int, per_sm: int, device: torch.device) -> int:
+def _num_splits(num_rows: int, head_blocks: int, n_tiles: int, per_sm: int, sms: int) -> int:
     """Split the top-k range only as far as needed to give every SM its resident
     programs (going past one wave measured slower, NOTES.md v2), keeping >= 2
     tiles per split so the pipeline has something to overlap, and >= 4 once
     there are more programs than SMs (H8 batch 8: 16 splits of 4 tiles beat 32
     of 2, NOTES.md v6)."""
-    sms = _num_sms(device)
     work = num_rows * head_blocks
     splits = max(1, min(max(1, n_tiles // 2), (per_sm * sms) // work))
     if splits > 1 and n_tiles // splits < 4 and work * splits > sms:
@@ -323,8 +342,12 @@ def _num_splits(num_rows: int, head_blocks: int, n_tiles: int, per_sm: int, devi
     return splits
 
 
-def _config_dict(name: str, num_rows: int, num_heads: int, topk: int, device: torch.device) -> dict:
-    block_h, block_n, num_warps, num_stages, per_sm = _CONFIGS[name]
+def _config_dict(name: str, num_rows: int, num_heads: int, topk: int, device) -> dict:
+    """Launch parameters of a named config; device: a torch.device or _Limits."""
+    limits = device if isinstance(device, _Limits) else _device_limits(device)
+    block_h, block_n, num_warps, num_stages, per_sm, smem = _CONFIGS[name]
+    # Fewer programs fit an SM with less shared memory (1 KB per program is reserved).
+    per_sm = max(1, min(per_sm, limits.smem_per_sm // (smem + 1024)))
     head_blocks = triton.cdiv(num_heads, block_h)
     n_tiles = max(1, triton.cdiv(topk, block_n))
     return dict(
@@ -332,12 +355,12 @@ def _config_dict(name: str, num_rows: int, num_heads: int, topk: int, device: to
         block_n=block_n,
         num_warps=num_warps,
         num_stages=num_stages,
-        num_splits=_num_splits(num_rows, head_blocks, n_tiles, per_sm, device),
+        num_splits=_num_splits(num_rows, head_blocks, n_tiles, per_sm, limits.sms),
     )
 
 
-def _default_config(num_rows: int, num_heads: int, topk: int, device: torch.device) -> dict:
-    """Launch parameters, per regime, from the H200 sweeps in NOTES.md (v6).
+def _preferred_config(num_rows: int, num_heads: int) -> str:
+    """Per regime, from the H200 sweeps in NOTES.md (v6).
 
     * H <= 16: one config at every batch (the split rule adapts).
     * 16 < H <= 32: head blocks of 16 below 32 rows, else one 32-head block
@@ -348,16 +371,24 @@ def _default_config(num_rows: int, num_heads: int, topk: int, device: torch.devi
       (2 buffers, all that fits next to q) from 128 rows on.
     """
     if num_heads <= 16:
-        name = "h16_n32_w4_s3"
-    elif num_heads <= 32:
-        name = "h32_n64_w8_s3" if num_rows >= _H32_N64_MIN_ROWS else "h16_n32_w4_s3"
-    elif num_rows <= 2:
-        name = _H64_FEW_ROWS
-    elif num_rows >= _H64_N64_MIN_ROWS:
-        name = "h64_n64_w8_s2"
-    else:
-        name = "h64_n32_w8_s3"
-    return _config_dict(name, num_rows, num_heads, topk, device)
+        return "h16_n32_w4_s3"
+    if num_heads <= 32:
+        return "h32_n64_w8_s3" if num_rows >= _H32_N64_MIN_ROWS else "h16_n32_w4_s3"
+    if num_rows <= 2:
+        return _H64_FEW_ROWS
+    return "h64_n64_w8_s2" if num_rows >= _H64_N64_MIN_ROWS else "h64_n32_w8_s3"
+
+
+def _pick_config(num_rows: int, num_heads: int, topk: int, limits: _Limits) -> dict:
+    """The preferred config if its shared memory fits one program on this
+    device, else the first fallback that fits (else the smallest)."""
+    names = (_preferred_config(num_rows, num_heads),) + _SMALL_FALLBACKS
+    name = next((n for n in names if _CONFIGS[n][5] <= limits.smem_per_block), names[-1])
+    return dict(_config_dict(name, num_rows, num_heads, topk, limits), name=name)
+
+
+def _default_config(num_rows: int, num_heads: int, topk: int, device: torch.device) -> dict:
+    return _pick_config(num_rows, num_heads, topk, _device_limits(device))
 
 
 def sparse_mla_attention(

@@ -27,7 +27,10 @@ catch a kernel that reads padded slots instead of skipping them.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -39,7 +42,7 @@ if not HAS_CUDA:
     # Must be set before the kernel module is imported (triton.jit reads it).
     os.environ["TRITON_INTERPRET"] = "1"
 
-pytest.importorskip("triton", reason="triton is not importable: sparse MLA kernel tests need it")
+triton = pytest.importorskip("triton", reason="triton is not importable: sparse MLA kernel tests need it")
 
 # SPARSE_MLA_KERNEL lets a mutation check point the tests at a deliberately broken copy.
 _KERNEL = Path(os.environ.get("SPARSE_MLA_KERNEL") or
@@ -383,3 +386,52 @@ def test_every_named_config(name, heads):
         assert_close(o, ref, dtype, f"{name} {c}")
         assert_lse(lse, ref_lse, f"{name} {c}")
         assert torch.all(o[5] == 0)
+
+
+# ---------------------------------------------------------------- launch configs vs device limits
+# SM120 (RTX PRO 6000 / RTX 50xx): 99 KB of shared memory per program (the opt-in
+# maximum Triton checks at launch), against 227 KB on an H200.
+SM120 = kmod._Limits(sms=188, smem_per_block=101376, smem_per_sm=102400)
+H200 = kmod._Limits(sms=132, smem_per_block=232448, smem_per_sm=233472)
+ROWS = [1, 2, 3, 8, 31, 32, 64, 127, 128, 300]
+
+
+@pytest.mark.parametrize("heads", [1, 8, 16, 20, 32, 64, 128])
+def test_default_configs_fit_sm120_shared_memory(heads):
+    for rows in ROWS:
+        cfg = kmod._pick_config(rows, heads, GLM5_TOPK, SM120)
+        assert kmod._CONFIGS[cfg["name"]][5] <= SM120.smem_per_block, (rows, heads, cfg)
+        assert cfg["num_splits"] >= 1
+
+
+def test_large_head_blocks_only_where_they_fit():
+    """The H200 keeps the configs it was tuned with; SM120 never gets one that
+    needs more than 99 KB (NOTES.md v6)."""
+    assert kmod._pick_config(128, 64, GLM5_TOPK, H200)["name"] == "h64_n64_w8_s2"
+    assert kmod._pick_config(32, 64, GLM5_TOPK, H200)["name"] == "h64_n32_w8_s3"
+    assert kmod._pick_config(32, 32, GLM5_TOPK, H200)["name"] == "h32_n64_w8_s3"
+    for rows in ROWS:
+        for heads in (32, 64):
+            assert kmod._pick_config(rows, heads, GLM5_TOPK, SM120)["block_h"] == 16
+    # Fewer programs per SM where an SM has less shared memory: fewer splits.
+    assert (kmod._pick_config(32, 8, GLM5_TOPK, SM120)["num_splits"]
+            < kmod._pick_config(32, 8, GLM5_TOPK, H200)["num_splits"])
+
+
+@pytest.mark.parametrize("name", sorted({kmod._pick_config(r, h, GLM5_TOPK, SM120)["name"]
+                                         for r in ROWS for h in (8, 32, 64)} | set(kmod._SMALL_FALLBACKS)))
+def test_sm120_configs_compile_within_99kb(name):
+    """What the SM120 choice relies on, checked with the compiler: each config it
+    can pick compiles for sm_120 within 99 KB and within its recorded size.
+    (A separate process: the interpreter switch, set for this module on CPU, is
+    also read while compiling.)"""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, str(Path(__file__).with_name("compile_sizes.py")), str(_KERNEL), name, "120"],
+                          capture_output=True, text=True, env=env, timeout=600)
+    if proc.returncode == 3:  # the script's "cannot compile for this target here"
+        pytest.skip(f"cannot compile for sm_120 here: {proc.stdout.strip()[-200:]}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    sizes = json.loads(proc.stdout)
+    recorded = kmod._CONFIGS[name][5]
+    assert max(sizes.values()) <= SM120.smem_per_block, (name, sizes)
+    assert max(sizes.values()) <= recorded, (name, sizes, recorded)
