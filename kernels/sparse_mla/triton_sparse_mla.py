@@ -281,7 +281,12 @@ def _device_limits(device: torch.device) -> _Limits:
     key = device.index if device.index is not None else torch.cuda.current_device()
     if key not in _LIMITS:
         p = torch.cuda.get_device_properties(key)
-        per_block = getattr(p, "shared_memory_per_block_optin", 0) or 101376
+        per_block = getattr(p, "shared_memory_per_block_optin", 0)
+        if not per_block:  # older torch: ask triton's driver (the limit it checks at launch)
+            try:
+                per_block = triton.runtime.driver.active.utils.get_device_properties(key)["max_shared_mem"]
+            except Exception:
+                per_block = 101376  # the smallest of the GPUs this kernel is for (SM120)
         per_sm = getattr(p, "shared_memory_per_multiprocessor", 0) or per_block
         _LIMITS[key] = _Limits(p.multi_processor_count, per_block, per_sm)
     return _LIMITS[key]
