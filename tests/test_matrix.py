@@ -6,24 +6,12 @@ import yaml
 from patchctl.testing.cli import run_json
 from patchctl.testing.builders import build_wheel
 from patchctl.testing.index_server import IndexServer
-from tests.conftest import PRISTINE, loader_with
+from tests.conftest import PRISTINE, four_release_index, loader_with
 
 
 @pytest.fixture
 def index(tmp_path, builder):
-    files = tmp_path / "files"
-    files.mkdir()
-    trees = {
-        "1.0": PRISTINE,
-        "1.1": dict(PRISTINE, **{"vllm/loader.py": "# new header\n" + PRISTINE["vllm/loader.py"]}),
-        "1.2": dict(PRISTINE, **{"vllm/loader.py": loader_with({9: "nine!\n", 10: "TEN\n", 11: "eleven!\n"})}),
-        "1.3": dict(PRISTINE, **{"vllm/loader.py": loader_with({10: "ten\n"})}),
-    }
-    builder.add("vllm", "loader", applies_to=">=1.0",
-                variants={"1.0": builder.variant(PRISTINE, {"vllm/loader.py": loader_with({10: "ten\n"})})})
-    with IndexServer(files) as server:
-        for version, tree in trees.items():
-            server.add("vllm", build_wheel(files, "vllm", version, tree))
+    with four_release_index(tmp_path, builder) as server:
         yield server, builder.root
 
 

@@ -12,9 +12,7 @@ from click.testing import CliRunner
 
 from patchctl.cli import main
 from patchctl.matrix_html import STYLE, render_html
-from patchctl.testing.builders import build_wheel
-from patchctl.testing.index_server import IndexServer
-from tests.conftest import PRISTINE, loader_with
+from tests.conftest import four_release_index
 
 CHROMIUM = "/usr/bin/chromium"
 
@@ -165,20 +163,8 @@ def pixel_count(pixels: bytes, channels: int, hex_colour: str) -> int:
 @pytest.fixture
 def built_matrix(tmp_path, builder, fresh_cache):
     """Four real wheels on a local index: the one patch is clean, offset, conflict, upstreamed."""
-    files = tmp_path / "files"
-    files.mkdir()
-    trees = {
-        "1.0": PRISTINE,
-        "1.1": dict(PRISTINE, **{"vllm/loader.py": "# new header\n" + PRISTINE["vllm/loader.py"]}),
-        "1.2": dict(PRISTINE, **{"vllm/loader.py": loader_with({9: "nine!\n", 10: "TEN\n", 11: "eleven!\n"})}),
-        "1.3": dict(PRISTINE, **{"vllm/loader.py": loader_with({10: "ten\n"})}),
-    }
-    builder.add("vllm", "loader", applies_to=">=1.0",
-                variants={"1.0": builder.variant(PRISTINE, {"vllm/loader.py": loader_with({10: "ten\n"})})})
     out = tmp_path / "compat_matrix.yaml"
-    with IndexServer(files) as server:
-        for version, tree in trees.items():
-            server.add("vllm", build_wheel(files, "vllm", version, tree))
+    with four_release_index(tmp_path, builder) as server:
         result = CliRunner().invoke(main, ["matrix", "-o", str(out), "--index-url", server.url,
                                            "--store", str(builder.root), "--no-nightly", "--json"], catch_exceptions=False)
     assert result.exit_code == 0, result.output

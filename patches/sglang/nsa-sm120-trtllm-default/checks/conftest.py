@@ -1,12 +1,13 @@
 """Shared helpers for the NSA/DSA backend-default checks (CPU tier)."""
-import json
 import pathlib
-import subprocess
 import sys
 
 import pytest
 
 HERE = pathlib.Path(__file__).resolve().parent
+# shared with the guard patch's checks: patches/checklib/sglang/_nsa_resolution.py
+sys.path.insert(0, str(HERE.parents[2] / "checklib" / "sglang"))
+import _nsa_resolution  # noqa: E402
 
 SCENARIOS = {
     # name: (capability, kv_cache_dtype, user prefill, user decode)
@@ -36,17 +37,7 @@ def resolve_backends(tree: pathlib.Path, tmp_path_factory) -> dict:
         }
         for cap, kv, prefill, decode in (SCENARIOS[n] for n in names)
     ]
-    path = tmp_path_factory.mktemp("dsa") / "scenarios.json"
-    path.write_text(json.dumps(payload))
-    proc = subprocess.run(
-        [sys.executable, str(HERE / "_dsa_probe.py"), str(tree), str(path)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=str(HERE),
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    results = _nsa_resolution.run_probe(HERE / "_dsa_probe.py", tree, payload, tmp_path_factory.mktemp("dsa"))
     return dict(zip(names, results))
 
 

@@ -11,19 +11,17 @@ Each scenario: {"capability": [12, 0], "kv_cache_dtype": "fp8_e4m3", "prefill": 
 put first on sys.path so that `importlib.util.find_spec("flashinfer")` finds the fake package
 there (FlashInfer is never imported: the probe refuses to go on if it was).
 
-The device capability is stubbed where upstream reads it (see the nsa-sm120-trtllm-default
-checks): 0.5.9-0.5.14 pass `major` to `ServerArgs._set_default_{nsa,dsa}_backends`, which the
+The device capability is stubbed where upstream reads it (patches/checklib/sglang/
+_nsa_resolution.py, shared with the nsa-sm120-trtllm-default checks): 0.5.9-0.5.14 pass `major` to `ServerArgs._set_default_{nsa,dsa}_backends`, which the
 server calls from `__post_init__` (via `_handle_model_specific_adjustments`); 0.5.15+ run
 `arg_groups.overrides._dsa_split_backend_resolution(view)`, the pass that `__post_init__` invokes
 at the same slot, which calls torch.cuda.get_device_capability() itself.
 """
-import dataclasses
 import importlib
 import json
 import os
 import pathlib
 import sys
-import types
 
 
 def main() -> None:
@@ -84,66 +82,12 @@ def _err(e):
     }
 
 
-def _blank_server_args(sa):
-    cls = sa.ServerArgs
-    obj = cls.__new__(cls)
-    for f in dataclasses.fields(cls):
-        if f.default is not dataclasses.MISSING:
-            value = f.default
-        elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-            value = f.default_factory()  # type: ignore[misc]
-        else:
-            value = None
-        object.__setattr__(obj, f.name, value)
-    return obj
-
-
 def _resolve(sa, torch, sc):
-    major = int(sc["capability"][0])
-    cap = tuple(sc["capability"])
-    torch.cuda.get_device_capability = lambda device=None: cap
-    cls = sa.ServerArgs
-    try:
-        from sglang.srt.arg_groups import overrides
-    except ImportError:
-        overrides = None
-    if overrides is None or not hasattr(overrides, "_dsa_split_backend_resolution"):
-        prefix = "nsa" if hasattr(cls, "_set_default_nsa_backends") else "dsa"
-        obj = _blank_server_args(sa)
-        object.__setattr__(obj, "kv_cache_dtype", sc["kv_cache_dtype"])
-        object.__setattr__(obj, f"{prefix}_prefill_backend", sc.get("prefill"))
-        object.__setattr__(obj, f"{prefix}_decode_backend", sc.get("decode"))
-        if hasattr(obj, "enable_hisparse"):
-            object.__setattr__(obj, "enable_hisparse", False)
-        getattr(obj, f"_set_default_{prefix}_backends")(sc["kv_cache_dtype"], major)
-        return {
-            "prefill": getattr(obj, f"{prefix}_prefill_backend"),
-            "decode": getattr(obj, f"{prefix}_decode_backend"),
-            "error": None,
-            "error_type": None,
-            "flag_prefix": f"--{prefix}",
-        }
-    from transformers import PretrainedConfig
+    import _nsa_resolution
 
-    hf_config = PretrainedConfig(architectures=[sc["arch"]], index_topk=2048)
-    model_config = types.SimpleNamespace(hf_config=hf_config, hf_text_config=hf_config)
-    view = _blank_server_args(sa)
-    for name, value in (
-        ("kv_cache_dtype", sc["kv_cache_dtype"]),
-        ("dsa_prefill_backend", sc.get("prefill")),
-        ("dsa_decode_backend", sc.get("decode")),
-        ("enable_hisparse", False),
-        ("get_model_config", lambda: model_config),
-    ):
-        object.__setattr__(view, name, value)
-    declared = overrides._dsa_split_backend_resolution(view)
-    return {
-        "prefill": declared.get("dsa_prefill_backend", view.dsa_prefill_backend),
-        "decode": declared.get("dsa_decode_backend", view.dsa_decode_backend),
-        "error": None,
-        "error_type": None,
-        "flag_prefix": "--dsa",
-    }
+    r = _nsa_resolution.resolve(sa, torch, sc)
+    return {"prefill": r["prefill"], "decode": r["decode"], "error": None, "error_type": None,
+            "flag_prefix": r["flag_prefix"]}
 
 
 if __name__ == "__main__":

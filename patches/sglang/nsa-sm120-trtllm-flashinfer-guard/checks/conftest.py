@@ -4,14 +4,15 @@ A fake `flashinfer` package (made under tmp, never imported) carries only what t
 `flashinfer/data/include/flashinfer/trtllm/fmha/fmhaRunner.cuh`, as installed from a wheel, and a
 dist-info with its version. The architecture checks below are the statements stock wheels ship.
 """
-import json
 import pathlib
-import subprocess
 import sys
 
 import pytest
 
 HERE = pathlib.Path(__file__).resolve().parent
+# shared with the default patch's checks: patches/checklib/sglang/_nsa_resolution.py
+sys.path.insert(0, str(HERE.parents[2] / "checklib" / "sglang"))
+import _nsa_resolution  # noqa: E402
 
 # TllmGenFmhaRunner's architecture check as shipped in flashinfer-python 0.6.3 ... 0.6.15.post1
 STOCK_063 = (
@@ -113,17 +114,7 @@ def resolve(tree: pathlib.Path, tmp_path_factory, fakes: dict) -> dict:
         }
         for kind, cap, kv, prefill, decode, env in (SCENARIOS[n] for n in names)
     ]
-    path = tmp_path_factory.mktemp("guard") / "scenarios.json"
-    path.write_text(json.dumps(payload))
-    proc = subprocess.run(
-        [sys.executable, str(HERE / "_guard_probe.py"), str(tree), str(path)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=str(HERE),
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    results = _nsa_resolution.run_probe(HERE / "_guard_probe.py", tree, payload, tmp_path_factory.mktemp("guard"))
     return dict(zip(names, results))
 
 

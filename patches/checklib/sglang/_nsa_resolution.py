@@ -1,0 +1,115 @@
+"""Resolve SGLang's NSA/DSA prefill/decode backends the way a release does at start-up,
+with the device capability stubbed; shared by the checks of the NSA default and guard patches.
+
+Where upstream decides (the probes' docstrings say more):
+- 0.5.9-0.5.14: `ServerArgs._set_default_{nsa,dsa}_backends(kv_cache_dtype, major)` receives the
+  major that `_handle_model_specific_adjustments` read from torch.cuda.get_device_capability();
+- 0.5.15+: `arg_groups.overrides._dsa_split_backend_resolution(view)` calls
+  torch.cuda.get_device_capability() itself, so that function is replaced on torch.cuda; the model
+  config is handed over as `view.get_model_config()` (0.5.15-0.5.19) and as the memoized
+  `_model_config` that `model_config_of(view)` returns (0.5.20+, where ServerArgs is assembled from
+  argument groups and the view is a permissive namespace).
+
+Also the runner the checks' conftests use to call a probe script in a fresh interpreter.
+"""
+import dataclasses
+import json
+import pathlib
+import subprocess
+import sys
+import types
+
+
+def blank_server_args(sa):
+    """A ServerArgs with every field at its declared default and no __post_init__ run."""
+    cls = sa.ServerArgs
+    obj = cls.__new__(cls)
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            value = f.default
+        elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+            value = f.default_factory()  # type: ignore[misc]
+        else:
+            value = None
+        object.__setattr__(obj, f.name, value)
+    return obj
+
+
+class PermissiveView(types.SimpleNamespace):
+    """0.5.20+: unknown ServerArgs fields read as unset."""
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return None
+
+
+def resolve(sa, torch, sc) -> dict:
+    """One scenario ({"capability", "kv_cache_dtype", "prefill", "decode", "arch"}) ->
+    {"prefill", "decode", "where", "flag_prefix"}; raises what the release raises."""
+    major = int(sc["capability"][0])
+    cap = tuple(sc["capability"])
+    torch.cuda.get_device_capability = lambda device=None: cap
+    cls = sa.ServerArgs
+    try:
+        from sglang.srt.arg_groups import overrides
+    except ImportError:
+        overrides = None
+    if overrides is None or not hasattr(overrides, "_dsa_split_backend_resolution"):
+        prefix = "nsa" if hasattr(cls, "_set_default_nsa_backends") else "dsa"
+        obj = blank_server_args(sa)
+        object.__setattr__(obj, "kv_cache_dtype", sc["kv_cache_dtype"])
+        object.__setattr__(obj, f"{prefix}_prefill_backend", sc.get("prefill"))
+        object.__setattr__(obj, f"{prefix}_decode_backend", sc.get("decode"))
+        if hasattr(obj, "enable_hisparse"):
+            object.__setattr__(obj, "enable_hisparse", False)
+        getattr(obj, f"_set_default_{prefix}_backends")(sc["kv_cache_dtype"], major)
+        return {
+            "prefill": getattr(obj, f"{prefix}_prefill_backend"),
+            "decode": getattr(obj, f"{prefix}_decode_backend"),
+            "where": f"ServerArgs._set_default_{prefix}_backends",
+            "flag_prefix": f"--{prefix}",
+        }
+    from transformers import PretrainedConfig
+
+    hf_config = PretrainedConfig(architectures=[sc["arch"]], index_topk=2048)
+    model_config = types.SimpleNamespace(hf_config=hf_config, hf_text_config=hf_config)
+    if dataclasses.is_dataclass(sa.ServerArgs):
+        view = blank_server_args(sa)
+    else:
+        view = PermissiveView(model_path="glm-5-probe", tokenizer_path="glm-5-probe")
+    for name, value in (
+        ("kv_cache_dtype", sc["kv_cache_dtype"]),
+        ("dsa_prefill_backend", sc.get("prefill")),
+        ("dsa_decode_backend", sc.get("decode")),
+        ("enable_hisparse", False),
+        ("get_model_config", lambda: model_config),
+        # 0.5.20+: model_config_of(view) hands back the config memoized on the record
+        ("_model_config", model_config),
+    ):
+        object.__setattr__(view, name, value)
+    declared = overrides._dsa_split_backend_resolution(view)
+    return {
+        "prefill": declared.get("dsa_prefill_backend", view.dsa_prefill_backend),
+        "decode": declared.get("dsa_decode_backend", view.dsa_decode_backend),
+        "where": "arg_groups.overrides._dsa_split_backend_resolution",
+        "flag_prefix": "--dsa",
+    }
+
+
+def run_probe(probe: pathlib.Path, tree: pathlib.Path, payload: list, workdir: pathlib.Path) -> list:
+    """Run a probe script against one release tree in a fresh interpreter; its last stdout
+    line is one JSON list, a result per scenario of `payload`."""
+    path = workdir / "scenarios.json"
+    path.write_text(json.dumps(payload))
+    proc = subprocess.run(
+        [sys.executable, str(probe), str(tree), str(path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=str(probe.parent),
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(results) == len(payload), (len(results), len(payload))
+    return results
