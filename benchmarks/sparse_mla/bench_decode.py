@@ -200,9 +200,18 @@ SWEEP = {
 }
 
 
-def run_sweep(kmod, bw, topk, page, results, batches, sweep=SWEEP):
-    """bf16; each named config of the kernel's _CONFIGS at its own split rule, and at half that."""
+def device_limits(kmod, which: str):
+    """The limits configs are chosen under: this GPU's, or SM120's shared memory (99 KB per
+    program, 100 KB per SM) with this GPU's SM count -- what an SM120 part would run, timed here."""
     dev = torch.device("cuda")
+    if which == "sm120":
+        return kmod._Limits(kmod._device_limits(dev).sms, 101376, 102400)
+    return kmod._device_limits(dev)
+
+
+def run_sweep(kmod, bw, topk, page, results, batches, sweep=SWEEP, limits=None):
+    """bf16; each named config of the kernel's _CONFIGS at its own split rule, and at half that."""
+    dev = limits or torch.device("cuda")
     print(f"{'H':>3} {'B':>4} {'cfg':<16} {'splits':>6} {'us':>8} {'%floor':>7}")
     for H, names in sweep.items():
         for B in batches:
@@ -231,6 +240,8 @@ def main():
     ap.add_argument("--sweep", action="store_true", help="also sweep launch configs (bf16)")
     ap.add_argument("--sweep-batches", default="1,32,128")
     ap.add_argument("--sweep-configs", default=None, help='per heads, names from _CONFIGS: "8:a+b;64:c"')
+    ap.add_argument("--limits", choices=("device", "sm120"), default="device",
+                    help="choose configs and split counts for this GPU, or as on an SM120 part (99 KB per program)")
     ap.add_argument("--no-table", action="store_true")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
@@ -243,6 +254,8 @@ def main():
     props = torch.cuda.get_device_properties(0)
     print(f"device: {props.name}, {props.multi_processor_count} SMs; torch {torch.__version__}, triton {triton.__version__}")
     print(f"dense kernel: {dense_src or 'not found (skipped)'}")
+    limits = device_limits(kmod, args.limits)
+    print(f"configs chosen for: {args.limits} ({limits.smem_per_block} B shared memory per program)")
     bw = copy_bandwidth()
     print(f"copy bandwidth (read+write): {bw / 1e12:.2f} TB/s")
     results = [dict(kind="copy_bw", bytes_per_s=bw)]
@@ -251,7 +264,8 @@ def main():
         sweep = SWEEP
         if args.sweep_configs:  # "8:name+name;64:name"
             sweep = {int(h): names.split("+") for h, names in (p.split(":") for p in args.sweep_configs.split(";"))}
-        run_sweep(kmod, bw, args.topk, args.page, results, [int(b) for b in args.sweep_batches.split(",")], sweep)
+        run_sweep(kmod, bw, args.topk, args.page, results, [int(b) for b in args.sweep_batches.split(",")], sweep,
+                  limits)
 
     if not args.no_table:
         # "fp8": bf16 q with an fp8 (e4m3) cache; its dense column is the bf16 dense
@@ -262,9 +276,9 @@ def main():
             for H in map(int, args.heads.split(",")):
                 for B in map(int, args.batches.split(",")):
                     kv_dtype = torch.float8_e4m3fn if dn == "fp8" else None
-                    us, fb = sparse_case(kmod, B, H, dtypes[dn], args.topk, args.page, kv_dtype=kv_dtype)
+                    cfg = kmod._pick_config(B, H, args.topk, limits)
+                    us, fb = sparse_case(kmod, B, H, dtypes[dn], args.topk, args.page, cfg=cfg, kv_dtype=kv_dtype)
                     dus = dense_case(dmod, B, H, dtypes[dn], args.topk, args.page) if dmod else float("nan")
-                    cfg = kmod._default_config(B, H, args.topk, torch.device("cuda"))
                     rows.append(dict(kind="table", dtype=dn, H=H, B=B, sparse_us=us, floor_bytes=fb,
                                      floor_us=fb / bw * 1e6, pct_floor=100 * fb / (us * 1e-6) / bw,
                                      achieved_TBps=fb / (us * 1e-6) / 1e12, dense_us=dus, cfg=cfg))

@@ -308,6 +308,8 @@ _CONFIGS = {
     "h16_n16_w4_s3": (16, 16, 4, 3, 4, 55808),  # 128 regs, overlapped
     "h16_n64_w8_s2": (16, 64, 8, 2, 2, 94208),  # 136 regs, 1 KV buffer: not overlapped
     "h32_n32_w8_s3": (32, 32, 8, 3, 2, 112640),  # 169 regs, overlapped
+    "h32_n16_w8_s3": (32, 16, 8, 3, 2, 74752),  # 159 regs, overlapped (fits SM120; measured slower)
+    "h32_n32_w8_s2": (32, 32, 8, 2, 2, 75776),  # 174 regs, not overlapped (fits SM120; measured slower)
     # v6 default for 16 < H <= 32 from 32 rows on:
     "h32_n64_w8_s3": (32, 64, 8, 3, 1, 188416),  # 174 regs, overlapped
     # v6 default for H64, 3 to 127 rows:
