@@ -10,7 +10,8 @@ Where upstream decides (the probes' docstrings say more):
   `_model_config` that `model_config_of(view)` returns (0.5.20+, where ServerArgs is assembled from
   argument groups and the view is a permissive namespace).
 
-Also the runner the checks' conftests use to call a probe script in a fresh interpreter.
+Also what the probe scripts share (opening a release on CPU, the error record) and what the
+checks' conftests share (the scenario record, the runner that calls a probe in a fresh interpreter).
 """
 import dataclasses
 import json
@@ -18,6 +19,33 @@ import pathlib
 import subprocess
 import sys
 import types
+
+
+def scenario(capability, kv_cache_dtype, prefill, decode, **extra) -> dict:
+    """One probe scenario: what the user passed (None = not set) on a GLM-5 (DSA) model."""
+    return {"capability": list(capability), "kv_cache_dtype": kv_cache_dtype, "prefill": prefill,
+            "decode": decode, "arch": "GlmMoeDsaForCausalLM", **extra}
+
+
+def open_release(tree: str, scenarios_path: str):
+    """In a probe process: (sglang.srt.server_args of the release at `tree`, importable on a CPU
+    machine; torch; the scenarios)."""
+    sys.path.insert(0, tree)
+    import _sglang_cpu_stubs
+
+    _sglang_cpu_stubs.install()
+    import torch
+
+    with open(scenarios_path) as f:
+        scenarios = json.load(f)
+    from sglang.srt import server_args as sa
+
+    return sa, torch, scenarios
+
+
+def error_result(e: Exception) -> dict:
+    """What a probe reports for a scenario the release refused (the check decides)."""
+    return {"prefill": None, "decode": None, "error": f"{type(e).__name__}: {e}", "error_type": type(e).__name__}
 
 
 def blank_server_args(sa):

@@ -40,10 +40,8 @@ def run_bench(tree, server, tmp_path, *, backend, stream, tokenizer=True):
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", NO_PROXY="127.0.0.1,localhost",
                no_proxy="127.0.0.1,localhost")
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=str(tmp_path), env=env)
-    metrics = None
-    if out.exists() and out.read_text().strip():
-        metrics = json.loads(out.read_text().strip().splitlines()[-1])
-    return proc, metrics
+    text = out.read_text().strip() if out.exists() else ""
+    return proc, json.loads(text.splitlines()[-1]) if text else None
 
 
 def assert_sane(proc, metrics, timing=True):

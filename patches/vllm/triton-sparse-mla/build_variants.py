@@ -6,12 +6,12 @@ beside this script.
     python3 patches/vllm/triton-sparse-mla/build_variants.py [--only NAME]
         [--pristine-root DIR] [--kernel FILE] [--check]
 
-For every release in VERSIONS (ascending) the edits below are applied to that
-release's pristine files in a scratch git repo, committed with patchctl's fixed
-identity/dates and exported with `git format-patch --zero-commit`. A new
-variant file is written only where the newest variant so far does not
-`git apply --check` onto the release (the store keeps as few variants as the
-code history needs). Stale variant files of the patch are removed. Prints the
+For every release the patch claims (applies_to in its patch.yaml; ascending) the
+edits below are applied to that release's pristine files in a scratch git repo,
+committed with patchctl's fixed identity/dates and exported with
+`git format-patch --zero-commit`. A new variant file is written only where the
+newest variant so far does not `git apply --check` onto the release (the store
+keeps as few variants as the code history needs). Stale variant files of the patch are removed. Prints the
 variant chosen for every release and the sha256 of every variant file.
 
 Deterministic: same pristine trees + same sources -> same bytes.
@@ -22,6 +22,7 @@ import argparse
 import hashlib
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -29,23 +30,35 @@ import tempfile
 
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parents[2]
-VERSIONS = [
-    "0.16.0", "0.17.0", "0.17.1", "0.18.0", "0.18.1", "0.19.0", "0.19.1",
-    "0.20.0", "0.20.1", "0.20.2", "0.21.0", "0.22.0", "0.22.1", "0.23.0",
-]
+sys.path.insert(0, str(REPO))
+from packaging.version import Version  # noqa: E402
+
+from patchctl import resolve, trees  # noqa: E402
+from patchctl.engines import get_engine  # noqa: E402
+from patchctl.store import Store  # noqa: E402
+
+
+def release_versions(name: str, pristine_root: str | None) -> list[str]:
+    """The releases the patch claims (its applies_to in patch.yaml), ascending: from the
+    package index, or the trees present under --pristine-root."""
+    patch = Store.open(REPO / "patches").series("vllm").get(name)
+    if pristine_root:
+        names = (re.fullmatch(r"vllm-(\d[^-]*)-sdist", d.name) for d in pathlib.Path(pristine_root).iterdir())
+        candidates = [Version(m.group(1)) for m in names if m]
+    else:
+        candidates = resolve.Context().index().project(get_engine("vllm").dist).versions()
+    return [str(v) for v in sorted(candidates) if patch.in_range(v)]
+
+
 def pristine_tree(version: str, pristine_root: str | None) -> pathlib.Path:
     """The release's pristine tree: from --pristine-root (<root>/vllm-<v>-sdist) if given, else the
     one patchctl builds and caches from the package index."""
     if pristine_root:
         return pathlib.Path(pristine_root) / f"vllm-{version}-sdist"
-    sys.path.insert(0, str(REPO))
-    from packaging.version import Version
-
-    from patchctl import resolve, trees
-    from patchctl.engines import get_engine
-
     source = resolve.release(get_engine("vllm"), Version(version), resolve.Context(), prefer_sdist=True)
     return trees.pristine_tree(source)
+
+
 DEFAULT_KERNEL = REPO / "kernels" / "sparse_mla" / "triton_sparse_mla.py"
 
 GIT_ENV = {
@@ -292,16 +305,14 @@ PATCHES = {
         ],
         edit=tsm_edit,
         new_files=tsm_new_files,
-        versions=VERSIONS,
     ),
     "dsa-indexer-fallback": dict(
         dir=DIF_DIR,
         files=dif_files_for,
         edit=dif_edit,
         new_files=dif_new_files,
-        # 0.17.x/0.18.x already fall back to PyTorch logits when DeepGEMM is
-        # not supported on the GPU (upstream code); the patch is not needed.
-        versions=[v for v in VERSIONS if not v.startswith(("0.17.", "0.18."))],
+        # which releases: applies_to in its patch.yaml (0.17.x/0.18.x already fall back
+        # to PyTorch logits when DeepGEMM is not supported on the GPU)
     ),
 }
 
@@ -407,7 +418,7 @@ def build(name: str, spec: dict, args) -> dict[str, str]:
     variants: dict[str, bytes] = {}
     current: str | None = None
     touched: dict[str, list[str]] = {}
-    for v in spec["versions"]:
+    for v in release_versions(name, args.pristine_root):
         tree = pristine_tree(v, args.pristine_root)
         data, result = make_variant(name, spec, v, tree, args)
         if current is not None and applies(variants[current], tree):

@@ -12,30 +12,19 @@ import json
 import pathlib
 import sys
 
+# shared with the guard patch's checks (and the bench patches' CPU stubs)
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3] / "checklib" / "sglang"))
+import _nsa_resolution as nsa  # noqa: E402
+
 
 def main() -> None:
-    tree, scenarios_path = sys.argv[1], sys.argv[2]
-    sys.path.insert(0, tree)
-    # shared with the bench patches' checks
-    sys.path.insert(1, str(pathlib.Path(__file__).resolve().parents[3] / "checklib" / "sglang"))
-    import _nsa_resolution
-    import _sglang_cpu_stubs
-
-    _sglang_cpu_stubs.install()
-    import torch
-
-    with open(scenarios_path) as f:
-        scenarios = json.load(f)
-
-    from sglang.srt import server_args as sa
-
+    sa, torch, scenarios = nsa.open_release(sys.argv[1], sys.argv[2])
     out = []
     for sc in scenarios:
         try:
-            r = _nsa_resolution.resolve(sa, torch, sc)
-            out.append({"prefill": r["prefill"], "decode": r["decode"], "error": None, "where": r["where"]})
+            out.append(dict(nsa.resolve(sa, torch, sc), error=None))
         except Exception as e:  # reported, the check decides
-            out.append({"prefill": None, "decode": None, "error": f"{type(e).__name__}: {e}"})
+            out.append(nsa.error_result(e))
     print(json.dumps(out))
 
 

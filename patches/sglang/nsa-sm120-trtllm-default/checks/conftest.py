@@ -27,16 +27,7 @@ SCENARIOS = {
 def resolve_backends(tree: pathlib.Path, tmp_path_factory) -> dict:
     """Run _dsa_probe.py against one release tree in a fresh interpreter."""
     names = list(SCENARIOS)
-    payload = [
-        {
-            "capability": list(cap),
-            "kv_cache_dtype": kv,
-            "prefill": prefill,
-            "decode": decode,
-            "arch": "GlmMoeDsaForCausalLM",
-        }
-        for cap, kv, prefill, decode in (SCENARIOS[n] for n in names)
-    ]
+    payload = [_nsa_resolution.scenario(*SCENARIOS[n]) for n in names]
     results = _nsa_resolution.run_probe(HERE / "_dsa_probe.py", tree, payload, tmp_path_factory.mktemp("dsa"))
     return dict(zip(names, results))
 

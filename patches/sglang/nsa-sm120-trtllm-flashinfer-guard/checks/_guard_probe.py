@@ -12,8 +12,8 @@ put first on sys.path so that `importlib.util.find_spec("flashinfer")` finds the
 there (FlashInfer is never imported: the probe refuses to go on if it was).
 
 The device capability is stubbed where upstream reads it (patches/checklib/sglang/
-_nsa_resolution.py, shared with the nsa-sm120-trtllm-default checks): 0.5.9-0.5.14 pass `major` to `ServerArgs._set_default_{nsa,dsa}_backends`, which the
-server calls from `__post_init__` (via `_handle_model_specific_adjustments`); 0.5.15+ run
+_nsa_resolution.py, shared with the nsa-sm120-trtllm-default checks): 0.5.9-0.5.14 pass `major`
+to `ServerArgs._set_default_{nsa,dsa}_backends`, which the server calls from `__post_init__` (via `_handle_model_specific_adjustments`); 0.5.15+ run
 `arg_groups.overrides._dsa_split_backend_resolution(view)`, the pass that `__post_init__` invokes
 at the same slot, which calls torch.cuda.get_device_capability() itself.
 """
@@ -23,26 +23,17 @@ import os
 import pathlib
 import sys
 
+# shared with the default patch's checks (and the bench patches' CPU stubs)
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3] / "checklib" / "sglang"))
+import _nsa_resolution as nsa  # noqa: E402
+
 
 def main() -> None:
-    tree, scenarios_path = sys.argv[1], sys.argv[2]
-    sys.path.insert(0, tree)
-    # shared with the bench patches' checks
-    sys.path.insert(1, str(pathlib.Path(__file__).resolve().parents[3] / "checklib" / "sglang"))
-    import _sglang_cpu_stubs
-
-    _sglang_cpu_stubs.install()
-    import torch
-
-    with open(scenarios_path) as f:
-        scenarios = json.load(f)
-
-    from sglang.srt import server_args as sa
-
+    sa, torch, scenarios = nsa.open_release(sys.argv[1], sys.argv[2])
     out = []
     for sc in scenarios:
         if any(m == "flashinfer" or m.startswith("flashinfer.") for m in sys.modules):
-            bad = _err(RuntimeError("flashinfer was imported; fake roots cannot be swapped"))
+            bad = nsa.error_result(RuntimeError("flashinfer was imported; fake roots cannot be swapped"))
             out.append({"guarded": bad, "unguarded": bad})
             continue
         out.append(
@@ -63,31 +54,14 @@ def _run(sa, torch, sc, env):
         sys.path.insert(0, root)
     importlib.invalidate_caches()
     try:
-        return _resolve(sa, torch, sc)
+        return dict(nsa.resolve(sa, torch, sc), error=None, error_type=None)
     except Exception as e:  # reported, the check decides
-        return _err(e)
+        return nsa.error_result(e)
     finally:
         if root:
             sys.path.remove(root)
         os.environ.clear()
         os.environ.update(saved_env)
-
-
-def _err(e):
-    return {
-        "prefill": None,
-        "decode": None,
-        "error": f"{type(e).__name__}: {e}",
-        "error_type": type(e).__name__,
-    }
-
-
-def _resolve(sa, torch, sc):
-    import _nsa_resolution
-
-    r = _nsa_resolution.resolve(sa, torch, sc)
-    return {"prefill": r["prefill"], "decode": r["decode"], "error": None, "error_type": None,
-            "flag_prefix": r["flag_prefix"]}
 
 
 if __name__ == "__main__":

@@ -103,15 +103,7 @@ def resolve(tree: pathlib.Path, tmp_path_factory, fakes: dict) -> dict:
     """Run _guard_probe.py against one release tree in a fresh interpreter."""
     names = list(SCENARIOS)
     payload = [
-        {
-            "capability": list(cap),
-            "kv_cache_dtype": kv,
-            "prefill": prefill,
-            "decode": decode,
-            "arch": "GlmMoeDsaForCausalLM",
-            "flashinfer_root": str(fakes[kind]),
-            "env": env,
-        }
+        _nsa_resolution.scenario(cap, kv, prefill, decode, flashinfer_root=str(fakes[kind]), env=env)
         for kind, cap, kv, prefill, decode, env in (SCENARIOS[n] for n in names)
     ]
     results = _nsa_resolution.run_probe(HERE / "_guard_probe.py", tree, payload, tmp_path_factory.mktemp("guard"))
