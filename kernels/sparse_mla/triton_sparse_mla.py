@@ -292,35 +292,43 @@ def _device_limits(device: torch.device) -> _Limits:
     return _LIMITS[key]
 
 
-# Launch configurations: (block_h, block_n, num_warps, num_stages, programs
-# resident per SM on an H200, shared memory in bytes). The shared memory is the
-# larger of local sm_90 and sm_120 compiles (triton 3.6, bf16; q + KV buffers):
-# a config is only chosen where it fits the device's per-program limit, which
-# is 99 KB (101376 B) on SM120 parts against 227 KB on Hopper, so on SM120 the
-# large head blocks below are never picked. The comments give registers and
-# whether the gather of the next tile stays in flight while a tile is computed
-# (the pipeliner's async_wait count > 0) (NOTES.md v6).
+class _Config(NamedTuple):
+    block_h: int  # query heads per program (the M of the dots)
+    block_n: int  # gathered cache rows per tile
+    num_warps: int
+    num_stages: int
+    per_sm: int  # programs resident per SM on an H200
+    smem: int  # bytes of shared memory per program
+
+
+# Launch configurations. The shared memory is the larger of local sm_90 and
+# sm_120 compiles (triton 3.6, bf16; q + KV buffers): a config is only chosen
+# where it fits the device's per-program limit, which is 99 KB (101376 B) on
+# SM120 parts against 227 KB on Hopper, so on SM120 the large head blocks below
+# are never picked. The comments give registers and whether the gather of the
+# next tile stays in flight while a tile is computed (the pipeliner's
+# async_wait count > 0) (NOTES.md v6).
 _CONFIGS = {
     # v6 default for H <= 16, H32 below 32 rows, H64 up to 2 rows, and everywhere
     # on parts with <= 99 KB per program (SM120):
-    "h16_n32_w4_s3": (16, 32, 4, 3, 2, 93184),  # 183 regs, 2 KV buffers, overlapped
-    "h16_n32_w8_s3": (16, 32, 8, 3, 2, 93184),  # 101 regs, overlapped
-    "h16_n16_w4_s3": (16, 16, 4, 3, 4, 55808),  # 128 regs, overlapped
-    "h16_n64_w8_s2": (16, 64, 8, 2, 2, 94208),  # 136 regs, 1 KV buffer: not overlapped
-    "h32_n32_w8_s3": (32, 32, 8, 3, 2, 112640),  # 169 regs, overlapped
-    "h32_n16_w8_s3": (32, 16, 8, 3, 2, 74752),  # 159 regs, overlapped (fits SM120; measured slower)
-    "h32_n32_w8_s2": (32, 32, 8, 2, 2, 75776),  # 174 regs, not overlapped (fits SM120; measured slower)
+    "h16_n32_w4_s3": _Config(16, 32, 4, 3, 2, 93184),  # 183 regs, 2 KV buffers, overlapped
+    "h16_n32_w8_s3": _Config(16, 32, 8, 3, 2, 93184),  # 101 regs, overlapped
+    "h16_n16_w4_s3": _Config(16, 16, 4, 3, 4, 55808),  # 128 regs, overlapped
+    "h16_n64_w8_s2": _Config(16, 64, 8, 2, 2, 94208),  # 136 regs, 1 KV buffer: not overlapped
+    "h32_n32_w8_s3": _Config(32, 32, 8, 3, 2, 112640),  # 169 regs, overlapped
+    "h32_n16_w8_s3": _Config(32, 16, 8, 3, 2, 74752),  # 159 regs, overlapped (fits SM120; measured slower)
+    "h32_n32_w8_s2": _Config(32, 32, 8, 2, 2, 75776),  # 174 regs, not overlapped (fits SM120; measured slower)
     # v6 default for 16 < H <= 32 from 32 rows on:
-    "h32_n64_w8_s3": (32, 64, 8, 3, 1, 188416),  # 174 regs, overlapped
+    "h32_n64_w8_s3": _Config(32, 64, 8, 3, 1, 188416),  # 174 regs, overlapped
     # v6 default for H64, 3 to 127 rows:
-    "h64_n32_w8_s3": (64, 32, 8, 3, 1, 184320),  # 241 regs, 3 KV buffers, overlapped
-    "h64_n32_w8_s4": (64, 32, 8, 4, 1, 221184),  # 240 regs, 4 KV buffers, overlapped
+    "h64_n32_w8_s3": _Config(64, 32, 8, 3, 1, 184320),  # 241 regs, 3 KV buffers, overlapped
+    "h64_n32_w8_s4": _Config(64, 32, 8, 4, 1, 221184),  # 240 regs, 4 KV buffers, overlapped
     # 64-key tiles halve the per-tile fixed cost (q re-read from shared memory
     # by both warpgroups, cross-warpgroup softmax exchange, dot waits); q and
     # two 64-key buffers fill shared memory, and with two the pipeliner waits
     # for each gather (not overlapped). Still the fastest at >= 128 rows.
     # v6 default for H64 from 128 rows on:
-    "h64_n64_w8_s2": (64, 64, 8, 2, 1, 221184),  # 255 regs + 48 B stack
+    "h64_n64_w8_s2": _Config(64, 64, 8, 2, 1, 221184),  # 255 regs + 48 B stack
 }
 # Where the preferred config does not fit: measured on the H200 among the
 # configs that fit 99 KB, h16_n32_w4_s3 was the fastest or within 3 % of it
@@ -336,13 +344,12 @@ _H64_FEW_ROWS = "h16_n32_w4_s3"
 _H32_N64_MIN_ROWS = 32
 
 
-def _num_splits(num_rows: int, head_blocks: int, n_tiles: int, per_sm: int, sms: int) -> int:
+def _num_splits(work: int, n_tiles: int, per_sm: int, sms: int) -> int:
     """Split the top-k range only as far as needed to give every SM its resident
     programs (going past one wave measured slower, NOTES.md v2), keeping >= 2
     tiles per split so the pipeline has something to overlap, and >= 4 once
     there are more programs than SMs (H8 batch 8: 16 splits of 4 tiles beat 32
-    of 2, NOTES.md v6)."""
-    work = num_rows * head_blocks
+    of 2, NOTES.md v6). work: programs per split."""
     splits = max(1, min(max(1, n_tiles // 2), (per_sm * sms) // work))
     if splits > 1 and n_tiles // splits < 4 and work * splits > sms:
         splits = max(1, min(splits, max(1, n_tiles // 4), max(1, sms // work)))
@@ -352,17 +359,17 @@ def _num_splits(num_rows: int, head_blocks: int, n_tiles: int, per_sm: int, sms:
 def _config_dict(name: str, num_rows: int, num_heads: int, topk: int, device) -> dict:
     """Launch parameters of a named config; device: a torch.device or _Limits."""
     limits = device if isinstance(device, _Limits) else _device_limits(device)
-    block_h, block_n, num_warps, num_stages, per_sm, smem = _CONFIGS[name]
+    c = _CONFIGS[name]
     # Fewer programs fit an SM with less shared memory (1 KB per program is reserved).
-    per_sm = max(1, min(per_sm, limits.smem_per_sm // (smem + 1024)))
-    head_blocks = triton.cdiv(num_heads, block_h)
-    n_tiles = max(1, triton.cdiv(topk, block_n))
+    per_sm = max(1, min(c.per_sm, limits.smem_per_sm // (c.smem + 1024)))
+    programs_per_split = num_rows * triton.cdiv(num_heads, c.block_h)
+    n_tiles = max(1, triton.cdiv(topk, c.block_n))
     return dict(
-        block_h=block_h,
-        block_n=block_n,
-        num_warps=num_warps,
-        num_stages=num_stages,
-        num_splits=_num_splits(num_rows, head_blocks, n_tiles, per_sm, limits.sms),
+        block_h=c.block_h,
+        block_n=c.block_n,
+        num_warps=c.num_warps,
+        num_stages=c.num_stages,
+        num_splits=_num_splits(programs_per_split, n_tiles, per_sm, limits.sms),
     )
 
 
@@ -390,7 +397,7 @@ def _pick_config(num_rows: int, num_heads: int, topk: int, limits: _Limits) -> d
     """The preferred config if its shared memory fits one program on this
     device, else the first fallback that fits (else the smallest)."""
     names = (_preferred_config(num_rows, num_heads),) + _SMALL_FALLBACKS
-    name = next((n for n in names if _CONFIGS[n][5] <= limits.smem_per_block), names[-1])
+    name = next((n for n in names if _CONFIGS[n].smem <= limits.smem_per_block), names[-1])
     return dict(_config_dict(name, num_rows, num_heads, topk, limits), name=name)
 
 

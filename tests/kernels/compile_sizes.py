@@ -28,12 +28,12 @@ def main() -> int:
     kmod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(kmod)
     fn = kmod._sparse_mla_stage1
-    block_h, block_n, num_warps, num_stages, _, _ = kmod._CONFIGS[name]
+    c = kmod._CONFIGS[name]
     sizes = {}
     for dtype in ("bf16", "fp16"):
         for final in (False, True):
             consts = dict(PAGE=64, FLAT_KV=True, PE_MASKED=False, stride_kvd=1, stride_qd=1, stride_od=1,
-                          stride_ik=1, DV=512, DPE=64, BLOCK_H=block_h, BLOCK_N=block_n, IS_FINAL=final,
+                          stride_ik=1, DV=512, DPE=64, BLOCK_H=c.block_h, BLOCK_N=c.block_n, IS_FINAL=final,
                           WRITE_LSE=True, KV_FP8=False, DOT_F32=False)
             pointers = {"Q": f"*{dtype}", "KV": f"*{dtype}", "IDX": "*i32",
                         "O": f"*{dtype}" if final else "*fp32", "LSE": "*fp32"}
@@ -52,7 +52,7 @@ def main() -> int:
             src = ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
             try:
                 compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32),
-                                          options=dict(num_warps=num_warps, num_stages=num_stages))
+                                          options=dict(num_warps=c.num_warps, num_stages=c.num_stages))
             except RuntimeError as e:  # e.g. no ptxas that knows this architecture
                 print(f"compile for sm_{arch} failed: {str(e)[:200]}")
                 return 3

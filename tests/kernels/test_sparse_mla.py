@@ -400,7 +400,7 @@ ROWS = [1, 2, 3, 8, 31, 32, 64, 127, 128, 300]
 def test_default_configs_fit_sm120_shared_memory(heads):
     for rows in ROWS:
         cfg = kmod._pick_config(rows, heads, GLM5_TOPK, SM120)
-        assert kmod._CONFIGS[cfg["name"]][5] <= SM120.smem_per_block, (rows, heads, cfg)
+        assert kmod._CONFIGS[cfg["name"]].smem <= SM120.smem_per_block, (rows, heads, cfg)
         assert cfg["num_splits"] >= 1
 
 
@@ -432,6 +432,6 @@ def test_sm120_configs_compile_within_99kb(name):
         pytest.skip(f"cannot compile for sm_120 here: {proc.stdout.strip()[-200:]}")
     assert proc.returncode == 0, proc.stderr[-2000:]
     sizes = json.loads(proc.stdout)
-    recorded = kmod._CONFIGS[name][5]
+    recorded = kmod._CONFIGS[name].smem
     assert max(sizes.values()) <= SM120.smem_per_block, (name, sizes)
     assert max(sizes.values()) <= recorded, (name, sizes, recorded)
