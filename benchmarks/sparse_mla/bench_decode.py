@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Decode benchmark for the Triton sparse-MLA kernel (needs a CUDA GPU).
 
-    python benchmarks/sparse_mla/bench_decode.py [--dense-src PATH] [--sweep] [--json FILE]
+    python benchmarks/sparse_mla/bench_decode.py [--sweep] [--json FILE]
+    python benchmarks/sparse_mla/bench_decode.py --fetch-dense DIR   # on a machine with the package index
+    python benchmarks/sparse_mla/bench_decode.py --dense-src DIR/triton_decode_attention-vllm-0.23.0.py  # GPU box offline
 
 For batch 1, 8, 32, 64, 128, heads 8 and 64, fp16 and bf16, top-k 2048,
 page size 64, it times one decode step of (``--dtypes fp8``: bf16 q with an fp8
@@ -11,10 +13,15 @@ the bf16 dense kernel)
 * the sparse kernel (kernels/sparse_mla/triton_sparse_mla.py), every row
   gathering 2048 distinct random slots of a paged cache, and
 * vLLM's dense Triton MLA decode kernel (``decode_attention_fwd`` from a
-  release's ``triton_decode_attention.py``, loaded by file path; default: the
-  pristine vLLM 0.23.0 tree) attending to 2048 tokens per request (32 random
-  pages of 64), called the way vLLM 0.23.0's TritonMLA backend calls it
-  (num_kv_splits = 4 for 2048 tokens, is_mla=True).
+  release's ``vllm/v1/attention/ops/triton_decode_attention.py``) attending to
+  2048 tokens per request (32 random pages of 64), called the way vLLM 0.23.0's
+  TritonMLA backend calls it (num_kv_splits = 4 for 2048 tokens, is_mla=True).
+  The file is read from the pristine release (``--dense-version``, default
+  0.23.0) through patchctl's upstream sources: the package index from pip's
+  configuration (or ``--index-url``), downloaded once into patchctl's cache and
+  checked against the index's sha256. A GPU machine without network access
+  takes the file by path (``--dense-src``); write it on a machine that has
+  access with ``--fetch-dense DIR``.
 
 Timing: one CUDA graph holds N back-to-back calls, each on its own input set
 (its own KV rows / pages), with N chosen so that the bytes the graph reads are
@@ -40,6 +47,7 @@ import math
 import os
 import statistics
 import sys
+import tempfile
 import types
 from pathlib import Path
 
@@ -49,10 +57,7 @@ import triton.language as tl
 
 ROOT = Path(__file__).resolve().parents[2]
 KERNEL = ROOT / "kernels" / "sparse_mla" / "triton_sparse_mla.py"
-DENSE_CANDIDATES = [
-    ROOT / ".bench_upstream" / "triton_decode_attention.py",
-    Path("/root/.cache/upstream/vllm-0.23.0-sdist/vllm/v1/attention/ops/triton_decode_attention.py"),
-]
+DENSE_MEMBER = "vllm/v1/attention/ops/triton_decode_attention.py"
 DV, ROPE = 512, 64
 D = DV + ROPE
 L2_BYTES = 60 * 2**20
@@ -63,6 +68,37 @@ def load_module(path: Path, name: str):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def fetch_dense(version: str, index_url: str | None, dest_dir: Path) -> Path:
+    """The pristine release's dense decode kernel file, through patchctl's upstream sources."""
+    from packaging.version import Version
+
+    from patchctl import resolve
+    from patchctl.engines import get_engine
+
+    source = resolve.release(get_engine("vllm"), Version(version), resolve.Context(index_url=index_url))
+    data = source.read(DENSE_MEMBER)
+    if data is None:
+        raise SystemExit(f"vllm {version} ({source.artifact.filename}) has no {DENSE_MEMBER}")
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    path = dest_dir / f"triton_decode_attention-vllm-{version}.py"
+    path.write_bytes(data)
+    print(f"dense kernel: {DENSE_MEMBER} of {source.artifact.filename} (sha256 {source.artifact.sha256[:12]}) "
+          f"-> {path}")
+    return path
+
+
+def dense_source(args) -> Path | None:
+    if args.dense_src:
+        return args.dense_src
+    try:
+        return fetch_dense(args.dense_version, args.index_url, Path(tempfile.mkdtemp(prefix="bench-dense-")))
+    except ImportError:
+        print("dense kernel: patchctl is not importable here; pass --dense-src (skipped)")
+    except Exception as e:  # noqa: BLE001 -- no network, no such release: the sparse table still runs
+        print(f"dense kernel: cannot read it from vllm {args.dense_version}: {e} (skipped; see --dense-src)")
+    return None
 
 
 def load_dense(path: Path):
@@ -231,7 +267,13 @@ def run_sweep(kmod, bw, topk, page, results, batches, sweep=SWEEP, limits=None):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--dense-src", type=Path, default=None, help="triton_decode_attention.py of a vLLM release")
+    ap.add_argument("--dense-src", type=Path, default=None,
+                    help="triton_decode_attention.py of a vLLM release, by path (default: read from --dense-version)")
+    ap.add_argument("--dense-version", default="0.23.0", help="vLLM release whose dense kernel is timed")
+    ap.add_argument("--index-url", default=None, help="package index (default: pip's configuration)")
+    ap.add_argument("--fetch-dense", type=Path, default=None, metavar="DIR",
+                    help="only write the dense kernel file of --dense-version into DIR (no GPU needed) and exit")
+    ap.add_argument("--kernel", type=Path, default=KERNEL, help="the sparse kernel file to time (default: the shipped one)")
     ap.add_argument("--batches", default="1,8,32,64,128")
     ap.add_argument("--heads", default="8,64")
     ap.add_argument("--dtypes", default="fp16,bf16", help="fp16, bf16, fp8 (bf16 q, fp8 e4m3 cache)")
@@ -245,11 +287,20 @@ def main():
     ap.add_argument("--no-table", action="store_true")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
+    if args.fetch_dense:
+        from patchctl.errors import PatchctlError
+
+        try:
+            fetch_dense(args.dense_version, args.index_url, args.fetch_dense)
+        except PatchctlError as e:
+            sys.exit(f"bench_decode.py: {e}")
+        return
     if not torch.cuda.is_available():
         sys.exit("bench_decode.py needs a CUDA GPU")
 
-    kmod = load_module(KERNEL, "triton_sparse_mla")
-    dense_src = args.dense_src or next((p for p in DENSE_CANDIDATES if p.exists()), None)
+    kmod = load_module(args.kernel, "triton_sparse_mla")
+    print(f"sparse kernel: {args.kernel}")
+    dense_src = dense_source(args)
     dmod = load_dense(dense_src) if dense_src else None
     props = torch.cuda.get_device_properties(0)
     print(f"device: {props.name}, {props.multi_processor_count} SMs; torch {torch.__version__}, triton {triton.__version__}")
