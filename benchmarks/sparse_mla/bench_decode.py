@@ -283,7 +283,8 @@ def main():
     ap.add_argument("--sweep-batches", default="1,32,128")
     ap.add_argument("--sweep-configs", default=None, help='per heads, names from _CONFIGS: "8:a+b;64:c"')
     ap.add_argument("--limits", choices=("device", "sm120"), default="device",
-                    help="choose configs and split counts for this GPU, or as on an SM120 part (99 KB per program)")
+                    help="choose configs and split counts for this GPU, or as on an SM120 part (99 KB per program, "
+                         "dots as mma.sync)")
     ap.add_argument("--no-table", action="store_true")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
@@ -305,6 +306,11 @@ def main():
     props = torch.cuda.get_device_properties(0)
     print(f"device: {props.name}, {props.multi_processor_count} SMs; torch {torch.__version__}, triton {triton.__version__}")
     print(f"dense kernel: {dense_src or 'not found (skipped)'}")
+    if args.limits == "sm120":
+        # SM120 has no wgmma: make triton compile every dot as mma.sync, as it would there
+        # (read when a kernel is compiled, and part of triton's cache key).
+        os.environ["DISABLE_MMA_V3"] = "1"
+        print("DISABLE_MMA_V3=1: dots compiled as mma.sync (SM120's instruction set)")
     limits = device_limits(kmod, args.limits)
     print(f"configs chosen for: {args.limits} ({limits.smem_per_block} B shared memory per program)")
     bw = copy_bandwidth()
