@@ -284,6 +284,23 @@ def test_fp8_kv_cache(dtype):
         assert_lse(lse, ref_lse, f"fp8 {mode}")
 
 
+@pytest.mark.skipif(not HAS_FP8, reason="this torch has no float8_e4m3fn")
+@pytest.mark.parametrize("q_mul", [2.0**20, 2.0**-20], ids=["q_beyond_fp16_range", "tiny_q"])
+def test_fp8_kv_cache_q_outside_fp16_range(q_mul):
+    """With an fp8 cache the dots run in fp16: a bf16 q far beyond fp16's range (or far below
+    its normal range) must still give the reference result, not inf/NaN or zeros."""
+    T, H, topk, dtype = 2, 8, 48, torch.bfloat16
+    q, kv, idx, kv_scale = make_inputs(T, H, topk, dtype, kv_dtype=torch.float8_e4m3fn)
+    q = (q.float() * q_mul).to(dtype)
+    sm_scale = 0.1 / q_mul  # keeps the scores in the range of the unscaled case
+    out = torch.empty(T, H, DV, dtype=dtype, device=DEV)
+    o, lse = run(q, kv, idx, sm_scale, out=out, cfg=CFGS["split"], kv_scale=kv_scale)
+    ref, ref_lse = reference(q, kv, idx, sm_scale, kv_scale=kv_scale)
+    assert torch.isfinite(o).all()
+    assert_close(o, ref, dtype, f"fp8, q x {q_mul}")
+    assert_lse(lse, ref_lse, f"fp8, q x {q_mul}")
+
+
 def test_rejects_bad_arguments():
     q, kv, idx, _ = make_inputs(2, 8, 16, torch.float16)
     with pytest.raises(ValueError):
