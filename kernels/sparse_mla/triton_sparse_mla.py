@@ -194,6 +194,132 @@ def _sparse_mla_stage1(
 
 
 @triton.jit
+def _fp16_of_e4m3(b):
+    # An e4m3 byte (int32, 0..255) as the fp16 bits of its value * 2**-8: sign and
+    # the 7 exponent/mantissa bits moved up, exact for subnormals too.
+    return (((b & 0x80) << 8) | ((b & 0x7F) << 7)).to(tl.int16).to(tl.float16, bitcast=True)
+
+
+@triton.jit
+def _sparse_mla_stage1_fp8_words(
+    Q, KV, IDX, O, LSE, scale_log2, out_scale, num_heads, topk, rope_dim, tiles_per_split, num_splits,
+    num_head_blocks, stride_qt, stride_qh, stride_qd, stride_kvb, stride_kvs, stride_kvd, stride_it, stride_ik,
+    stride_ot, stride_oh, stride_os, stride_od, stride_lt, stride_lh, stride_ls,
+    DV: tl.constexpr, DPE: tl.constexpr, PAGE: tl.constexpr, FLAT_KV: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, IS_FINAL: tl.constexpr, WRITE_LSE: tl.constexpr,
+):
+    """Stage 1 for an fp8 (e4m3) cache with 16-head blocks (NOTES.md v9).
+
+    An 8-bit tile cannot be transposed by ldmatrix, so in the generic kernel the
+    fp8 tile stays out of triton's pipeliner. Here the cache is read as 16-bit
+    words (two values each) one tile ahead into registers, the even and odd
+    latent dimensions are separate dots (no interleave), and each byte becomes
+    fp16 with integer ops. The cache values arrive scaled by 2**-8 (taken back in
+    the scores and the output); q goes to fp16 scaled by a power of two that
+    keeps its largest |value| in [2**13, 2**14]. Needs a contiguous last cache
+    dimension, even row strides and rope_dim == DPE (the launcher checks)."""
+    pid = tl.program_id(0)
+    hb = pid % num_head_blocks
+    rest = pid // num_head_blocks
+    split = rest % num_splits
+    t = rest // num_splits
+    HV: tl.constexpr = DV // 2
+    HP: tl.constexpr = DPE // 2
+    offs_h = hb * BLOCK_H + tl.arange(0, BLOCK_H)
+    mask_h = offs_h < num_heads
+    offs_w = tl.arange(0, HV)
+    offs_wp = tl.arange(0, HP)
+
+    q_row = Q + t.to(tl.int64) * stride_qt + offs_h[:, None] * stride_qh
+    q_ev = tl.load(q_row + (2 * offs_w)[None, :] * stride_qd, mask=mask_h[:, None], other=0.0).to(tl.float32)
+    q_od = tl.load(q_row + (2 * offs_w + 1)[None, :] * stride_qd, mask=mask_h[:, None], other=0.0).to(tl.float32)
+    q_pev = tl.load(q_row + (DV + 2 * offs_wp)[None, :] * stride_qd, mask=mask_h[:, None], other=0.0).to(tl.float32)
+    q_pod = tl.load(q_row + (DV + 2 * offs_wp + 1)[None, :] * stride_qd, mask=mask_h[:, None],
+                    other=0.0).to(tl.float32)
+    q_abs = tl.maximum(tl.maximum(tl.max(tl.max(tl.abs(q_ev), 1), 0), tl.max(tl.max(tl.abs(q_od), 1), 0)),
+                       tl.maximum(tl.max(tl.max(tl.abs(q_pev), 1), 0), tl.max(tl.max(tl.abs(q_pod), 1), 0)))
+    # 1e-30, not smaller: a constant below fp32's normal range would make the scale fp64.
+    q_shift = tl.where(q_abs > 0.0, tl.ceil(tl.log2(tl.maximum(q_abs, 1e-30))) - 14.0, 0.0)
+    q_mul = tl.exp2(-q_shift)
+    q_ev = (q_ev * q_mul).to(tl.float16)
+    q_od = (q_od * q_mul).to(tl.float16)
+    q_pev = (q_pev * q_mul).to(tl.float16)
+    q_pod = (q_pod * q_mul).to(tl.float16)
+    score_scale = scale_log2 * 256.0 / q_mul
+
+    m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
+    acc_ev = tl.zeros([BLOCK_H, HV], dtype=tl.float32)
+    acc_od = tl.zeros([BLOCK_H, HV], dtype=tl.float32)
+    words = KV.to(tl.pointer_type(tl.int16), bitcast=True)
+
+    start = split * tiles_per_split * BLOCK_N
+    end = tl.minimum(start + tiles_per_split * BLOCK_N, topk)
+    idx_row = IDX + t.to(tl.int64) * stride_it
+    offs_n = start + tl.arange(0, BLOCK_N)
+    slot = tl.load(idx_row + offs_n * stride_ik, mask=offs_n < end, other=-1).to(tl.int32)
+    valid_next = slot >= 0
+    slot = tl.where(valid_next, slot, 0)
+    if FLAT_KV:
+        row = words + slot.to(tl.int64) * (stride_kvs // 2)
+    else:
+        blk = slot // PAGE
+        row = words + blk.to(tl.int64) * (stride_kvb // 2) + (slot - blk * PAGE) * (stride_kvs // 2)
+    w_nope = tl.load(row[:, None] + offs_w[None, :], mask=valid_next[:, None], other=0)
+    w_pe = tl.load(row[:, None] + (HV + offs_wp)[None, :], mask=valid_next[:, None], other=0)
+    for n0 in tl.range(start, end, BLOCK_N):
+        valid = valid_next
+        cur_nope = w_nope.to(tl.int32)
+        cur_pe = w_pe.to(tl.int32)
+        offs_n = n0 + BLOCK_N + tl.arange(0, BLOCK_N)
+        slot = tl.load(idx_row + offs_n * stride_ik, mask=offs_n < end, other=-1).to(tl.int32)
+        valid_next = slot >= 0
+        slot = tl.where(valid_next, slot, 0)
+        if FLAT_KV:
+            row = words + slot.to(tl.int64) * (stride_kvs // 2)
+        else:
+            blk = slot // PAGE
+            row = words + blk.to(tl.int64) * (stride_kvb // 2) + (slot - blk * PAGE) * (stride_kvs // 2)
+        w_nope = tl.load(row[:, None] + offs_w[None, :], mask=valid_next[:, None], other=0)
+        w_pe = tl.load(row[:, None] + (HV + offs_wp)[None, :], mask=valid_next[:, None], other=0)
+
+        k_ev = _fp16_of_e4m3(cur_nope & 0xFF)
+        k_od = _fp16_of_e4m3((cur_nope >> 8) & 0xFF)
+        qk = tl.dot(q_ev, tl.trans(k_ev))
+        qk = tl.dot(q_od, tl.trans(k_od), qk)
+        qk = tl.dot(q_pev, tl.trans(_fp16_of_e4m3(cur_pe & 0xFF)), qk)
+        qk = tl.dot(q_pod, tl.trans(_fp16_of_e4m3((cur_pe >> 8) & 0xFF)), qk)
+        qk = tl.where(valid[None, :], qk * score_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m_i - m_ref)
+        p = tl.exp2(qk - m_ref[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        p16 = p.to(tl.float16)
+        acc_ev = acc_ev * alpha[:, None] + tl.dot(p16, k_ev)
+        acc_od = acc_od * alpha[:, None] + tl.dot(p16, k_od)
+        m_i = m_new
+
+    has = l_i > 0.0
+    l_safe = tl.where(has, l_i, 1.0)
+    res_ev = tl.where(has[:, None], acc_ev * 256.0 / l_safe[:, None], 0.0)
+    res_od = tl.where(has[:, None], acc_od * 256.0 / l_safe[:, None], 0.0)
+    lse2 = tl.where(has, m_i + tl.log2(l_safe), float("-inf"))
+    o_row = O + t.to(tl.int64) * stride_ot + offs_h[:, None] * stride_oh + split * stride_os
+    l_ptr = LSE + t.to(tl.int64) * stride_lt + offs_h * stride_lh + split * stride_ls
+    if IS_FINAL:
+        res_ev = res_ev * out_scale
+        res_od = res_od * out_scale
+    tl.store(o_row + (2 * offs_w)[None, :] * stride_od, res_ev.to(O.dtype.element_ty), mask=mask_h[:, None])
+    tl.store(o_row + (2 * offs_w + 1)[None, :] * stride_od, res_od.to(O.dtype.element_ty), mask=mask_h[:, None])
+    if IS_FINAL:
+        if WRITE_LSE:
+            tl.store(l_ptr, lse2 * 0.6931471805599453, mask=mask_h)
+    else:
+        tl.store(l_ptr, lse2, mask=mask_h)
+
+
+@triton.jit
 def _sparse_mla_stage2(
     MID_O,  # [T, H, S, DV] float32, each split normalised by its own sum (0 if empty)
     MID_L,  # [T, H, S] float32, base-2 lse of each split (-inf if empty)
@@ -401,6 +527,20 @@ def _pick_config(num_rows: int, num_heads: int, topk: int, limits: _Limits) -> d
     return dict(_config_dict(name, num_rows, num_heads, topk, limits), name=name)
 
 
+# fp8 cache, 16-head blocks: the 16-bit-word kernel from this many rows on. Below it
+# the generic kernel is faster (batch 1: 15.0 vs 16.2 us at heads 8; the per-program
+# q scaling is paid by 32 splits); from batch 8 on the word kernel is 6-41 % faster
+# (NOTES.md v9). With 64-head blocks (wgmma) it would spill: the generic kernel runs.
+_FP8_WORDS_MIN_ROWS = 8
+
+
+def _fp8_words_apply(kv_cache: torch.Tensor, block_h: int, num_rows: int, rope_dim: int, dpe: int) -> bool:
+    """Whether the fp8 16-bit-word kernel serves this call (its layout needs: a
+    contiguous last dimension, even strides, no padded rope columns)."""
+    return (block_h <= 16 and num_rows >= _FP8_WORDS_MIN_ROWS and rope_dim == dpe
+            and kv_cache.stride(2) == 1 and kv_cache.stride(1) % 2 == 0 and kv_cache.stride(0) % 2 == 0)
+
+
 def _default_config(num_rows: int, num_heads: int, topk: int, device: torch.device) -> dict:
     return _pick_config(num_rows, num_heads, topk, _device_limits(device))
 
@@ -483,19 +623,22 @@ def sparse_mla_attention(
     common = dict(
         DV=dv,
         DPE=dpe,
-        PE_MASKED=rope_dim != dpe,
         PAGE=block_size,
         FLAT_KV=kv_cache.stride(0) == block_size * kv_cache.stride(1),
         BLOCK_H=block_h,
         BLOCK_N=block_n,
-        KV_FP8=kv_fp8,
-        DOT_F32=q.device.type == "cpu" and q.dtype == torch.bfloat16,
         num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"],
     )
+    if kv_fp8 and _fp8_words_apply(kv_cache, block_h, T, rope_dim, dpe):
+        stage1 = _sparse_mla_stage1_fp8_words
+    else:
+        stage1 = _sparse_mla_stage1
+        common.update(PE_MASKED=rope_dim != dpe, KV_FP8=kv_fp8,
+                      DOT_F32=q.device.type == "cpu" and q.dtype == torch.bfloat16)
     if num_splits == 1:
         lse_arg = lse if return_lse else out  # dummy pointer when unused
-        _sparse_mla_stage1[grid](
+        stage1[grid](
             q, kv_cache, indices, out, lse_arg,
             scale_log2, scale, H, topk, rope_dim,
             tiles_per_split, num_splits, head_blocks,
@@ -511,7 +654,7 @@ def sparse_mla_attention(
     else:
         mid_o = torch.empty((T, H, num_splits, dv), dtype=torch.float32, device=q.device)
         mid_l = torch.empty((T, H, num_splits), dtype=torch.float32, device=q.device)
-        _sparse_mla_stage1[grid](
+        stage1[grid](
             q, kv_cache, indices, mid_o, mid_l,
             scale_log2, scale, H, topk, rope_dim,
             tiles_per_split, num_splits, head_blocks,

@@ -27,36 +27,42 @@ def main() -> int:
     spec = importlib.util.spec_from_file_location("sparse_mla_compile", kernel_file)
     kmod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(kmod)
-    fn = kmod._sparse_mla_stage1
     c = kmod._CONFIGS[name]
+    # (kernel, cache dtype or None for the activation dtype, extra constexprs); the fp8
+    # 16-bit-word kernel runs with 16-head blocks only.
+    kernels = [(kmod._sparse_mla_stage1, None, dict(PE_MASKED=False, KV_FP8=False, DOT_F32=False))]
+    if c.block_h <= 16:
+        kernels.append((kmod._sparse_mla_stage1_fp8_words, "fp8e4nv", {}))
     sizes = {}
-    for dtype in ("bf16", "fp16"):
-        for final in (False, True):
-            consts = dict(PAGE=64, FLAT_KV=True, PE_MASKED=False, stride_kvd=1, stride_qd=1, stride_od=1,
-                          stride_ik=1, DV=512, DPE=64, BLOCK_H=c.block_h, BLOCK_N=c.block_n, IS_FINAL=final,
-                          WRITE_LSE=True, KV_FP8=False, DOT_F32=False)
-            pointers = {"Q": f"*{dtype}", "KV": f"*{dtype}", "IDX": "*i32",
-                        "O": f"*{dtype}" if final else "*fp32", "LSE": "*fp32"}
-            # 16-byte aligned pointers and strides, as the launcher specialises them at run time
-            aligned = set(pointers) | {"stride_kvb", "stride_kvs", "stride_qt", "stride_qh", "stride_ot",
-                                       "stride_oh", "stride_os", "stride_it"}
-            sig = {}
-            for n in fn.arg_names:
-                if n in pointers:
-                    sig[n] = pointers[n]
-                elif n in consts:
-                    sig[n] = "constexpr"
-                else:
-                    sig[n] = "fp32" if n in ("scale_log2", "out_scale") else "i32"
-            attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if n in aligned}
-            src = ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
-            try:
-                compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32),
-                                          options=dict(num_warps=c.num_warps, num_stages=c.num_stages))
-            except RuntimeError as e:  # e.g. no ptxas that knows this architecture
-                print(f"compile for sm_{arch} failed: {str(e)[:200]}")
-                return 3
-            sizes[f"{dtype}/{'final' if final else 'split'}"] = compiled.metadata.shared
+    for fn, kv_dtype, extra in kernels:
+        for dtype in ("bf16", "fp16"):
+            for final in (False, True):
+                consts = dict(PAGE=64, FLAT_KV=True, stride_kvd=1, stride_qd=1, stride_od=1, stride_ik=1,
+                              DV=512, DPE=64, BLOCK_H=c.block_h, BLOCK_N=c.block_n, IS_FINAL=final,
+                              WRITE_LSE=True, **extra)
+                pointers = {"Q": f"*{dtype}", "KV": f"*{kv_dtype or dtype}", "IDX": "*i32",
+                            "O": f"*{dtype}" if final else "*fp32", "LSE": "*fp32"}
+                # 16-byte aligned pointers and strides, as the launcher specialises them at run time
+                aligned = set(pointers) | {"stride_kvb", "stride_kvs", "stride_qt", "stride_qh", "stride_ot",
+                                           "stride_oh", "stride_os", "stride_it"}
+                sig = {}
+                for n in fn.arg_names:
+                    if n in pointers:
+                        sig[n] = pointers[n]
+                    elif n in consts:
+                        sig[n] = "constexpr"
+                    else:
+                        sig[n] = "fp32" if n in ("scale_log2", "out_scale") else "i32"
+                attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if n in aligned}
+                src = ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
+                try:
+                    compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32),
+                                              options=dict(num_warps=c.num_warps, num_stages=c.num_stages))
+                except RuntimeError as e:  # e.g. no ptxas that knows this architecture
+                    print(f"compile for sm_{arch} failed: {str(e)[:200]}")
+                    return 3
+                kv = f"{kv_dtype}/" if kv_dtype else ""
+                sizes[f"{kv}{dtype}/{'final' if final else 'split'}"] = compiled.metadata.shared
     print(json.dumps(sizes))
     return 0
 

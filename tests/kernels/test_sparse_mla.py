@@ -285,11 +285,39 @@ def test_fp8_kv_cache(dtype):
 
 
 @pytest.mark.skipif(not HAS_FP8, reason="this torch has no float8_e4m3fn")
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+@pytest.mark.parametrize("gapped", [False, True], ids=["blocks_back_to_back", "blocks_with_gaps"])
+def test_fp8_kv_cache_word_kernel(dtype, gapped):
+    """fp8 cache with 16-head blocks from 8 rows on: the kernel that reads the cache as
+    16-bit words (even/odd dims as separate fp16 dots) -- ragged rows, holes, an empty
+    row, split and single-kernel paths, and a cache whose blocks are not adjacent."""
+    T, H, topk, bs = 9, 8, 80, 16
+    q, kv0, idx, kv_scale = make_inputs(T, H, topk, dtype, block_size=bs, kv_dtype=torch.float8_e4m3fn,
+                                        valid_counts=[80, 1, 33, 0, 80, 79, 2, 64, 40], empty_rows=(3,),
+                                        mid_padding=True)
+    kv = kv0
+    if gapped:
+        big = torch.zeros((kv0.shape[0], bs + 2, D), dtype=kv0.dtype, device=DEV)
+        kv = big[:, :bs]
+        kv.copy_(kv0)
+        assert kv.stride(0) != bs * kv.stride(1)
+    assert kmod._fp8_words_apply(kv, 16, T, ROPE, ROPE)
+    ref, ref_lse = reference(q, kv0, idx, 0.1, kv_scale=kv_scale)
+    for mode in ("nosplit", "split"):
+        out = torch.empty(T, H, DV, dtype=dtype, device=DEV)
+        o, lse = run(q, kv, idx, 0.1, out=out, cfg=CFGS[mode], kv_scale=kv_scale)
+        assert_close(o, ref, dtype, f"fp8 words {mode}")
+        assert_lse(lse, ref_lse, f"fp8 words {mode}")
+        assert torch.all(o[3] == 0)
+
+
+@pytest.mark.skipif(not HAS_FP8, reason="this torch has no float8_e4m3fn")
 @pytest.mark.parametrize("q_mul", [2.0**20, 2.0**-20], ids=["q_beyond_fp16_range", "tiny_q"])
-def test_fp8_kv_cache_q_outside_fp16_range(q_mul):
-    """With an fp8 cache the dots run in fp16: a bf16 q far beyond fp16's range (or far below
-    its normal range) must still give the reference result, not inf/NaN or zeros."""
-    T, H, topk, dtype = 2, 8, 48, torch.bfloat16
+@pytest.mark.parametrize("T", [2, 8], ids=["generic_kernel", "word_kernel"])
+def test_fp8_kv_cache_q_outside_fp16_range(q_mul, T):
+    """With an fp8 cache the dots may run in fp16: a bf16 q far beyond fp16's range (or far
+    below its normal range) must still give the reference result, not inf/NaN or zeros."""
+    H, topk, dtype = 8, 48, torch.bfloat16
     q, kv, idx, kv_scale = make_inputs(T, H, topk, dtype, kv_dtype=torch.float8_e4m3fn)
     q = (q.float() * q_mul).to(dtype)
     sm_scale = 0.1 / q_mul  # keeps the scores in the range of the unscaled case
