@@ -201,6 +201,24 @@ def _fp16_of_e4m3(b):
 
 
 @triton.jit
+def _fp8_word_tile(idx_row, stride_ik, offs_n, end, words, stride_kvb, stride_kvs, offs_w, offs_wp,
+                   HV: tl.constexpr, PAGE: tl.constexpr, FLAT_KV: tl.constexpr):
+    # One tile's validity and its cache rows as 16-bit words (nope part, rope part);
+    # strides are in elements (bytes for fp8), hence the halving.
+    slot = tl.load(idx_row + offs_n * stride_ik, mask=offs_n < end, other=-1).to(tl.int32)
+    valid = slot >= 0
+    slot = tl.where(valid, slot, 0)
+    if FLAT_KV:
+        row = words + slot.to(tl.int64) * (stride_kvs // 2)
+    else:
+        blk = slot // PAGE
+        row = words + blk.to(tl.int64) * (stride_kvb // 2) + (slot - blk * PAGE) * (stride_kvs // 2)
+    w_nope = tl.load(row[:, None] + offs_w[None, :], mask=valid[:, None], other=0)
+    w_pe = tl.load(row[:, None] + (HV + offs_wp)[None, :], mask=valid[:, None], other=0)
+    return valid, w_nope, w_pe
+
+
+@triton.jit
 def _sparse_mla_stage1_fp8_words(
     Q, KV, IDX, O, LSE, scale_log2, out_scale, num_heads, topk, rope_dim, tiles_per_split, num_splits,
     num_head_blocks, stride_qt, stride_qh, stride_qd, stride_kvb, stride_kvs, stride_kvd, stride_it, stride_ik,
@@ -256,32 +274,14 @@ def _sparse_mla_stage1_fp8_words(
     start = split * tiles_per_split * BLOCK_N
     end = tl.minimum(start + tiles_per_split * BLOCK_N, topk)
     idx_row = IDX + t.to(tl.int64) * stride_it
-    offs_n = start + tl.arange(0, BLOCK_N)
-    slot = tl.load(idx_row + offs_n * stride_ik, mask=offs_n < end, other=-1).to(tl.int32)
-    valid_next = slot >= 0
-    slot = tl.where(valid_next, slot, 0)
-    if FLAT_KV:
-        row = words + slot.to(tl.int64) * (stride_kvs // 2)
-    else:
-        blk = slot // PAGE
-        row = words + blk.to(tl.int64) * (stride_kvb // 2) + (slot - blk * PAGE) * (stride_kvs // 2)
-    w_nope = tl.load(row[:, None] + offs_w[None, :], mask=valid_next[:, None], other=0)
-    w_pe = tl.load(row[:, None] + (HV + offs_wp)[None, :], mask=valid_next[:, None], other=0)
+    valid_next, w_nope, w_pe = _fp8_word_tile(idx_row, stride_ik, start + tl.arange(0, BLOCK_N), end, words,
+                                              stride_kvb, stride_kvs, offs_w, offs_wp, HV, PAGE, FLAT_KV)
     for n0 in tl.range(start, end, BLOCK_N):
         valid = valid_next
         cur_nope = w_nope.to(tl.int32)
         cur_pe = w_pe.to(tl.int32)
-        offs_n = n0 + BLOCK_N + tl.arange(0, BLOCK_N)
-        slot = tl.load(idx_row + offs_n * stride_ik, mask=offs_n < end, other=-1).to(tl.int32)
-        valid_next = slot >= 0
-        slot = tl.where(valid_next, slot, 0)
-        if FLAT_KV:
-            row = words + slot.to(tl.int64) * (stride_kvs // 2)
-        else:
-            blk = slot // PAGE
-            row = words + blk.to(tl.int64) * (stride_kvb // 2) + (slot - blk * PAGE) * (stride_kvs // 2)
-        w_nope = tl.load(row[:, None] + offs_w[None, :], mask=valid_next[:, None], other=0)
-        w_pe = tl.load(row[:, None] + (HV + offs_wp)[None, :], mask=valid_next[:, None], other=0)
+        valid_next, w_nope, w_pe = _fp8_word_tile(idx_row, stride_ik, n0 + BLOCK_N + tl.arange(0, BLOCK_N), end,
+                                                  words, stride_kvb, stride_kvs, offs_w, offs_wp, HV, PAGE, FLAT_KV)
 
         k_ev = _fp16_of_e4m3(cur_nope & 0xFF)
         k_od = _fp16_of_e4m3((cur_nope >> 8) & 0xFF)
@@ -310,13 +310,12 @@ def _sparse_mla_stage1_fp8_words(
     if IS_FINAL:
         res_ev = res_ev * out_scale
         res_od = res_od * out_scale
-    tl.store(o_row + (2 * offs_w)[None, :] * stride_od, res_ev.to(O.dtype.element_ty), mask=mask_h[:, None])
-    tl.store(o_row + (2 * offs_w + 1)[None, :] * stride_od, res_od.to(O.dtype.element_ty), mask=mask_h[:, None])
-    if IS_FINAL:
         if WRITE_LSE:
             tl.store(l_ptr, lse2 * 0.6931471805599453, mask=mask_h)
     else:
         tl.store(l_ptr, lse2, mask=mask_h)
+    tl.store(o_row + (2 * offs_w)[None, :] * stride_od, res_ev.to(O.dtype.element_ty), mask=mask_h[:, None])
+    tl.store(o_row + (2 * offs_w + 1)[None, :] * stride_od, res_od.to(O.dtype.element_ty), mask=mask_h[:, None])
 
 
 @triton.jit
