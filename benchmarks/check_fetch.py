@@ -18,7 +18,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from patchctl import apply as engine_apply
+from patchctl.engine import evaluate as engine_apply
 from patchctl.config import resolve_index
 from patchctl.engines import get_engine
 from patchctl.sources import http

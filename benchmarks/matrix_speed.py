@@ -12,14 +12,15 @@ import os
 import tempfile
 import time
 
-from patchctl import matrix, resolve
+from patchctl.matrix import build as matrix
+from patchctl.sources import fetch
 from patchctl.store import Store
 
 
 def one_run(store: Store, workers: int) -> tuple[float, int, int, int]:
-    resolve._index.cache_clear()  # a new process would start without the in-memory index pages too
+    fetch._index.cache_clear()  # a new process would start without the in-memory index pages too
     start = time.perf_counter()
-    doc = matrix.build(store, resolve.Context(), workers=workers, nightly=False)
+    doc = matrix.build(store, fetch.SourceContext(), workers=workers, nightly=False)
     seconds = time.perf_counter() - start
     rows = [r for e in doc["engines"].values() for r in e["versions"].values()]
     cells = sum(len(r["patches"]) for r in rows)

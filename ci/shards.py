@@ -5,7 +5,7 @@ Prints a JSON document {count, shards, jobs}; with GITHUB_OUTPUT set (inside Act
 writes `count`, `shards` (a JSON list for `fromJSON` in a matrix strategy) and `jobs` there.
 
 The split must be the one `patchctl matrix --shard I/N` makes, so it is computed from the same
-job list (`patchctl.matrix.versions_for`, in the same order) and the same rule (job n goes to
+job list (`patchctl.matrix.build.versions_for`, in the same order) and the same rule (job n goes to
 shard n % N + 1); tests/test_ci_scripts.py checks the two agree.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ import math
 import os
 import sys
 
-from patchctl import matrix
+from patchctl.matrix import build as matrix
 from patchctl.commands.common import make_context
 from patchctl.errors import PatchctlError
 from patchctl.store import Store

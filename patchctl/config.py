@@ -8,7 +8,7 @@ from typing import NamedTuple
 import platformdirs
 import yaml
 
-from patchctl import _pip
+from patchctl.sources import pip_config as _pip
 from patchctl.errors import UsageError
 
 

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from patchctl import outcomes as O
-from patchctl.apply import PatchOutcome, SeriesResult
+from patchctl.engine.evaluate import PatchOutcome, SeriesResult
 
 SCHEMA = "patchctl/1"
 

@@ -2,7 +2,7 @@
 from packaging.version import Version
 
 from patchctl import outcomes as O
-from patchctl.apply import Options, evaluate
+from patchctl.engine.evaluate import Options, evaluate
 from patchctl.sources.base import DirectorySource
 from patchctl.store import Store, choose_variant
 from patchctl.testing.builders import write_tree

@@ -1,6 +1,6 @@
 import pytest
 
-from patchctl.diff import apply_hunks, parse_variant
+from patchctl.engine.hunks import apply_hunks, parse_variant
 from patchctl.errors import StoreError
 from patchctl.testing.builders import make_variant
 from tests.conftest import PRISTINE, loader_with

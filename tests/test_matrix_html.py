@@ -11,7 +11,7 @@ import yaml
 from click.testing import CliRunner
 
 from patchctl.cli import main
-from patchctl.matrix_html import STYLE, render_html
+from patchctl.matrix.html_page import STYLE, render_html
 from tests.conftest import four_release_index
 
 CHROMIUM = "/usr/bin/chromium"

@@ -5,7 +5,7 @@ from packaging.version import Version
 
 from patchctl.testing.cli import run_json
 from patchctl.engines import get_engine
-from patchctl.resolve import Context, release
+from patchctl.sources.fetch import SourceContext, release
 from patchctl.store import Store
 from patchctl.testing.builders import write_tree
 
@@ -19,7 +19,7 @@ cli = run_json
 
 
 def pristine(engine: str, version: str, path: str) -> str:
-    return release(get_engine(engine), Version(version), Context()).read(path).decode()
+    return release(get_engine(engine), Version(version), SourceContext()).read(path).decode()
 
 
 def one_line_change(text: str, anchor: str, added: str) -> str:
@@ -101,10 +101,11 @@ def _committed_matrix():
 
 def test_every_claimed_release_applies_or_is_classified():
     """Every patch against every real release the matrix covers: no conflicts anywhere."""
-    from patchctl import matrix, resolve
+    from patchctl.matrix import build as matrix
+    from patchctl.sources import fetch
 
     store = Store.open()
-    doc = matrix.build(store, resolve.Context(), nightly=False)
+    doc = matrix.build(store, fetch.SourceSourceContext(), nightly=False)
     conflicts = [(e, v, p) for e, d in doc["engines"].items() for v, r in d["versions"].items()
                  for p, c in r["patches"].items() if c["outcome"] == "conflict"]
     errors = [(e, v, r["error"]) for e, d in doc["engines"].items() for v, r in d["versions"].items() if r.get("error")]
@@ -120,7 +121,8 @@ def test_every_claimed_release_applies_or_is_classified():
 def test_committed_matrix_matches_a_regenerated_slice():
     """compat_matrix.yaml is the tool's output, never hand-edited: regenerate the newest and the
     oldest release of each engine and compare outcomes and variants."""
-    from patchctl import matrix, resolve
+    from patchctl.matrix import build as matrix
+    from patchctl.sources import fetch
 
     committed = _committed_matrix()
     if committed is None:
@@ -129,7 +131,7 @@ def test_committed_matrix_matches_a_regenerated_slice():
     for engine, data in committed["engines"].items():
         versions = [v for v in data["versions"] if v != "nightly"]
         for version in {versions[0], versions[-1]}:
-            fresh = matrix.check_one(engine, Version(version), store, resolve.Context())
+            fresh = matrix.check_one(engine, Version(version), store, fetch.SourceSourceContext())
             strip = lambda row: {p: (c["outcome"], c["variant"]) for p, c in row["patches"].items()}  # noqa: E731
             assert strip(fresh) == strip(data["versions"][version]), (engine, version)
             assert fresh["sha256"] == data["versions"][version]["sha256"]

@@ -91,7 +91,7 @@ def test_killed_revert_recovers_to_fully_applied(store, tree, step):
 
 def test_second_apply_fails_clearly_while_locked(store, tree):
     from patchctl.engines import get_engine
-    from patchctl.target import Target
+    from patchctl.target.operations import Target
     from packaging.version import Version
 
     target = Target(get_engine("vllm"), tree.resolve(), Version("1.0"), "test")
@@ -130,7 +130,7 @@ def test_read_only_target(store, tree):
 
 def test_read_only_target_as_root_via_immutable_check(store, tree, monkeypatch):
     """As root, permissions do not stop writes; simulate the failed write itself and check rollback."""
-    import patchctl.state as state_mod
+    import patchctl.target.journal as state_mod
 
     before = snapshot(tree)
     real_put = state_mod._put
@@ -208,7 +208,7 @@ def test_engine_not_installed_and_version_mismatch(store, tmp_path, monkeypatch)
 def test_leftover_corrupt_journal_is_handled(store, tree):
     cli("status", "vllm@1.0", "--target", str(tree), expect=0)
     from patchctl.engines import get_engine
-    from patchctl.target import Target
+    from patchctl.target.operations import Target
     from packaging.version import Version
 
     st = Target(get_engine("vllm"), tree.resolve(), Version("1.0"), "t").state()

@@ -74,10 +74,10 @@ def fetch_dense(version: str, index_url: str | None, dest_dir: Path) -> Path:
     """The pristine release's dense decode kernel file, through patchctl's upstream sources."""
     from packaging.version import Version
 
-    from patchctl import resolve
+    from patchctl.sources import fetch
     from patchctl.engines import get_engine
 
-    source = resolve.release(get_engine("vllm"), Version(version), resolve.Context(index_url=index_url))
+    source = fetch.release(get_engine("vllm"), Version(version), fetch.SourceContext(index_url=index_url))
     data = source.read(DENSE_MEMBER)
     if data is None:
         raise SystemExit(f"vllm {version} ({source.artifact.filename}) has no {DENSE_MEMBER}")

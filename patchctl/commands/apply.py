@@ -1,8 +1,10 @@
 from __future__ import annotations
 
-from patchctl import apply as engine_apply
+from patchctl.engine import evaluate as engine_apply
 from patchctl import outcomes as O
-from patchctl import report, resolve, target as tgt
+from patchctl import report
+from patchctl.sources import fetch
+from patchctl.target import operations as tgt
 from patchctl.commands.check import moved_warnings
 from patchctl.commands.common import base_files_for, find_target, requirement_warnings
 from patchctl.engines import get_engine
@@ -12,7 +14,7 @@ from patchctl.spec import EngineRef
 from patchctl.store import Store
 
 
-def apply(ref: EngineRef, store: Store, ctx: resolve.Context, options: engine_apply.Options, *,
+def apply(ref: EngineRef, store: Store, ctx: fetch.SourceContext, options: engine_apply.Options, *,
           python: str | None, target_dir: str | None, install: bool, keep_going: bool,
           dry_run: bool, wait: float, force: bool, command: str = "apply") -> tuple[dict, int]:
     target = find_target(ref, python=python, target_dir=target_dir, install=install, ctx=ctx)

@@ -1,17 +1,18 @@
 from __future__ import annotations
 
-from patchctl import apply as engine_apply
-from patchctl import report, resolve
+from patchctl.engine import evaluate as engine_apply
+from patchctl import report
+from patchctl.sources import fetch
 from patchctl.commands.common import base_files_for
 from patchctl.errors import EXIT_OK, EXIT_PATCH_FAILED
 from patchctl.spec import EngineRef
 from patchctl.store import Store
 
 
-def check(ref: EngineRef, store: Store, ctx: resolve.Context, options: engine_apply.Options,
+def check(ref: EngineRef, store: Store, ctx: fetch.SourceContext, options: engine_apply.Options,
           *, only: tuple[str, ...] = ()) -> tuple[dict, int]:
     """Dry-run the engine's series on the pristine files of one upstream version."""
-    upstream = resolve.open_upstream(ref, ctx)
+    upstream = fetch.open_upstream(ref, ctx)
     series = store.series(ref.engine.name)
     patches = tuple(p for p in series.patches if not only or p.name in only)
     result = engine_apply.evaluate(patches, upstream.version, upstream.source, options=options,

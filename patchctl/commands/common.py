@@ -6,12 +6,12 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from patchctl import resolve
-from patchctl.apply import Options
+from patchctl.sources import fetch
+from patchctl.engine.evaluate import Options
 from patchctl.errors import UsageError
 from patchctl.sources import installed as inst
 from patchctl.spec import EngineRef
-from patchctl.target import Target
+from patchctl.target.operations import Target
 
 
 def parse_version(text: str | None) -> Version | None:
@@ -24,26 +24,26 @@ def parse_version(text: str | None) -> Version | None:
 
 
 def make_context(*, index_url=None, offline=False, nightly_source=None, repo=None, as_version=None,
-                 progress=None, sparse=True) -> resolve.Context:
-    return resolve.Context(index_url=index_url, offline=offline, progress=progress,
+                 progress=None, sparse=True) -> fetch.SourceContext:
+    return fetch.SourceContext(index_url=index_url, offline=offline, progress=progress,
                            nightly_source=nightly_source, repo=repo,
                            version_override=parse_version(as_version), sparse=sparse)
 
 
-def base_files_for(engine, ctx: resolve.Context):
+def base_files_for(engine, ctx: fetch.SourceContext):
     """Pristine files of a variant's base release, for three-way merges (fetched lazily)."""
     cache = {}
 
-    def fetch(version):
+    def read_release(version):
         if version not in cache:
-            cache[version] = resolve.release(engine, version, ctx)
+            cache[version] = fetch.release(engine, version, ctx)
         return cache[version]
 
-    return fetch
+    return read_release
 
 
 def find_target(ref: EngineRef, *, python: str | None, target_dir: str | None, install: bool,
-                ctx: resolve.Context) -> Target:
+                ctx: fetch.SourceContext) -> Target:
     engine = ref.engine
     if target_dir:
         root = Path(target_dir).resolve()
@@ -69,7 +69,7 @@ def find_target(ref: EngineRef, *, python: str | None, target_dir: str | None, i
     return Target(engine, found.root, found.version, f"installed in {found.python}")
 
 
-def _install(ref: EngineRef, python: str, ctx: resolve.Context) -> None:
+def _install(ref: EngineRef, python: str, ctx: fetch.SourceContext) -> None:
     engine = ref.engine
     extra: tuple[str, ...] = ()
     if ctx.index_url:
@@ -79,7 +79,7 @@ def _install(ref: EngineRef, python: str, ctx: resolve.Context) -> None:
     elif ref.kind in ("latest", "installed"):
         requirement, extra = engine.dist, extra + ("--upgrade",)
     elif ref.kind == "nightly":
-        kind, url, branch = resolve.nightly_source(engine, ctx.nightly_source)
+        kind, url, branch = fetch.nightly_source(engine, ctx.nightly_source)
         if kind == "git":
             prefix = engine.layout_prefix("git").rstrip("/")
             sub = f"#subdirectory={prefix}" if prefix else ""

@@ -1,13 +1,15 @@
 from __future__ import annotations
 
-from patchctl import report, resolve, target as tgt
+from patchctl import report
+from patchctl.sources import fetch
+from patchctl.target import operations as tgt
 from patchctl.commands import apply as apply_command
 from patchctl.commands.common import find_target
 from patchctl.errors import EXIT_OK, EXIT_PATCH_FAILED
 from patchctl.spec import EngineRef
 
 
-def ensure(ref: EngineRef, store, ctx: resolve.Context, options, *, python, target_dir, wait: float) -> tuple[dict, int]:
+def ensure(ref: EngineRef, store, ctx: fetch.SourceContext, options, *, python, target_dir, wait: float) -> tuple[dict, int]:
     """Idempotent: nothing when intact, re-apply after an upgrade wiped the patches."""
     target = find_target(ref, python=python, target_dir=target_dir, install=False, ctx=ctx)
     st = tgt.status(target)

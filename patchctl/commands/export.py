@@ -2,8 +2,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from patchctl import apply as engine_apply
-from patchctl import report, resolve
+from patchctl.engine import evaluate as engine_apply
+from patchctl import report
+from patchctl.sources import fetch
 from patchctl.commands.common import base_files_for
 from patchctl.errors import EXIT_OK, EXIT_PATCH_FAILED, UsageError
 from patchctl.sources.base import DirectorySource
@@ -12,13 +13,13 @@ from patchctl.spec import EngineRef
 from patchctl.store import Store
 
 
-def export(ref: EngineRef, dest: Path, store: Store, ctx: resolve.Context, options: engine_apply.Options,
+def export(ref: EngineRef, dest: Path, store: Store, ctx: fetch.SourceContext, options: engine_apply.Options,
            *, full: bool) -> tuple[dict, int]:
     """Write the patched files of a release under DEST (an overlay for PYTHONPATH), or with --full
     the whole patched source tree of the release."""
     if dest.exists() and any(dest.iterdir()):
         raise UsageError(f"{dest} exists and is not empty")
-    upstream = resolve.open_upstream(ref, ctx)
+    upstream = fetch.open_upstream(ref, ctx)
     if full and not isinstance(upstream.source, (ReleaseSource, DirectorySource)):
         raise UsageError("--full needs a release or a directory as the source")
     result = engine_apply.evaluate(store.series(ref.engine.name).patches, upstream.version, upstream.source,

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from patchctl import report
-from patchctl.diff import parse_variant
+from patchctl.engine.hunks import parse_variant
 from patchctl.engines import get_engine
 from patchctl.errors import EXIT_OK, EXIT_USAGE, StoreError
 from patchctl.store import Store

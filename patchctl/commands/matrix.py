@@ -2,7 +2,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from patchctl import matrix, report, resolve
+from patchctl import report
+from patchctl.matrix import build as matrix
+from patchctl.sources import fetch
 from patchctl.errors import EXIT_OK, EXIT_PATCH_FAILED, UsageError
 from patchctl.store import Store
 
@@ -19,7 +21,7 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
     return i, n
 
 
-def smoke_runner(store: Store, ctx: resolve.Context, python: str | None):
+def smoke_runner(store: Store, ctx: fetch.SourceContext, python: str | None):
     """(engine, version) -> {patch: smoke result}, for matrix cells that claim more than 'applies'."""
     from patchctl.commands import smoke as smoke_cmd
     from patchctl.engines import get_engine
@@ -35,7 +37,7 @@ def smoke_runner(store: Store, ctx: resolve.Context, python: str | None):
     return run_smoke
 
 
-def run(store: Store, ctx: resolve.Context, *, engines: tuple[str, ...], output: Path, shard: str | None,
+def run(store: Store, ctx: fetch.SourceContext, *, engines: tuple[str, ...], output: Path, shard: str | None,
         previous: Path | None, markdown: Path | None, workers: int, smoke: bool = False,
         python: str | None = None, nightly: bool = True, html: Path | None = None,
         versions: tuple[str, ...] = ()) -> tuple[dict, int]:
@@ -80,6 +82,6 @@ def _renderings(doc: dict, markdown: Path | None, html: Path | None) -> None:
     if markdown:
         markdown.write_text(matrix.markdown(doc))
     if html:
-        from patchctl.matrix_html import render_html
+        from patchctl.matrix.html_page import render_html
 
         html.write_text(render_html(doc), encoding="utf-8")

@@ -4,15 +4,16 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from patchctl import bisect as bisect_mod
-from patchctl import config, report, resolve, store as st
-from patchctl import rebase as rebase_mod
+from patchctl.rebase import bisect as bisect_mod
+from patchctl import config, report, store as st
+from patchctl.sources import fetch
+from patchctl.rebase import replay as rebase_mod
 from patchctl.commands.common import parse_version
 from patchctl.engines import get_engine
 from patchctl.errors import EXIT_OK, EXIT_PATCH_FAILED, UsageError
 
 
-def rebase(engine: str, store: st.Store, ctx: resolve.Context, *, onto: str, old: str | None, workdir: Path | None,
+def rebase(engine: str, store: st.Store, ctx: fetch.SourceContext, *, onto: str, old: str | None, workdir: Path | None,
            write: bool, verify) -> tuple[dict, int]:
     rep = rebase_mod.rebase(engine, store, _version(onto, ctx, engine), ctx, old=parse_version(old),
                             workdir=workdir, write=write, verify=verify)
@@ -41,7 +42,7 @@ def resolve_conflict(engine: str, store: st.Store, workdir: Path, patch: str, on
                                    f"review both with `git diff`, then commit"), EXIT_OK
 
 
-def bisect(patch_name: str, engine: str, store: st.Store, ctx: resolve.Context, *, good: str, bad: str,
+def bisect(patch_name: str, engine: str, store: st.Store, ctx: fetch.SourceContext, *, good: str, bad: str,
            repo: str | None, version: str | None, smoke) -> tuple[dict, int]:
     eng = get_engine(engine)
     series = store.series(engine).patches
@@ -66,9 +67,9 @@ def bisect(patch_name: str, engine: str, store: st.Store, ctx: resolve.Context, 
                                    f"{len(result.steps)} evaluations of {len(points)} points)"), EXIT_OK
 
 
-def droppable(store: st.Store, ctx: resolve.Context, engines: tuple[str, ...]) -> tuple[dict, int]:
+def droppable(store: st.Store, ctx: fetch.SourceContext, engines: tuple[str, ...]) -> tuple[dict, int]:
     """Patches whose drop_when rule holds on the newest release: candidates for deletion."""
-    from patchctl import apply as engine_apply
+    from patchctl.engine import evaluate as engine_apply
 
     rows = []
     for engine in engines or tuple(store.engines()):
@@ -83,7 +84,7 @@ def droppable(store: st.Store, ctx: resolve.Context, engines: tuple[str, ...]) -
                 met, why = True, f"upstreamed_in {patch.upstreamed_in} covers {latest}"
             elif patch.drop_when == "upstreamed":
                 if outcomes is None:
-                    outcomes = engine_apply.evaluate(series, latest, resolve.release(eng, latest, ctx))
+                    outcomes = engine_apply.evaluate(series, latest, fetch.release(eng, latest, ctx))
                 met = outcomes.outcome_of(patch.name).outcome == "upstreamed"
                 why = f"upstreamed in {latest} (reverse-apply proof)" if met else None
             rows.append({"engine": engine, "patch": patch.name, "drop_when": patch.drop_when,
@@ -94,13 +95,13 @@ def droppable(store: st.Store, ctx: resolve.Context, engines: tuple[str, ...]) -
                            if names else "no patch can be dropped yet"), EXIT_OK
 
 
-def smoke_gate(store: st.Store, ctx: resolve.Context, python: str | None):
+def smoke_gate(store: st.Store, ctx: fetch.SourceContext, python: str | None):
     """(patch, version) -> (ok, reason) from the patch's CPU smoke checks on that release."""
     from patchctl.commands import smoke as smoke_cmd
     from patchctl.spec import EngineRef
 
     def gate(patch, version, options=None):
-        from patchctl.apply import Options
+        from patchctl.engine.evaluate import Options
 
         doc, _ = smoke_cmd.smoke_checks(EngineRef(get_engine(patch.engine), "exact", version), store, ctx,
                                         only=(patch.name,), tier="cpu", python=python,
@@ -111,7 +112,7 @@ def smoke_gate(store: st.Store, ctx: resolve.Context, python: str | None):
     return gate
 
 
-def verify_with_smoke(store: st.Store, ctx: resolve.Context, python: str | None):
+def verify_with_smoke(store: st.Store, ctx: fetch.SourceContext, python: str | None):
     """A reused resolution becomes a variant only if the patch's checks pass with it."""
     gate = smoke_gate(store, ctx, python)
 
@@ -121,7 +122,7 @@ def verify_with_smoke(store: st.Store, ctx: resolve.Context, python: str | None)
             return False, f"{target.name} exists already"
         target.write_bytes(new_variant)  # the candidate, in place (unpinned), for the checks to use
         try:
-            from patchctl.apply import Options
+            from patchctl.engine.evaluate import Options
 
             return gate(store.series(patch.engine).get(patch.name), version, Options(allow_modified=True))
         except Exception as exc:  # a gate that cannot run must say so, never pass

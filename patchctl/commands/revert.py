@@ -1,12 +1,14 @@
 from __future__ import annotations
 
-from patchctl import report, resolve, target as tgt
+from patchctl import report
+from patchctl.sources import fetch
+from patchctl.target import operations as tgt
 from patchctl.commands.common import find_target
 from patchctl.errors import EXIT_OK
 from patchctl.spec import EngineRef
 
 
-def revert(ref: EngineRef, ctx: resolve.Context, *, python, target_dir, force: bool, wait: float) -> tuple[dict, int]:
+def revert(ref: EngineRef, ctx: fetch.SourceContext, *, python, target_dir, force: bool, wait: float) -> tuple[dict, int]:
     target = find_target(ref, python=python, target_dir=target_dir, install=False, ctx=ctx)
     rep = tgt.revert(target, force=force, wait=wait)
     message = rep.note or f"restored {len(rep.restored)} file(s) byte for byte"

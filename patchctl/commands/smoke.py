@@ -1,21 +1,24 @@
 from __future__ import annotations
 
-from patchctl import apply as engine_apply
-from patchctl import report, resolve, smoke, trees
-from patchctl.apply import Options
-from patchctl.envs import ensure_env, env_ready
+from patchctl.engine import evaluate as engine_apply
+from patchctl import report
+from patchctl.sources import fetch
+from patchctl.checks import runner as smoke
+from patchctl.checks import trees as trees
+from patchctl.engine.evaluate import Options
+from patchctl.checks.envs import ensure_env, env_ready
 from patchctl.errors import EXIT_OK, EXIT_PATCH_FAILED, UsageError
 from patchctl.spec import EngineRef
 from patchctl.store import Store
 
 
-def smoke_checks(ref: EngineRef, store: Store, ctx: resolve.Context, *, only: tuple[str, ...], tier: str,
+def smoke_checks(ref: EngineRef, store: Store, ctx: fetch.SourceContext, *, only: tuple[str, ...], tier: str,
                  python: str | None, options: Options = Options(), notify=None) -> tuple[dict, int]:
     """notify(text): progress for people (environment builds, each patch's run); None is silent."""
     notify = notify or (lambda text: None)
     if ref.kind not in ("exact", "latest"):
         raise UsageError("smoke checks need a released version: ENGINE@X.Y.Z or ENGINE@latest")
-    upstream = resolve.open_upstream(ref, ctx)
+    upstream = fetch.open_upstream(ref, ctx)
     series = store.series(ref.engine.name)
     patches = tuple(p for p in series.patches if not only or p.name in only)
     unknown = set(only) - {p.name for p in series.patches}
@@ -62,7 +65,7 @@ def smoke_checks(ref: EngineRef, store: Store, ctx: resolve.Context, *, only: tu
                            results=[r._asdict() for r in results]), code
 
 
-def companion_trees(patch, ctx: resolve.Context) -> dict[str, str]:
+def companion_trees(patch, ctx: fetch.SourceContext) -> dict[str, str]:
     """`smoke.with: ["vllm@0.24.0"]`: pristine trees of other engines a patch's checks import
     (the GGUF plugin imports vLLM), passed as PATCHCTL_<ENGINE>_TREE."""
     from patchctl.spec import parse_spec
@@ -72,6 +75,6 @@ def companion_trees(patch, ctx: resolve.Context) -> dict[str, str]:
         ref = parse_spec(text)
         if ref.kind != "exact":
             raise UsageError(f"{patch.engine}/{patch.name}: smoke.with {text!r} must name an exact version")
-        tree = trees.pristine_tree(resolve.release(ref.engine, ref.version, ctx, prefer_sdist=True))
+        tree = trees.pristine_tree(fetch.release(ref.engine, ref.version, ctx, prefer_sdist=True))
         env[f"PATCHCTL_{ref.engine.name.upper().replace('-', '_')}_TREE"] = str(tree)
     return env

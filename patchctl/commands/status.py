@@ -1,6 +1,8 @@
 from __future__ import annotations
 
-from patchctl import report, resolve, target as tgt
+from patchctl import report
+from patchctl.sources import fetch
+from patchctl.target import operations as tgt
 from patchctl.commands.common import find_target
 from patchctl.errors import EXIT_OK, EXIT_PATCH_FAILED
 from patchctl.spec import EngineRef
@@ -9,7 +11,7 @@ EXIT_BY_STATE = {"intact": EXIT_OK, "not-applied": EXIT_OK, "wiped": EXIT_PATCH_
                  "version-changed": EXIT_PATCH_FAILED, "modified": EXIT_PATCH_FAILED}
 
 
-def status(ref: EngineRef, ctx: resolve.Context, *, python, target_dir) -> tuple[dict, int]:
+def status(ref: EngineRef, ctx: fetch.SourceContext, *, python, target_dir) -> tuple[dict, int]:
     target = find_target(ref, python=python, target_dir=target_dir, install=False, ctx=ctx)
     with target.state().locked(wait_seconds=30):
         recovered = target.state().recover(target.root)

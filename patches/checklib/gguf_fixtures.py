@@ -319,7 +319,7 @@ def run_checks_on_pristine(checks_dir: pathlib.Path, pristine_tree: pathlib.Path
 
     Returns {test name: (outcome, message)} with outcome "passed", "failed", "error", "skipped".
     """
-    import patchctl.smoke_fixtures as fixtures
+    import patchctl.checks.pytest_plugin as fixtures
 
     env = dict(os.environ)
     env[INNER_ENV] = "1"
@@ -328,7 +328,7 @@ def run_checks_on_pristine(checks_dir: pathlib.Path, pristine_tree: pathlib.Path
     env["PYTHONPATH"] = os.pathsep.join(p for p in (fixtures_root, env.get("PYTHONPATH")) if p)
     xml = out_dir / "pristine.xml"
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "patchctl.smoke_fixtures", "-q", "-p", "no:cacheprovider",
+        [sys.executable, "-m", "pytest", "-p", "patchctl.checks.pytest_plugin", "-q", "-p", "no:cacheprovider",
          # own basetemp: concurrent pytest runs of one user prune each other's default temp dirs
          f"--basetemp={out_dir / 'basetemp'}", f"--junitxml={xml}", str(checks_dir)],
         cwd=str(checks_dir), env=env, capture_output=True, text=True, timeout=timeout,

@@ -33,7 +33,8 @@ REPO = HERE.parents[2]
 sys.path.insert(0, str(REPO))
 from packaging.version import Version  # noqa: E402
 
-from patchctl import resolve, trees  # noqa: E402
+from patchctl import trees  # noqa: E402
+from patchctl.sources import fetch
 from patchctl.engines import get_engine  # noqa: E402
 from patchctl.store import Store  # noqa: E402
 
@@ -46,7 +47,7 @@ def release_versions(name: str, pristine_root: str | None) -> list[str]:
         names = (re.fullmatch(r"vllm-(\d[^-]*)-sdist", d.name) for d in pathlib.Path(pristine_root).iterdir())
         candidates = [Version(m.group(1)) for m in names if m]
     else:
-        candidates = resolve.Context().index().project(get_engine("vllm").dist).versions()
+        candidates = fetch.SourceContext().index().project(get_engine("vllm").dist).versions()
     return [str(v) for v in sorted(candidates) if patch.in_range(v)]
 
 
@@ -55,7 +56,7 @@ def pristine_tree(version: str, pristine_root: str | None) -> pathlib.Path:
     one patchctl builds and caches from the package index."""
     if pristine_root:
         return pathlib.Path(pristine_root) / f"vllm-{version}-sdist"
-    source = resolve.release(get_engine("vllm"), Version(version), resolve.Context(), prefer_sdist=True)
+    source = fetch.release(get_engine("vllm"), Version(version), fetch.SourceContext(), prefer_sdist=True)
     return trees.pristine_tree(source)
 
 

@@ -10,14 +10,14 @@ from typing import NamedTuple
 
 from packaging.version import Version
 
-from patchctl import apply as engine_apply
+from patchctl.engine import evaluate as engine_apply
 from patchctl import config
 from patchctl import outcomes as O
-from patchctl.apply import BaseFiles, Options, SeriesResult
+from patchctl.engine.evaluate import BaseFiles, Options, SeriesResult
 from patchctl.engines import Engine
 from patchctl.errors import EnvironmentProblem, PatchFailed
 from patchctl.sources.base import DirectorySource
-from patchctl.state import FileRecord, PatchRecord, StateRecord, TargetState, sha256
+from patchctl.target.journal import FileRecord, PatchRecord, StateRecord, TargetState, sha256
 from patchctl.store import Patch
 
 

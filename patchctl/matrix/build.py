@@ -11,9 +11,9 @@ import yaml
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from patchctl import apply as engine_apply
+from patchctl.engine import evaluate as engine_apply
 from patchctl import outcomes as O
-from patchctl import resolve
+from patchctl.sources import fetch
 from patchctl.engines import get_engine
 from patchctl.errors import PatchctlError, UsageError
 from patchctl.store import Store, drop_rule_met
@@ -33,7 +33,7 @@ def lowest_claimed(specifiers: Iterable[SpecifierSet]) -> Version | None:
     return min(lows) if lows else None
 
 
-def versions_for(engine: str, store: Store, ctx: resolve.Context, since: Version | None = None) -> list[Version]:
+def versions_for(engine: str, store: Store, ctx: fetch.SourceContext, since: Version | None = None) -> list[Version]:
     series = store.series(engine)
     if not series.patches:
         return []
@@ -44,13 +44,13 @@ def versions_for(engine: str, store: Store, ctx: resolve.Context, since: Version
     return [v for v in released if v >= since]
 
 
-def check_one(engine: str, version: Version, store: Store, ctx: resolve.Context, smoke=None,
-              upstream: resolve.Upstream | None = None) -> dict:
+def check_one(engine: str, version: Version, store: Store, ctx: fetch.SourceContext, smoke=None,
+              upstream: fetch.Upstream | None = None) -> dict:
     """smoke(engine, version) -> {patch: result dict}: the CPU checks, when the caller asks for them."""
     eng = get_engine(engine)
     start = time.monotonic()
     try:
-        source = upstream.source if upstream else resolve.release(eng, version, ctx)
+        source = upstream.source if upstream else fetch.release(eng, version, ctx)
         result = engine_apply.evaluate(store.series(engine).patches, version, source)
     except PatchctlError as exc:
         return {"version": str(version), "error": exc.message, "patches": {}}
@@ -90,7 +90,7 @@ def _evidence(outcome: str, smoke: dict | None) -> str:
     return f"applies; CPU checks {smoke['status']}"
 
 
-def build(store: Store, ctx: resolve.Context, *, engines: list[str] | None = None,
+def build(store: Store, ctx: fetch.SourceContext, *, engines: list[str] | None = None,
           shard: tuple[int, int] | None = None, workers: int = 4, progress=None, smoke=None,
           nightly: bool = True, only_versions: set[str] | None = None) -> dict:
     engines = engines or store.engines()
@@ -118,13 +118,13 @@ def build(store: Store, ctx: resolve.Context, *, engines: list[str] | None = Non
     return assemble(store, engines, rows, nightly_notes)
 
 
-def _nightly_row(engine: str, store: Store, ctx: resolve.Context) -> tuple[dict | None, str]:
+def _nightly_row(engine: str, store: Store, ctx: fetch.SourceContext) -> tuple[dict | None, str]:
     """The nightly build is part of the matrix when its source is configured and reachable; else
     the document says why it is missing (never a silent gap)."""
     from patchctl.spec import EngineRef
 
     try:
-        upstream = resolve.open_upstream(EngineRef(get_engine(engine), "nightly"), ctx)
+        upstream = fetch.open_upstream(EngineRef(get_engine(engine), "nightly"), ctx)
     except PatchctlError as exc:
         return None, f"not run: {exc.message}"
     row = check_one(engine, upstream.version, store, ctx, upstream=upstream)

@@ -13,8 +13,9 @@ from typing import NamedTuple
 
 from packaging.version import Version
 
-from patchctl import apply as engine_apply
-from patchctl import config, resolve
+from patchctl.engine import evaluate as engine_apply
+from patchctl import config
+from patchctl.sources import fetch
 from patchctl.engines import Engine
 from patchctl.errors import PatchFailed
 from patchctl.sources.base import DirectorySource
@@ -70,9 +71,9 @@ def pristine_tree(source: ReleaseSource) -> Path:
     return root
 
 
-def build_trees(engine: Engine, version: Version, patches: tuple[Patch, ...], ctx: resolve.Context,
+def build_trees(engine: Engine, version: Version, patches: tuple[Patch, ...], ctx: fetch.SourceContext,
                 options: engine_apply.Options = engine_apply.Options()) -> Trees:
-    source = resolve.release(engine, version, ctx, prefer_sdist=True)
+    source = fetch.release(engine, version, ctx, prefer_sdist=True)
     pristine = pristine_tree(source)
     result = engine_apply.evaluate(patches, version, DirectorySource(pristine), options=options)
     if not result.ok:

@@ -5,9 +5,9 @@ from typing import Callable, NamedTuple
 
 from packaging.version import Version
 
-from patchctl import apply as engine_apply
+from patchctl.engine import evaluate as engine_apply
 from patchctl import outcomes as O
-from patchctl import resolve
+from patchctl.sources import fetch
 from patchctl.errors import UsageError
 from patchctl.store import Patch
 
@@ -46,13 +46,13 @@ def bisect(points: list[str], is_good: Callable[[str], tuple[bool, str]]) -> Bis
     return BisectResult(points[hi], points[lo], tuple(steps))
 
 
-def release_predicate(patch: Patch, series: tuple[Patch, ...], ctx: resolve.Context, engine,
+def release_predicate(patch: Patch, series: tuple[Patch, ...], ctx: fetch.SourceContext, engine,
                       smoke: Callable[[Version], tuple[bool, str]] | None = None):
     upto = series[: [p.name for p in series].index(patch.name) + 1]
 
     def is_good(point: str) -> tuple[bool, str]:
         version = Version(point)
-        source = resolve.release(engine, version, ctx)
+        source = fetch.release(engine, version, ctx)
         outcome = engine_apply.evaluate(upto, version, source).outcome_of(patch.name)
         if outcome.outcome not in O.SATISFIED:
             return False, f"{outcome.outcome}: {outcome.reason}"

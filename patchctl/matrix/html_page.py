@@ -201,10 +201,10 @@ def render_html(doc: dict, title: str = "patchctl compatibility matrix") -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m patchctl.matrix_html compat_matrix.yaml -o matrix.html` (usable before the CLI grows --html)."""
-    from patchctl import matrix
+    """`python -m patchctl.matrix.html_page compat_matrix.yaml -o matrix.html` (usable before the CLI grows --html)."""
+    from patchctl.matrix import build as matrix
 
-    parser = argparse.ArgumentParser(prog="python -m patchctl.matrix_html", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m patchctl.matrix.html_page", description=main.__doc__)
     parser.add_argument("matrix", type=Path)
     parser.add_argument("-o", "--output", type=Path, required=True)
     args = parser.parse_args(argv)

@@ -19,7 +19,7 @@ from patchctl.sources.release import ReleaseSource, choose_artifact
 from patchctl.spec import EngineRef
 
 
-class Context(NamedTuple):
+class SourceContext(NamedTuple):
     """Everything about *how* to fetch, shared by every command."""
 
     index_url: str | None = None
@@ -48,7 +48,7 @@ class Upstream(NamedTuple):
     label: str  # what to show: "vllm 0.23.0 (vllm-0.23.0-...whl)"
 
 
-def release(ref_engine, version: Version, ctx: Context, index: PackageIndex | None = None,
+def release(ref_engine, version: Version, ctx: SourceContext, index: PackageIndex | None = None,
             prefer_sdist: bool = False) -> ReleaseSource:
     index = index or ctx.index()
     artifact = choose_artifact(index.project(ref_engine.dist), version, prefer_sdist=prefer_sdist)
@@ -56,7 +56,7 @@ def release(ref_engine, version: Version, ctx: Context, index: PackageIndex | No
                          progress=ctx.progress, sparse=ctx.sparse)
 
 
-def open_upstream(ref: EngineRef, ctx: Context) -> Upstream:
+def open_upstream(ref: EngineRef, ctx: SourceContext) -> Upstream:
     engine = ref.engine
     if ref.kind in ("exact", "latest"):
         index = ctx.index()
@@ -111,7 +111,7 @@ def nightly_hint(engine) -> str:
     return f"set nightly.{engine.name}.url in {config.config_file()} or pass --nightly-source URL"
 
 
-def _nightly(ref: EngineRef, ctx: Context) -> Upstream:
+def _nightly(ref: EngineRef, ctx: SourceContext) -> Upstream:
     engine = ref.engine
     kind, url, branch = nightly_source(engine, ctx.nightly_source)
     how = nightly_hint(engine)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import difflib
 from typing import Iterable
 
-from patchctl.diff import FilePatch, Hunk, ParsedVariant, apply_hunks
+from patchctl.engine.hunks import FilePatch, Hunk, ParsedVariant, apply_hunks
 
 MIN_KEY_LENGTH = 12
 MIN_SHARE = 0.5

@@ -15,9 +15,11 @@ from typing import NamedTuple
 import yaml
 from packaging.version import Version
 
-from patchctl import apply as engine_apply
-from patchctl import gitutil, outcomes as O, relocate, resolve
-from patchctl.diff import parse_variant
+from patchctl.engine import evaluate as engine_apply
+from patchctl import gitutil, outcomes as O
+from patchctl.engine import relocate as relocate
+from patchctl.sources import fetch
+from patchctl.engine.hunks import parse_variant
 from patchctl.engines import get_engine
 from patchctl.errors import UsageError
 from patchctl.gitutil import git
@@ -61,7 +63,7 @@ def variant_message(data: bytes) -> str:
     return subject + ("\n\n" + body if body else "")
 
 
-def rebase(engine_name: str, store: Store, new: Version, ctx: resolve.Context, *, old: Version | None = None,
+def rebase(engine_name: str, store: Store, new: Version, ctx: fetch.SourceContext, *, old: Version | None = None,
            workdir: Path | None = None, write: bool = True, verify=None) -> RebaseReport:
     """verify(patch, version) -> (ok, reason): smoke checks that gate a reused resolution."""
     engine = get_engine(engine_name)
@@ -81,8 +83,8 @@ def rebase(engine_name: str, store: Store, new: Version, ctx: resolve.Context, *
         raise UsageError(f"--from {old} is newer than --onto {new}")
     parsed = {p.name: parse_variant(v.path.read_bytes(), str(v.path)) for p, v in replay}
     paths = sorted({path for pv in parsed.values() for path in pv.paths})
-    old_src = resolve.release(engine, old, ctx)
-    new_src = resolve.release(engine, new, ctx)
+    old_src = fetch.release(engine, old, ctx)
+    new_src = fetch.release(engine, new, ctx)
     old_src.prefetch(paths)
     new_src.prefetch(paths)
 
@@ -127,7 +129,7 @@ def rebase(engine_name: str, store: Store, new: Version, ctx: resolve.Context, *
     def full_new():
         # Relocation searches the whole new package: one download beats thousands of range reads.
         if not full_cache:
-            source = resolve.release(engine, new, ctx, prefer_sdist=True)
+            source = fetch.release(engine, new, ctx, prefer_sdist=True)
             source.sparse = False
             full_cache.append(source)
         return full_cache[0]

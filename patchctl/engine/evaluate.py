@@ -15,7 +15,7 @@ from typing import Callable, Iterable, NamedTuple
 from packaging.version import Version
 
 from patchctl import outcomes as O
-from patchctl.diff import FilePatch, ParsedVariant, apply_hunks, parse_variant
+from patchctl.engine.hunks import FilePatch, ParsedVariant, apply_hunks, parse_variant
 from patchctl.errors import StoreError
 from patchctl.sources.base import FileSource
 from patchctl.store import Patch, Variant, choose_variant
