@@ -17,7 +17,7 @@ import os
 import sys
 
 from patchctl.matrix import build as matrix
-from patchctl.commands.common import make_context
+from patchctl.sources.fetch import SourceContext
 from patchctl.errors import PatchctlError
 from patchctl.store import Store
 
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-shards", type=int, default=8)
     args = parser.parse_args(argv)
     try:
-        doc = plan(Store.open(args.store), make_context(index_url=args.index_url), args.engines,
+        doc = plan(Store.open(args.store), SourceContext(index_url=args.index_url), args.engines,
                    args.per_shard, args.max_shards)
     except PatchctlError as exc:
         print(f"shards: {exc.message}", file=sys.stderr)

@@ -1,27 +1,180 @@
-"""Options shared by several commands, defined once."""
+"""Options shared by several commands, defined once (pip's cmdoptions, pip-tools' options).
+
+Some only declare a flag; the injecting ones turn flags into the objects commands work with:
+`source_options` gives a command `ctx` (a SourceContext), `store_option` gives `store` (a Store),
+`apply_options` gives `options` (the engine's Options), `target_options` gives `where` (a TargetSpec).
+They run inside the command's error handling, so a bad store or a bad --as-version becomes a
+document with its exit code, not a traceback. Nothing heavy is imported here: `ensure` starts fast.
+"""
 from __future__ import annotations
 
-import click
+import functools
+from typing import Any, Callable, NamedTuple
 
-json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON document (docs/json-schema.md).")
-store_option = click.option("--store", type=click.Path(file_okay=False), envvar="PATCHCTL_STORE",
-                            help="Patch store directory (default: the repository's patches/).")
-index_option = click.option("--index-url", help="Package index (default: pip's configuration, PIP_INDEX_URL).")
-offline_option = click.option("--offline", is_flag=True, help="Use only the cache; never touch the network.")
-python_option = click.option("--python", "python", help="Interpreter whose environment holds the engine.")
-target_option = click.option("--target", "target_dir", type=click.Path(file_okay=False),
-                             help="A source checkout or unpacked tree to patch instead of an installed engine.")
-strict_option = click.option("--strict", is_flag=True, help="Treat fuzz as a failure.")
-allow_modified_option = click.option("--allow-modified", is_flag=True,
-                                     help="Accept variant files whose sha256 differs from the series pin.")
-nightly_option = click.option("--nightly-source", help="Where ENGINE@nightly comes from (wheel index URL or git URL).")
-repo_option = click.option("--repo", help="Git repository (URL or path) for ENGINE@git:REF.")
-as_version_option = click.option("--as-version", help="Version to assume for a tree whose version cannot be read.")
+import click
+from packaging.version import InvalidVersion, Version
+
+F = Callable[..., Any]
+
+
+class VersionParam(click.ParamType):
+    """A PEP 440 version (or, with allow_latest, the word `latest`): a bad one names its option."""
+
+    name = "version"
+
+    def __init__(self, allow_latest: bool = False):
+        self.allow_latest = allow_latest
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, Version) or (self.allow_latest and value == "latest"):
+            return value
+        try:
+            return Version(str(value))
+        except InvalidVersion:
+            expected = "a PEP 440 version" + (" or 'latest'" if self.allow_latest else "")
+            self.fail(f"{value!r} is not {expected} (e.g. 0.23.0)", param, ctx)
+
+
+class EngineParam(click.ParamType):
+    """An engine named in engines.yaml."""
+
+    name = "engine"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from patchctl.engines import all_engines
+
+        if value in all_engines():
+            return value
+        self.fail(f"unknown engine {value!r} (known: {', '.join(sorted(all_engines()))})", param, ctx)
+
+
+VERSION = VersionParam()
+VERSION_OR_LATEST = VersionParam(allow_latest=True)
+ENGINE = EngineParam()
+
+
+def _inject(f: F, name: str, build: Callable[..., Any], *consumed: str) -> F:
+    """Wrap f so that the flags in `consumed` are replaced by build(**flags) under `name`."""
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        flags = {key: kwargs.pop(key) for key in consumed}
+        kwargs[name] = build(**flags)
+        return f(*args, **kwargs)
+
+    return wrapper
+
+
+def _apply(f: F, *decorators: Callable[[F], F]) -> F:
+    for decorator in reversed(decorators):
+        f = decorator(f)
+    return f
+
+
+# --- flags that are only declared -------------------------------------------------------------
+
+as_version_option = click.option("--as-version", type=VERSION,
+                                 help="Version to assume for a tree whose version cannot be read.")
+
+json_option = click.option("--json", "as_json", is_flag=True,
+                           help="Print exactly one JSON document on stdout (docs/json-schema.md).")
 wait_option = click.option("--wait", type=float, default=0.0, show_default=True,
                            help="Seconds to wait for another patchctl working on the same target.")
+checks_python_option = click.option(
+    "--python", "python",
+    help="Interpreter to run the patches' checks with (default: the patch's smoke env, built once).")
+only_option = click.option("--patch", "only", multiple=True, metavar="NAME",
+                           help="Only this patch of the series (repeatable).")
 
 
-def source_options(f):
-    for option in reversed((index_option, offline_option, nightly_option, repo_option, as_version_option)):
-        f = option(f)
-    return f
+# --- flags that inject an object -------------------------------------------------------------
+
+def store_option(f: F) -> F:
+    """`--store DIR` → `store` (a Store), opened inside the command's error handling."""
+
+    def build(store: str | None) -> Any:
+        from patchctl.store import Store
+
+        return Store.open(store)
+
+    return click.option("--store", type=click.Path(file_okay=False), envvar="PATCHCTL_STORE",
+                        help="Patch store directory (default: the repository's patches/).")(
+        _inject(f, "store", build, "store"))
+
+
+class SourceFlags(NamedTuple):
+    index_url: str | None = None
+    offline: bool = False
+    nightly_source: str | None = None
+    repo: str | None = None
+    as_version: Version | None = None
+
+
+def make_context(flags: SourceFlags, *, progress: Any = None) -> Any:
+    from patchctl.sources.fetch import SourceContext
+
+    return SourceContext(index_url=flags.index_url, offline=flags.offline, progress=progress,
+                         nightly_source=flags.nightly_source, repo=flags.repo, version_override=flags.as_version)
+
+
+def _fetch_flags(f: F, *, with_as_version: bool) -> F:
+    consumed = ["index_url", "offline", "nightly_source", "repo"] + (["as_version"] if with_as_version else [])
+
+    def build(**flags: Any) -> Any:
+        from patchctl.progress import progress_for
+
+        return make_context(SourceFlags(**flags), progress=progress_for())
+
+    declared = [
+        click.option("--index-url", help="Package index (default: pip's configuration, PIP_INDEX_URL)."),
+        click.option("--offline", is_flag=True, help="Use only the cache; never touch the network."),
+        click.option("--nightly-source", help="Where ENGINE@nightly comes from (wheel index URL or git URL)."),
+        click.option("--repo", help="Git repository (URL or path) for ENGINE@git:REF."),
+    ] + ([as_version_option] if with_as_version else [])
+    return _apply(_inject(f, "ctx", build, *consumed), *declared)
+
+
+def source_options(f: F) -> F:
+    """Where upstream files come from → `ctx` (a SourceContext with a progress bar for people)."""
+    return _fetch_flags(f, with_as_version=True)
+
+
+def fetch_options(f: F) -> F:
+    """source_options without --as-version, for commands whose --as-version names their target's version."""
+    return _fetch_flags(f, with_as_version=False)
+
+
+
+
+def apply_options(f: F) -> F:
+    """--strict, --allow-modified → `options` (the apply engine's Options)."""
+
+    def build(strict: bool, allow_modified: bool) -> Any:
+        from patchctl.engine.evaluate import Options
+
+        return Options(strict=strict, allow_modified=allow_modified)
+
+    return _apply(
+        _inject(f, "options", build, "strict", "allow_modified"),
+        click.option("--strict", is_flag=True, help="Treat fuzz as a failure."),
+        click.option("--allow-modified", is_flag=True,
+                     help="Accept variant files whose sha256 differs from the series pin."),
+    )
+
+
+def _target_spec(**flags: Any) -> Any:
+    from patchctl.target.find import TargetSpec
+
+    return TargetSpec(**flags)
+
+
+def target_options(f: F) -> F:
+    """--python / --target / --as-version → `where` (a TargetSpec)."""
+    return _apply(
+        _inject(f, "where", _target_spec, "python", "target_dir", "as_version"),
+        click.option("--python", "python",
+                     help="Interpreter whose environment holds the engine (default: the first python3 on PATH)."),
+        click.option("--target", "target_dir", type=click.Path(file_okay=False),
+                     help="A source checkout or unpacked tree to patch instead of an installed engine."),
+        as_version_option,
+    )

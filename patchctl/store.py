@@ -226,3 +226,16 @@ def drop_rule_met(patch: Patch, dist: str, version: Version) -> bool | None:
     if req.name.replace("_", "-").lower() != dist.lower():
         return None
     return req.specifier.contains(version, prereleases=True)
+
+
+def write_variant(store: Store, patch: Patch, filename: str, data: bytes) -> None:
+    """Add (or replace) a variant file of a patch and pin its sha256 in the series."""
+    (patch.directory / filename).write_bytes(data)
+    series_file = store.root / patch.engine / "series.yaml"
+    doc = yaml.safe_load(series_file.read_text())
+    for entry in doc["patches"]:
+        if entry["name"] == patch.name:
+            pins = dict(entry.get("variants") or {})
+            pins[filename] = hashlib.sha256(data).hexdigest()
+            entry["variants"] = dict(sorted(pins.items(), key=lambda kv: Version(kv[0].removesuffix(".patch"))))
+    series_file.write_text(yaml.safe_dump(doc, sort_keys=False))

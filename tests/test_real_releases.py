@@ -105,7 +105,7 @@ def test_every_claimed_release_applies_or_is_classified():
     from patchctl.sources import fetch
 
     store = Store.open()
-    doc = matrix.build(store, fetch.SourceSourceContext(), nightly=False)
+    doc = matrix.build(store, fetch.SourceContext(), nightly=False)
     conflicts = [(e, v, p) for e, d in doc["engines"].items() for v, r in d["versions"].items()
                  for p, c in r["patches"].items() if c["outcome"] == "conflict"]
     errors = [(e, v, r["error"]) for e, d in doc["engines"].items() for v, r in d["versions"].items() if r.get("error")]
@@ -131,7 +131,7 @@ def test_committed_matrix_matches_a_regenerated_slice():
     for engine, data in committed["engines"].items():
         versions = [v for v in data["versions"] if v != "nightly"]
         for version in {versions[0], versions[-1]}:
-            fresh = matrix.check_one(engine, Version(version), store, fetch.SourceSourceContext())
+            fresh = matrix.check_one(engine, Version(version), store, fetch.SourceContext())
             strip = lambda row: {p: (c["outcome"], c["variant"]) for p, c in row["patches"].items()}  # noqa: E731
             assert strip(fresh) == strip(data["versions"][version]), (engine, version)
             assert fresh["sha256"] == data["versions"][version]["sha256"]

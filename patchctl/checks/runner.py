@@ -12,6 +12,7 @@ from typing import NamedTuple
 
 import patchctl
 from patchctl.engines import get_engine
+from patchctl.interpreter import has_gpu
 from patchctl.store import Patch
 
 TIER_MARKERS = {"cpu": "not gpu", "gpu": "gpu"}
@@ -30,12 +31,6 @@ class CheckResult(NamedTuple):
     reason: str  # why skipped / not run / failed, in words
     evidence: str  # what a pass proves for this patch, from its metadata
     failures: tuple[str, ...] = ()
-
-
-def has_gpu(python: str) -> bool:
-    proc = subprocess.run([python, "-c", "import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)"],
-                          capture_output=True)
-    return proc.returncode == 0
 
 
 def evidence_of(patch: Patch, tier: str) -> str:

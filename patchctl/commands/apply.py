@@ -1,37 +1,43 @@
+"""`patchctl apply`: the series onto an installed engine or a directory, all or nothing."""
 from __future__ import annotations
 
-from patchctl.engine import evaluate as engine_apply
+import click
+
 from patchctl import outcomes as O
-from patchctl import report
-from patchctl.sources import fetch
-from patchctl.target import operations as tgt
+from patchctl.commands.base import command
 from patchctl.commands.check import moved_warnings
-from patchctl.commands.common import base_files_for, find_target, requirement_warnings
-from patchctl.engines import get_engine
+from patchctl.commands.text import print_outcomes
+from patchctl.documents import document, series_json
 from patchctl.errors import EXIT_OK, EXIT_PATCH_FAILED
-from patchctl.sources import installed as inst
-from patchctl.spec import EngineRef
-from patchctl.store import Store
+from patchctl.options import apply_options, fetch_options, store_option, target_options, wait_option
+from patchctl.spec import parse_spec
 
 
-def apply(ref: EngineRef, store: Store, ctx: fetch.SourceContext, options: engine_apply.Options, *,
-          python: str | None, target_dir: str | None, install: bool, keep_going: bool,
-          dry_run: bool, wait: float, force: bool, command: str = "apply") -> tuple[dict, int]:
-    target = find_target(ref, python=python, target_dir=target_dir, install=install, ctx=ctx)
-    env_python = None if target_dir else (python or inst.default_python())
-    docs = [_apply_one(target, store, ctx, options, keep_going, dry_run, wait, force, command, env_python)]
+def run(spec: str, store, ctx, options, where, *, install: bool = False, keep_going: bool = False,
+        dry_run: bool = False, wait: float = 0.0, force: bool = False, name: str = "apply") -> tuple[dict, int]:
+    """`name` is the document's command: ensure runs this as its re-apply."""
+    from patchctl.engines import get_engine
+    from patchctl.sources import installed as inst
+    from patchctl.target import find
+    from patchctl.target.operations import Target
+
+    ref = parse_spec(spec)
+    target = find.find_target(ref, where, install=install, ctx=ctx)
+    python = find.env_python(where)
+    one = dict(store=store, ctx=ctx, options=options, keep_going=keep_going, dry_run=dry_run, wait=wait,
+               force=force, name=name, python=python)
+    docs = [_apply_one(target, **one)]
     warnings = moved_warnings(target.engine, target.version)
     # Code that moved to another distribution (vLLM's GGUF support → vllm-gguf-plugin) is patched
     # there, when that distribution is installed in the same environment.
-    if not target_dir:
+    if python is not None:
         for move in target.engine.moves_at(target.version):
-            other = inst.find_installed(get_engine(move.engine), python)
+            other = inst.find_installed(get_engine(move.engine), where.python)
             if other is None:
                 warnings.append(f"{move.engine} is not installed, so its patches were not applied")
                 continue
-            other_target = tgt.Target(other.engine, other.root, other.version, f"installed in {other.python}")
-            docs.append(_apply_one(other_target, store, ctx, options, keep_going, dry_run, wait, force, command,
-                                   env_python))
+            docs.append(_apply_one(Target(other.engine, other.root, other.version, f"installed in {other.python}"),
+                                   **one))
     first = docs[0]
     code = max(d["exit_code"] for d in docs)
     first["also"] = docs[1:]
@@ -40,27 +46,55 @@ def apply(ref: EngineRef, store: Store, ctx: fetch.SourceContext, options: engin
     return first, code
 
 
-def _apply_one(target, store, ctx, options, keep_going, dry_run, wait, force, command, env_python) -> dict:
+def _apply_one(target, *, store, ctx, options, keep_going, dry_run, wait, force, name, python) -> dict:
+    from patchctl.sources.fetch import base_files_for
+    from patchctl.target import operations as tgt
+    from patchctl.target.find import requirement_warnings
+
     patches = store.series(target.engine.name).patches
     # Companion packages (gguf>=0.18, ...) can only be checked in an environment, not in a bare tree.
-    warnings = requirement_warnings([p for p in patches if p.in_range(target.version)], env_python) if env_python else []
-    base = base_files_for(target.engine, ctx)
+    warnings = requirement_warnings([p for p in patches if p.in_range(target.version)], python)
+    fields = dict(engine=target.engine.name, version=str(target.version), target=str(target.root),
+                  source={"kind": "target", "description": target.how}, warnings=warnings)
     try:
-        rep = tgt.apply(target, patches, options=options, base_files=base, keep_going=keep_going,
-                        dry_run=dry_run, wait=wait, force=force)
+        rep = tgt.apply(target, patches, options=options, base_files=base_files_for(target.engine, ctx),
+                        keep_going=keep_going, dry_run=dry_run, wait=wait, force=force)
     except tgt.ConflictError as exc:
-        return report.document(command, EXIT_PATCH_FAILED, engine=target.engine.name, version=str(target.version),
-                               target=str(target.root), source={"kind": "target", "description": target.how},
-                               patches=report.series_json(exc.result), written=[],
-                               error={"kind": exc.kind, "message": exc.message, "hint": exc.hint}, warnings=warnings)
+        return document(name, EXIT_PATCH_FAILED, patches=series_json(exc.result), written=[],
+                        error={"kind": exc.kind, "message": exc.message, "hint": exc.hint}, **fields)
     failed = any(o.outcome == O.CONFLICT for o in rep.result.outcomes)
     code = EXIT_PATCH_FAILED if failed else EXIT_OK
-    note = rep.note
+    notes = [rep.note] if rep.note else []
     if rep.recovered:
-        note = (note + "; " if note else "") + "recovered an interrupted earlier run first"
+        notes.append("recovered an interrupted earlier run first")
     if rep.written:
-        note = (note + "; " if note else "") + f"wrote {len(rep.written)} file(s)"
-    return report.document(command, code, engine=target.engine.name, version=str(target.version),
-                           target=str(target.root), source={"kind": "target", "description": target.how},
-                           patches=report.series_json(rep.result), written=list(rep.written), note=note,
-                           warnings=warnings)
+        notes.append(f"wrote {len(rep.written)} file(s)")
+    return document(name, code, patches=series_json(rep.result), written=list(rep.written),
+                    note="; ".join(notes) or None, **fields)
+
+
+def render(doc: dict, out, err) -> None:
+    for d in [doc, *doc.get("also", [])]:
+        print_outcomes(out, d)
+
+
+@command("apply", render=render, example=(
+    "patchctl apply vllm                      the vLLM installed for python3",
+    "patchctl apply vllm --python ~/venvs/serve/bin/python --dry-run",
+    "patchctl apply sglang@0.5.9 --target ./site-packages",
+    "patchctl apply vllm@0.23.0 --install     pip-install 0.23.0 first, then patch it",
+))
+@click.argument("spec", metavar="ENGINE[@VERSION]")
+@target_options
+@fetch_options
+@store_option
+@apply_options
+@wait_option
+@click.option("--install", is_flag=True, help="pip-install the named version (or nightly) first.")
+@click.option("--keep-going", is_flag=True, help="Apply the patches that apply even if others conflict.")
+@click.option("--dry-run", is_flag=True, help="Report what would happen; write nothing.")
+@click.option("--force", is_flag=True, help="Apply even if patched files were changed by hand since.")
+def command(spec, where, ctx, store, options, wait, install, keep_going, dry_run, force):
+    """Apply the series to the installed engine (or --target DIR), all or nothing."""
+    return run(spec, store, ctx, options, where, install=install, keep_going=keep_going, dry_run=dry_run,
+               wait=wait, force=force)

@@ -1,31 +1,57 @@
+"""`patchctl check`: dry-run the series on the pristine files of one upstream version (nothing installed)."""
 from __future__ import annotations
 
-from patchctl.engine import evaluate as engine_apply
-from patchctl import report
-from patchctl.sources import fetch
-from patchctl.commands.common import base_files_for
+from patchctl.commands.base import command
+from patchctl.commands.text import print_outcomes
+from patchctl.documents import document, series_json
 from patchctl.errors import EXIT_OK, EXIT_PATCH_FAILED
-from patchctl.spec import EngineRef
-from patchctl.store import Store
+from patchctl.options import apply_options, only_option, source_options, store_option
+from patchctl.spec import parse_spec
+
+import click
 
 
-def check(ref: EngineRef, store: Store, ctx: fetch.SourceContext, options: engine_apply.Options,
-          *, only: tuple[str, ...] = ()) -> tuple[dict, int]:
-    """Dry-run the engine's series on the pristine files of one upstream version."""
+def run(spec: str, store, ctx, options, *, only: tuple[str, ...] = ()) -> tuple[dict, int]:
+    from patchctl.engine.evaluate import evaluate
+    from patchctl.sources import fetch
+
+    ref = parse_spec(spec)
     upstream = fetch.open_upstream(ref, ctx)
-    series = store.series(ref.engine.name)
-    patches = tuple(p for p in series.patches if not only or p.name in only)
-    result = engine_apply.evaluate(patches, upstream.version, upstream.source, options=options,
-                                   base_files=base_files_for(ref.engine, ctx))
+    patches = tuple(p for p in store.series(ref.engine.name).patches if not only or p.name in only)
+    result = evaluate(patches, upstream.version, upstream.source, options=options,
+                      base_files=fetch.base_files_for(ref.engine, ctx))
     code = EXIT_OK if result.ok else EXIT_PATCH_FAILED
-    provenance = upstream.source.provenance()
-    return report.document(
+    return document(
         "check", code, engine=ref.engine.name, version=str(upstream.version),
-        source=provenance._asdict(), patches=report.series_json(result),
+        source=upstream.source.provenance()._asdict(), patches=series_json(result),
         warnings=moved_warnings(ref.engine, upstream.version),
     ), code
 
 
 def moved_warnings(engine, version) -> list[str]:
+    """Code that moved to another distribution at this version (vLLM's GGUF → vllm-gguf-plugin)."""
     return [f"from {m.since} {engine.name}'s {m.what} lives in {m.engine}; its patches are in the "
             f"{m.engine} series (`patchctl check {m.engine}@VERSION`)" for m in engine.moves_at(version)]
+
+
+def render(doc: dict, out, err) -> None:
+    print_outcomes(out, doc)
+
+
+@command("check", render=render, example=(
+    "patchctl check vllm@0.23.0              every vLLM patch against the 0.23.0 release",
+    "patchctl check vllm@latest --patch gguf-glm-dsa",
+    "patchctl check sglang@nightly --json    SGLang's main branch, as one JSON document",
+    "patchctl check vllm@./my-checkout       a local tree",
+))
+@click.argument("spec", metavar="ENGINE@VERSION")
+@only_option
+@store_option
+@source_options
+@apply_options
+def command(spec, only, store, ctx, options):
+    """Dry-run the patch series on the pristine files of ENGINE@VERSION (no install, no GPU).
+
+    VERSION is X.Y.Z, latest, nightly, git:REF or a directory.
+    """
+    return run(spec, store, ctx, options, only=only)

@@ -1,34 +1,38 @@
+"""`patchctl export`: a release's patched files (an overlay for PYTHONPATH) or, with --full, the whole
+patched package, written to a directory — for reading, for a patch's checks, or to copy onto a box."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from patchctl.engine import evaluate as engine_apply
-from patchctl import report
-from patchctl.sources import fetch
-from patchctl.commands.common import base_files_for
+import click
+
+from patchctl.commands.base import command
+from patchctl.commands.text import print_outcomes
+from patchctl.documents import document, series_json
 from patchctl.errors import EXIT_OK, EXIT_PATCH_FAILED, UsageError
-from patchctl.sources.base import DirectorySource
-from patchctl.sources.release import ReleaseSource
-from patchctl.spec import EngineRef
-from patchctl.store import Store
+from patchctl.options import apply_options, source_options, store_option
+from patchctl.spec import parse_spec
 
 
-def export(ref: EngineRef, dest: Path, store: Store, ctx: fetch.SourceContext, options: engine_apply.Options,
-           *, full: bool) -> tuple[dict, int]:
-    """Write the patched files of a release under DEST (an overlay for PYTHONPATH), or with --full
-    the whole patched source tree of the release."""
+def run(spec: str, dest: Path, store, ctx, options, *, full: bool = False) -> tuple[dict, int]:
+    from patchctl.engine.evaluate import evaluate
+    from patchctl.sources import fetch
+    from patchctl.sources.base import DirectorySource
+    from patchctl.sources.release import ReleaseSource
+
+    ref = parse_spec(spec)
     if dest.exists() and any(dest.iterdir()):
         raise UsageError(f"{dest} exists and is not empty")
     upstream = fetch.open_upstream(ref, ctx)
     if full and not isinstance(upstream.source, (ReleaseSource, DirectorySource)):
         raise UsageError("--full needs a release or a directory as the source")
-    result = engine_apply.evaluate(store.series(ref.engine.name).patches, upstream.version, upstream.source,
-                                   options=options, base_files=base_files_for(ref.engine, ctx))
-    doc_fields = dict(engine=ref.engine.name, version=str(upstream.version),
-                      source=upstream.source.provenance()._asdict(), patches=report.series_json(result),
-                      destination=str(dest))
+    result = evaluate(store.series(ref.engine.name).patches, upstream.version, upstream.source,
+                      options=options, base_files=fetch.base_files_for(ref.engine, ctx))
+    fields = dict(engine=ref.engine.name, version=str(upstream.version),
+                  source=upstream.source.provenance()._asdict(), patches=series_json(result),
+                  destination=str(dest))
     if not result.ok:
-        return report.document("export", EXIT_PATCH_FAILED, written=[], **doc_fields), EXIT_PATCH_FAILED
+        return document("export", EXIT_PATCH_FAILED, written=[], **fields), EXIT_PATCH_FAILED
     dest.mkdir(parents=True, exist_ok=True)
     if full:
         _copy_tree(upstream.source, ref.engine, dest)
@@ -43,12 +47,14 @@ def export(ref: EngineRef, dest: Path, store: Store, ctx: fetch.SourceContext, o
         written.append(change.path)
     if not full:
         _make_packages_importable(dest, written)
-    note = f"wrote {len(written)} patched file(s) to {dest}"
-    return report.document("export", EXIT_OK, written=written, note=note, **doc_fields), EXIT_OK
+    return document("export", EXIT_OK, written=written, note=f"wrote {len(written)} patched file(s) to {dest}",
+                    **fields), EXIT_OK
 
 
 def _copy_tree(source, engine, dest: Path) -> None:
     import shutil
+
+    from patchctl.sources.base import DirectorySource
 
     if isinstance(source, DirectorySource):
         for package in engine.packages:
@@ -70,3 +76,22 @@ def _make_packages_importable(dest: Path, written: list[str]) -> None:
         "Patched files only. Copy them over the installed package, or build the full tree with\n"
         "`patchctl export --full`.\n" + "".join(f"{w}\n" for w in written)
     )
+
+
+def render(doc: dict, out, err) -> None:
+    print_outcomes(out, doc)
+
+
+@command("export", render=render, example=(
+    "patchctl export vllm@0.23.0 /tmp/overlay          only the patched files",
+    "patchctl export vllm@0.23.0 /tmp/vllm --full      the whole patched package",
+))
+@click.argument("spec", metavar="ENGINE@VERSION")
+@click.argument("dest", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--full", is_flag=True, help="Write the whole patched package, not only the patched files.")
+@store_option
+@source_options
+@apply_options
+def command(spec, dest, full, store, ctx, options):
+    """Write the patched files (or with --full the patched package) of ENGINE@VERSION to DEST."""
+    return run(spec, dest, store, ctx, options, full=full)

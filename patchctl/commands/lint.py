@@ -1,13 +1,16 @@
+"""`patchctl lint`: validate the store: schema, pinned hashes, that every variant parses, sane ranges."""
 from __future__ import annotations
 
-from patchctl import report
-from patchctl.engine.hunks import parse_variant
-from patchctl.engines import get_engine
+from patchctl.commands.base import command
+from patchctl.documents import document
 from patchctl.errors import EXIT_OK, EXIT_USAGE, StoreError
-from patchctl.store import Store
+from patchctl.options import store_option
 
 
-def lint(store: Store) -> tuple[dict, int]:
+def run(store) -> tuple[dict, int]:
+    from patchctl.engine.hunks import parse_variant
+    from patchctl.engines import get_engine
+
     problems: list[dict] = []
     checked = 0
 
@@ -61,33 +64,22 @@ def lint(store: Store) -> tuple[dict, int]:
                 problem(where, "applies_to is empty")
     code = EXIT_OK if not problems else EXIT_USAGE
     message = f"{checked} variant(s) checked, {len(problems)} problem(s)"
-    return report.document("lint", code, problems=problems, message=message), code
+    return document("lint", code, problems=problems, message=message), code
 
 
-def pin(store: Store) -> tuple[dict, int]:
-    """Rewrite series.yaml pins from the variant files on disk (after a human reviewed them)."""
-    import yaml
-
-    changed = []
-    for engine_name in store.engines():
-        path = store.root / engine_name / "series.yaml"
-        data = yaml.safe_load(path.read_text())
-        for entry in data["patches"]:
-            folder = path.parent / entry["name"]
-            pins = {}
-            for variant in sorted(folder.glob("*.patch")):
-                import hashlib
-
-                pins[variant.name] = hashlib.sha256(variant.read_bytes()).hexdigest()
-            if pins != (entry.get("variants") or {}):
-                changed.append(f"{engine_name}/{entry['name']}")
-            entry["variants"] = dict(sorted(pins.items(), key=lambda kv: _version_key(kv[0])))
-        path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return report.document("pin", EXIT_OK, changed=changed,
-                           message=f"pins updated for {len(changed)} patch(es)" if changed else "pins already current"), EXIT_OK
+def render(doc: dict, out, err) -> None:
+    for p in doc.get("problems", []):
+        out.print(f"  {p['where']}: {p['message']}", markup=False, highlight=False)
 
 
-def _version_key(filename: str):
-    from packaging.version import Version
+@command("lint", render=render, example=(
+    "patchctl lint                       the bundled store",
+    "patchctl lint --store ./my-patches --json",
+))
+@store_option
+def command(store):
+    """Validate the store: schema, pinned hashes, that every variant parses, sane ranges.
 
-    return Version(filename.removesuffix(".patch"))
+    Exit 2 when there is any problem.
+    """
+    return run(store)

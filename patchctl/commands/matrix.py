@@ -1,12 +1,16 @@
+"""`patchctl matrix`: every patch × every release from the oldest any patch claims → compat_matrix.yaml
+(with Markdown and HTML renderings), and its `merge` (CI shards) and `diff` (regressions) subcommands."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from patchctl import report
-from patchctl.matrix import build as matrix
-from patchctl.sources import fetch
+import click
+
+from patchctl.commands.base import command as subcommand
+from patchctl.commands.base import examples, run_and_exit
+from patchctl.documents import document
 from patchctl.errors import EXIT_OK, EXIT_PATCH_FAILED, UsageError
-from patchctl.store import Store
+from patchctl.options import ENGINE, checks_python_option, json_option, source_options, store_option
 
 
 def parse_shard(text: str | None) -> tuple[int, int] | None:
@@ -21,32 +25,31 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
     return i, n
 
 
-def smoke_runner(store: Store, ctx: fetch.SourceContext, python: str | None):
+def smoke_runner(store, ctx, python: str | None):
     """(engine, version) -> {patch: smoke result}, for matrix cells that claim more than 'applies'."""
-    from patchctl.commands import smoke as smoke_cmd
+    from patchctl.checks.smoke import run_smoke
     from patchctl.engines import get_engine
     from patchctl.spec import EngineRef
 
-    def run_smoke(engine, version):
-        doc, _ = smoke_cmd.smoke_checks(EngineRef(get_engine(engine), "exact", version), store, ctx,
-                                        only=(), tier="cpu", python=python)
-        if doc.get("error"):
-            raise UsageError(doc["error"]["message"])
-        return {r["patch"]: r for r in doc["results"]}
+    def run_cells(engine, version):
+        done = run_smoke(EngineRef(get_engine(engine), "exact", version), store, ctx, tier="cpu", python=python)
+        return {r.patch: r._asdict() for r in done.results}
 
-    return run_smoke
+    return run_cells
 
 
-def run(store: Store, ctx: fetch.SourceContext, *, engines: tuple[str, ...], output: Path, shard: str | None,
-        previous: Path | None, markdown: Path | None, workers: int, smoke: bool = False,
-        python: str | None = None, nightly: bool = True, html: Path | None = None,
+def run(store, ctx, *, engines: tuple[str, ...] = (), output: Path = Path("compat_matrix.yaml"),
+        shard: str | None = None, previous: Path | None = None, markdown: Path | None = None, workers: int = 4,
+        smoke: bool = False, python: str | None = None, nightly: bool = True, html: Path | None = None,
         versions: tuple[str, ...] = ()) -> tuple[dict, int]:
+    from patchctl.matrix import build as matrix
+
     doc = matrix.build(store, ctx, engines=list(engines) or None, shard=parse_shard(shard), workers=workers,
                        smoke=smoke_runner(store, ctx, python) if smoke else None, nightly=nightly,
                        only_versions=set(versions) or None)
     output.write_text(matrix.dump(doc))
     _renderings(doc, markdown, html)
-    fields = {"output": str(output), "versions": {e: len(d["versions"]) for e, d in doc["engines"].items()}}
+    fields: dict = {"output": str(output), "versions": {e: len(d["versions"]) for e, d in doc["engines"].items()}}
     code = EXIT_OK
     if previous:
         changes = matrix.diff(matrix.load(previous), doc)
@@ -57,31 +60,99 @@ def run(store: Store, ctx: fetch.SourceContext, *, engines: tuple[str, ...], out
                     for p in r["patches"].values() if p["outcome"] == "conflict")
     fields["message"] = (f"wrote {output}: " + ", ".join(f"{e} {n} versions" for e, n in fields["versions"].items())
                          + f"; {conflicts} conflict cell(s)")
-    return report.document("matrix", code, **fields), code
+    return document("matrix", code, **fields), code
 
 
 def merge(inputs: tuple[Path, ...], output: Path, markdown: Path | None = None,
           html: Path | None = None) -> tuple[dict, int]:
+    from patchctl.matrix import build as matrix
+
     merged = matrix.merge([matrix.load(p) for p in inputs])
     output.write_text(matrix.dump(merged))
     _renderings(merged, markdown, html)
-    return report.document("matrix-merge", EXIT_OK, output=str(output),
-                           message=f"merged {len(inputs)} shard(s) into {output}"), EXIT_OK
+    return document("matrix-merge", EXIT_OK, output=str(output),
+                    message=f"merged {len(inputs)} shard(s) into {output}"), EXIT_OK
 
 
 def diff(previous: Path, current: Path) -> tuple[dict, int]:
+    from patchctl.matrix import build as matrix
+
     changes = matrix.diff(matrix.load(previous), matrix.load(current))
     code = EXIT_PATCH_FAILED if changes["regressions"] else EXIT_OK
     lines = [f"regression: {r['engine']} {r['version']} {r['patch']} {r['before']} -> {r['after']} "
              f"(first bad {r['first_bad_version']})" for r in changes["regressions"]]
     lines += [f"fixed: {r['engine']} {r['version']} {r['patch']} {r['before']} -> {r['after']}" for r in changes["fixes"]]
-    return report.document("matrix-diff", code, diff=changes, message="\n".join(lines) or "no changes"), code
+    return document("matrix-diff", code, diff=changes, message="\n".join(lines) or "no changes"), code
 
 
 def _renderings(doc: dict, markdown: Path | None, html: Path | None) -> None:
+    from patchctl.matrix import build as matrix
+
     if markdown:
         markdown.write_text(matrix.markdown(doc))
     if html:
         from patchctl.matrix.html_page import render_html
 
         html.write_text(render_html(doc), encoding="utf-8")
+
+
+_OUT = click.Path(dir_okay=False, path_type=Path)
+_IN = click.Path(exists=True, dir_okay=False, path_type=Path)
+
+
+@click.group("matrix", invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]},
+             epilog=examples(
+                 "patchctl matrix --markdown compat_matrix.md      every engine, every release",
+                 "patchctl matrix --engine vllm --version 0.23.0 --smoke -o part.yaml",
+                 "patchctl matrix --diff compat_matrix.yaml -o new.yaml   exit 1 on a regression",
+                 "patchctl matrix merge shard-*.yaml -o compat_matrix.yaml",
+             ))
+# An option, not an argument: positional engine names would swallow the subcommands' names.
+@click.option("--engine", "engines", multiple=True, type=ENGINE,
+              help="Only this engine (repeatable; default: every engine in the store).")
+@click.option("-o", "--output", type=_OUT, default="compat_matrix.yaml", show_default=True)
+@click.option("--shard", help="I/N: only every N-th (engine, version) job, starting at I (CI fan-out).")
+@click.option("--diff", "previous", type=_IN, help="Compare with a previous matrix; exit 1 on a regression.")
+@click.option("--markdown", type=_OUT, help="Also write a Markdown table.")
+@click.option("--html", "html_out", type=_OUT, help="Also write a self-contained HTML page with the coloured grid.")
+@click.option("--workers", type=int, default=4, show_default=True)
+@click.option("--smoke", is_flag=True, help="Also run each patch's CPU smoke checks per version (slow).")
+@click.option("--no-nightly", is_flag=True, help="Leave the nightly build out.")
+@click.option("--version", "versions", multiple=True,
+              help="Only these versions (e.g. to add smoke results for a few; merge with a full run).")
+@checks_python_option
+@store_option
+@source_options
+@json_option
+@click.pass_context
+def command(click_ctx, engines, output, shard, previous, markdown, html_out, workers, smoke,
+            no_nightly, versions, python, store, ctx, as_json):
+    """Every patch x every release from the oldest any patch claims: compat_matrix.yaml."""
+    if click_ctx.invoked_subcommand:
+        return
+    run_and_exit("matrix", as_json, lambda: run(
+        store, ctx, engines=tuple(engines), output=output, shard=shard, previous=previous,
+        markdown=markdown, workers=workers, smoke=smoke, python=python, nightly=not no_nightly, html=html_out,
+        versions=versions), None)
+
+
+@subcommand("merge", document_name="matrix-merge", example=("patchctl matrix merge shard-1.yaml shard-2.yaml -o compat_matrix.yaml",))
+@click.argument("inputs", nargs=-1, required=True, type=_IN)
+@click.option("-o", "--output", type=_OUT, required=True)
+@click.option("--markdown", type=_OUT, help="Also write a Markdown table.")
+@click.option("--html", "html_out", type=_OUT, help="Also write the HTML grid.")
+def merge_command(inputs, output, markdown, html_out):
+    """Merge shard outputs into one matrix (for a version in several inputs, the later input wins)."""
+    return merge(inputs, output, markdown, html_out)
+
+
+@subcommand("diff", document_name="matrix-diff", example=("patchctl matrix diff old.yaml compat_matrix.yaml",))
+@click.argument("previous", type=_IN)
+@click.argument("current", type=_IN)
+def diff_command(previous, current):
+    """Regressions and fixes between two matrices; exit 1 on a regression."""
+    return diff(previous, current)
+
+
+command.add_command(merge_command)
+command.add_command(diff_command)

@@ -1,24 +1,29 @@
+"""`patchctl status`: what is applied to a target, and whether its patched files changed since."""
 from __future__ import annotations
 
-from patchctl import report
-from patchctl.sources import fetch
-from patchctl.target import operations as tgt
-from patchctl.commands.common import find_target
+import click
+
+from patchctl.commands.base import command
+from patchctl.documents import document
 from patchctl.errors import EXIT_OK, EXIT_PATCH_FAILED
-from patchctl.spec import EngineRef
+from patchctl.options import target_options
+from patchctl.spec import parse_spec
 
 EXIT_BY_STATE = {"intact": EXIT_OK, "not-applied": EXIT_OK, "wiped": EXIT_PATCH_FAILED,
                  "version-changed": EXIT_PATCH_FAILED, "modified": EXIT_PATCH_FAILED}
 
 
-def status(ref: EngineRef, ctx: fetch.SourceContext, *, python, target_dir) -> tuple[dict, int]:
-    target = find_target(ref, python=python, target_dir=target_dir, install=False, ctx=ctx)
-    with target.state().locked(wait_seconds=30):
+def run(spec: str, where, *, wait: float = 30.0) -> tuple[dict, int]:
+    from patchctl.target import operations as tgt
+    from patchctl.target.find import find_target
+
+    target = find_target(parse_spec(spec), where)
+    with target.state().locked(wait_seconds=wait):
         recovered = target.state().recover(target.root)
     st = tgt.status(target)
     code = EXIT_BY_STATE[st.state]
     record = st.record
-    return report.document(
+    return document(
         "status", code, engine=target.engine.name, version=str(target.version), target=str(target.root),
         state=st.state, message=st.message + (" (recovered an interrupted run first)" if recovered else ""),
         applied_version=record.version if record else None,
@@ -26,3 +31,21 @@ def status(ref: EngineRef, ctx: fetch.SourceContext, *, python, target_dir) -> t
         applied=[p._asdict() for p in record.patches] if record else [],
         files=[f._asdict() for f in st.files],
     ), code
+
+
+def render(doc: dict, out, err) -> None:
+    for f in doc.get("files", []):
+        out.print(f"  {f['status']:<9} {f['path']}", markup=False, highlight=False)
+
+
+@command("status", render=render, example=(
+    "patchctl status vllm                         the vLLM installed for python3",
+    "patchctl status sglang --target ./site-packages --json",
+))
+@click.argument("spec", metavar="ENGINE")
+@target_options
+@click.option("--wait", type=float, default=30.0, show_default=True,
+              help="Seconds to wait for another patchctl working on the same target.")
+def command(spec, where, wait):
+    """What is applied, and whether patched files changed since (e.g. wiped by pip)."""
+    return run(spec, where, wait=wait)

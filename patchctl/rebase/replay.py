@@ -5,14 +5,12 @@ remembering how a person resolved a conflict, and a search for code that moved t
 from __future__ import annotations
 
 import email
-import hashlib
 import json
 import shutil
 import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
-import yaml
 from packaging.version import Version
 
 from patchctl.engine import evaluate as engine_apply
@@ -24,7 +22,8 @@ from patchctl.engines import get_engine
 from patchctl.errors import UsageError
 from patchctl.gitutil import git
 from patchctl.sources.base import DirectorySource
-from patchctl.store import Patch, Store, choose_variant
+from patchctl.rebase.rerere import rerere_dir
+from patchctl.store import Patch, Store, choose_variant, write_variant
 
 UNCHANGED, REFRESHED, CONFLICT, UPSTREAMED, OBSOLETE = "unchanged", "refreshed", "conflict", "upstreamed", "obsolete"
 
@@ -46,10 +45,6 @@ class RebaseReport(NamedTuple):
     new: str
     items: tuple[RebaseItem, ...]
     workdir: str | None
-
-
-def rerere_dir(store: Store, engine: str) -> Path:
-    return store.root / engine / "rerere"
 
 
 def variant_message(data: bytes) -> str:
@@ -186,7 +181,7 @@ def rebase(engine_name: str, store: Store, new: Version, ctx: fetch.SourceContex
             continue
         new_name = f"{new}.patch"
         if write:
-            _write_variant(store, patch, new_name, new_bytes)
+            write_variant(store, patch, new_name, new_bytes)
         items.append(RebaseItem(patch.name, REFRESHED, variant.filename, new_name,
                                 ("wrote " if write else "would write ") + f"{new_name} (context or line moves)",
                                 resolution))
@@ -236,40 +231,3 @@ def _conflict_report(repo: Path, unmerged: list[str], root: Path, patch: Patch, 
     report = {"patch": patch.name, "files": files, "worktree": str(worktree) if keep else None}
     (root / "conflicts" / f"{patch.name}.json").write_text(json.dumps(report, indent=2))
     return report
-
-
-def _write_variant(store: Store, patch: Patch, filename: str, data: bytes) -> None:
-    (patch.directory / filename).write_bytes(data)
-    series_file = store.root / patch.engine / "series.yaml"
-    doc = yaml.safe_load(series_file.read_text())
-    for entry in doc["patches"]:
-        if entry["name"] == patch.name:
-            pins = dict(entry.get("variants") or {})
-            pins[filename] = hashlib.sha256(data).hexdigest()
-            entry["variants"] = dict(sorted(pins.items(), key=lambda kv: Version(kv[0].removesuffix(".patch"))))
-    series_file.write_text(yaml.safe_dump(doc, sort_keys=False))
-
-
-def record_resolution(store: Store, engine_name: str, workdir: Path, patch_name: str, new: Version) -> str:
-    """After a person resolved the conflict in workdir/conflicts/<patch>: remember the resolution
-    (git rerere, copied into the store so it is reviewed and versioned) and write the variant."""
-    worktree = workdir / "conflicts" / patch_name
-    if not worktree.is_dir():
-        raise UsageError(f"no conflict worktree for {patch_name} under {workdir}")
-    leftover = git(worktree, "grep", "-n", "-e", "^<<<<<<< ", "-e", "^>>>>>>> ", check=False).stdout
-    if leftover.strip():
-        raise UsageError(f"conflict markers are still there:\n{leftover.strip()}")
-    git(worktree, "rerere")  # records the postimage of each resolved conflict
-    git(worktree, "add", "-A")
-    git(worktree, "-c", "core.editor=true", "cherry-pick", "--continue")
-    data = gitutil.format_patch(worktree)
-    patch = store.series(engine_name).get(patch_name)
-    filename = f"{new}.patch"
-    _write_variant(store, patch, filename, data)
-    common = Path(git(worktree, "rev-parse", "--git-common-dir").stdout.strip())
-    if not common.is_absolute():
-        common = worktree / common
-    cache = common / "rr-cache"
-    if cache.is_dir():
-        shutil.copytree(cache, rerere_dir(store, engine_name), dirs_exist_ok=True)
-    return filename

@@ -4,7 +4,7 @@ from __future__ import annotations
 import functools
 import re
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from packaging.version import InvalidVersion, Version
 
@@ -12,11 +12,16 @@ from patchctl import config
 from patchctl.engines import NightlySource
 from patchctl.errors import NetworkError, UsageError
 from patchctl.sources.base import DirectorySource, FileSource, ProgressSink
-from patchctl.sources.git import GitSource, open_repo
-from patchctl.sources.index import PackageIndex
 from patchctl.sources.installed import version_of_tree
-from patchctl.sources.release import ReleaseSource, choose_artifact
 from patchctl.spec import EngineRef
+
+if TYPE_CHECKING:
+    from patchctl.sources.git import GitSource
+    from patchctl.sources.index import PackageIndex
+    from patchctl.sources.release import ReleaseSource
+
+# GitPython (which runs `git version` at import) and requests are imported where they are used, so
+# that building a SourceContext, as every command does, costs nothing on the hot paths.
 
 
 class SourceContext(NamedTuple):
@@ -37,6 +42,8 @@ class SourceContext(NamedTuple):
 @functools.lru_cache(maxsize=8)
 def _index(index_url: str | None, offline: bool, cache_dir: str) -> PackageIndex:
     """One index client per process, so each project page is read once (the matrix asks often)."""
+    from patchctl.sources.index import PackageIndex
+
     choice = config.resolve_index(index_url)
     return PackageIndex(choice.url, Path(cache_dir), offline=offline, origin=choice.origin)
 
@@ -50,23 +57,42 @@ class Upstream(NamedTuple):
 
 def release(ref_engine, version: Version, ctx: SourceContext, index: PackageIndex | None = None,
             prefer_sdist: bool = False) -> ReleaseSource:
+    from patchctl.sources.release import ReleaseSource, choose_artifact
+
     index = index or ctx.index()
     artifact = choose_artifact(index.project(ref_engine.dist), version, prefer_sdist=prefer_sdist)
     return ReleaseSource(ref_engine, artifact, config.cache_dir(), offline=ctx.offline,
                          progress=ctx.progress, sparse=ctx.sparse)
 
 
+def latest_release(engine, ctx: SourceContext) -> Version:
+    """The newest final release on the package index: what `ENGINE@latest`, `rebase --onto latest`
+    and `droppable` mean by "latest"."""
+    versions = ctx.index().project(engine.dist).versions()
+    if not versions:
+        raise UsageError(f"the package index has no release of {engine.dist}")
+    return versions[-1]
+
+
+def base_files_for(engine, ctx: SourceContext):
+    """Pristine files of a variant's base release, for three-way merges (fetched lazily, once each)."""
+    cache: dict = {}
+
+    def read_release(version):
+        if version not in cache:
+            cache[version] = release(engine, version, ctx)
+        return cache[version]
+
+    return read_release
+
+
 def open_upstream(ref: EngineRef, ctx: SourceContext) -> Upstream:
+    from patchctl.sources.git import GitSource, open_repo
+
     engine = ref.engine
     if ref.kind in ("exact", "latest"):
         index = ctx.index()
-        if ref.kind == "latest":
-            versions = index.project(engine.dist).versions()
-            if not versions:
-                raise UsageError(f"the package index has no release of {engine.dist}")
-            version = versions[-1]
-        else:
-            version = ref.version
+        version = latest_release(engine, ctx) if ref.kind == "latest" else ref.version
         source = release(engine, version, ctx, index)
         return Upstream(ref, version, source, f"{engine.dist} {version} ({source.artifact.filename})")
     if ref.kind == "nightly":
@@ -112,6 +138,10 @@ def nightly_hint(engine) -> str:
 
 
 def _nightly(ref: EngineRef, ctx: SourceContext) -> Upstream:
+    from patchctl.sources.git import GitSource, open_repo
+    from patchctl.sources.index import PackageIndex
+    from patchctl.sources.release import ReleaseSource, choose_artifact
+
     engine = ref.engine
     kind, url, branch = nightly_source(engine, ctx.nightly_source)
     how = nightly_hint(engine)

@@ -2,7 +2,6 @@
 importing vLLM takes >10 s and wants CUDA libraries, so the engine itself is never imported."""
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -14,6 +13,7 @@ from packaging.version import Version
 
 from patchctl.engines import Engine
 from patchctl.errors import EnvironmentProblem
+from patchctl.interpreter import probe
 
 _PROBE = r"""
 import importlib.metadata as md, importlib.util, json, sys, os
@@ -47,15 +47,7 @@ def default_python() -> str:
 
 
 def find_installed(engine: Engine, python: str | None = None) -> Installed | None:
-    python = python or default_python()
-    try:
-        proc = subprocess.run([python, "-c", _PROBE, engine.dist, engine.packages[0]],
-                              capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise EnvironmentProblem(f"cannot run the Python interpreter {python}: {exc}") from None
-    if proc.returncode != 0:
-        raise EnvironmentProblem(f"{python} failed to report installed packages: {proc.stderr.strip()[-300:]}")
-    info = json.loads(proc.stdout.strip().splitlines()[-1])
+    info = probe(python or default_python(), _PROBE, engine.dist, engine.packages[0])
     if not info["found"]:
         return None
     return Installed(engine, Version(info["version"]), Path(info["root"]), info["python"])

@@ -1,0 +1,110 @@
+"""Smoke checks of a release: which patches can be checked there, the pristine and patched trees,
+the patch's environment, and each patch's pytest run (checks/runner.py). The core behind `smoke`,
+the matrix's smoke cells and rebase's verification gate."""
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+from patchctl.checks import runner, trees
+from patchctl.checks.envs import ensure_env, env_ready
+from patchctl.checks.runner import CheckResult
+from patchctl.engine.evaluate import Options, evaluate
+from patchctl.errors import UsageError
+from patchctl.sources import fetch
+from patchctl.spec import EngineRef, parse_spec
+from patchctl.store import Store
+
+RUNNABLE = ("clean", "offset", "fuzz", "three-way")
+
+
+class SmokeRun(NamedTuple):
+    engine: str
+    version: str
+    tier: str
+    source: dict
+    results: list[CheckResult]
+
+    @property
+    def failed(self) -> bool:
+        return any(r.status in ("failed", "error") for r in self.results)
+
+
+def run_smoke(ref: EngineRef, store: Store, ctx: fetch.SourceContext, *, only: tuple[str, ...] = (),
+              tier: str = "cpu", python: str | None = None, options: Options = Options(),
+              notify: Callable[[str], None] | None = None) -> SmokeRun:
+    """notify(text): progress for people (environment builds, each patch's run); None is silent."""
+    say = notify or (lambda text: None)
+    if ref.kind not in ("exact", "latest"):
+        raise UsageError("smoke checks need a released version: ENGINE@X.Y.Z or ENGINE@latest")
+    upstream = fetch.open_upstream(ref, ctx)
+    series = store.series(ref.engine.name)
+    patches = tuple(p for p in series.patches if not only or p.name in only)
+    unknown = set(only) - {p.name for p in series.patches}
+    if unknown:
+        raise UsageError(f"no such patch in the {ref.engine.name} series: {', '.join(sorted(unknown))}")
+    version = str(upstream.version)
+
+    def not_run(patch, reason: str) -> CheckResult:
+        return CheckResult(patch.name, tier, "not-run", 0, 0, 0, 0.0, reason, "")
+
+    # Decide from the sparse check first: a release where nothing applies needs no trees at all.
+    quick = evaluate(series.patches, upstream.version, upstream.source, options=options)
+    if not any(_checkable(p, quick.outcome_of(p.name).outcome, upstream.version) for p in patches):
+        return SmokeRun(ref.engine.name, version, tier, upstream.source.provenance()._asdict(),
+                        [not_run(p, f"patch is {quick.outcome_of(p.name).outcome} on {version}") for p in patches])
+    say(f"building the pristine and patched trees of {ref.engine.name} {version}")
+    built = trees.build_trees(ref.engine, upstream.version, series.patches, ctx, options)
+    results = []
+    for patch in patches:
+        outcome = built.result.outcome_of(patch.name).outcome
+        if not _checkable(patch, outcome, upstream.version):
+            results.append(not_run(patch, f"patch is {outcome} on {version}"))
+            continue
+        upstream_proof = outcome == "upstreamed"
+        profile = patch.smoke.get("env")
+        if python is None and not profile:
+            results.append(not_run(patch, "patch.yaml names no smoke env"))
+            continue
+        if python is None and not env_ready(store.root, profile):
+            say(f"building smoke environment {profile!r} (once; a few minutes)")
+        env_python = python or ensure_env(store.root, profile)
+        say(f"{patch.name}: running its {tier} checks")
+        results.append(runner.run_checks(patch, tier, env_python, engine=ref.engine.name, version=version,
+                                         patched=built.pristine if upstream_proof else built.patched,
+                                         pristine=built.pristine, upstream_proof=upstream_proof,
+                                         extra_env=companion_trees(patch, ctx)))
+    return SmokeRun(ref.engine.name, version, tier,
+                    {"kind": "release", "description": built.artifact, "sha256": built.artifact_sha256}, results)
+
+
+def _checkable(patch, outcome: str, version) -> bool:
+    """Applied patches are checked; an upstreamed one too, when its metadata claims the version
+    (its checks then prove upstream's own code on the pristine tree)."""
+    return outcome in RUNNABLE or (outcome == "upstreamed" and patch.upstreamed_at(version))
+
+
+def companion_trees(patch, ctx: fetch.SourceContext) -> dict[str, str]:
+    """`smoke.with: ["vllm@0.24.0"]`: pristine trees of other engines a patch's checks import
+    (the GGUF plugin imports vLLM), passed as PATCHCTL_<ENGINE>_TREE."""
+    env = {}
+    for text in patch.smoke.get("with") or ():
+        ref = parse_spec(text)
+        if ref.kind != "exact":
+            raise UsageError(f"{patch.engine}/{patch.name}: smoke.with {text!r} must name an exact version")
+        tree = trees.pristine_tree(fetch.release(ref.engine, ref.version, ctx, prefer_sdist=True))
+        env[f"PATCHCTL_{ref.engine.name.upper().replace('-', '_')}_TREE"] = str(tree)
+    return env
+
+
+def cpu_gate(store: Store, ctx: fetch.SourceContext, python: str | None):
+    """(patch, version, options) -> (ok, reason) from the patch's CPU checks on that release: the gate
+    bisect --smoke and rebase's verification use."""
+    from patchctl.engines import get_engine
+
+    def gate(patch, version, options: Options | None = None) -> tuple[bool, str]:
+        run = run_smoke(EngineRef(get_engine(patch.engine), "exact", version), store, ctx,
+                        only=(patch.name,), tier="cpu", python=python, options=options or Options())
+        (result,) = run.results
+        return result.status == "passed", f"{result.status}: {result.reason}"
+
+    return gate

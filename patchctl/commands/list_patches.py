@@ -1,0 +1,67 @@
+"""`patchctl list`: the series of each engine, and which variant a given version would get and why."""
+from __future__ import annotations
+
+import click
+
+from patchctl.commands.base import command
+from patchctl.commands.text import table
+from patchctl.documents import document
+from patchctl.errors import EXIT_OK
+from patchctl.options import store_option
+
+
+def run(store, spec: str | None = None) -> tuple[dict, int]:
+    from patchctl.spec import parse_spec
+    from patchctl.store import choose_variant, drop_rule_met
+
+    ref = parse_spec(spec) if spec else None
+    engine = ref.engine.name if ref else None
+    version = ref.version if ref and ref.kind == "exact" else None
+    rows = []
+    for name in [engine] if engine else store.engines():
+        dist = ref.engine.dist if ref else _dist(name)
+        for position, patch in enumerate(store.series(name).patches, start=1):
+            row = {
+                "engine": name, "position": position, "name": patch.name, "title": patch.title,
+                "applies_to": str(patch.applies_to), "drop_when": patch.drop_when,
+                "requires": list(patch.requires), "depends_on": list(patch.depends_on),
+                "upstream": list(patch.upstream),
+                "variants": [v.filename for v in patch.variants],
+            }
+            if version is not None:
+                choice = choose_variant(patch, version)
+                row["chosen_variant"] = choice.variant.filename if choice.variant else None
+                row["why"] = choice.reason
+                row["drop_rule_met"] = drop_rule_met(patch, dist, version)
+            rows.append(row)
+    return document("list", EXIT_OK, engine=engine, version=str(version) if version else None,
+                    series=rows), EXIT_OK
+
+
+def _dist(engine: str) -> str:
+    from patchctl.engines import get_engine
+
+    return get_engine(engine).dist
+
+
+def render(doc: dict, out, err) -> None:
+    versioned = bool(doc.get("version"))
+    columns = ["engine", "#", "patch", "applies_to", "variants"] + (["chosen", "why"] if versioned else [])
+    t = table("series" + (f" for {doc['engine']} {doc['version']}" if versioned else ""), columns)
+    for row in doc["series"]:
+        cells = [row["engine"], str(row["position"]), row["name"], row["applies_to"], " ".join(row["variants"])]
+        if versioned:
+            cells += [row.get("chosen_variant") or "-", row.get("why") or ""]
+        t.add_row(*cells)
+    out.print(t)
+
+
+@command("list", render=render, example=(
+    "patchctl list                     every engine's series",
+    "patchctl list vllm@0.23.0         which variant each vLLM patch uses on 0.23.0, and why",
+))
+@click.argument("spec", metavar="[ENGINE[@VERSION]]", required=False)
+@store_option
+def command(spec, store):
+    """The series, and which variant would be chosen for ENGINE@VERSION and why."""
+    return run(store, spec)

@@ -1,0 +1,37 @@
+"""`patchctl resolve`: record a person's resolution of a rebase conflict (versioned rerere) and write
+the patch's new variant."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from patchctl.commands.base import command
+from patchctl.documents import document
+from patchctl.errors import EXIT_OK
+from patchctl.options import ENGINE, VERSION, store_option
+
+
+def run(engine: str, store, workdir: Path, patch: str, onto) -> tuple[dict, int]:
+    from patchctl.rebase.rerere import record_resolution
+
+    filename = record_resolution(store, engine, workdir, patch, onto)
+    return document("resolve", EXIT_OK, engine=engine, patch=patch, written=filename,
+                    message=f"recorded the resolution and wrote {patch}/{filename}; "
+                            f"review both with `git diff`, then commit"), EXIT_OK
+
+
+@command("resolve", example=(
+    "patchctl rebase vllm --onto 0.24.0 --workdir /tmp/rb      leaves /tmp/rb/conflicts/PATCH",
+    "  (edit the files there, remove the markers)",
+    "patchctl resolve vllm /tmp/rb --patch gguf-glm-dsa --onto 0.24.0",
+))
+@click.argument("engine", type=ENGINE)
+@click.argument("workdir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--patch", "patch", required=True, metavar="NAME",
+              help="The patch whose conflict worktree a person resolved.")
+@click.option("--onto", required=True, type=VERSION, help="The version the rebase was onto.")
+@store_option
+def command(engine, workdir, patch, onto, store):
+    """Record a person's conflict resolution (versioned rerere) and write the new variant."""
+    return run(engine, store, workdir, patch, onto)
