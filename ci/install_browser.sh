@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs Debian's chromium for the HTML matrix screenshot test (tests/test_matrix_html.py).
+# Installs Debian's chromium for the HTML matrix screenshot test (tests/matrix/test_html_page.py).
 # Idempotent: does nothing when /usr/bin/chromium is there. Never fatal for the caller's test run:
 # without a browser that test skips and says why, so a missing apt is reported, not raised.
 set -uo pipefail

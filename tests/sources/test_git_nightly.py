@@ -7,7 +7,7 @@ import pytest
 from patchctl.testing.cli import run_json
 from patchctl.testing.builders import build_wheel, git, install_fake_dist, write_tree
 from patchctl.testing.index_server import IndexServer
-from tests.conftest import PRISTINE, loader_with
+from patchctl.testing.fixtures import PRISTINE, loader_with
 
 
 run = run_json

@@ -6,7 +6,7 @@ from patchctl.engine.evaluate import Options, evaluate
 from patchctl.sources.base import DirectorySource
 from patchctl.store import Store, choose_variant
 from patchctl.testing.builders import write_tree
-from tests.conftest import PRISTINE, loader_with
+from patchctl.testing.fixtures import PRISTINE, loader_with
 
 V = Version("1.0")
 

@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from patchctl.cli import main
-from tests.conftest import PRISTINE, loader_with
+from patchctl.testing.fixtures import PRISTINE, loader_with
 
 
 def invoke(*args):

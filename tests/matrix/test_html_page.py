@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from patchctl.cli import main
 from patchctl.matrix.html_page import STYLE, render_html
-from tests.conftest import four_release_index
+from patchctl.testing.fixtures import four_release_index
 
 CHROMIUM = "/usr/bin/chromium"
 

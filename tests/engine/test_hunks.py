@@ -3,7 +3,7 @@ import pytest
 from patchctl.engine.hunks import apply_hunks, parse_variant
 from patchctl.errors import StoreError
 from patchctl.testing.builders import make_variant
-from tests.conftest import PRISTINE, loader_with
+from patchctl.testing.fixtures import PRISTINE, loader_with
 
 
 def variant(tmp_path, pristine, patched):

@@ -6,7 +6,7 @@ import yaml
 from patchctl.testing.cli import run_json
 from patchctl.testing.builders import build_wheel
 from patchctl.testing.index_server import IndexServer
-from tests.conftest import PRISTINE, four_release_index, loader_with
+from patchctl.testing.fixtures import PRISTINE, four_release_index, loader_with
 
 
 @pytest.fixture

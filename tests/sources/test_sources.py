@@ -9,7 +9,7 @@ import pytest
 from patchctl.testing.cli import run_json
 from patchctl.testing.builders import build_wheel
 from patchctl.testing.index_server import IndexServer
-from tests.conftest import PRISTINE, loader_with
+from patchctl.testing.fixtures import PRISTINE, loader_with
 
 # Incompressible filler so that the wheel is much larger than what a sparse read needs.
 BIG = {f"vllm/filler/mod{i}.py": f"DATA = '{random.Random(i).randbytes(20000).hex()}'\n" for i in range(30)}

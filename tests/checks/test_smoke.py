@@ -8,7 +8,7 @@ from click.testing import CliRunner
 from patchctl.cli import main
 from patchctl.testing.builders import build_wheel
 from patchctl.testing.index_server import IndexServer
-from tests.conftest import PRISTINE, loader_with
+from patchctl.testing.fixtures import PRISTINE, loader_with
 
 CHECK = '''
 import pytest

@@ -9,7 +9,7 @@ import pytest
 
 from patchctl.testing.cli import run_json
 from patchctl.testing.builders import install_fake_dist
-from tests.conftest import PRISTINE, loader_with
+from patchctl.testing.fixtures import PRISTINE, loader_with
 
 PATCHED_LOADER = loader_with({10: "ten\n"})
 PATCHED_UTILS = PRISTINE["vllm/utils.py"].replace("return 2", "return 3")
