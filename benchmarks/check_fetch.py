@@ -18,8 +18,8 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from patchctl.engine import evaluate as engine_apply
 from patchctl.config import resolve_index
+from patchctl.engine import evaluate as engine_apply
 from patchctl.engines import get_engine
 from patchctl.sources import http
 from patchctl.sources.index import PackageIndex

@@ -16,9 +16,9 @@ import math
 import os
 import sys
 
+from patchctl.errors import PatchctlError
 from patchctl.matrix import build as matrix
 from patchctl.sources.fetch import SourceContext
-from patchctl.errors import PatchctlError
 from patchctl.store import Store
 
 

@@ -5,26 +5,32 @@ import os
 from pathlib import Path
 from typing import NamedTuple
 
-import platformdirs
-import yaml
-
-from patchctl.sources import pip_config as _pip
 from patchctl.errors import UsageError
+from patchctl.yamlio import YAMLError, load_yaml
+
+# platformdirs and pip's configuration are imported only when asked: with PATCHCTL_DATA_DIR (and
+# the others) set, as a unit may do, `ensure` needs neither.
+
+
+def _platformdirs():
+    import platformdirs
+
+    return platformdirs
 
 
 def config_file() -> Path:
     env = os.environ.get("PATCHCTL_CONFIG")
-    return Path(env) if env else Path(platformdirs.user_config_dir("patchctl")) / "config.yaml"
+    return Path(env) if env else Path(_platformdirs().user_config_dir("patchctl")) / "config.yaml"
 
 
 def cache_dir() -> Path:
     env = os.environ.get("PATCHCTL_CACHE_DIR")
-    return Path(env) if env else Path(platformdirs.user_cache_dir("patchctl"))
+    return Path(env) if env else Path(_platformdirs().user_cache_dir("patchctl"))
 
 
 def data_dir() -> Path:
     env = os.environ.get("PATCHCTL_DATA_DIR")
-    return Path(env) if env else Path(platformdirs.user_data_dir("patchctl"))
+    return Path(env) if env else Path(_platformdirs().user_data_dir("patchctl"))
 
 
 def load_config() -> dict:
@@ -32,8 +38,8 @@ def load_config() -> dict:
     if not path.is_file():
         return {}
     try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
+        data = load_yaml(path.read_text()) or {}
+    except YAMLError as exc:
         raise UsageError(f"config file {path} is not valid YAML: {exc}") from None
     if not isinstance(data, dict):
         raise UsageError(f"config file {path} must hold a mapping")
@@ -51,7 +57,9 @@ def resolve_index(flag: str | None = None) -> IndexChoice:
     config = load_config()
     if config.get("index_url"):
         return IndexChoice(str(config["index_url"]).rstrip("/"), f"index_url in {config_file()}")
-    url, origin = _pip.configured_index_url()
+    from patchctl.sources import pip_config
+
+    url, origin = pip_config.configured_index_url()
     return IndexChoice(url.rstrip("/"), origin)
 
 

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
-from patchctl.engine.evaluate import PatchOutcome, SeriesResult
 from patchctl.errors import PatchctlError
+
+if TYPE_CHECKING:  # the apply engine is not imported by `status` and `revert`
+    from patchctl.engine.evaluate import PatchOutcome, SeriesResult
 
 SCHEMA = "patchctl/1"
 
@@ -155,9 +157,15 @@ class MatrixDoc(Envelope, total=False):
 
 
 class ValidateDoc(Envelope, total=False):
+    """validate (and the deprecated `smoke --serve/--start`): one server's coherence, throughput, baseline."""
+
     engine: str
-    url: str
-    checks: list[dict]
+    url: str  # the server validated
+    started: bool  # patchctl started it (--start) and stopped it again
+    patch_set_from: str  # where the baseline key's patch set came from: option | target | unknown
+    target: str | None  # the engine tree whose state record named the patch set (--python/--target)
+    report: dict  # the serve report (patchctl/serve/report.py, format 1): what --out writes as JSON
+    files: dict[str, str | None] | None  # --out: {"json": path, "png": path or null}; null without --out
 
 
 def outcome_json(o: PatchOutcome) -> PatchDoc:

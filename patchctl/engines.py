@@ -5,10 +5,10 @@ import functools
 from importlib import resources
 from typing import NamedTuple
 
-import yaml
 from packaging.version import Version
 
 from patchctl.errors import UsageError
+from patchctl.yamlio import load_yaml
 
 
 class Move(NamedTuple):
@@ -49,9 +49,9 @@ class Engine(NamedTuple):
         return tuple(m for m in self.moved_to if version >= m.since)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def all_engines() -> dict[str, Engine]:
-    raw = yaml.safe_load(resources.files("patchctl").joinpath("engines.yaml").read_text())
+    raw = load_yaml(resources.files("patchctl").joinpath("engines.yaml").read_text())
     engines = {}
     for name, data in raw.items():
         nightly = data.get("nightly") or {"kind": "none"}

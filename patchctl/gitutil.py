@@ -12,6 +12,8 @@ FIXED_ENV = {
     "GIT_COMMITTER_NAME": "patchctl", "GIT_COMMITTER_EMAIL": "patchctl@localhost",
     "GIT_COMMITTER_DATE": "2000-01-01T00:00:00+0000",
     "GIT_CONFIG_NOSYSTEM": "1",
+    # A user's ~/.gitconfig (diff.noprefix, format.signature, a hook path...) must not change the bytes.
+    "GIT_CONFIG_GLOBAL": os.devnull,
 }
 
 

@@ -2,14 +2,15 @@
 
 Some only declare a flag; the injecting ones turn flags into the objects commands work with:
 `source_options` gives a command `ctx` (a SourceContext), `store_option` gives `store` (a Store),
-`apply_options` gives `options` (the engine's Options), `target_options` gives `where` (a TargetSpec).
+`apply_options` / `write_options` give `options` (the engine's Options), `target_options` gives `where` (a TargetSpec).
 They run inside the command's error handling, so a bad store or a bad --as-version becomes a
 document with its exit code, not a traceback. Nothing heavy is imported here: `ensure` starts fast.
 """
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import click
 from packaging.version import InvalidVersion, Version
@@ -157,6 +158,27 @@ def apply_options(f: F) -> F:
     return _apply(
         _inject(f, "options", build, "strict", "allow_modified"),
         click.option("--strict", is_flag=True, help="Treat fuzz as a failure."),
+        click.option("--allow-modified", is_flag=True,
+                     help="Accept variant files whose sha256 differs from the series pin."),
+    )
+
+
+def write_options(f: F) -> F:
+    """For commands that write an engine (apply, ensure): strict by default, as dpkg-source and Yocto
+    are — a hunk that only applies with reduced context is refused unless --allow-fuzz. → `options`."""
+
+    def build(allow_fuzz: bool, strict: bool, allow_modified: bool) -> Any:
+        from patchctl.engine.evaluate import Options
+
+        return Options(strict=not allow_fuzz, allow_modified=allow_modified,
+                       fuzz_refusal="apply refuses fuzz by default: review the hunks with `patchctl check`, "
+                                    "rebase the patch, or pass --allow-fuzz")
+
+    return _apply(
+        _inject(f, "options", build, "allow_fuzz", "strict", "allow_modified"),
+        click.option("--allow-fuzz", is_flag=True,
+                     help="Accept hunks that only apply with reduced context (refused by default)."),
+        click.option("--strict", is_flag=True, hidden=True, help="The default when writing; kept for old scripts."),
         click.option("--allow-modified", is_flag=True,
                      help="Accept variant files whose sha256 differs from the series pin."),
     )

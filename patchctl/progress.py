@@ -1,11 +1,17 @@
-"""Download progress for people: a rich bar on stderr when it is a terminal, nothing otherwise."""
+"""Download progress for people: a rich bar on stderr when it is a terminal, nothing otherwise.
+
+rich is imported only when a bar is started on a terminal: `ensure` under systemd, `--json` runs and
+runs that download nothing never import it.
+"""
 from __future__ import annotations
 
 import sys
-
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+from typing import TYPE_CHECKING
 
 from patchctl.sources.base import NoProgress
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 
 class RichProgress:
@@ -14,6 +20,8 @@ class RichProgress:
         self._task = None
 
     def start(self, label: str, total: int | None) -> None:
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
         self._progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
                                   TransferSpeedColumn(), transient=True)
         self._progress.start()

@@ -4,6 +4,8 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import threading
+import time
 from pathlib import Path
 from typing import NamedTuple
 
@@ -12,8 +14,10 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from patchctl.atomic import write_atomic
 from patchctl.engines import all_engines, get_engine
 from patchctl.errors import StoreError
+from patchctl.yamlio import dump_yaml, load_yaml
 
 VARIANT_RE = re.compile(r"^(?P<base>.+)\.patch$")
 
@@ -48,6 +52,9 @@ class Patch(NamedTuple):
     # Versions whose upstream already behaves as patched although the code moved (so no variant
     # reverse-applies): reported `upstreamed`, proven by running the checks on the pristine tree.
     upstreamed_in: SpecifierSet | None = None
+    # patch.yaml `generated_by`: the variants are made by a script, not by hand:
+    # {"generator": path, "sources": [path, ...]}, paths relative to the store's parent folder.
+    generated_by: dict | None = None
 
     def in_range(self, version: Version) -> bool:
         return self.applies_to.contains(version, prereleases=True)
@@ -105,7 +112,7 @@ class Store(NamedTuple):
     root: Path
 
     @classmethod
-    def open(cls, root: str | Path | None = None) -> "Store":
+    def open(cls, root: str | Path | None = None) -> Store:
         path = Path(root) if root else default_store_dir()
         if not path.is_dir():
             raise StoreError(
@@ -118,7 +125,25 @@ class Store(NamedTuple):
         return [e for e in sorted(all_engines()) if (self.root / e / "series.yaml").is_file()]
 
     def series(self, engine: str) -> Series:
+        """The engine's series, parsed once per process: later calls return the same Series for as
+        long as series.yaml, the patch folders and their patch.yaml are unchanged (by stat)."""
         get_engine(engine)
+        key = (str(self.root), os.path.abspath(self.root), engine)
+        series_file = self.root / engine / "series.yaml"
+        cached = _series_cache.get(key)
+        if cached is not None and cached[0] == _fingerprint(series_file, cached[1]):
+            return cached[1]
+        started = time.time_ns()
+        series = self._parse_series(engine)
+        fingerprint = _fingerprint(series_file, series)
+        if _settled(fingerprint, started):
+            with _series_lock:
+                _series_cache[key] = (fingerprint, series)
+                while len(_series_cache) > _SERIES_CACHE_MAX:
+                    _series_cache.pop(next(iter(_series_cache)))
+        return series
+
+    def _parse_series(self, engine: str) -> Series:
         directory = self.root / engine
         series_file = directory / "series.yaml"
         if not series_file.is_file():
@@ -148,9 +173,46 @@ class Store(NamedTuple):
         return Series(engine, directory, tuple(patches), since)
 
 
+# Store.series memo: (root as given, absolute root, engine) -> (fingerprint, Series).
+_series_cache: dict[tuple[str, str, str], tuple[tuple, Series]] = {}
+_series_lock = threading.Lock()
+_SERIES_CACHE_MAX = 64
+# A file changed this recently may change again within the filesystem's timestamp granularity
+# (a jiffy on ext4, 2 s on FAT) without its stat changing: such a parse is not memoized (git's
+# "racy clean" rule). The real store's files are old; tests that write a store and read it at once
+# simply parse every time, as before.
+_RACY_NS = 2_000_000_000
+
+
+def clear_series_cache() -> None:
+    """Forget every memoized series (benchmarks that want a new process's cost)."""
+    with _series_lock:
+        _series_cache.clear()
+
+
+def _stat(path: Path) -> tuple[int, int, int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino, st.st_dev)
+
+
+def _fingerprint(series_file: Path, series: Series) -> tuple:
+    """What a parse of the series read: series.yaml, and each patch's folder (its variant files'
+    names) and patch.yaml. A variant's content is read when used, never memoized."""
+    return (_stat(series_file),) + tuple(
+        (_stat(p.directory), _stat(p.directory / "patch.yaml")) for p in series.patches)
+
+
+def _settled(fingerprint: tuple, started_ns: int) -> bool:
+    stats = [fingerprint[0]] + [s for pair in fingerprint[1:] for s in pair]
+    return all(s is None or max(s[0], s[1]) < started_ns - _RACY_NS for s in stats)
+
+
 def _load_yaml(path: Path):
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
+        return load_yaml(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise StoreError(f"{path}: not valid YAML: {exc}") from None
 
@@ -188,6 +250,7 @@ def _load_patch(engine: str, directory: Path, pins: dict) -> Patch:
             upstreamed_in = SpecifierSet(str(meta["upstreamed_in"]))
         except InvalidSpecifier:
             raise StoreError(f"{meta_file}: upstreamed_in {meta['upstreamed_in']!r} is not a PEP 440 specifier set") from None
+    generated_by = _generated_by(meta_file, meta.get("generated_by"))
     variants = []
     for file in sorted(directory.glob("*.patch")):
         match = VARIANT_RE.match(file.name)
@@ -215,7 +278,28 @@ def _load_patch(engine: str, directory: Path, pins: dict) -> Patch:
         evidence=dict(meta.get("evidence") or {}),
         variants=tuple(variants),
         upstreamed_in=upstreamed_in,
+        generated_by=generated_by,
     )
+
+
+def _generated_by(meta_file: Path, value) -> dict | None:
+    """patch.yaml `generated_by`: {generator: path, sources: [path, ...]} (paths relative to the
+    store's parent folder), or absent."""
+    if value is None:
+        return None
+    shape = "generated_by must be a mapping {generator: PATH, sources: [PATH, ...]}"
+    if not isinstance(value, dict):
+        raise StoreError(f"{meta_file}: {shape}")
+    unknown = sorted(set(map(str, value)) - {"generator", "sources"})
+    if unknown:
+        raise StoreError(f"{meta_file}: generated_by has unknown key(s) {', '.join(unknown)}: {shape}")
+    generator, sources = value.get("generator"), value.get("sources")
+    if not isinstance(generator, str) or not generator.strip():
+        raise StoreError(f"{meta_file}: generated_by.generator must name the script that makes the variants")
+    if (not isinstance(sources, list) or not sources
+            or not all(isinstance(s, str) and s.strip() for s in sources)):
+        raise StoreError(f"{meta_file}: generated_by.sources must list the files the variants are made from")
+    return {"generator": generator, "sources": list(sources)}
 
 
 def drop_rule_met(patch: Patch, dist: str, version: Version) -> bool | None:
@@ -230,12 +314,12 @@ def drop_rule_met(patch: Patch, dist: str, version: Version) -> bool | None:
 
 def write_variant(store: Store, patch: Patch, filename: str, data: bytes) -> None:
     """Add (or replace) a variant file of a patch and pin its sha256 in the series."""
-    (patch.directory / filename).write_bytes(data)
+    write_atomic(patch.directory / filename, data)
     series_file = store.root / patch.engine / "series.yaml"
-    doc = yaml.safe_load(series_file.read_text())
+    doc = load_yaml(series_file.read_text())
     for entry in doc["patches"]:
         if entry["name"] == patch.name:
             pins = dict(entry.get("variants") or {})
             pins[filename] = hashlib.sha256(data).hexdigest()
             entry["variants"] = dict(sorted(pins.items(), key=lambda kv: Version(kv[0].removesuffix(".patch"))))
-    series_file.write_text(yaml.safe_dump(doc, sort_keys=False))
+    write_atomic(series_file, dump_yaml(doc, sort_keys=False).encode())

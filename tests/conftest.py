@@ -10,6 +10,7 @@ import pytest
 from patchctl.testing.builders import StoreBuilder, write_tree
 from patchctl.testing.fixtures import PRISTINE
 
+
 @pytest.fixture(autouse=True)
 def isolated_dirs(tmp_path_factory, monkeypatch):
     """Each test gets its own state and config; the download cache is shared per session unless a

@@ -13,8 +13,8 @@ from click.testing import CliRunner
 
 from patchctl.cli import main
 from patchctl.testing.builders import build_wheel
-from patchctl.testing.index_server import IndexServer
 from patchctl.testing.fixtures import PRISTINE, loader_with
+from patchctl.testing.index_server import IndexServer
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOW = ROOT / ".github" / "workflows" / "nightly.yml"

@@ -3,11 +3,11 @@
 import pytest
 from packaging.version import Version
 
-from patchctl.testing.cli import run_json
 from patchctl.engines import get_engine
 from patchctl.sources.fetch import SourceContext, release
 from patchctl.store import Store
 from patchctl.testing.builders import write_tree
+from patchctl.testing.cli import run_json
 
 pytestmark = pytest.mark.network
 

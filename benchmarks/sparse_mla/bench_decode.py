@@ -74,8 +74,8 @@ def fetch_dense(version: str, index_url: str | None, dest_dir: Path) -> Path:
     """The pristine release's dense decode kernel file, through patchctl's upstream sources."""
     from packaging.version import Version
 
-    from patchctl.sources import fetch
     from patchctl.engines import get_engine
+    from patchctl.sources import fetch
 
     source = fetch.release(get_engine("vllm"), Version(version), fetch.SourceContext(index_url=index_url))
     data = source.read(DENSE_MEMBER)
@@ -344,8 +344,8 @@ def main():
         print()
         print(f"copy bandwidth {bw / 1e12:.2f} TB/s; topk {args.topk}, page {args.page}, CUDA-graph replay, "
               f"time per call")
-        hdr = (f"| dtype | heads | batch | splits | sparse us | floor us | % of floor | achieved TB/s "
-               f"| dense us | sparse/dense | target |")
+        hdr = ("| dtype | heads | batch | splits | sparse us | floor us | % of floor | achieved TB/s "
+               "| dense us | sparse/dense | target |")
         print(hdr)
         print("|---" * (hdr.count("|") - 1) + "|")
         for r in rows:

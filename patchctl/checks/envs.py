@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from patchctl import config
+from patchctl.atomic import write_atomic
 from patchctl.errors import EnvironmentProblem, UsageError
 
 BASE_REQUIREMENTS = ("pytest", "packaging")
@@ -46,7 +47,7 @@ def ensure_env(store_root: Path, profile: str, log=None) -> str:
     _run([sys.executable, "-m", "venv", str(venv)], f"create the {profile} venv", log)
     _run([str(python), "-m", "pip", "install", "-q", "-r", str(reqs), *BASE_REQUIREMENTS],
          f"install the {profile} requirements ({reqs})", log)
-    (venv / ".complete").write_text(reqs.read_text())
+    write_atomic(venv / ".complete", reqs.read_text().encode())
     return str(python)
 
 

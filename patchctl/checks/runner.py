@@ -54,13 +54,15 @@ def run_checks(patch: Patch, tier: str, python: str, *, engine: str, version: st
         env.update({
             "PATCHCTL_PATCHED_TREE": str(patched), "PATCHCTL_PRISTINE_TREE": str(pristine),
             "PATCHCTL_ENGINE_VERSION": version, "PATCHCTL_ENGINE": engine,
-            "PYTHONPATH": str(Path(patchctl.__file__).resolve().parent.parent),
+            "PYTHONPATH": os.pathsep.join([str(Path(patchctl.__file__).resolve().parent.parent),
+                                           *_checklib_path(patch.directory.parent.parent, Path(tmp))]),
             "PYTHONDONTWRITEBYTECODE": "1",
         })
         env.update({k: v.format(tmp=tmp) for k, v in get_engine(engine).smoke_env.items()})
         env.update(extra_env or {})
         cmd = [python, "-m", "pytest", "-q", "-p", "patchctl.checks.pytest_plugin", "-p", "no:cacheprovider",
-               "-m", TIER_MARKERS[tier] + (UPSTREAM_PROOF if upstream_proof else ""), f"--junitxml={junit}", "--rootdir", str(checks), str(checks)]
+               "-m", TIER_MARKERS[tier] + (UPSTREAM_PROOF if upstream_proof else ""), f"--junitxml={junit}",
+               "--rootdir", str(checks), str(checks)]
         start = time.monotonic()
         try:
             proc = subprocess.run(cmd, cwd=checks, env=env, capture_output=True, text=True, timeout=timeout)
@@ -82,6 +84,23 @@ def run_checks(patch: Patch, tier: str, python: str, *, engine: str, version: st
         status, reason = "not-run", f"no {tier} checks selected"
     return CheckResult(patch.name, tier, status, passed, failed, skipped, round(seconds, 2), reason, evidence,
                        tuple(failures))
+
+
+def _checklib_path(store_root: Path, tmp: Path) -> list[str]:
+    """The PYTHONPATH entry that makes the store's shared check helpers (`<store>/checklib`)
+    importable as `checklib`, for the checks and every process they start. Not the store root
+    itself: it also holds folders named after engines (vllm/, sglang/), which Python would import
+    as namespace packages wherever the engine is absent (an SGLang env asking for vLLM)."""
+    checklib = store_root / "checklib"
+    if not checklib.is_dir():
+        return []
+    root = tmp / "pythonpath"
+    root.mkdir()
+    try:
+        (root / "checklib").symlink_to(checklib.resolve(), target_is_directory=True)
+    except OSError:  # no symlinks here: the store root, engine folders and all
+        return [str(store_root)]
+    return [str(root)]
 
 
 def _parse_junit(path: Path):

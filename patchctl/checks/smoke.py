@@ -3,7 +3,8 @@ the patch's environment, and each patch's pytest run (checks/runner.py). The cor
 the matrix's smoke cells and rebase's verification gate."""
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 from patchctl.checks import runner, trees
 from patchctl.checks.envs import ensure_env, env_ready

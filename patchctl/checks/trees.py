@@ -13,11 +13,12 @@ from typing import NamedTuple
 
 from packaging.version import Version
 
-from patchctl.engine import evaluate as engine_apply
 from patchctl import config
-from patchctl.sources import fetch
+from patchctl.atomic import write_atomic
+from patchctl.engine import evaluate as engine_apply
 from patchctl.engines import Engine
 from patchctl.errors import PatchFailed
+from patchctl.sources import fetch
 from patchctl.sources.base import DirectorySource
 from patchctl.sources.release import ReleaseSource
 from patchctl.store import Patch
@@ -65,14 +66,17 @@ def pristine_tree(source: ReleaseSource) -> Path:
                     with tf.extractfile(member) as src, open(dest, "wb") as out:
                         shutil.copyfileobj(src, out)
                     os.chmod(dest, member.mode & 0o777)
-    (tmp / ".complete").write_text(f"format {TREE_FORMAT}\n{source.artifact.filename}\n")
+    write_atomic(tmp / ".complete", f"format {TREE_FORMAT}\n{source.artifact.filename}\n".encode())
     shutil.rmtree(root, ignore_errors=True)
     os.replace(tmp, root)
     return root
 
 
+_DEFAULT_OPTIONS = engine_apply.Options()
+
+
 def build_trees(engine: Engine, version: Version, patches: tuple[Patch, ...], ctx: fetch.SourceContext,
-                options: engine_apply.Options = engine_apply.Options()) -> Trees:
+                options: engine_apply.Options = _DEFAULT_OPTIONS) -> Trees:
     source = fetch.release(engine, version, ctx, prefer_sdist=True)
     pristine = pristine_tree(source)
     result = engine_apply.evaluate(patches, version, DirectorySource(pristine), options=options)

@@ -4,12 +4,12 @@ from __future__ import annotations
 import click
 
 from patchctl import outcomes as O
-from patchctl.commands.base import command
+from patchctl.commands.base import patchctl_command
 from patchctl.commands.check import moved_warnings
 from patchctl.commands.text import print_outcomes
 from patchctl.documents import document, series_json
 from patchctl.errors import EXIT_OK, EXIT_PATCH_FAILED
-from patchctl.options import apply_options, fetch_options, store_option, target_options, wait_option
+from patchctl.options import fetch_options, store_option, target_options, wait_option, write_options
 from patchctl.spec import parse_spec
 
 
@@ -78,7 +78,7 @@ def render(doc: dict, out, err) -> None:
         print_outcomes(out, d)
 
 
-@command("apply", render=render, example=(
+@patchctl_command("apply", render=render, example=(
     "patchctl apply vllm                      the vLLM installed for python3",
     "patchctl apply vllm --python ~/venvs/serve/bin/python --dry-run",
     "patchctl apply sglang@0.5.9 --target ./site-packages",
@@ -88,7 +88,7 @@ def render(doc: dict, out, err) -> None:
 @target_options
 @fetch_options
 @store_option
-@apply_options
+@write_options
 @wait_option
 @click.option("--install", is_flag=True, help="pip-install the named version (or nightly) first.")
 @click.option("--keep-going", is_flag=True, help="Apply the patches that apply even if others conflict.")

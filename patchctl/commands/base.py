@@ -2,13 +2,14 @@
 exit code, and rendering — the document as JSON on stdout, or the command's own text renderer.
 
 A command module defines `run(...) -> (document, exit code)`, a `render(doc, out, err)` for people,
-and its click command built with `@command(...)`, whose callback returns what `run` returns.
+and its click command built with `@patchctl_command(...)`, whose callback returns what `run` returns.
 """
 from __future__ import annotations
 
 import functools
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import click
 
@@ -53,7 +54,7 @@ def examples(*lines: str) -> str:
     return f"\b\nExamples:\n{body}"
 
 
-def command(name: str, *, render: Renderer | None = None, example: tuple[str, ...] = (),
+def patchctl_command(name: str, *, render: Renderer | None = None, example: tuple[str, ...] = (),
             document_name: str | None = None, **click_kwargs: Any) -> Callable[[Callable[..., tuple[dict, int]]], click.Command]:
     """A click command whose callback returns (document, exit code); adds --json and the examples.
     document_name: the `command` field of its documents, where it differs (`matrix merge` → matrix-merge)."""

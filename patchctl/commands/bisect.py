@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from patchctl.commands.base import command
+from patchctl.commands.base import patchctl_command
 from patchctl.documents import document
 from patchctl.errors import EXIT_OK, UsageError
 from patchctl.options import ENGINE, checks_python_option, source_options, store_option
@@ -59,7 +59,7 @@ def render(doc: dict, out, err) -> None:
                   markup=False, highlight=False)
 
 
-@command("bisect", render=render, example=(
+@patchctl_command("bisect", render=render, example=(
     "patchctl bisect vllm gguf-glm-dsa --good 0.16.0 --bad 0.23.0",
     "patchctl bisect vllm gguf-glm-dsa --good 0.20.0 --bad 0.23.0 --smoke",
     "patchctl bisect sglang bench-native-nonstream-timing --repo ./sglang --good v0.5.9 --bad main --as-version 0.5.9",

@@ -1,14 +1,14 @@
 """`patchctl check`: dry-run the series on the pristine files of one upstream version (nothing installed)."""
 from __future__ import annotations
 
-from patchctl.commands.base import command
+import click
+
+from patchctl.commands.base import patchctl_command
 from patchctl.commands.text import print_outcomes
 from patchctl.documents import document, series_json
 from patchctl.errors import EXIT_OK, EXIT_PATCH_FAILED
 from patchctl.options import apply_options, only_option, source_options, store_option
 from patchctl.spec import parse_spec
-
-import click
 
 
 def run(spec: str, store, ctx, options, *, only: tuple[str, ...] = ()) -> tuple[dict, int]:
@@ -38,7 +38,7 @@ def render(doc: dict, out, err) -> None:
     print_outcomes(out, doc)
 
 
-@command("check", render=render, example=(
+@patchctl_command("check", render=render, example=(
     "patchctl check vllm@0.23.0              every vLLM patch against the 0.23.0 release",
     "patchctl check vllm@latest --patch gguf-glm-dsa",
     "patchctl check sglang@nightly --json    SGLang's main branch, as one JSON document",

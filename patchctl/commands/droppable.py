@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from patchctl.commands.base import command
+from patchctl.commands.base import patchctl_command
 from patchctl.documents import document
 from patchctl.errors import EXIT_OK
 from patchctl.options import ENGINE, source_options, store_option
@@ -47,7 +47,7 @@ def render(doc: dict, out, err) -> None:
                   markup=False, highlight=False)
 
 
-@command("droppable", render=render, example=(
+@patchctl_command("droppable", render=render, example=(
     "patchctl droppable                every engine in the store",
     "patchctl droppable vllm --json",
 ))

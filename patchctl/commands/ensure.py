@@ -5,10 +5,10 @@ from __future__ import annotations
 import click
 
 from patchctl.commands import apply as apply_command
-from patchctl.commands.base import command
+from patchctl.commands.base import patchctl_command
 from patchctl.documents import document
 from patchctl.errors import EXIT_OK, EXIT_PATCH_FAILED
-from patchctl.options import apply_options, fetch_options, store_option, target_options, wait_option
+from patchctl.options import fetch_options, store_option, target_options, wait_option, write_options
 from patchctl.spec import parse_spec
 
 
@@ -32,7 +32,7 @@ def run(spec: str, store, ctx, options, where, *, wait: float = 0.0) -> tuple[di
     return doc, code
 
 
-@command("ensure", render=apply_command.render, example=(
+@patchctl_command("ensure", render=apply_command.render, example=(
     "patchctl ensure vllm --python /opt/vllm/bin/python     in a unit: ExecStartPre=",
     "patchctl ensure sglang --target /srv/sglang/site-packages --json",
 ))
@@ -40,7 +40,7 @@ def run(spec: str, store, ctx, options, where, *, wait: float = 0.0) -> tuple[di
 @target_options
 @fetch_options
 @store_option
-@apply_options
+@write_options
 @wait_option
 def command(spec, where, ctx, store, options, wait):
     """Idempotent apply for ExecStartPre=: no-op when intact, re-apply after an upgrade."""

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from patchctl.commands.base import command
+from patchctl.commands.base import patchctl_command
 from patchctl.commands.text import print_outcomes
 from patchctl.documents import document, series_json
 from patchctl.errors import EXIT_OK, EXIT_PATCH_FAILED, UsageError
@@ -82,7 +82,7 @@ def render(doc: dict, out, err) -> None:
     print_outcomes(out, doc)
 
 
-@command("export", render=render, example=(
+@patchctl_command("export", render=render, example=(
     "patchctl export vllm@0.23.0 /tmp/overlay          only the patched files",
     "patchctl export vllm@0.23.0 /tmp/vllm --full      the whole patched package",
 ))

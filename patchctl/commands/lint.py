@@ -1,7 +1,7 @@
 """`patchctl lint`: validate the store: schema, pinned hashes, that every variant parses, sane ranges."""
 from __future__ import annotations
 
-from patchctl.commands.base import command
+from patchctl.commands.base import patchctl_command
 from patchctl.documents import document
 from patchctl.errors import EXIT_OK, EXIT_USAGE, StoreError
 from patchctl.options import store_option
@@ -72,7 +72,7 @@ def render(doc: dict, out, err) -> None:
         out.print(f"  {p['where']}: {p['message']}", markup=False, highlight=False)
 
 
-@command("lint", render=render, example=(
+@patchctl_command("lint", render=render, example=(
     "patchctl lint                       the bundled store",
     "patchctl lint --store ./my-patches --json",
 ))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from patchctl.commands.base import command
+from patchctl.commands.base import patchctl_command
 from patchctl.commands.text import table
 from patchctl.documents import document
 from patchctl.errors import EXIT_OK
@@ -56,7 +56,7 @@ def render(doc: dict, out, err) -> None:
     out.print(t)
 
 
-@command("list", render=render, example=(
+@patchctl_command("list", render=render, example=(
     "patchctl list                     every engine's series",
     "patchctl list vllm@0.23.0         which variant each vLLM patch uses on 0.23.0, and why",
 ))

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
-from patchctl.commands.base import command as subcommand
 from patchctl.commands.base import examples, run_and_exit
+from patchctl.commands.base import patchctl_command as subcommand
 from patchctl.documents import document
 from patchctl.errors import EXIT_OK, EXIT_PATCH_FAILED, UsageError
 from patchctl.options import ENGINE, checks_python_option, json_option, source_options, store_option
@@ -136,7 +136,8 @@ def command(click_ctx, engines, output, shard, previous, markdown, html_out, wor
         versions=versions), None)
 
 
-@subcommand("merge", document_name="matrix-merge", example=("patchctl matrix merge shard-1.yaml shard-2.yaml -o compat_matrix.yaml",))
+@subcommand("merge", document_name="matrix-merge",
+            example=("patchctl matrix merge shard-1.yaml shard-2.yaml -o compat_matrix.yaml",))
 @click.argument("inputs", nargs=-1, required=True, type=_IN)
 @click.option("-o", "--output", type=_OUT, required=True)
 @click.option("--markdown", type=_OUT, help="Also write a Markdown table.")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from packaging.version import Version
 
-from patchctl.commands.base import command
+from patchctl.commands.base import patchctl_command
 from patchctl.documents import document
 from patchctl.errors import EXIT_OK
 from patchctl.options import store_option
@@ -13,12 +13,13 @@ def run(store) -> tuple[dict, int]:
     """Rewrite series.yaml pins from the variant files on disk (after a human reviewed them)."""
     import hashlib
 
-    import yaml
+    from patchctl.atomic import write_atomic
+    from patchctl.yamlio import dump_yaml, load_yaml
 
     changed = []
     for engine_name in store.engines():
         path = store.root / engine_name / "series.yaml"
-        data = yaml.safe_load(path.read_text())
+        data = load_yaml(path.read_text())
         for entry in data["patches"]:
             folder = path.parent / entry["name"]
             pins = {}
@@ -27,16 +28,16 @@ def run(store) -> tuple[dict, int]:
             if pins != (entry.get("variants") or {}):
                 changed.append(f"{engine_name}/{entry['name']}")
             entry["variants"] = dict(sorted(pins.items(), key=lambda kv: _version_key(kv[0])))
-        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        write_atomic(path, dump_yaml(data, sort_keys=False).encode())
     return document("pin", EXIT_OK, changed=changed,
-                           message=f"pins updated for {len(changed)} patch(es)" if changed else "pins already current"), EXIT_OK
+                    message=f"pins updated for {len(changed)} patch(es)" if changed else "pins already current"), EXIT_OK
 
 
 def _version_key(filename: str):
     return Version(filename.removesuffix(".patch"))
 
 
-@command("pin", example=(
+@patchctl_command("pin", example=(
     "patchctl pin && git diff patches/    after reviewing a refreshed variant",
 ))
 @store_option

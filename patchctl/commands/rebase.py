@@ -8,8 +8,8 @@ from pathlib import Path
 
 import click
 
-from patchctl.commands.base import command
-from patchctl.commands.text import coloured, print_lines, table
+from patchctl.commands.base import patchctl_command
+from patchctl.commands.text import Literal, coloured, print_lines, table
 from patchctl.documents import document
 from patchctl.errors import EXIT_OK, EXIT_PATCH_FAILED
 from patchctl.options import ENGINE, VERSION, VERSION_OR_LATEST, checks_python_option, source_options, store_option
@@ -73,7 +73,7 @@ def render(doc: dict, out, err) -> None:
     for item in doc["items"]:
         detail = item["reason"] + (f" [resolution {item['resolution']}]" if item.get("resolution") else "")
         t.add_row(item["name"], coloured(item["classification"], COLOURS.get(item["classification"])),
-                  item["old_variant"] or "-", item["new_variant"] or "-", detail)
+                  item["old_variant"] or "-", item["new_variant"] or "-", Literal(detail))
     out.print(t)
     for item in doc["items"]:
         for proposal in item.get("relocations") or ():
@@ -81,7 +81,7 @@ def render(doc: dict, out, err) -> None:
                               proposal["diff"]])
 
 
-@command("rebase", render=render, example=(
+@patchctl_command("rebase", render=render, example=(
     "patchctl rebase vllm --onto 0.24.0                   write refreshed variants for 0.24.0",
     "patchctl rebase vllm --onto latest --no-write        classify only",
     "patchctl rebase sglang --onto 0.5.23 --workdir /tmp/rb   keep conflict worktrees for `resolve`",

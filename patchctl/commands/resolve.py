@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from patchctl.commands.base import command
+from patchctl.commands.base import patchctl_command
 from patchctl.documents import document
 from patchctl.errors import EXIT_OK
 from patchctl.options import ENGINE, VERSION, store_option
@@ -21,7 +21,7 @@ def run(engine: str, store, workdir: Path, patch: str, onto) -> tuple[dict, int]
                             f"review both with `git diff`, then commit"), EXIT_OK
 
 
-@command("resolve", example=(
+@patchctl_command("resolve", example=(
     "patchctl rebase vllm --onto 0.24.0 --workdir /tmp/rb      leaves /tmp/rb/conflicts/PATCH",
     "  (edit the files there, remove the markers)",
     "patchctl resolve vllm /tmp/rb --patch gguf-glm-dsa --onto 0.24.0",

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from patchctl.commands.base import command
+from patchctl.commands.base import patchctl_command
 from patchctl.documents import document
 from patchctl.errors import EXIT_OK
 from patchctl.options import target_options, wait_option
@@ -24,7 +24,7 @@ def run(spec: str, where, *, force: bool = False, wait: float = 0.0) -> tuple[di
                     message=message), EXIT_OK
 
 
-@command("revert", example=(
+@patchctl_command("revert", example=(
     "patchctl revert vllm",
     "patchctl revert sglang --target ./site-packages --force    also files edited since",
 ))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from patchctl.commands.base import command
-from patchctl.commands.text import coloured, table
+from patchctl.commands.base import patchctl_command
+from patchctl.commands.text import Literal, coloured, table
 from patchctl.documents import document
 from patchctl.errors import EXIT_OK, EXIT_PATCH_FAILED
 from patchctl.options import checks_python_option, only_option, source_options, store_option
@@ -23,6 +23,11 @@ def run(spec: str, store, ctx, *, only: tuple[str, ...] = (), tier: str = "cpu",
 
 
 def render(doc: dict, out, err) -> None:
+    if doc.get("command") == "validate":  # from the deprecated `smoke --serve/--start` alias
+        from patchctl.commands import validate
+
+        validate.render(doc, out, err)
+        return
     if doc.get("results") is None:
         return
     t = table(f"smoke {doc.get('engine')} {doc.get('version')} ({doc.get('tier')} tier)",
@@ -30,7 +35,7 @@ def render(doc: dict, out, err) -> None:
     for r in doc["results"]:
         color = {"passed": "green", "failed": "bold red", "error": "bold red"}.get(r["status"], "yellow")
         t.add_row(r["patch"], coloured(r["status"], color), str(r["passed"]), str(r["failed"]),
-                  str(r["skipped"]), f"{r['seconds']:.1f}", r["reason"])
+                  str(r["skipped"]), f"{r['seconds']:.1f}", Literal(r["reason"]))
     out.print(t)
     for r in doc["results"]:
         for f in r.get("failures", []):
@@ -42,7 +47,7 @@ def _notify(text: str) -> None:
     click.echo(f"patchctl: {text}", err=True)
 
 
-@command("smoke", render=render, example=(
+@patchctl_command("smoke", render=render, example=(
     "patchctl smoke vllm@0.23.0                        CPU checks of every vLLM patch that applies",
     "patchctl smoke vllm@0.23.0 --patch triton-sparse-mla --tier gpu --python ~/venvs/gpu/bin/python",
 ))
@@ -62,9 +67,15 @@ def command(spec, only, tier, python, store, ctx, serve_url, start_cmd):
     """
     if serve_url or start_cmd:
         from patchctl.commands import validate
+        from patchctl.documents import error_document
+        from patchctl.errors import PatchctlError
 
-        doc, code = validate.run(parse_spec(spec).engine.name, url=serve_url, start=start_cmd)
-        doc["warnings"].insert(0, "`smoke --serve/--start` is deprecated and goes away in the next release: "
-                                  "use `patchctl validate --url URL` or `patchctl validate --start CMD`")
+        deprecated = ("`smoke --serve/--start` is deprecated and goes away in the next release: "
+                      "use `patchctl validate --url URL` or `patchctl validate --start CMD`")
+        try:
+            doc, code = validate.run(parse_spec(spec).engine.name, url=serve_url, start=start_cmd, progress=_notify)
+        except PatchctlError as exc:  # the error document says it too
+            return error_document("validate", exc, warnings=[deprecated]), exc.exit_code
+        doc["warnings"].insert(0, deprecated)
         return doc, code
     return run(spec, store, ctx, only=only, tier=tier, python=python, notify=_notify)

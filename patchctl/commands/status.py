@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from patchctl.commands.base import command
+from patchctl.commands.base import patchctl_command
 from patchctl.documents import document
 from patchctl.errors import EXIT_OK, EXIT_PATCH_FAILED
 from patchctl.options import target_options
@@ -38,7 +38,7 @@ def render(doc: dict, out, err) -> None:
         out.print(f"  {f['status']:<9} {f['path']}", markup=False, highlight=False)
 
 
-@command("status", render=render, example=(
+@patchctl_command("status", render=render, example=(
     "patchctl status vllm                         the vLLM installed for python3",
     "patchctl status sglang --target ./site-packages --json",
 ))

@@ -1,15 +1,18 @@
-"""Text output for people, shared by the command renderers: rich consoles and the outcome table.
+"""Text output for people, shared by the command renderers: consoles, tables, the outcome table.
 
-rich is imported only when a document is rendered as text, never on the --json path or at start-up.
+On a terminal the output is rich's (colour, boxed tables); anywhere else — a pipe, a log, systemd's
+journal for `ensure` in ExecStartPre= — it is plain aligned text, and rich is never imported.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import re
+import sys
+from typing import Any, TextIO
 
 from patchctl import outcomes as O
 
-if TYPE_CHECKING:
-    from rich.console import Console
+# The only markup the renderers write; stripped for plain output.
+_MARKUP = re.compile(r"\[(?:/|bold red|bold|green|yellow|cyan|dim)\]")
 
 STYLE = {
     O.CLEAN: "green", O.OFFSET: "green", O.FUZZ: "yellow", O.THREE_WAY: "yellow",
@@ -17,19 +20,71 @@ STYLE = {
 }
 
 
+class Literal(str):
+    """A table cell or line shown as it is: never read as markup (model replies, file contents)."""
+
+
+class Table:
+    """Rows to show under a title; rendered by whichever console prints it."""
+
+    def __init__(self, title: str, columns: list[str]):
+        self.title, self.columns, self.rows = title, columns, []
+
+    def add_row(self, *cells: str) -> None:
+        self.rows.append(cells)
+
+
+class Console:
+    """print(text | Table, markup=..., highlight=..., end=...) on a stream, rich or plain."""
+
+    def __init__(self, stream: TextIO):
+        self.stream = stream
+        self._rich: Any = None
+        if stream.isatty():
+            from rich.console import Console as RichConsole
+
+            self._rich = RichConsole(file=stream, highlight=False, soft_wrap=True)
+
+    def print(self, obj: Any, *, markup: bool = True, highlight: bool = False, end: str = "\n") -> None:
+        if self._rich is not None:
+            self._rich.print(_rich_table(obj) if isinstance(obj, Table) else obj, markup=markup,
+                             highlight=highlight, end=end)
+            return
+        text = _plain_table(obj) if isinstance(obj, Table) else str(obj)
+        self.stream.write((_MARKUP.sub("", text) if markup else text) + end)
+
+
+def _rich_table(t: Table) -> Any:
+    from rich.table import Table as RichTable
+
+    rt = RichTable(title=t.title, title_justify="left")
+    for col in t.columns:
+        rt.add_column(col, overflow="fold")
+    for row in t.rows:
+        rt.add_row(*(_rich_text(cell) if isinstance(cell, Literal) else cell for cell in row))
+    return rt
+
+
+def _rich_text(cell: str) -> Any:
+    from rich.text import Text
+
+    return Text(cell)
+
+
+def _plain_table(t: Table) -> str:
+    rows = [list(t.columns)] + [[cell if isinstance(cell, Literal) else _MARKUP.sub("", cell) for cell in row]
+                                for row in t.rows]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(t.columns))]
+    lines = [t.title] + ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=False)).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
 def console(stderr: bool = False) -> Console:
-    from rich.console import Console
-
-    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+    return Console(sys.stderr if stderr else sys.stdout)
 
 
-def table(title: str, columns: list[str]):
-    from rich.table import Table
-
-    t = Table(title=title, title_justify="left")
-    for col in columns:
-        t.add_column(col, overflow="fold")
-    return t
+def table(title: str, columns: list[str]) -> Table:
+    return Table(title, columns)
 
 
 def coloured(text: str, style: str | None) -> str:
@@ -57,7 +112,7 @@ def print_outcomes(out: Console, doc: dict) -> None:
                 + (f"fuzz {h['fuzz']}" if h["status"] == "fuzz" else f"offset {h['offset']:+d}")
                 for h in moved
             )
-        t.add_row(p["name"], coloured(p["outcome"], STYLE.get(p["outcome"])), p["variant"] or "-", detail)
+        t.add_row(p["name"], coloured(p["outcome"], STYLE.get(p["outcome"])), p["variant"] or "-", Literal(detail))
     out.print(t)
     for p in patches:
         for h in p["hunks"]:

@@ -1,2 +1,3 @@
-"""The apply engine: parse variant files into hunks, evaluate a series against pristine upstream files
-(outcome per patch, the patched bytes), and relocate hunks whose code moved to another file."""
+"""Patches in memory: variant files parsed into hunks (hunks), a series evaluated against pristine
+upstream files into an outcome per patch and the patched bytes (evaluate), and hunks whose code moved
+to another file found there (relocate)."""

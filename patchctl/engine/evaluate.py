@@ -9,8 +9,9 @@ import functools
 import hashlib
 import subprocess
 import tempfile
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable, NamedTuple
+from typing import NamedTuple
 
 from packaging.version import Version
 
@@ -60,9 +61,10 @@ class SeriesResult(NamedTuple):
 
 
 class Options(NamedTuple):
-    strict: bool = False  # fuzz counts as a failure
+    strict: bool = False  # fuzz counts as a failure (the default when writing: apply, ensure)
     allow_modified: bool = False  # accept variants whose bytes differ from the series pin
     applied: frozenset[str] = frozenset()  # patches a state record says we applied (already-applied vs upstreamed)
+    fuzz_refusal: str = "--strict forbids fuzz"  # the way out, in the words of the command that refused
 
 
 BaseFiles = Callable[[Version], FileSource]
@@ -89,6 +91,22 @@ def _parse_cached(data: bytes, where: str) -> ParsedVariant:
     # Variants are parsed for the prefetch list and again to apply them; the matrix parses the
     # same few files for every version.
     return parse_variant(data, where)
+
+
+def outside_package(patch: Patch, variant: Variant, parsed: ParsedVariant) -> None:
+    """A patch may change or create files only inside its engine's own packages (engines.yaml): a
+    `.pth` beside the package runs code at every interpreter start, another distribution's files or a
+    dist-info are not ours to touch. Refused before anything is read or written (exit 2)."""
+    from patchctl.engines import get_engine
+
+    packages = get_engine(patch.engine).packages
+    bad = [path for path in parsed.paths if path.split("/", 1)[0] not in packages or "/" not in path]
+    if bad:
+        raise StoreError(
+            f"{patch.engine}/{patch.name}/{variant.filename}: refusing {', '.join(bad)}: a patch may only change "
+            f"files inside the {', '.join(p + '/' for p in packages)} package",
+            hint="a patch of another distribution belongs in that engine's series",
+        )
 
 
 def needed_paths(patches: Iterable[Patch], version: Version, allow_modified: bool) -> list[str]:
@@ -153,23 +171,34 @@ def _evaluate_one(patch, version, read, done, options, base_files) -> tuple[Patc
         return PatchOutcome(patch.name, O.OBSOLETE, None, choice.reason), {}
     variant = choice.variant
     parsed = load_variant(variant, options.allow_modified)
+    outside_package(patch, variant, parsed)
     texts = {fp.path: read(fp.path) for fp in parsed.files}
     gone = [fp.path for fp in parsed.files if not fp.is_new and texts[fp.path] is None]
     if gone:
         return PatchOutcome(patch.name, O.OBSOLETE, variant.filename,
                             f"target file gone in {version}: {', '.join(gone)}", files=parsed.paths), {}
 
+    # Already there? Asked before any forward apply: a forward apply with fuzz can find a second,
+    # similar site in a patched file and insert the change twice (SGLang's server_args.py did).
+    reverse = {fp.path: apply_hunks(texts[fp.path], fp, reverse=True, max_fuzz=0) for fp in parsed.files}
     forward = {fp.path: apply_hunks(texts[fp.path], fp) for fp in parsed.files}
+    unchanged = all(r.ok and r.text == texts[p] for p, r in forward.items())
+    if all(r.ok for r in reverse.values()) or unchanged:
+        if patch.name in options.applied:
+            return PatchOutcome(patch.name, O.ALREADY_APPLIED, variant.filename,
+                                "the state record lists it and its changes are present", files=parsed.paths), {}
+        return PatchOutcome(patch.name, O.UPSTREAMED, variant.filename,
+                            "its changes are already in this version (the patch reverse-applies)", files=parsed.paths), {}
+
     hunks = _hunk_reports(parsed.files, forward, texts)
-    if all(r.ok for r in forward.values()) and all(r.text == texts[p] for p, r in forward.items()):
-        pass  # applying changes nothing: the result is already there (judged below with the reverse proof)
-    elif all(r.ok for r in forward.values()):
+    if all(r.ok for r in forward.values()):
         statuses = {h.status for h in hunks}
         if "fuzz" in statuses:
             kind = O.FUZZ
             reason = f"{choice.reason}; applied with reduced context (fuzz)"
             if options.strict:
-                return PatchOutcome(patch.name, O.CONFLICT, variant.filename, reason + "; --strict forbids fuzz", hunks, parsed.paths), {}
+                return PatchOutcome(patch.name, O.CONFLICT, variant.filename, reason + "; " + options.fuzz_refusal,
+                                    hunks, parsed.paths), {}
         elif "offset" in statuses:
             kind, reason = O.OFFSET, f"{choice.reason}; hunks moved"
         else:
@@ -177,15 +206,6 @@ def _evaluate_one(patch, version, read, done, options, base_files) -> tuple[Patc
         return PatchOutcome(patch.name, kind, variant.filename, reason, hunks, parsed.paths), {
             p: r.text for p, r in forward.items()
         }
-
-    reverse = {fp.path: apply_hunks(texts[fp.path], fp, reverse=True, max_fuzz=0) for fp in parsed.files}
-    identical = all(r.ok and r.text == texts[p] for p, r in forward.items())
-    if identical or all(r.ok for r in reverse.values()):
-        if patch.name in options.applied:
-            return PatchOutcome(patch.name, O.ALREADY_APPLIED, variant.filename,
-                                "the state record lists it and its changes are present", files=parsed.paths), {}
-        return PatchOutcome(patch.name, O.UPSTREAMED, variant.filename,
-                            "its changes are already in this version (the patch reverse-applies)", files=parsed.paths), {}
 
     if base_files is not None:
         merged = _three_way(parsed, variant, texts, base_files)

@@ -102,8 +102,8 @@ def parse_variant(data: bytes, where: str) -> ParsedVariant:
         hunks = []
         for h in pf:
             lines, texts = _hunk_lines(h)
-            old = tuple(t for ln, t in zip(lines, texts) if ln.is_context or ln.is_removed)
-            new = tuple(t for ln, t in zip(lines, texts) if ln.is_context or ln.is_added)
+            old = tuple(t for ln, t in zip(lines, texts, strict=False) if ln.is_context or ln.is_removed)
+            new = tuple(t for ln, t in zip(lines, texts, strict=False) if ln.is_context or ln.is_added)
             changed = [i for i, ln in enumerate(lines) if not ln.is_context]
             lead = changed[0] if changed else len(lines)
             trail = len(lines) - 1 - changed[-1] if changed else 0

@@ -5,7 +5,7 @@ A proposal is marked `relocated` and never written as a variant by itself: a per
 from __future__ import annotations
 
 import difflib
-from typing import Iterable
+from collections.abc import Iterable
 
 from patchctl.engine.hunks import FilePatch, Hunk, ParsedVariant, apply_hunks
 
@@ -48,7 +48,8 @@ def find_new_home(hunk: Hunk, files: dict[str, str], exclude: str | None = None)
     for share, path in sorted(scored, reverse=True)[:3]:
         text = files[path]
         lines = text.splitlines(keepends=True)
-        matcher = difflib.SequenceMatcher(None, [l.strip() for l in hunk.old], [l.strip() for l in lines], autojunk=False)
+        matcher = difflib.SequenceMatcher(None, [line.strip() for line in hunk.old], [line.strip() for line in lines],
+                                          autojunk=False)
         block = max(matcher.get_matching_blocks(), key=lambda b: b.size)
         if block.size == 0:
             continue

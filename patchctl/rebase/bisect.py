@@ -1,14 +1,15 @@
 """First release (or commit) where a patch stops applying, or its smoke checks fail."""
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 from packaging.version import Version
 
-from patchctl.engine import evaluate as engine_apply
 from patchctl import outcomes as O
-from patchctl.sources import fetch
+from patchctl.engine import evaluate as engine_apply
 from patchctl.errors import UsageError
+from patchctl.sources import fetch
 from patchctl.store import Patch
 
 

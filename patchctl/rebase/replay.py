@@ -13,16 +13,17 @@ from typing import NamedTuple
 
 from packaging.version import Version
 
+from patchctl import gitutil
+from patchctl import outcomes as O
 from patchctl.engine import evaluate as engine_apply
-from patchctl import gitutil, outcomes as O
 from patchctl.engine import relocate as relocate
-from patchctl.sources import fetch
 from patchctl.engine.hunks import parse_variant
 from patchctl.engines import get_engine
 from patchctl.errors import UsageError
 from patchctl.gitutil import git
-from patchctl.sources.base import DirectorySource
 from patchctl.rebase.rerere import rerere_dir
+from patchctl.sources import fetch
+from patchctl.sources.base import DirectorySource
 from patchctl.store import Patch, Store, choose_variant, write_variant
 
 UNCHANGED, REFRESHED, CONFLICT, UPSTREAMED, OBSOLETE = "unchanged", "refreshed", "conflict", "upstreamed", "obsolete"
@@ -134,7 +135,8 @@ def rebase(engine_name: str, store: Store, new: Version, ctx: fetch.SourceContex
         blocked = [d for d in patch.depends_on if d in failed]
         if blocked:
             failed.add(patch.name)
-            items.append(RebaseItem(patch.name, CONFLICT, variant.filename, None, f"depends on {blocked[0]}, which did not carry over"))
+            items.append(RebaseItem(patch.name, CONFLICT, variant.filename, None,
+                                    f"depends on {blocked[0]}, which did not carry over"))
             continue
         gone = [fp.path for fp in parsed[patch.name].files if not fp.is_new and new_files.get(fp.path) is None]
         if gone:

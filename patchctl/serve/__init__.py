@@ -1,23 +1,16 @@
-"""Serve tier of `patchctl smoke`: field validation against a running OpenAI-compatible engine.
+"""The serve tier of `patchctl validate`: checks a running OpenAI-compatible engine — coherence,
+throughput and a per-deployment baseline — and returns data; the command line and the text live in
+patchctl/commands/validate.py.
 
-Core API (returns data; rendering lives in `render`):
-    run_serve_smoke(ServeConfig) -> ServeReport
-    run_with_server(ServeConfig, command) -> ServeReport   # --start
+    runner     ServeConfig, run_serve_smoke(config), run_with_server(config, command) for --start
+    report     ServeReport: the result, plain immutable data, JSON-able
+    client     the timing OpenAI-compatible HTTP client; sse: the stream parser under it
+    answers    coherence mode `answers`: prompts whose replies a program checks
+    golden     coherence mode `golden`: greedy outputs compared token by token with a recorded run
+    throughput, metrics   load at fixed concurrency; TTFT, TPOT, ITL, tok/s
+    baseline   per-deployment baselines, the comparison, the patch-set digest
+    process    start, watch and stop a server for --start
+    outputs    what --out writes: the report as JSON and its plot (matplotlib, the plot extra)
+
+Nothing is imported here, so `patchctl.serve.baseline` is importable without requests.
 """
-from .baseline import BaselineStore, Deployment, patch_set_digest
-from .process import ServerProcess, ServerStartError
-from .report import ServeReport
-from .runner import ServeConfig, default_data_dir, run_serve_smoke, run_with_server
-
-__all__ = [
-    "BaselineStore",
-    "Deployment",
-    "ServeConfig",
-    "ServeReport",
-    "ServerProcess",
-    "ServerStartError",
-    "default_data_dir",
-    "patch_set_digest",
-    "run_serve_smoke",
-    "run_with_server",
-]

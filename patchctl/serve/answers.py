@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
 
-from .client import CHAT, OpenAIClient
+from patchctl.serve.client import CHAT, OpenAIClient
 
 
 class Verdict(NamedTuple):
@@ -88,7 +89,7 @@ def check_code(reply: str) -> Verdict:
     return Verdict(False, "no function named add")
 
 
-def _is_sum_of(expr: Optional[ast.expr], params: Sequence[str]) -> bool:
+def _is_sum_of(expr: ast.expr | None, params: Sequence[str]) -> bool:
     if not isinstance(expr, ast.BinOp) or not isinstance(expr.op, ast.Add):
         return False
     names = [n.id for n in (expr.left, expr.right) if isinstance(n, ast.Name)]
@@ -119,7 +120,7 @@ def run_answers(
     checks: Sequence[AnswerCheck] = DEFAULT_CHECKS,
     api: str = CHAT,
     extra_tokens: int = 0,
-    extra: Mapping[str, Any] = {},
+    extra: Mapping[str, Any] | None = None,
 ) -> tuple[AnswerResult, ...]:
     """extra_tokens: budget added to every check, for reasoning models that think first."""
     results = []

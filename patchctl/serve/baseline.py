@@ -4,14 +4,24 @@ A deployment is (model, engine version, patch-set digest): a change to any of
 them is a different thing to measure, so it gets its own baseline rather than
 being compared against numbers from another setup. One JSON file per deployment
 keeps concurrent recorders of different deployments from clobbering each other.
+
+The patch set is what the server runs: the digest of the state record patchctl
+keeps for the engine's tree (applied_patch_set), "none" for a pristine engine.
 """
 from __future__ import annotations
 
 import datetime as _dt
 import hashlib
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Mapping, NamedTuple, Optional, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from patchctl.atomic import write_atomic
+from patchctl.errors import UsageError
+
+if TYPE_CHECKING:
+    from patchctl.target.journal import StateRecord
 
 FORMAT = 1
 DEFAULT_THRESHOLD = 0.05
@@ -27,7 +37,7 @@ LOWER_IS_BETTER = {
 class Deployment(NamedTuple):
     model: str
     engine_version: str
-    patch_set: str  # digest of the applied patch set, "none" for the pristine engine
+    patch_set: str  # digest of the applied patch set, "none" for the pristine engine, "unknown" when not said
 
     @property
     def key(self) -> str:
@@ -35,15 +45,16 @@ class Deployment(NamedTuple):
         return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
-def patch_set_digest(files: Iterable[Path]) -> str:
-    """Digest of patch files' bytes, order-sensitive (the series order matters)."""
-    h = hashlib.sha256()
-    n = 0
-    for path in files:
-        data = Path(path).read_bytes()
-        h.update(str(len(data)).encode() + b"\0" + data)
-        n += 1
-    return h.hexdigest()[:16] if n else "none"
+def applied_patch_set(record: StateRecord | None) -> str:
+    """Digest of what a tree's state record says is applied: every patch's name and variant in series
+    order, and the sha256 of every file the patch set wrote. "none" when nothing is applied."""
+    if record is None or not record.patches:
+        return "none"
+    raw = json.dumps({
+        "patches": [[p.name, p.variant] for p in record.patches],
+        "files": sorted([f.path, f.patched_sha256] for f in record.files),
+    })
+    return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
 class Baseline(NamedTuple):
@@ -60,7 +71,7 @@ class Baseline(NamedTuple):
         }
 
     @classmethod
-    def from_json(cls, obj: Mapping[str, Any]) -> "Baseline":
+    def from_json(cls, obj: Mapping[str, Any]) -> Baseline:
         if obj.get("format") != FORMAT:
             raise ValueError(f"baseline format {obj.get('format')!r}, expected {FORMAT}")
         return cls(
@@ -77,24 +88,26 @@ class BaselineStore:
     def path_for(self, deployment: Deployment) -> Path:
         return self.root / f"{deployment.key}.json"
 
-    def load(self, deployment: Deployment) -> Optional[Baseline]:
+    def load(self, deployment: Deployment) -> Baseline | None:
+        """The deployment's baseline, None when it has none; a damaged file is bad input (exit 2)."""
         path = self.path_for(deployment)
         if not path.exists():
             return None
-        baseline = Baseline.from_json(json.loads(path.read_text()))
+        hint = "delete it, or record a new baseline with --update-baseline"
+        try:
+            baseline = Baseline.from_json(json.loads(path.read_text()))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise UsageError(f"{path} is not a baseline patchctl wrote: {exc!r}", hint=hint) from None
         if baseline.deployment != deployment:
-            raise ValueError(f"{path} holds {baseline.deployment}, not {deployment}")
+            raise UsageError(f"{path} holds {baseline.deployment}, not {deployment}", hint=hint)
         return baseline
 
     def save(self, deployment: Deployment, levels: Mapping[int, Mapping[str, float]]) -> Path:
         baseline = Baseline(
             deployment, _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), levels
         )
-        self.root.mkdir(parents=True, exist_ok=True)
         path = self.path_for(deployment)
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(baseline.to_json(), indent=2, sort_keys=True) + "\n")
-        tmp.replace(path)
+        write_atomic(path, (json.dumps(baseline.to_json(), indent=2, sort_keys=True) + "\n").encode())
         return path
 
 
@@ -102,8 +115,8 @@ class BaselineCheck(NamedTuple):
     concurrency: int
     metric: str
     baseline: float
-    current: Optional[float]  # None: measured in the baseline, not measurable now
-    change: Optional[float]  # relative, signed: +0.02 is 2% higher than baseline
+    current: float | None  # None: measured in the baseline, not measurable now
+    change: float | None  # relative, signed: +0.02 is 2% higher than baseline
     regressed: bool
 
     def describe(self, threshold: float) -> str:

@@ -7,12 +7,13 @@ and it is already a patchctl dependency.
 from __future__ import annotations
 
 import time
-from typing import Any, Mapping, NamedTuple, Optional
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
 import requests
 
-from .metrics import RequestRecord
-from .sse import ServerError, delta_from_object, iter_sse_data, parse_event
+from patchctl.serve.metrics import RequestRecord
+from patchctl.serve.sse import ServerError, delta_from_object, iter_sse_data, parse_event
 
 CHAT = "chat"
 COMPLETIONS = "completions"
@@ -27,17 +28,17 @@ class Completion(NamedTuple):
 
     content: str
     reasoning: str
-    tokens: Optional[tuple[str, ...]]
-    completion_tokens: Optional[int]
-    finish_reason: Optional[str]
+    tokens: tuple[str, ...] | None
+    completion_tokens: int | None
+    finish_reason: str | None
 
 
 class OpenAIClient:
     def __init__(
         self,
         base_url: str,
-        model: Optional[str] = None,
-        api_key: Optional[str] = None,
+        model: str | None = None,
+        api_key: str | None = None,
         timeout_s: float = 300.0,
     ) -> None:
         self.base_url = base_url.rstrip("/")
@@ -64,7 +65,7 @@ class OpenAIClient:
             self.model = models[0]
         return self.model
 
-    def engine_version(self) -> Optional[str]:
+    def engine_version(self) -> str | None:
         """vLLM and SGLang answer GET /version; others (llama.cpp) do not."""
         try:
             resp = requests.get(f"{self.base_url}/version", headers=self._headers, timeout=10)
@@ -78,7 +79,7 @@ class OpenAIClient:
     # -- requests ----------------------------------------------------------------
 
     def _body(
-        self, api: str, prompt: str, max_tokens: int, temperature: float, extra: Mapping[str, Any]
+        self, api: str, prompt: str, max_tokens: int, temperature: float, extra: Mapping[str, Any] | None
     ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.resolve_model(),
@@ -92,7 +93,7 @@ class OpenAIClient:
             body["prompt"] = prompt
         else:
             raise ValueError(f"unknown api {api!r}")
-        body.update(extra)
+        body.update(extra or {})
         return body
 
     def _url(self, api: str) -> str:
@@ -105,7 +106,7 @@ class OpenAIClient:
         max_tokens: int,
         temperature: float = 0.0,
         logprobs: bool = False,
-        extra: Mapping[str, Any] = {},
+        extra: Mapping[str, Any] | None = None,
     ) -> Completion:
         body = self._body(api, prompt, max_tokens, temperature, extra)
         if logprobs:
@@ -127,7 +128,7 @@ class OpenAIClient:
         max_tokens: int,
         stream: bool = True,
         temperature: float = 0.0,
-        extra: Mapping[str, Any] = {},
+        extra: Mapping[str, Any] | None = None,
     ) -> RequestRecord:
         """Send one request and record when each piece of output arrived.
 
@@ -143,7 +144,7 @@ class OpenAIClient:
         chunk_times: list[float] = []
         content: list[str] = []
         reasoning: list[str] = []
-        usage: Optional[int] = None
+        usage: int | None = None
         try:
             with requests.post(
                 self._url(api), json=body, headers=self._headers, timeout=self.timeout_s, stream=stream
@@ -195,7 +196,7 @@ class OpenAIClient:
         )
 
 
-def _tokens_of(obj: Mapping[str, Any]) -> Optional[tuple[str, ...]]:
+def _tokens_of(obj: Mapping[str, Any]) -> tuple[str, ...] | None:
     """Per-token strings from a logprobs block, chat or completions shape."""
     choices = obj.get("choices") or []
     if not choices:

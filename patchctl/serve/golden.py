@@ -8,12 +8,15 @@ text is compared character by character, and the result says which.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, NamedTuple, Optional, Sequence
+from typing import Any, NamedTuple
 
 import requests
 
-from .client import COMPLETIONS, OpenAIClient
+from patchctl.atomic import write_atomic
+from patchctl.errors import UsageError
+from patchctl.serve.client import CHAT, COMPLETIONS, OpenAIClient
 
 FORMAT = 1
 
@@ -30,7 +33,7 @@ DEFAULT_PROMPTS: tuple[str, ...] = (
 class GoldenEntry(NamedTuple):
     prompt: str
     text: str
-    tokens: Optional[tuple[str, ...]]
+    tokens: tuple[str, ...] | None
 
 
 class GoldenRecord(NamedTuple):
@@ -54,37 +57,56 @@ class GoldenRecord(NamedTuple):
         }
 
     @classmethod
-    def from_json(cls, obj: Mapping[str, Any]) -> "GoldenRecord":
+    def from_json(cls, obj: Mapping[str, Any]) -> GoldenRecord:
+        """ValueError (naming what is wrong) for anything but a golden file this module wrote."""
+        if not isinstance(obj, Mapping):
+            raise ValueError(f"a golden file holds a JSON object, not {type(obj).__name__}")
         if obj.get("format") != FORMAT:
             raise ValueError(f"golden file format {obj.get('format')!r}, expected {FORMAT}")
-        return cls(
-            model=obj["model"],
-            engine_version=obj["engine_version"],
-            api=obj["api"],
-            max_tokens=int(obj["max_tokens"]),
-            entries=tuple(
-                GoldenEntry(e["prompt"], e["text"], tuple(e["tokens"]) if e.get("tokens") is not None else None)
-                for e in obj["entries"]
-            ),
-        )
+        try:
+            entries = obj["entries"]
+            if not isinstance(entries, list) or not all(isinstance(e, Mapping) for e in entries):
+                raise ValueError("'entries' is not a list of objects")
+            record = cls(
+                model=obj["model"],
+                engine_version=obj["engine_version"],
+                api=obj["api"],
+                max_tokens=int(obj["max_tokens"]),
+                entries=tuple(
+                    GoldenEntry(e["prompt"], e["text"], tuple(e["tokens"]) if e.get("tokens") is not None else None)
+                    for e in entries
+                ),
+            )
+        except KeyError as exc:
+            raise ValueError(f"no {exc} key") from None
+        except TypeError as exc:
+            raise ValueError(str(exc)) from None
+        texts = [record.model, record.engine_version] + [x for e in record.entries for x in (e.prompt, e.text)]
+        if not all(isinstance(t, str) for t in texts):
+            raise ValueError("model, engine_version and every entry's prompt and text must be strings")
+        if record.api not in (CHAT, COMPLETIONS):
+            raise ValueError(f"api {record.api!r}, expected {CHAT!r} or {COMPLETIONS!r}")
+        return record
 
     def save(self, path: Path) -> Path:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(json.dumps(self.to_json(), indent=2, ensure_ascii=False) + "\n")
-        tmp.replace(path)
+        write_atomic(path, (json.dumps(self.to_json(), indent=2, ensure_ascii=False) + "\n").encode())
         return path
 
     @classmethod
-    def load(cls, path: Path) -> "GoldenRecord":
-        return cls.from_json(json.loads(Path(path).read_text()))
+    def load(cls, path: Path) -> GoldenRecord:
+        """The golden file at path; a file that is not one is bad input (UsageError, exit 2)."""
+        try:
+            return cls.from_json(json.loads(Path(path).read_text()))
+        except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
+            raise UsageError(f"{path} is not a golden file: {exc}",
+                             hint="record one on a known-good engine with --golden PATH --record-golden") from None
 
 
 class GoldenDiff(NamedTuple):
     prompt: str
     matched: bool
     unit: str  # "token" or "char"
-    position: Optional[int]  # first diverging index in `unit`s; None when matched
+    position: int | None  # first diverging index in `unit`s; None when matched
     context: str  # the common units just before the divergence
     expected: str  # what the golden run had from the divergence on (a few units)
     got: str
@@ -97,7 +119,7 @@ def diff_entry(expected: GoldenEntry, got: GoldenEntry, context: int = 3) -> Gol
         unit, a, b = "token", list(expected.tokens), list(got.tokens)
     else:
         unit, a, b = "char", list(expected.text), list(got.text)
-    pos = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+    pos = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
     if pos is None and len(a) != len(b):
         pos = min(len(a), len(b))  # one output is a strict prefix of the other
     if pos is None:
@@ -125,7 +147,7 @@ def generate(
     prompts: Sequence[str],
     max_tokens: int,
     api: str = COMPLETIONS,
-    extra: Mapping[str, Any] = {},
+    extra: Mapping[str, Any] | None = None,
 ) -> tuple[GoldenEntry, ...]:
     entries = []
     for prompt in prompts:
@@ -144,12 +166,15 @@ def record(
     prompts: Sequence[str] = DEFAULT_PROMPTS,
     max_tokens: int = 48,
     api: str = COMPLETIONS,
-    extra: Mapping[str, Any] = {},
+    extra: Mapping[str, Any] | None = None,
 ) -> GoldenRecord:
-    return GoldenRecord(client.resolve_model(), engine_version, api, max_tokens, generate(client, prompts, max_tokens, api, extra))
+    entries = generate(client, prompts, max_tokens, api, extra)
+    return GoldenRecord(client.resolve_model(), engine_version, api, max_tokens, entries)
 
 
-def compare(client: OpenAIClient, golden: GoldenRecord, extra: Mapping[str, Any] = {}) -> tuple[GoldenDiff, ...]:
+def compare(
+    client: OpenAIClient, golden: GoldenRecord, extra: Mapping[str, Any] | None = None
+) -> tuple[GoldenDiff, ...]:
     """Replay the golden prompts with the golden settings and diff each output."""
     got = generate(client, [e.prompt for e in golden.entries], golden.max_tokens, golden.api, extra)
-    return tuple(diff_entry(e, g) for e, g in zip(golden.entries, got))
+    return tuple(diff_entry(e, g) for e, g in zip(golden.entries, got, strict=True))

@@ -12,19 +12,21 @@ already quote:
 from __future__ import annotations
 
 import math
-from typing import Iterable, NamedTuple, Optional, Sequence
+from collections.abc import Iterable, Sequence
+from itertools import pairwise
+from typing import NamedTuple
 
 
 class RequestRecord(NamedTuple):
     """Raw measurements of one request (perf_counter seconds)."""
 
     ok: bool
-    error: Optional[str]
+    error: str | None
     streamed: bool
     start: float
     end: float
     chunk_times: tuple[float, ...]  # arrival of every chunk carrying output
-    usage_tokens: Optional[int]  # completion_tokens from the server's usage
+    usage_tokens: int | None  # completion_tokens from the server's usage
     content: str
     reasoning: str
 
@@ -33,7 +35,7 @@ class RequestRecord(NamedTuple):
         return len(self.chunk_times)
 
     @property
-    def output_tokens(self) -> Optional[int]:
+    def output_tokens(self) -> int | None:
         if self.usage_tokens is not None:
             return self.usage_tokens
         # Without usage a non-streaming reply cannot be counted honestly.
@@ -46,13 +48,13 @@ class RequestRecord(NamedTuple):
         return "chunks" if self.streamed else "unknown"
 
     @property
-    def ttft(self) -> Optional[float]:
+    def ttft(self) -> float | None:
         if not self.streamed or not self.chunk_times:
             return None
         return self.chunk_times[0] - self.start
 
     @property
-    def tpot(self) -> Optional[float]:
+    def tpot(self) -> float | None:
         n = self.output_tokens
         # One chunk carrying every token would give TPOT 0: not a measurement.
         if not self.streamed or n is None or n < 2 or len(self.chunk_times) < 2:
@@ -64,7 +66,7 @@ class RequestRecord(NamedTuple):
         if not self.streamed:
             return ()
         t = self.chunk_times
-        return tuple(b - a for a, b in zip(t, t[1:]))
+        return tuple(b - a for a, b in pairwise(t))
 
     @property
     def e2e(self) -> float:
@@ -95,7 +97,7 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
     return float(sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * frac)
 
 
-def summarize_ms(seconds: Iterable[float]) -> Optional[Stats]:
+def summarize_ms(seconds: Iterable[float]) -> Stats | None:
     values = sorted(s * 1000.0 for s in seconds)
     if not values:
         return None
@@ -117,13 +119,13 @@ class LevelMetrics(NamedTuple):
     failed: int
     streamed: bool
     duration_s: float
-    output_tokens: Optional[int]
-    output_tok_s: Optional[float]
+    output_tokens: int | None
+    output_tok_s: float | None
     token_count_method: str  # usage | chunks | mixed | unknown
-    ttft_ms: Optional[Stats]
-    tpot_ms: Optional[Stats]
-    itl_ms: Optional[Stats]
-    e2e_ms: Optional[Stats]
+    ttft_ms: Stats | None
+    tpot_ms: Stats | None
+    itl_ms: Stats | None
+    e2e_ms: Stats | None
     reasoning_requests: int  # requests that streamed any reasoning_content
     errors: tuple[str, ...]
 
@@ -147,8 +149,8 @@ def aggregate(
     counts = [r.output_tokens for r in ok]
     methods = {r.token_count_method for r in ok}
     if any(c is None for c in counts) or not ok:
-        total: Optional[int] = None
-        tok_s: Optional[float] = None
+        total: int | None = None
+        tok_s: float | None = None
     else:
         total = sum(c for c in counts if c is not None)
         tok_s = total / duration_s if duration_s > 0 else None

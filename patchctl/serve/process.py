@@ -16,16 +16,16 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Optional, Sequence, Union
 from urllib.parse import urlsplit
 
 import requests
 
-from patchctl.errors import EnvironmentProblem
+from patchctl.errors import EnvironmentProblem, UsageError
 
 
-def url_from_command(command: Union[str, Sequence[str]], default_port: int = 8000) -> str:
+def url_from_command(command: str | Sequence[str], default_port: int = 8000) -> str:
     """The URL a `vllm serve` / `sglang.launch_server` / llama.cpp command will listen on.
 
     Reads --host/--port (both `--port N` and `--port=N`); 0.0.0.0 and :: are
@@ -113,17 +113,19 @@ class ServerProcess:
 
     def __init__(
         self,
-        command: Union[str, Sequence[str]],
+        command: str | Sequence[str],
         base_url: str,
         state_dir: Path,
         ready_timeout_s: float = 900.0,
         free_timeout_s: float = 120.0,
         stop_grace_s: float = 30.0,
-        log_path: Optional[Path] = None,
-        env: Optional[Mapping[str, str]] = None,
+        log_path: Path | None = None,
+        env: Mapping[str, str] | None = None,
         ready_path: str = "/v1/models",
     ) -> None:
         self.argv = shlex.split(command) if isinstance(command, str) else list(command)
+        if not self.argv:
+            raise UsageError("the server command is empty")
         parts = urlsplit(base_url)
         self.base_url = base_url.rstrip("/")
         self.host = parts.hostname or "127.0.0.1"
@@ -135,8 +137,8 @@ class ServerProcess:
         self.log_path = Path(log_path) if log_path else self.state_dir / f"{self.port}.log"
         self.env = dict(env) if env is not None else None
         self.ready_path = ready_path
-        self.proc: Optional[subprocess.Popen] = None
-        self.startup_s: Optional[float] = None
+        self.proc: subprocess.Popen | None = None
+        self.startup_s: float | None = None
 
     @property
     def pid_file(self) -> Path:
@@ -154,7 +156,7 @@ class ServerProcess:
             raise ServerStartError(f"port {self.host}:{self.port} still in use after {self.free_timeout_s:.0f}s")
         self.pid_file.unlink(missing_ok=True)
 
-    def _previous_pid(self) -> Optional[int]:
+    def _previous_pid(self) -> int | None:
         try:
             return int(self.pid_file.read_text().split()[0])
         except (FileNotFoundError, ValueError, IndexError):
@@ -162,7 +164,7 @@ class ServerProcess:
 
     # -- lifecycle ------------------------------------------------------------------
 
-    def start(self) -> "ServerProcess":
+    def start(self) -> ServerProcess:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.wait_previous_gone()
         t0 = time.monotonic()
@@ -173,6 +175,8 @@ class ServerProcess:
                 self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True, env=self.env,
             )
+        except OSError as exc:  # no such program, not executable
+            raise ServerStartError(f"cannot start {self.argv[0]!r}: {exc.strerror or exc}") from None
         finally:
             log.close()
         self.pid_file.write_text(f"{self.proc.pid}\n")
@@ -185,6 +189,7 @@ class ServerProcess:
         return self
 
     def _wait_ready(self) -> None:
+        assert self.proc is not None, "start() sets proc first"
         deadline = time.monotonic() + self.ready_timeout_s
         url = self.base_url + self.ready_path
         while True:
@@ -202,7 +207,7 @@ class ServerProcess:
                 )
             time.sleep(0.5)
 
-    def stop(self) -> Optional[int]:
+    def stop(self) -> int | None:
         """SIGTERM the process group, SIGKILL it after the grace period; returns the exit code."""
         proc = self.proc
         if proc is None:
@@ -232,7 +237,7 @@ class ServerProcess:
         except FileNotFoundError:
             return ""
 
-    def __enter__(self) -> "ServerProcess":
+    def __enter__(self) -> ServerProcess:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -1,13 +1,14 @@
-"""The serve tier's result: plain immutable data, JSON-able, no rendering."""
+"""The serve tier's result: plain immutable data, JSON-able (to_json gives plain dicts and lists, the
+shape of a validate document's `report` and of the file --out writes), no rendering."""
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, is_dataclass
-from typing import Any, Optional
+from typing import Any
 
-from .answers import AnswerResult
-from .baseline import BaselineCheck, Deployment
-from .golden import GoldenDiff
-from .metrics import LevelMetrics, Stats
+from patchctl.serve.answers import AnswerResult
+from patchctl.serve.baseline import BaselineCheck, Deployment
+from patchctl.serve.golden import GoldenDiff
+from patchctl.serve.metrics import LevelMetrics, Stats
 
 FORMAT = 1
 
@@ -51,10 +52,10 @@ class ServeReport:
     deployment: Deployment
     started_at: str
     duration_s: float
-    answers: Optional[tuple[AnswerResult, ...]]
-    golden: Optional[GoldenReport]
-    throughput: Optional[ThroughputReport]
-    baseline: Optional[BaselineReport]
+    answers: tuple[AnswerResult, ...] | None
+    golden: GoldenReport | None
+    throughput: ThroughputReport | None
+    baseline: BaselineReport | None
     failures: tuple[str, ...]  # one sentence each, naming the numbers
     notes: tuple[str, ...]  # what was skipped or measured differently, and why
 
@@ -69,7 +70,7 @@ class ServeReport:
         return out
 
     @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> "ServeReport":
+    def from_json(cls, obj: dict[str, Any]) -> ServeReport:
         """Inverse of to_json: re-render a table or plot from a stored report."""
         if obj.get("format") != FORMAT:
             raise ValueError(f"serve report format {obj.get('format')!r}, expected {FORMAT}")

@@ -1,23 +1,29 @@
-"""run_serve_smoke: coherence, throughput and baseline against one running server."""
+"""The serve tier's one entry point: coherence, throughput and baseline against one running server
+(run_serve_smoke), or against a server it starts and stops (run_with_server, for --start).
+
+Errors are patchctl's: bad input (a golden or baseline file that is not one, impossible settings) is a
+UsageError, exit 2, raised before any server is started or asked; a server that does not answer, or
+stops answering, is a NetworkError and one that does not start a ServerStartError, both exit 3.
+"""
 from __future__ import annotations
 
 import datetime as _dt
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Sequence, Union
+from typing import Any
 
 import requests
 
-from patchctl.errors import EnvironmentProblem, UsageError
-
-from . import answers as _answers
-from . import baseline as _baseline
-from . import golden as _golden
-from .client import CHAT, COMPLETIONS, OpenAIClient
-from .process import ServerProcess
-from .report import BaselineReport, GoldenReport, ServeReport, ThroughputReport
-from .throughput import DEFAULT_PROMPT, default_requests, run_level, warm_up
+from patchctl.errors import NetworkError, UsageError
+from patchctl.serve import answers as _answers
+from patchctl.serve import baseline as _baseline
+from patchctl.serve import golden as _golden
+from patchctl.serve.client import CHAT, COMPLETIONS, OpenAIClient
+from patchctl.serve.process import ServerProcess
+from patchctl.serve.report import BaselineReport, GoldenReport, ServeReport, ThroughputReport
+from patchctl.serve.throughput import DEFAULT_PROMPT, default_requests, run_level, warm_up
 
 Progress = Callable[[str], None]
 
@@ -32,10 +38,10 @@ def default_data_dir() -> Path:
 @dataclass(frozen=True)
 class ServeConfig:
     base_url: str
-    model: Optional[str] = None  # None: the first model GET /v1/models lists
-    engine_version: Optional[str] = None  # None: GET /version, else "unknown"
-    patch_set: str = "none"  # digest of the applied patches (baseline.patch_set_digest)
-    api_key: Optional[str] = None
+    model: str | None = None  # None: the first model GET /v1/models lists
+    engine_version: str | None = None  # None: GET /version, else "unknown"
+    patch_set: str = "unknown"  # what the server runs: baseline.applied_patch_set ("none": pristine)
+    api_key: str | None = None
     request_timeout_s: float = 600.0
     extra_body: Mapping[str, Any] = field(default_factory=dict)  # merged into every request
 
@@ -43,7 +49,7 @@ class ServeConfig:
     answers_api: str = CHAT
     answers_extra_tokens: int = 0  # thinking budget for reasoning models
 
-    golden_path: Optional[Path] = None  # golden mode runs only with a file
+    golden_path: Path | None = None  # golden mode runs only with a file
     record_golden: bool = False
     golden_prompts: Sequence[str] = _golden.DEFAULT_PROMPTS
     golden_max_tokens: int = 48
@@ -51,32 +57,42 @@ class ServeConfig:
 
     throughput: bool = True
     concurrency: Sequence[int] = (1, 8, 32)
-    requests_per_level: Optional[int] = None  # None: throughput.default_requests
+    requests_per_level: int | None = None  # None: throughput.default_requests
     max_tokens: int = 128
     stream: bool = True
     throughput_api: str = CHAT
     prompt: str = DEFAULT_PROMPT
     warmup_requests: int = 1
 
-    baseline_dir: Optional[Path] = None  # None: default_data_dir()/baselines
+    baseline_dir: Path | None = None  # None: default_data_dir()/baselines
     update_baseline: bool = False
     threshold: float = _baseline.DEFAULT_THRESHOLD
     baseline_metrics: Sequence[str] = _baseline.DEFAULT_METRICS
 
 
-def run_serve_smoke(config: ServeConfig, progress: Optional[Progress] = None) -> ServeReport:
+def check_config(config: ServeConfig) -> None:
+    """UsageError for settings no server could satisfy and for a golden file that is not one: found
+    before a server is started (which can take many minutes) or asked anything."""
     if config.record_golden and config.golden_path is None:
         raise UsageError("recording a golden file needs its path (--golden PATH)")
     if not config.concurrency or min(config.concurrency) < 1:
         raise UsageError(f"concurrency levels must be >= 1, got {tuple(config.concurrency)}")
+    golden = config.golden_path
+    if golden is not None and not config.record_golden and Path(golden).exists():
+        _golden.GoldenRecord.load(Path(golden))
+
+
+def run_serve_smoke(config: ServeConfig, progress: Progress | None = None) -> ServeReport:
+    check_config(config)
     say = progress or (lambda _msg: None)
     t0 = time.monotonic()
     started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     client = OpenAIClient(config.base_url, config.model, config.api_key, config.request_timeout_s)
     try:
         model = client.resolve_model()
-    except (requests.RequestException, RuntimeError) as exc:
-        raise EnvironmentProblem(
+    except (requests.RequestException, RuntimeError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        # ValueError and the rest: /v1/models answered, but not with OpenAI's list of models
+        raise NetworkError(
             f"no OpenAI-compatible server answers at {client.base_url}: {exc}",
             hint="start one, or pass --start 'vllm serve MODEL' to let patchctl start and stop it",
         ) from None
@@ -99,7 +115,10 @@ def run_serve_smoke(config: ServeConfig, progress: Optional[Progress] = None) ->
 
     golden_report = None
     if config.golden_path is not None:
-        golden_report = _run_golden(config, client, engine_version, extra, say)
+        try:
+            golden_report = _run_golden(config, Path(config.golden_path), client, engine_version, extra, say)
+        except requests.RequestException as exc:
+            raise NetworkError(f"golden: a request to {client.base_url} failed: {exc}") from None
         if golden_report.mode == "missing":
             failures.append(f"golden: no golden file at {golden_report.path} (record one on a known-good engine)")
         elif golden_report.mode == "wrong-model":
@@ -119,9 +138,8 @@ def run_serve_smoke(config: ServeConfig, progress: Optional[Progress] = None) ->
         throughput_report = _run_throughput(config, client, extra, say)
         for lv in throughput_report.levels:
             if lv.failed:
-                failures.append(
-                    f"throughput c={lv.concurrency}: {lv.failed}/{lv.requests} requests failed ({'; '.join(lv.errors)[:300]})"
-                )
+                errors = "; ".join(lv.errors)[:300]
+                failures.append(f"throughput c={lv.concurrency}: {lv.failed}/{lv.requests} requests failed ({errors})")
             methods = lv.token_count_method
             if methods != "usage":
                 notes.append(f"c={lv.concurrency}: output tokens counted by {methods}, not server usage")
@@ -147,11 +165,12 @@ def run_serve_smoke(config: ServeConfig, progress: Optional[Progress] = None) ->
     )
 
 
-def _run_golden(config: ServeConfig, client: OpenAIClient, engine_version: str, extra, say: Progress) -> GoldenReport:
-    path = Path(config.golden_path)
+def _run_golden(config: ServeConfig, path: Path, client: OpenAIClient, engine_version: str, extra,
+                say: Progress) -> GoldenReport:
     if config.record_golden:
         say(f"coherence: recording golden to {path}")
-        rec = _golden.record(client, engine_version, config.golden_prompts, config.golden_max_tokens, config.golden_api, extra)
+        rec = _golden.record(client, engine_version, config.golden_prompts, config.golden_max_tokens,
+                             config.golden_api, extra)
         rec.save(path)
         return GoldenReport("recorded", str(path), (), rec.model, rec.engine_version)
     if not path.exists():
@@ -178,7 +197,8 @@ def _run_throughput(config: ServeConfig, client: OpenAIClient, extra, say: Progr
 
 
 def _run_baseline(config: ServeConfig, deployment: _baseline.Deployment, tp: ThroughputReport) -> BaselineReport:
-    store = _baseline.BaselineStore(Path(config.baseline_dir) if config.baseline_dir else default_data_dir() / "baselines")
+    root = Path(config.baseline_dir) if config.baseline_dir else default_data_dir() / "baselines"
+    store = _baseline.BaselineStore(root)
     current = {lv.concurrency: lv.flat() for lv in tp.levels}
     path = store.path_for(deployment)
     if config.update_baseline:
@@ -196,13 +216,14 @@ def _run_baseline(config: ServeConfig, deployment: _baseline.Deployment, tp: Thr
 
 def run_with_server(
     config: ServeConfig,
-    command: Union[str, Sequence[str]],
+    command: str | Sequence[str],
     ready_timeout_s: float = 900.0,
     free_timeout_s: float = 120.0,
-    state_dir: Optional[Path] = None,
-    progress: Optional[Progress] = None,
+    state_dir: Path | None = None,
+    progress: Progress | None = None,
 ) -> ServeReport:
-    """`--start`: wait for the old server to be gone, start, run, stop."""
+    """`--start`: wait for the old server to be gone, start, run, stop. The settings are checked first."""
+    check_config(config)
     say = progress or (lambda _msg: None)
     server = ServerProcess(
         command,

@@ -5,7 +5,8 @@ Pure functions over bytes and dicts, so the parsing is tested without a socket.
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Iterator, NamedTuple, Optional
+from collections.abc import Iterable, Iterator
+from typing import Any, NamedTuple
 
 DONE = "[DONE]"
 
@@ -48,15 +49,15 @@ class Delta(NamedTuple):
 
     content: str
     reasoning: str
-    completion_tokens: Optional[int]  # from `usage`, when the event carries it
-    finish_reason: Optional[str]
+    completion_tokens: int | None  # from `usage`, when the event carries it
+    finish_reason: str | None
 
     @property
     def has_output(self) -> bool:
         return bool(self.content or self.reasoning)
 
 
-def parse_event(payload: str) -> Optional[Delta]:
+def parse_event(payload: str) -> Delta | None:
     """Parse one `data:` payload; None for the `[DONE]` sentinel."""
     if payload.strip() == DONE:
         return None

@@ -1,11 +1,12 @@
 """Load generation: N requests at a fixed concurrency, measured per request."""
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Mapping, Sequence
+from typing import Any
 
-from .client import OpenAIClient
-from .metrics import LevelMetrics, RequestRecord, aggregate
+from patchctl.serve.client import OpenAIClient
+from patchctl.serve.metrics import LevelMetrics, RequestRecord, aggregate
 
 DEFAULT_PROMPT = (
     "Write a detailed, multi-paragraph essay about the history of lighthouses, "
@@ -26,7 +27,7 @@ def run_level(
     prompt: str,
     max_tokens: int,
     stream: bool = True,
-    extra: Mapping[str, Any] = {},
+    extra: Mapping[str, Any] | None = None,
 ) -> LevelMetrics:
     def one(_: int) -> RequestRecord:
         return client.timed_request(api, prompt, max_tokens, stream=stream, extra=extra)
@@ -39,7 +40,7 @@ def run_level(
     return aggregate(concurrency, records, duration, stream)
 
 
-def warm_up(client: OpenAIClient, api: str, prompt: str, n: int, extra: Mapping[str, Any] = {}) -> None:
+def warm_up(client: OpenAIClient, api: str, prompt: str, n: int, extra: Mapping[str, Any] | None = None) -> None:
     """Untimed requests first: the first one pays for lazy loading and caches."""
     for _ in range(n):
         client.timed_request(api, prompt, 8, stream=True, extra=extra)

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
 from patchctl.errors import StoreError
 

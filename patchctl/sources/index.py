@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import html.parser
 import json
-import os
 import re
 import time
 import urllib.parse
@@ -13,6 +12,7 @@ from typing import NamedTuple
 from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from patchctl.atomic import write_atomic
 from patchctl.errors import EnvironmentProblem, NetworkError, UsageError
 from patchctl.sources import http
 
@@ -44,13 +44,6 @@ class IndexProject(NamedTuple):
         return [f for f in self.files if f.version == version]
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-
-
 class PackageIndex:
     def __init__(self, url: str, cache_root: Path, *, offline: bool = False, origin: str = ""):
         self.url = url.rstrip("/")
@@ -73,7 +66,7 @@ class PackageIndex:
         if not self.offline:
             try:
                 project = self._fetch(name)
-                _atomic_write(cache_file, json.dumps(_to_json(project)).encode())
+                write_atomic(cache_file, json.dumps(_to_json(project)).encode())
             except NetworkError as exc:
                 error = exc
         if project is None:

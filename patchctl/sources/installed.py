@@ -74,7 +74,8 @@ def version_of_tree(engine: Engine, root: Path) -> Version | None:
     """The version of an unpacked tree or checkout, from the metadata that lies in it."""
     import email
 
-    candidates = list(root.glob("*.dist-info/METADATA")) + list(root.glob("PKG-INFO")) + list(root.glob("*.egg-info/PKG-INFO"))
+    candidates = (list(root.glob("*.dist-info/METADATA")) + list(root.glob("PKG-INFO"))
+                  + list(root.glob("*.egg-info/PKG-INFO")))
     for meta in candidates:
         message = email.message_from_string(meta.read_text(errors="replace"))
         name = (message.get("Name") or "").replace("_", "-").lower()

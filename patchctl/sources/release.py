@@ -7,44 +7,26 @@ against the index's sha256, and the needed members are taken from it.
 """
 from __future__ import annotations
 
-import base64
-import csv
 import hashlib
-import io
 import json
 import os
-import struct
 import tarfile
-import zipfile
 import threading
-import zlib
+import zipfile
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, NamedTuple
 
+from patchctl.atomic import write_atomic
 from patchctl.engines import Engine
 from patchctl.errors import NetworkError, UsageError
-from patchctl.sources import http
+from patchctl.sources import http, zipread
 from patchctl.sources.base import NoProgress, ProgressSink, Provenance
-from patchctl.sources.index import IndexFile, IndexProject, _atomic_write
+from patchctl.sources.index import IndexFile, IndexProject
+from patchctl.sources.zipread import ZipEntry, tail_guess
 
-TAIL_MIN, TAIL_MAX = 1 << 16, 1 << 21
 FETCH_THREADS = 8
-
-
-def tail_guess(size: int) -> int:
-    """Bytes to read from the end of a wheel so that the central directory usually comes in the
-    same request (vLLM's is ~0.5 MB in a ~270 MB wheel): one round trip instead of two."""
-    return max(TAIL_MIN, min(TAIL_MAX, size // 256))
-
-
-class ZipEntry(NamedTuple):
-    name: str
-    header_offset: int
-    compressed_size: int
-    size: int
-    method: int
-    crc: int
 
 
 def choose_artifact(project: IndexProject, version, prefer_sdist: bool = False) -> IndexFile:
@@ -134,10 +116,10 @@ class ReleaseSource:
 
     def _store(self, path: str, data: bytes | None) -> None:
         if data is None:
-            _atomic_write(self._absent_file(path), b"")
+            write_atomic(self._absent_file(path), b"")
             return
-        _atomic_write(self._member_file(path), data)
-        _atomic_write(self._member_file(path).with_suffix(".sha256"), hashlib.sha256(data).hexdigest().encode())
+        write_atomic(self._member_file(path), data)
+        write_atomic(self._member_file(path).with_suffix(".sha256"), hashlib.sha256(data).hexdigest().encode())
 
     def _archive_name(self, path: str) -> str:
         return self.engine.layout_prefix(self.artifact.kind) + path
@@ -161,21 +143,16 @@ class ReleaseSource:
         tail_start = max(0, size - tail_guess(size))
         tail = self._range(tail_start, size - 1)
         self._tail = (tail_start, tail)
-        eocd = tail.rfind(b"PK\x05\x06")
-        if eocd < 0:
-            raise NetworkError(f"{self.artifact.filename}: no zip end record in the last {size - tail_start} bytes")
-        cd_size, cd_offset = struct.unpack("<II", tail[eocd + 12 : eocd + 20])
-        loc = tail.rfind(b"PK\x06\x07", 0, eocd)
-        if loc >= 0 and (cd_offset == 0xFFFFFFFF or cd_size == 0xFFFFFFFF):
-            (z64_offset,) = struct.unpack("<Q", tail[loc + 8 : loc + 16])
-            z64 = self._range(z64_offset, z64_offset + 55)
-            cd_size, cd_offset = struct.unpack("<QQ", z64[40:56])
-        if cd_offset >= tail_start:
-            cd = tail[cd_offset - tail_start : cd_offset - tail_start + cd_size]
-        else:
-            cd = self._range(cd_offset, cd_offset + cd_size - 1)
-        entries = _parse_central_directory(cd)
-        _atomic_write(cd_file, json.dumps([list(e) for e in entries.values()]).encode())
+        with self._zip_errors():
+            where = zipread.locate_central_directory(tail, tail_start)
+            if where.zip64_record is not None:
+                where = zipread.zip64_location(self._range(where.zip64_record, where.zip64_record + 55))
+            if where.offset >= tail_start:
+                cd = tail[where.offset - tail_start : where.offset - tail_start + where.size]
+            else:
+                cd = self._range(where.offset, where.offset + where.size - 1)
+            entries = zipread.parse_central_directory(cd)
+        write_atomic(cd_file, json.dumps([list(e) for e in entries.values()]).encode())
         self._entries = entries
         return entries
 
@@ -201,41 +178,27 @@ class ReleaseSource:
         record_name = next((n for n in entries if n.endswith(".dist-info/RECORD")), None)
         hashes: dict[str, str] = {}
         if record_name:
-            raw = self._read_member(entries[record_name])
-            for row in csv.reader(io.StringIO(raw.decode("utf-8"))):
-                if len(row) >= 2 and row[1].startswith("sha256="):
-                    digest = base64.urlsafe_b64decode(row[1][7:] + "==").hex()
-                    hashes[row[0]] = digest
+            hashes = zipread.record_hashes(self._read_member(entries[record_name]))
         self._record = hashes
         return hashes
 
     def _read_member(self, entry: ZipEntry) -> bytes:
-        # The local header's extra field may differ from the central one: read a little slack.
-        end = entry.header_offset + 30 + len(entry.name.encode()) + 256 + entry.compressed_size - 1
-        if self.artifact.size:
-            end = min(end, self.artifact.size - 1)
-        head = self._range(entry.header_offset, end)
-        if head[:4] != b"PK\x03\x04":
-            raise NetworkError(f"{self.artifact.filename}: bad local header for {entry.name}")
-        name_len, extra_len = struct.unpack("<HH", head[26:30])
-        start = 30 + name_len + extra_len
-        payload = head[start : start + entry.compressed_size]
-        if len(payload) < entry.compressed_size:
-            more = self._range(entry.header_offset + start + len(payload),
-                               entry.header_offset + start + entry.compressed_size - 1)
-            payload += more
-        if entry.method == 0:
-            data = payload
-        elif entry.method == 8:
-            try:
-                data = zlib.decompress(payload, -15)
-            except zlib.error as exc:
-                raise NetworkError(f"{self.artifact.filename}: {entry.name} is corrupt ({exc})") from None
-        else:
-            raise NetworkError(f"{self.artifact.filename}: {entry.name} uses zip method {entry.method}")
-        if zlib.crc32(data) & 0xFFFFFFFF != entry.crc or len(data) != entry.size:
-            raise NetworkError(f"{self.artifact.filename}: {entry.name} failed its CRC-32 check")
-        return data
+        with self._zip_errors():
+            head = self._range(*zipread.local_header_span(entry, self.artifact.size))
+            start = zipread.payload_start(head, entry)
+            payload = head[start : start + entry.compressed_size]
+            if len(payload) < entry.compressed_size:
+                payload += self._range(entry.header_offset + start + len(payload),
+                                       entry.header_offset + start + entry.compressed_size - 1)
+            return zipread.inflate(entry, payload)
+
+    @contextmanager
+    def _zip_errors(self) -> Iterator[None]:
+        """A malformed zip is the artifact's fault (truncated, tampered): said with its name."""
+        try:
+            yield
+        except zipread.ZipFormatError as exc:
+            raise NetworkError(f"{self.artifact.filename}: {exc}") from None
 
     def _fetch_sparse(self, paths: list[str]) -> None:
         self._need_network("files")
@@ -256,7 +219,8 @@ class ReleaseSource:
                     data = futures[path].result()
                     expected = record.get(entry.name)
                     if expected and hashlib.sha256(data).hexdigest() != expected:
-                        raise NetworkError(f"{self.artifact.filename}: {entry.name} does not match the sha256 in RECORD")
+                        raise NetworkError(
+                            f"{self.artifact.filename}: {entry.name} does not match the sha256 in RECORD")
                     self._store(path, data)
         finally:
             self.progress.finish()
@@ -292,7 +256,8 @@ class ReleaseSource:
         if digest.hexdigest() != self.artifact.sha256:
             tmp.unlink(missing_ok=True)
             raise NetworkError(
-                f"{self.artifact.filename}: sha256 {digest.hexdigest()} does not match the index's {self.artifact.sha256}"
+                f"{self.artifact.filename}: sha256 {digest.hexdigest()} does not match "
+                f"the index's {self.artifact.sha256}"
             )
         os.replace(tmp, target)
         return target
@@ -338,36 +303,3 @@ def _sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _parse_central_directory(cd: bytes) -> dict[str, ZipEntry]:
-    entries: dict[str, ZipEntry] = {}
-    pos = 0
-    while pos + 46 <= len(cd) and cd[pos : pos + 4] == b"PK\x01\x02":
-        (method,) = struct.unpack("<H", cd[pos + 10 : pos + 12])
-        crc, csize, usize = struct.unpack("<III", cd[pos + 16 : pos + 28])
-        name_len, extra_len, comment_len = struct.unpack("<HHH", cd[pos + 28 : pos + 34])
-        (offset,) = struct.unpack("<I", cd[pos + 42 : pos + 46])
-        name = cd[pos + 46 : pos + 46 + name_len].decode("utf-8")
-        extra = cd[pos + 46 + name_len : pos + 46 + name_len + extra_len]
-        if 0xFFFFFFFF in (csize, usize, offset):
-            usize, csize, offset = _zip64_extra(extra, usize, csize, offset)
-        entries[name] = ZipEntry(name, offset, csize, usize, method, crc)
-        pos += 46 + name_len + extra_len + comment_len
-    return entries
-
-
-def _zip64_extra(extra: bytes, usize: int, csize: int, offset: int) -> tuple[int, int, int]:
-    pos = 0
-    while pos + 4 <= len(extra):
-        tag, size = struct.unpack("<HH", extra[pos : pos + 4])
-        if tag == 1:
-            body = extra[pos + 4 : pos + 4 + size]
-            values = list(struct.unpack(f"<{len(body) // 8}Q", body[: len(body) // 8 * 8]))
-            if usize == 0xFFFFFFFF:
-                usize = values.pop(0)
-            if csize == 0xFFFFFFFF:
-                csize = values.pop(0)
-            if offset == 0xFFFFFFFF:
-                offset = values.pop(0)
-            break
-        pos += 4 + size
-    return usize, csize, offset

@@ -17,10 +17,12 @@ import json
 import os
 import signal
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, NamedTuple
+from typing import Any, NamedTuple
 
+from patchctl.atomic import write_atomic
 from patchctl.errors import EnvironmentProblem
 
 SCHEMA = "patchctl-state/1"
@@ -62,7 +64,7 @@ class StateRecord(NamedTuple):
         }
 
     @classmethod
-    def from_json(cls, data: dict) -> "StateRecord":
+    def from_json(cls, data: dict) -> StateRecord:
         return cls(
             engine=data["engine"],
             root=data["root"],
@@ -77,20 +79,6 @@ def _crash_point(step: str) -> None:
     """Tests kill a real apply at each write step: PATCHCTL_CRASH_AT=<step> sends SIGKILL to self."""
     if os.environ.get("PATCHCTL_CRASH_AT") == step:
         os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _fsync_write(path: Path, data: bytes, mode: int | None = None) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.patchctl-{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644 if mode is None else mode)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    if mode is not None:
-        os.chmod(tmp, mode)
-    os.replace(tmp, path)  # a new inode: hardlinked installs (uv's cache) are never written through
 
 
 class TargetState:
@@ -110,13 +98,13 @@ class TargetState:
         if record is None:
             self.state_file.unlink(missing_ok=True)
         else:
-            _fsync_write(self.state_file, json.dumps(record.to_json(), indent=2).encode())
+            write_atomic(self.state_file, json.dumps(record.to_json(), indent=2).encode())
 
     def put_blob(self, data: bytes) -> str:
-        digest = sha256(data)
+        digest = hashlib.sha256(data).hexdigest()
         path = self.blobs / digest
         if not path.is_file() or sha256(path.read_bytes()) != digest:
-            _fsync_write(path, data)
+            write_atomic(path, data)
         return digest
 
     def blob(self, digest: str) -> bytes:
@@ -156,7 +144,7 @@ class TargetState:
     def write_files(self, root: Path, changes: list[tuple[str, bytes | None, bytes | None]],
                     new_record: StateRecord | None) -> None:
         """Replace files under root all-or-nothing. changes: (path, before, after); None = absent."""
-        entries = []
+        entries: list[dict[str, Any]] = []
         for path, before, after in changes:
             entries.append({
                 "path": path,
@@ -165,7 +153,7 @@ class TargetState:
             })
         previous = self.state_file.read_text() if self.state_file.is_file() else None
         journal = {"entries": entries, "previous_state": previous, "pid": os.getpid()}
-        _fsync_write(self.journal_file, json.dumps(journal).encode())
+        write_atomic(self.journal_file, json.dumps(journal).encode())
         _crash_point("journal")
         try:
             for n, entry in enumerate(entries, start=1):
@@ -193,7 +181,7 @@ class TargetState:
         if journal["previous_state"] is None:
             self.state_file.unlink(missing_ok=True)
         else:
-            _fsync_write(self.state_file, journal["previous_state"].encode())
+            write_atomic(self.state_file, journal["previous_state"].encode())
         self.journal_file.unlink()
         return True
 
@@ -204,7 +192,7 @@ def _put(root: Path, rel: str, data: bytes | None) -> None:
         target.unlink(missing_ok=True)
     else:
         mode = target.stat().st_mode & 0o7777 if target.exists() else 0o644
-        _fsync_write(target, data, mode)
+        write_atomic(target, data, mode=mode)  # a new inode: hardlinks are never written through
     _remove_bytecode(target)
 
 

@@ -6,19 +6,21 @@ import hashlib
 import os
 import time
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from packaging.version import Version
 
-from patchctl.engine import evaluate as engine_apply
 from patchctl import config
 from patchctl import outcomes as O
-from patchctl.engine.evaluate import BaseFiles, Options, SeriesResult
 from patchctl.engines import Engine
 from patchctl.errors import EnvironmentProblem, PatchFailed
-from patchctl.sources.base import DirectorySource
 from patchctl.target.journal import FileRecord, PatchRecord, StateRecord, TargetState, sha256
-from patchctl.store import Patch
+
+if TYPE_CHECKING:
+    # The apply engine (and unidiff, the store, packaging.requirements under it) is imported by
+    # apply() only: status and revert read the state record and hash files, nothing more.
+    from patchctl.engine.evaluate import BaseFiles, Options, SeriesResult
+    from patchctl.store import Patch
 
 
 class Target(NamedTuple):
@@ -70,7 +72,7 @@ def status(target: Target) -> TargetStatus:
         )
     if kinds <= {"patched"}:
         return TargetStatus("intact", record, tuple(files), f"{len(record.patches)} patches applied and intact ({names})")
-    upstream_files = {f.status for f, r in zip(files, record.files) if r.pristine_sha256 is not None}
+    upstream_files = {f.status for f, r in zip(files, record.files, strict=False) if r.pristine_sha256 is not None}
     # pip never removes files it did not install, so files the patches created may outlive a wipe.
     if upstream_files and upstream_files <= {"pristine"}:
         return TargetStatus(
@@ -95,6 +97,9 @@ class ApplyReport(NamedTuple):
 
 def apply(target: Target, patches: tuple[Patch, ...], *, options: Options, base_files: BaseFiles | None,
           keep_going: bool = False, dry_run: bool = False, wait: float = 0.0, force: bool = False) -> ApplyReport:
+    from patchctl.engine import evaluate as engine_apply
+    from patchctl.sources.base import DirectorySource
+
     st = target.state()
     with st.locked(wait):
         recovered = st.recover(target.root)
@@ -175,7 +180,7 @@ def revert(target: Target, *, force: bool = False, wait: float = 0.0) -> RevertR
             st.save(None)
             return RevertReport((), (), recovered, f"{current.message} Dropped the stale record.")
         changes, skipped = [], []
-        for record, fs in zip(current.record.files, current.files):
+        for record, fs in zip(current.record.files, current.files, strict=False):
             if fs.status == "pristine" or (fs.status == "missing" and record.pristine_sha256 is None):
                 skipped.append(record.path)
                 continue

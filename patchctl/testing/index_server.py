@@ -29,7 +29,7 @@ class IndexServer:
     def add(self, project: str, path: Path) -> None:
         self.projects.setdefault(project, []).append(path)
 
-    def __enter__(self) -> "IndexServer":
+    def __enter__(self) -> IndexServer:
         self._thread.start()
         return self
 

@@ -6,16 +6,14 @@ gguf-py. gguf-py has no K-quant quantizer, so Q4_K tensors are written as valid 
 For every quantized tensor the HF reference is set to what the file really holds, so a
 correct loader must reproduce it exactly.
 
-Checks import this with `sys.path.insert(0, <patches/checklib>)` computed from their own __file__.
+Checks import it as `from checklib import gguf_fixtures as gf`.
 """
 from __future__ import annotations
 
 import dataclasses
 import os
 import pathlib
-import subprocess
 import sys
-import xml.etree.ElementTree as ET
 
 import numpy as np
 
@@ -294,7 +292,7 @@ def build_llama_gguf(path: pathlib.Path, seed: int = 0, drop: tuple[str, ...] = 
 
 
 # ---------------------------------------------------------------------------------------------
-# Importing the engine tree, running the same checks against the pristine release
+# Importing the engine tree (the rerun against the pristine release: checklib.pristine)
 # ---------------------------------------------------------------------------------------------
 
 def use_tree(tree: pathlib.Path, cache_dir: pathlib.Path) -> None:
@@ -304,46 +302,3 @@ def use_tree(tree: pathlib.Path, cache_dir: pathlib.Path) -> None:
     tree = str(tree)
     if tree not in sys.path:
         sys.path.insert(0, tree)
-
-
-INNER_ENV = "PATCHCTL_CHECK_AGAINST_PRISTINE"
-
-
-def running_against_pristine() -> bool:
-    return os.environ.get(INNER_ENV) == "1"
-
-
-def run_checks_on_pristine(checks_dir: pathlib.Path, pristine_tree: pathlib.Path,
-                           out_dir: pathlib.Path, timeout: int = 600) -> dict[str, tuple[str, str]]:
-    """Run this checks folder's tests against the pristine tree in a fresh pytest process.
-
-    Returns {test name: (outcome, message)} with outcome "passed", "failed", "error", "skipped".
-    """
-    import patchctl.checks.pytest_plugin as fixtures
-
-    env = dict(os.environ)
-    env[INNER_ENV] = "1"
-    env["PATCHCTL_PATCHED_TREE"] = str(pristine_tree)
-    fixtures_root = str(pathlib.Path(fixtures.__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (fixtures_root, env.get("PYTHONPATH")) if p)
-    xml = out_dir / "pristine.xml"
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "patchctl.checks.pytest_plugin", "-q", "-p", "no:cacheprovider",
-         # own basetemp: concurrent pytest runs of one user prune each other's default temp dirs
-         f"--basetemp={out_dir / 'basetemp'}", f"--junitxml={xml}", str(checks_dir)],
-        cwd=str(checks_dir), env=env, capture_output=True, text=True, timeout=timeout,
-    )
-    if not xml.exists():
-        raise RuntimeError(f"pristine run produced no report:\n{proc.stdout}\n{proc.stderr}")
-    results = {}
-    for case in ET.parse(xml).getroot().iter("testcase"):
-        name = case.get("name")
-        outcome, message = "passed", ""
-        for tag in ("failure", "error", "skipped"):
-            node = case.find(tag)
-            if node is not None:
-                outcome = {"failure": "failed"}.get(tag, tag)
-                message = (node.get("message") or "") + "\n" + (node.text or "")
-                break
-        results[name] = (outcome, message)
-    return results

@@ -7,8 +7,8 @@ from click.testing import CliRunner
 
 from patchctl.cli import main
 from patchctl.testing.builders import build_wheel
-from patchctl.testing.index_server import IndexServer
 from patchctl.testing.fixtures import PRISTINE, loader_with
+from patchctl.testing.index_server import IndexServer
 
 CHECK = '''
 import pytest
@@ -97,7 +97,8 @@ def test_upstreamed_in_is_proven_on_the_pristine_tree(tmp_path, builder, fresh_c
     moved = dict(PRISTINE, **{"vllm/moved.py": "ten\n"})
     del moved["vllm/loader.py"]
     moved["vllm/loader.py"] = "# the loader moved to moved.py\n"
-    folder = builder.add("vllm", "p", applies_to="<1.1", variants={"1.0": builder.variant(PRISTINE, {"vllm/loader.py": loader_with({10: "ten\n"})})},
+    variant = builder.variant(PRISTINE, {"vllm/loader.py": loader_with({10: "ten\n"})})
+    folder = builder.add("vllm", "p", applies_to="<1.1", variants={"1.0": variant},
                          extra_meta={"upstreamed_in": ">=1.1", "smoke": {"env": "test"}})
     (folder / "checks").mkdir()
     (folder / "checks" / "test_p.py").write_text(PROOF_CHECK)

@@ -1,4 +1,7 @@
 """Outcomes of the in-memory engine on small real trees and real format-patch variants."""
+import json
+
+import pytest
 from packaging.version import Version
 
 from patchctl import outcomes as O
@@ -50,7 +53,8 @@ def test_upstreamed_needs_reverse_apply_proof(builder, tmp_path):
 
 
 def test_obsolete_by_range_and_by_missing_target(builder, tmp_path):
-    builder.add("vllm", "ranged", applies_to="<0.5", variants={"0.1": builder.variant(PRISTINE, {"vllm/loader.py": loader_with({2: "y\n"})})})
+    builder.add("vllm", "ranged", applies_to="<0.5",
+                variants={"0.1": builder.variant(PRISTINE, {"vllm/loader.py": loader_with({2: "y\n"})})})
     builder.add("vllm", "gone", variants={"1.0": builder.variant(PRISTINE, {"vllm/utils.py": "changed\n"})})
     builder.add("vllm", "after-gone", depends_on=("gone",),
                 variants={"1.0": builder.variant(PRISTINE, {"vllm/loader.py": loader_with({30: "z\n"})})})
@@ -100,3 +104,26 @@ def test_variant_choice_newest_base_at_or_below(builder):
     assert pick("0.20.2").variant.filename == "0.20.0.patch"
     assert pick("0.23.0").reason.endswith("same base")
     assert pick("0.24.0").variant is None and "outside applies_to" in pick("0.24.0").reason
+
+
+@pytest.mark.parametrize("path", ["evil.pth", "vllm-0.1.dist-info/RECORD", "other_pkg/x.py"])
+def test_a_patch_may_only_touch_its_engines_package(builder, tmp_path, path):
+    """Was: a variant adding a .pth next to the package passed check and apply (only lint flagged it)."""
+    from click.testing import CliRunner
+
+    from patchctl.cli import main
+
+    builder.add("vllm", "pth", applies_to=">=1.0",
+                variants={"1.0": builder.variant(PRISTINE, {path: "import os\n"})})
+    target = write_tree(tmp_path / "t", PRISTINE)
+    before = {p: p.read_bytes() for p in target.rglob("*") if p.is_file()}
+    for command in (["check", f"vllm@{target}", "--as-version", "1.0"],
+                    ["apply", "vllm", "--target", str(target), "--as-version", "1.0"]):
+        result = CliRunner().invoke(main, [*command, "--store", str(builder.root), "--json"])
+        doc = json.loads(result.stdout)
+        assert result.exit_code == 2 and doc["error"]["kind"] == "store", result.stdout
+        assert "may only change files inside the vllm/ package" in doc["error"]["message"]
+    assert {p: p.read_bytes() for p in target.rglob("*") if p.is_file()} == before
+    assert not (target / path).exists()
+    lint = CliRunner().invoke(main, ["lint", "--store", str(builder.root), "--json"])
+    assert lint.exit_code == 2 and "not inside vllm/" in lint.stdout

@@ -3,10 +3,10 @@
 import pytest
 import yaml
 
-from patchctl.testing.cli import run_json
 from patchctl.testing.builders import build_wheel
-from patchctl.testing.index_server import IndexServer
+from patchctl.testing.cli import run_json
 from patchctl.testing.fixtures import PRISTINE, four_release_index, loader_with
+from patchctl.testing.index_server import IndexServer
 
 
 @pytest.fixture
@@ -60,7 +60,8 @@ def test_matrix_with_smoke_records_results_and_evidence(tmp_path, builder, fresh
 
     files = tmp_path / "files"
     files.mkdir()
-    folder = builder.add("vllm", "loader", variants={"1.0": builder.variant(PRISTINE, {"vllm/loader.py": loader_with({10: "ten\n"})})},
+    variant = builder.variant(PRISTINE, {"vllm/loader.py": loader_with({10: "ten\n"})})
+    folder = builder.add("vllm", "loader", variants={"1.0": variant},
                          extra_meta={"smoke": {"env": "test"}, "evidence": {"proven": ["x"], "not_proven": ["SM120 itself"]}})
     (folder / "checks").mkdir()
     (folder / "checks" / "test_it.py").write_text(

@@ -135,7 +135,7 @@ def decode_png(data: bytes) -> tuple[int, int, int, bytes]:
             for i in range(channels, stride):
                 line[i] = (line[i] + line[i - channels]) & 0xFF
         elif filt == 2:
-            line = bytearray((a + b) & 0xFF for a, b in zip(line, prev))
+            line = bytearray((a + b) & 0xFF for a, b in zip(line, prev, strict=False))
         elif filt == 3:
             for i in range(stride):
                 left = line[i - channels] if i >= channels else 0

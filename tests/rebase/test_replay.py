@@ -5,10 +5,10 @@ import sys
 import pytest
 import yaml
 
-from patchctl.testing.cli import run_json
 from patchctl.testing.builders import build_wheel
-from patchctl.testing.index_server import IndexServer
+from patchctl.testing.cli import run_json
 from patchctl.testing.fixtures import PRISTINE, loader_with
+from patchctl.testing.index_server import IndexServer
 
 SERVER = """import os
 

@@ -61,7 +61,7 @@ class ShapeServer:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.httpd.server_address[1]}"
 
-    def __enter__(self) -> "ShapeServer":
+    def __enter__(self) -> ShapeServer:
         self.thread.start()
         return self
 
@@ -133,7 +133,8 @@ class _Handler(BaseHTTPRequestHandler):
                     "choices": [{"index": 0, "message": msg, "finish_reason": "stop"}],
                 }
                 if s["usage"]:
-                    reply["usage"] = {"prompt_tokens": 5, "completion_tokens": len(pieces), "total_tokens": 5 + len(pieces)}
+                    n = len(pieces)
+                    reply["usage"] = {"prompt_tokens": 5, "completion_tokens": n, "total_tokens": 5 + n}
                 self._json(200, reply)
         elif self.path == "/v1/completions":
             toks = completion_tokens(body["prompt"], max_tokens, s["shift_at"])

@@ -5,12 +5,14 @@ from patchctl.serve.answers import check_arithmetic, check_code, check_counting,
 COUNT_OK = "\n".join(str(i) for i in range(1, 51))
 
 
-@pytest.mark.parametrize("reply,ok", [("Paris", True), ("The capital is paris.", True), ("Lyon", False), ("Parisian", False)])
+@pytest.mark.parametrize("reply,ok", [("Paris", True), ("The capital is paris.", True), ("Lyon", False),
+                                      ("Parisian", False)])
 def test_fact(reply, ok):
     assert check_fact(reply).passed is ok
 
 
-@pytest.mark.parametrize("reply,ok", [("391", True), ("17 * 23 = 391", True), ("392", False), ("3910", False), ("", False)])
+@pytest.mark.parametrize("reply,ok", [("391", True), ("17 * 23 = 391", True), ("392", False), ("3910", False),
+                                      ("", False)])
 def test_arithmetic(reply, ok):
     assert check_arithmetic(reply).passed is ok
 

@@ -2,7 +2,15 @@ import json
 
 import pytest
 
-from patchctl.serve.baseline import Baseline, BaselineStore, Deployment, compare, patch_set_digest
+from patchctl.errors import UsageError
+from patchctl.serve.baseline import (
+    Baseline,
+    BaselineStore,
+    Deployment,
+    applied_patch_set,
+    compare,
+)
+from patchctl.target.journal import FileRecord, PatchRecord, StateRecord
 
 DEP = Deployment("Qwen/Qwen3-8B", "0.20.1", "abc123")
 
@@ -57,12 +65,28 @@ def test_store_roundtrip_and_deployments_are_separate(tmp_path):
     assert store.load(DEP._replace(engine_version="0.20.2")) is None
 
 
-def test_patch_set_digest_depends_on_bytes_and_order(tmp_path):
-    a, b = tmp_path / "a.patch", tmp_path / "b.patch"
-    a.write_text("one")
-    b.write_text("two")
-    assert patch_set_digest([]) == "none"
-    assert patch_set_digest([a, b]) != patch_set_digest([b, a])
-    before = patch_set_digest([a, b])
-    a.write_text("one!")
-    assert patch_set_digest([a, b]) != before
+def test_applied_patch_set_names_what_the_tree_runs():
+    loader = (FileRecord("vllm/loader.py", "a" * 64, "b" * 64),)
+
+    def record(*patches, files=loader):
+        return StateRecord("vllm", "/t", "1.0", 0.0, tuple(PatchRecord(n, "clean", v) for n, v in patches), files)
+
+    assert applied_patch_set(None) == "none"
+    assert applied_patch_set(record(files=())) == "none"
+    one = applied_patch_set(record(("loader", "1.0.patch")))
+    assert len(one) == 16 and one != "none"
+    assert applied_patch_set(record(("loader", "1.0.patch"))) == one  # a digest, not a timestamp
+    assert applied_patch_set(record(("loader", "1.1.patch"))) != one  # another variant
+    assert applied_patch_set(record(("loader", "1.0.patch"), ("utils", "1.0.patch"))) != one
+    edited = record(("loader", "1.0.patch"), files=(FileRecord("vllm/loader.py", "a" * 64, "c" * 64),))
+    assert applied_patch_set(edited) != one  # the same names, other bytes
+
+
+def test_a_damaged_baseline_is_bad_input_not_a_traceback(tmp_path):
+    store = BaselineStore(tmp_path)
+    store.path_for(DEP).write_text("{not json")
+    with pytest.raises(UsageError, match="not a baseline"):
+        store.load(DEP)
+    store.path_for(DEP).write_text(json.dumps({"format": 1, "deployment": {"model": "m"}}))
+    with pytest.raises(UsageError, match="not a baseline"):
+        store.load(DEP)

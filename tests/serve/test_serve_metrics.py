@@ -48,7 +48,8 @@ def test_tpot_undefined_for_single_token_or_single_chunk():
 
 
 def test_aggregate_level():
-    records = [rec(start=0.0, chunks=[0.1, 0.2, 0.3], usage=3), rec(start=0.0, chunks=[0.2, 0.4], usage=2, reasoning="r"),
+    records = [rec(start=0.0, chunks=[0.1, 0.2, 0.3], usage=3),
+               rec(start=0.0, chunks=[0.2, 0.4], usage=2, reasoning="r"),
                rec(ok=False, error="HTTPError: 500")]
     lv = aggregate(8, records, duration_s=0.5, streamed=True)
     assert (lv.requests, lv.failed, lv.output_tokens) == (3, 1, 5)

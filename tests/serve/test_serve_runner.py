@@ -2,8 +2,11 @@
 import json
 from dataclasses import replace
 
-from patchctl.serve import ServeConfig, ServeReport, run_serve_smoke
-from patchctl.serve.render import render_json, render_table, write_outputs
+from patchctl.serve.outputs import write_outputs
+from patchctl.serve.report import ServeReport
+from patchctl.serve.runner import ServeConfig, run_serve_smoke
+
+from .text import validate_text
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -60,7 +63,7 @@ def test_non_streaming_reports_only_what_it_can_measure(shape_server, tmp_path):
     lv = report.throughput.levels[0]
     assert lv.ttft_ms is None and lv.tpot_ms is None and lv.itl_ms is None
     assert lv.e2e_ms.p50 > 0 and lv.output_tok_s > 0
-    assert "-" in render_table(report)  # shown as not measured, never as 0 or negative
+    assert "-" in validate_text(report)  # shown as not measured, never as 0 or negative
 
     shape_server.settings["usage"] = False
     report = run_serve_smoke(config(shape_server, tmp_path, answers=False, stream=False))
@@ -69,7 +72,8 @@ def test_non_streaming_reports_only_what_it_can_measure(shape_server, tmp_path):
 
 def test_wrong_answers_and_golden_drift_fail_with_reasons(shape_server, tmp_path):
     golden = tmp_path / "golden.json"
-    rec = run_serve_smoke(config(shape_server, tmp_path, answers=False, throughput=False, golden_path=golden, record_golden=True))
+    rec = run_serve_smoke(config(shape_server, tmp_path, answers=False, throughput=False, golden_path=golden,
+                                 record_golden=True))
     assert rec.golden.mode == "recorded" and golden.exists()
 
     shape_server.settings.update(wrong=True, shift_at=3)
@@ -84,14 +88,16 @@ def test_wrong_answers_and_golden_drift_fail_with_reasons(shape_server, tmp_path
 
 
 def test_missing_golden_file_fails(shape_server, tmp_path):
-    report = run_serve_smoke(config(shape_server, tmp_path, answers=False, throughput=False, golden_path=tmp_path / "nope.json"))
+    report = run_serve_smoke(config(shape_server, tmp_path, answers=False, throughput=False,
+                                    golden_path=tmp_path / "nope.json"))
     assert report.golden.mode == "missing" and not report.ok
 
 
 def test_golden_from_another_model_is_refused(shape_server, tmp_path):
     from patchctl.serve.golden import GoldenEntry, GoldenRecord
 
-    path = GoldenRecord("other-model", "1.0", "completions", 4, (GoldenEntry("p", "t", None),)).save(tmp_path / "g.json")
+    other = GoldenRecord("other-model", "1.0", "completions", 4, (GoldenEntry("p", "t", None),))
+    path = other.save(tmp_path / "g.json")
     report = run_serve_smoke(config(shape_server, tmp_path, answers=False, throughput=False, golden_path=path))
     assert report.golden.mode == "wrong-model"
     assert any("recorded from model 'other-model'" in f for f in report.failures)
@@ -102,7 +108,8 @@ def test_reasoning_only_reply_is_not_an_answer(shape_server, tmp_path):
     from patchctl.serve.answers import AnswerCheck, check_fact, run_answers
     from patchctl.serve.client import OpenAIClient
 
-    (res,) = run_answers(OpenAIClient(shape_server.base_url), [AnswerCheck("fact", "capital of France?", 3, check_fact)])
+    checks = [AnswerCheck("fact", "capital of France?", 3, check_fact)]
+    (res,) = run_answers(OpenAIClient(shape_server.base_url), checks)
     assert not res.passed and res.reason == "empty content (reasoning only)"
 
 
@@ -164,15 +171,15 @@ def test_extra_body_reaches_every_request(shape_server, tmp_path):
 
 def test_renderers(shape_server, tmp_path):
     report = run_serve_smoke(config(shape_server, tmp_path, golden_path=tmp_path / "g.json", record_golden=True))
-    table = render_table(report)
+    table = validate_text(report)
     for needle in ("coherence: answers", "PASS", "throughput", "TTFT", "tok/s", "OK"):
         assert needle in table
-    obj = json.loads(render_json(report))
+    obj = json.loads(json.dumps(report.to_json()))
     assert obj["ok"] is True and obj["format"] == 1
     assert obj["throughput"]["levels"][1]["concurrency"] == 4
     assert obj["deployment"] == {"model": "tiny-reasoner", "engine_version": "0.0.0+shape", "patch_set": "p1"}
-    json_path, png_path = write_outputs(report, tmp_path / "out" / "serve.json")
-    assert json.loads(json_path.read_text()) == obj
+    json_path, png_path, warnings = write_outputs(report, tmp_path / "out" / "serve.json")
+    assert json.loads(json_path.read_text()) == obj and warnings == ()
     # A stored report re-renders: the matrix can redraw tables and plots later.
     assert ServeReport.from_json(obj) == report
     assert png_path == tmp_path / "out" / "serve.png"

@@ -39,5 +39,6 @@ def test_role_only_and_usage_only_chunks_carry_no_output():
 
 def test_completions_text_and_non_streaming_message():
     assert delta_from_object({"choices": [{"text": "abc"}]}).content == "abc"
-    msg = delta_from_object({"choices": [{"message": {"content": None, "reasoning_content": "r"}, "finish_reason": "length"}]})
+    message = {"content": None, "reasoning_content": "r"}
+    msg = delta_from_object({"choices": [{"message": message, "finish_reason": "length"}]})
     assert (msg.content, msg.reasoning, msg.finish_reason) == ("", "r", "length")

@@ -4,11 +4,10 @@ import sys
 
 import pytest
 
-from patchctl.testing.cli import run_json
 from patchctl.testing.builders import build_wheel, git, install_fake_dist, write_tree
-from patchctl.testing.index_server import IndexServer
+from patchctl.testing.cli import run_json
 from patchctl.testing.fixtures import PRISTINE, loader_with
-
+from patchctl.testing.index_server import IndexServer
 
 run = run_json
 
@@ -38,7 +37,8 @@ def test_git_ref_with_layout_prefix(store, tmp_path):
     assert doc["source"]["kind"] == "git"
     doc = run("check", "sglang@git:main", "--repo", str(repo), "--store", str(store), expect=0)
     assert doc["patches"][0]["outcome"] == "upstreamed"
-    assert run("check", "sglang@git:nope", "--repo", str(repo), "--store", str(store), expect=2)["error"]["message"].endswith("no such ref 'nope'")
+    doc = run("check", "sglang@git:nope", "--repo", str(repo), "--store", str(store), expect=2)
+    assert doc["error"]["message"].endswith("no such ref 'nope'")
 
 
 def test_local_directory_spec(store, tmp_path):
@@ -84,7 +84,8 @@ def test_install_then_apply_in_a_real_venv(store, tmp_path):
                   "--store", str(store), expect=0)
     assert doc["patches"][0]["outcome"] == "clean" and "site-packages" in doc["target"]
     out = subprocess.run([python, "-c", "import importlib.util, pathlib; "
-                          "p = pathlib.Path(importlib.util.find_spec('vllm').origin).parent; print((p / 'loader.py').read_text())"],
+                          "p = pathlib.Path(importlib.util.find_spec('vllm').origin).parent; "
+                          "print((p / 'loader.py').read_text())"],
                          capture_output=True, text=True, check=True).stdout
     assert "ten\n" in out
 

@@ -6,10 +6,10 @@ import tarfile
 
 import pytest
 
-from patchctl.testing.cli import run_json
 from patchctl.testing.builders import build_wheel
-from patchctl.testing.index_server import IndexServer
+from patchctl.testing.cli import run_json
 from patchctl.testing.fixtures import PRISTINE, loader_with
+from patchctl.testing.index_server import IndexServer
 
 # Incompressible filler so that the wheel is much larger than what a sparse read needs.
 BIG = {f"vllm/filler/mod{i}.py": f"DATA = '{random.Random(i).randbytes(20000).hex()}'\n" for i in range(30)}
@@ -125,4 +125,5 @@ def test_tampered_wheel_member_fails_its_checks(tmp_path, store, fresh_cache):
     with IndexServer(files) as server:
         server.add("vllm", wheel)
         doc = check("vllm@1.0", "--index-url", server.url, "--store", str(store), expect=3)
-    assert "CRC-32" in doc["error"]["message"] or "sha256" in doc["error"]["message"] or "decompress" in doc["error"]["message"].lower()
+    message = doc["error"]["message"]
+    assert "CRC-32" in message or "sha256" in message or "decompress" in message.lower()

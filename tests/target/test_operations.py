@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from patchctl.testing.cli import run_json
 from patchctl.testing.builders import install_fake_dist
+from patchctl.testing.cli import run_json
 from patchctl.testing.fixtures import PRISTINE, loader_with
 
 PATCHED_LOADER = loader_with({10: "ten\n"})
@@ -90,9 +90,10 @@ def test_killed_revert_recovers_to_fully_applied(store, tree, step):
 
 
 def test_second_apply_fails_clearly_while_locked(store, tree):
+    from packaging.version import Version
+
     from patchctl.engines import get_engine
     from patchctl.target.operations import Target
-    from packaging.version import Version
 
     target = Target(get_engine("vllm"), tree.resolve(), Version("1.0"), "test")
     with target.state().locked():
@@ -207,9 +208,10 @@ def test_engine_not_installed_and_version_mismatch(store, tmp_path, monkeypatch)
 
 def test_leftover_corrupt_journal_is_handled(store, tree):
     cli("status", "vllm@1.0", "--target", str(tree), expect=0)
+    from packaging.version import Version
+
     from patchctl.engines import get_engine
     from patchctl.target.operations import Target
-    from packaging.version import Version
 
     st = Target(get_engine("vllm"), tree.resolve(), Version("1.0"), "t").state()
     st.dir.mkdir(parents=True, exist_ok=True)

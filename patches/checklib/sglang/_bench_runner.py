@@ -1,14 +1,16 @@
 """Run one release's benchmark CLI (`sglang.bench_serving`, or `sglang.benchmark.serving` from
 0.5.15) in this interpreter: `python _bench_runner.py <tree> <cli args...>`."""
+import os
 import runpy
 import sys
 
+from checklib.stubs import stub_missing
+
 tree = sys.argv[1]
 sys.path.insert(0, tree)
-import _sglang_cpu_stubs  # noqa: E402
-
-_sglang_cpu_stubs.install()
-import os  # noqa: E402
+# SGLang imports torchvision at module level (image helpers); PyPI torchvision cannot sit next to
+# the CPU torch build. Nothing the bench exercises calls into it.
+stub_missing("torchvision")
 
 module = (
     "sglang.benchmark.serving"

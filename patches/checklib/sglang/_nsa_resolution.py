@@ -10,15 +10,18 @@ Where upstream decides (the probes' docstrings say more):
   `_model_config` that `model_config_of(view)` returns (0.5.20+, where ServerArgs is assembled from
   argument groups and the view is a permissive namespace).
 
-Also what the probe scripts share (opening a release on CPU, the error record) and what the
-checks' conftests share (the scenario record, the runner that calls a probe in a fresh interpreter).
+Also what the probe scripts share (opening a release on CPU, the error record, reporting) and what
+the checks' conftests share (the scenario record, running a probe over a list of scenarios through
+checklib.probe).
 """
 import dataclasses
 import json
 import pathlib
-import subprocess
 import sys
 import types
+
+from checklib import probe
+from checklib.stubs import stub_missing
 
 
 def scenario(capability, kv_cache_dtype, prefill, decode, **extra) -> dict:
@@ -31,9 +34,9 @@ def open_release(tree: str, scenarios_path: str):
     """In a probe process: (sglang.srt.server_args of the release at `tree`, importable on a CPU
     machine; torch; the scenarios)."""
     sys.path.insert(0, tree)
-    import _sglang_cpu_stubs
-
-    _sglang_cpu_stubs.install()
+    # SGLang imports torchvision at module level (image helpers); PyPI torchvision cannot sit next
+    # to the CPU torch build. Nothing the probes exercise calls into it.
+    stub_missing("torchvision")
     import torch
 
     with open(scenarios_path) as f:
@@ -125,19 +128,16 @@ def resolve(sa, torch, sc) -> dict:
     }
 
 
-def run_probe(probe: pathlib.Path, tree: pathlib.Path, payload: list, workdir: pathlib.Path) -> list:
-    """Run a probe script against one release tree in a fresh interpreter; its last stdout
-    line is one JSON list, a result per scenario of `payload`."""
+def report(results: list) -> None:
+    """In a probe process: the results, one per scenario, in the order of the scenarios."""
+    probe.emit({"results": results})
+
+
+def run_scenarios(script: pathlib.Path, tree: pathlib.Path, payload: list, workdir: pathlib.Path) -> list:
+    """Run a probe script against one release tree in a fresh interpreter
+    (`python script tree scenarios.json`, checklib.probe); a result per scenario of `payload`."""
     path = workdir / "scenarios.json"
     path.write_text(json.dumps(payload))
-    proc = subprocess.run(
-        [sys.executable, str(probe), str(tree), str(path)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=str(probe.parent),
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    results = probe.run_probe(tree, script, path, timeout=600)["results"]
     assert len(results) == len(payload), (len(results), len(payload))
     return results

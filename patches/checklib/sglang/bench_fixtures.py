@@ -1,6 +1,7 @@
 """Shared by the SGLang bench_serving checks: a local reasoning-model server and a runner.
 
-Each bench patch's checks/conftest.py puts this folder on sys.path and re-exports these fixtures."""
+Each bench patch's checks/conftest.py imports the `reasoning_server` fixture from here; its
+checks import `run_bench` and `assert_sane`."""
 import json
 import os
 import pathlib
@@ -9,9 +10,9 @@ import sys
 
 import pytest
 
+from checklib.sglang import _fake_reasoning_server as fake
+
 HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import _fake_reasoning_server as fake  # noqa: E402
 
 
 @pytest.fixture(scope="session")

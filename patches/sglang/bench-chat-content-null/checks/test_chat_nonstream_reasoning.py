@@ -1,6 +1,7 @@
 """Non-streaming chat (--backend sglang-oai-chat --disable-stream) against a reasoning model."""
 import pytest
-from bench_fixtures import assert_sane, run_bench
+
+from checklib.sglang.bench_fixtures import assert_sane, run_bench
 
 
 def test_patched_counts_reasoning_content(patched_tree, reasoning_server, tmp_path):

@@ -1,6 +1,7 @@
 """Streaming chat (--backend sglang-oai-chat) against a reasoning model (reasoning_content deltas)."""
 import pytest
-from bench_fixtures import assert_sane, run_bench
+
+from checklib.sglang.bench_fixtures import assert_sane, run_bench
 
 
 def test_patched_times_reasoning_deltas(patched_tree, reasoning_server, tmp_path):

@@ -1,6 +1,7 @@
 """Native /generate without streaming (--backend sglang --disable-stream): TPOT and ITL."""
 import pytest
-from bench_fixtures import assert_sane, run_bench
+
+from checklib.sglang.bench_fixtures import assert_sane, run_bench
 
 
 def test_patched_reports_positive_tpot_and_itl(patched_tree, reasoning_server, tmp_path):

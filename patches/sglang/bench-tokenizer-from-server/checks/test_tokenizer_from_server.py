@@ -3,7 +3,8 @@
 Hugging Face is unreachable (HF_HUB_OFFLINE=1): loading by the served name must fail, loading by the
 path the fake server reports (a tiny tokenizer saved in a temp dir) must work."""
 import pytest
-from bench_fixtures import assert_sane, run_bench
+
+from checklib.sglang.bench_fixtures import assert_sane, run_bench
 
 
 def test_patched_asks_server_for_model_path(patched_tree, reasoning_server, tmp_path):

@@ -1,13 +1,11 @@
 """Shared helpers for the NSA/DSA backend-default checks (CPU tier)."""
 import pathlib
-import sys
 
 import pytest
 
+from checklib.sglang import _nsa_resolution  # shared with the guard patch's checks
+
 HERE = pathlib.Path(__file__).resolve().parent
-# shared with the guard patch's checks: patches/checklib/sglang/_nsa_resolution.py
-sys.path.insert(0, str(HERE.parents[2] / "checklib" / "sglang"))
-import _nsa_resolution  # noqa: E402
 
 SCENARIOS = {
     # name: (capability, kv_cache_dtype, user prefill, user decode)
@@ -28,8 +26,8 @@ def resolve_backends(tree: pathlib.Path, tmp_path_factory) -> dict:
     """Run _dsa_probe.py against one release tree in a fresh interpreter."""
     names = list(SCENARIOS)
     payload = [_nsa_resolution.scenario(*SCENARIOS[n]) for n in names]
-    results = _nsa_resolution.run_probe(HERE / "_dsa_probe.py", tree, payload, tmp_path_factory.mktemp("dsa"))
-    return dict(zip(names, results))
+    results = _nsa_resolution.run_scenarios(HERE / "_dsa_probe.py", tree, payload, tmp_path_factory.mktemp("dsa"))
+    return dict(zip(names, results, strict=False))
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,7 @@
 """Resolve SGLang's NSA/DSA backends, start-up guard included, for a list of scenarios.
 
 Run as a subprocess (one release tree per process): `python _guard_probe.py <tree> <scenarios.json>`.
-Prints one JSON list to stdout, last line: per scenario {"guarded": R, "unguarded": R}, R =
+Reports (checklib.probe) {"results": [...]}, per scenario {"guarded": R, "unguarded": R}, R =
 {"prefill", "decode", "error", "error_type", "flag_prefix"}; "unguarded" is the same scenario with
 SGLANG_SKIP_SM120_TRTLLM_CHECK=1 (what the release resolves when the guard, if any, stands aside).
 
@@ -11,21 +11,18 @@ Each scenario: {"capability": [12, 0], "kv_cache_dtype": "fp8_e4m3", "prefill": 
 put first on sys.path so that `importlib.util.find_spec("flashinfer")` finds the fake package
 there (FlashInfer is never imported: the probe refuses to go on if it was).
 
-The device capability is stubbed where upstream reads it (patches/checklib/sglang/
-_nsa_resolution.py, shared with the nsa-sm120-trtllm-default checks): 0.5.9-0.5.14 pass `major`
-to `ServerArgs._set_default_{nsa,dsa}_backends`, which the server calls from `__post_init__` (via `_handle_model_specific_adjustments`); 0.5.15+ run
+The device capability is stubbed where upstream reads it (checklib/sglang/_nsa_resolution.py,
+shared with the nsa-sm120-trtllm-default checks): 0.5.9-0.5.14 pass `major`
+to `ServerArgs._set_default_{nsa,dsa}_backends`, which the server calls from `__post_init__`
+(via `_handle_model_specific_adjustments`); 0.5.15+ run
 `arg_groups.overrides._dsa_split_backend_resolution(view)`, the pass that `__post_init__` invokes
 at the same slot, which calls torch.cuda.get_device_capability() itself.
 """
 import importlib
-import json
 import os
-import pathlib
 import sys
 
-# shared with the default patch's checks (and the bench patches' CPU stubs)
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3] / "checklib" / "sglang"))
-import _nsa_resolution as nsa  # noqa: E402
+from checklib.sglang import _nsa_resolution as nsa  # shared with the default patch's checks
 
 
 def main() -> None:
@@ -42,7 +39,7 @@ def main() -> None:
                 "unguarded": _run(sa, torch, sc, {"SGLANG_SKIP_SM120_TRTLLM_CHECK": "1"}),
             }
         )
-    print(json.dumps(out))
+    nsa.report(out)
 
 
 def _run(sa, torch, sc, env):

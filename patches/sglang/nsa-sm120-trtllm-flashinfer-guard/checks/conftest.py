@@ -5,14 +5,12 @@ A fake `flashinfer` package (made under tmp, never imported) carries only what t
 dist-info with its version. The architecture checks below are the statements stock wheels ship.
 """
 import pathlib
-import sys
 
 import pytest
 
+from checklib.sglang import _nsa_resolution  # shared with the default patch's checks
+
 HERE = pathlib.Path(__file__).resolve().parent
-# shared with the default patch's checks: patches/checklib/sglang/_nsa_resolution.py
-sys.path.insert(0, str(HERE.parents[2] / "checklib" / "sglang"))
-import _nsa_resolution  # noqa: E402
 
 # TllmGenFmhaRunner's architecture check as shipped in flashinfer-python 0.6.3 ... 0.6.15.post1
 STOCK_063 = (
@@ -106,8 +104,8 @@ def resolve(tree: pathlib.Path, tmp_path_factory, fakes: dict) -> dict:
         _nsa_resolution.scenario(cap, kv, prefill, decode, flashinfer_root=str(fakes[kind]), env=env)
         for kind, cap, kv, prefill, decode, env in (SCENARIOS[n] for n in names)
     ]
-    results = _nsa_resolution.run_probe(HERE / "_guard_probe.py", tree, payload, tmp_path_factory.mktemp("guard"))
-    return dict(zip(names, results))
+    results = _nsa_resolution.run_scenarios(HERE / "_guard_probe.py", tree, payload, tmp_path_factory.mktemp("guard"))
+    return dict(zip(names, results, strict=False))
 
 
 @pytest.fixture(scope="session")

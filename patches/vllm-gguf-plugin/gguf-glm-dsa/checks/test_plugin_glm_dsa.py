@@ -3,54 +3,27 @@
 The plugin imports vLLM: point PATCHCTL_VLLM_TREE at an extracted vLLM source tree (>= 0.24, or
 any release whose vllm.logger / vllm.config import on the CPU), or have vllm importable. Its
 Triton kernels (vllm_gguf_plugin.ops, .quantization) need a GPU stack and are not exercised here:
-the package __init__ and those two modules are replaced by stubs so that the weight adapter,
-weight_utils and loader modules can be imported from the tree under test.
+the package __init__ is not run and those two modules are stubs (checklib.stubs), so that the
+weight adapter, weight_utils and loader modules can be imported from the tree under test.
+test_pristine_release_fails (marked pristine_fails) runs these same checks against the unpatched
+release and requires each of them to fail there for the bug it targets.
 """
 from __future__ import annotations
 
 import importlib
-import importlib.abc
-import importlib.machinery
 import os
 import pathlib
 import re
-import sys
 import types
 
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3] / "checklib"))
-import gguf_fixtures as gf  # noqa: E402
+from checklib import gguf_fixtures as gf
+from checklib import stubs
+from checklib.pristine import run_checks_on_pristine
 
 torch = pytest.importorskip("torch")
 TP_SIZES = (2, 4, 8)
-
-
-class _Anything(types.ModuleType):
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return type(name, (), {})
-
-
-class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Serves stub modules (and stub sub-packages) for the GPU-only parts of the plugin."""
-
-    def __init__(self, prefixes):
-        self.prefixes = prefixes
-
-    def find_spec(self, name, path=None, target=None):
-        if any(name == p or name.startswith(p + ".") for p in self.prefixes):
-            return importlib.machinery.ModuleSpec(name, self, is_package=True)
-        return None
-
-    def create_module(self, spec):
-        module = _Anything(spec.name)
-        module.__path__ = []
-        return module
-
-    def exec_module(self, module):
-        pass
 
 
 @pytest.fixture(scope="session")
@@ -64,10 +37,8 @@ def plugin(patched_tree, tmp_path_factory):
         importlib.import_module("vllm.logger")
     except ImportError as exc:
         pytest.skip(f"vllm not importable (set PATCHCTL_VLLM_TREE to an extracted vLLM tree): {exc}")
-    pkg = types.ModuleType("vllm_gguf_plugin")
-    pkg.__path__ = [str(patched_tree / "vllm_gguf_plugin")]
-    sys.modules["vllm_gguf_plugin"] = pkg
-    sys.meta_path.insert(0, _StubFinder(("vllm_gguf_plugin.ops", "vllm_gguf_plugin.quantization")))
+    stubs.package_without_init("vllm_gguf_plugin", patched_tree / "vllm_gguf_plugin")
+    stubs.install("vllm_gguf_plugin.ops", "vllm_gguf_plugin.quantization")
     default = importlib.import_module("vllm_gguf_plugin.weights_adapter.default")
     loader = importlib.import_module("vllm_gguf_plugin.loader")
     assert pathlib.Path(default.__file__).is_relative_to(patched_tree)
@@ -182,9 +153,9 @@ PRISTINE_FAILS = {
 }
 
 
-@pytest.mark.skipif(gf.running_against_pristine(), reason="this is the run against the pristine release")
+@pytest.mark.pristine_fails
 def test_pristine_release_fails(pristine_tree, tmp_path, plugin):
-    results = gf.run_checks_on_pristine(pathlib.Path(__file__).parent, pristine_tree, tmp_path)
+    results = run_checks_on_pristine(pathlib.Path(__file__).parent, pristine_tree, tmp_path)
     problems = []
     for test, needle in PRISTINE_FAILS.items():
         outcome, message = results.get(test, ("absent", ""))

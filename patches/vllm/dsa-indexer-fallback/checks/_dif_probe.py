@@ -1,15 +1,20 @@
 """Runs in a fresh interpreter with one vLLM tree first on sys.path
-(`python _dif_probe.py TREE`); prints `PROBE-RESULT {json}`. Calls the DeepGEMM
-wrappers of `vllm.utils.deep_gemm` on CPU tensors with VLLM_DSA_INDEXER_FALLBACK=1
-and compares them with an independent per-row reference."""
+(`python _dif_probe.py TREE MODE`; checks call run()); reports one result (checklib.probe).
+
+MODE `fallback`: calls the DeepGEMM wrappers of `vllm.utils.deep_gemm` on CPU tensors with
+VLLM_DSA_INDEXER_FALLBACK=1 and compares them with an independent per-row reference.
+
+MODE `wrapper`: calls the prefill wrapper once with VLLM_DSA_INDEXER_FALLBACK=1 and reports
+what it did: "ran", or the RuntimeError it raised (the pristine release has no fallback).
+"""
 from __future__ import annotations
 
-import json
 import os
 import pathlib
-import subprocess
 import sys
 import tempfile
+
+from checklib import probe
 
 
 def _ref_prefill(q, k, ks, w, lo, hi):
@@ -24,11 +29,9 @@ def _ref_prefill(q, k, ks, w, lo, hi):
     return out
 
 
-def probe(tree: str) -> dict:
-    sys.path.insert(0, tree)
+def probe_fallback() -> dict:
     os.environ["VLLM_DSA_INDEXER_FALLBACK"] = "1"
     import torch
-
     import vllm.utils.deep_gemm as dg
 
     torch.manual_seed(0)
@@ -111,28 +114,40 @@ def probe(tree: str) -> dict:
     res["env0_off"] = f.use_indexer_fallback() is False
     os.environ.pop("VLLM_DSA_INDEXER_FALLBACK")
     res["cpu_platform_off"] = f.use_indexer_fallback() is False
-    import vllm
-
-    res["vllm_file"] = vllm.__file__
     return res
 
 
-def run_probe(tree: pathlib.Path) -> dict:
-    env = dict(os.environ)
-    env.setdefault("VLLM_CACHE_ROOT", tempfile.mkdtemp(prefix="dif-vllm-cache-"))
-    r = subprocess.run(
-        [sys.executable, __file__, str(tree)], env=env, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True, timeout=900,
-    )
-    for line in r.stdout.splitlines():
-        if line.startswith("PROBE-RESULT "):
-            res = json.loads(line[len("PROBE-RESULT "):])
-            assert pathlib.Path(res["vllm_file"]).resolve().is_relative_to(tree.resolve())
-            return res
-    import pytest
+def probe_wrapper() -> dict:
+    import torch
+    import vllm.utils.deep_gemm as dg
 
-    pytest.fail(f"probe failed (rc={r.returncode}):\n{r.stdout[-6000:]}")
+    f = getattr(dg, "fp8_fp4_mqa_logits", None) or dg.fp8_mqa_logits
+    try:
+        f(torch.zeros(1, 1, 8), (torch.zeros(1, 8), torch.ones(1)), torch.ones(1, 1),
+          torch.zeros(1, dtype=torch.int32), torch.ones(1, dtype=torch.int32), clean_logits=False)
+        return {"wrapper": "ran"}
+    except RuntimeError as e:
+        return {"wrapper": str(e)}
+
+
+def run(tree: pathlib.Path, mode: str, extra_env: dict | None = None) -> dict:
+    """This probe in MODE against `tree` (checklib.probe), vLLM imported from the tree."""
+    env = {"VLLM_CACHE_ROOT": os.environ.get("VLLM_CACHE_ROOT") or tempfile.mkdtemp(prefix="dif-vllm-cache-"),
+           **(extra_env or {})}
+    res = probe.run_probe(tree, __file__, mode, env=env)
+    probe.assert_imported_from(res, "vllm_file", tree)
+    return res
+
+
+def main() -> None:
+    tree, mode = sys.argv[1], sys.argv[2]
+    sys.path.insert(0, tree)
+    res = probe_fallback() if mode == "fallback" else probe_wrapper()
+    import vllm
+
+    res["vllm_file"] = vllm.__file__
+    probe.emit(res)
 
 
 if __name__ == "__main__":
-    print("PROBE-RESULT " + json.dumps(probe(sys.argv[1])))
+    main()

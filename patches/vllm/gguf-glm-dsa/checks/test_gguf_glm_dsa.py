@@ -2,20 +2,19 @@
 
 Tiny random models (seeded) are converted to GGUF the way llama.cpp does, then vLLM's own
 GGUFModelLoader (imported from the release tree under test) maps and iterates them. No hub, no
-GPU. test_pristine_release_fails runs these same checks against the unpatched release and
-requires each patch-specific check to fail there for the bug it targets.
+GPU. test_pristine_release_fails (marked pristine_fails) runs these same checks against the
+unpatched release and requires each patch-specific check to fail there for the bug it targets.
 """
 from __future__ import annotations
 
 import pathlib
 import re
-import sys
 import types
 
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3] / "checklib"))
-import gguf_fixtures as gf  # noqa: E402
+from checklib import gguf_fixtures as gf
+from checklib.pristine import run_checks_on_pristine
 
 torch = pytest.importorskip("torch")
 
@@ -92,7 +91,7 @@ def set_diff(got: set, want: set) -> str:
             + ", ".join(sorted(want - got)))
 
 
-def iterate(loader, tiny, name_map=None) -> dict[str, "torch.Tensor"]:
+def iterate(loader, tiny, name_map=None) -> dict[str, torch.Tensor]:
     mc = model_config(tiny)
     name_map = ckpt_map(tiny) if name_map is None else name_map
     out = {}
@@ -166,7 +165,8 @@ def test_glm_indexer_weights_arrive_as_float(files, glm_weights):
         for leaf in ("wq_b.weight", "wk.weight", "weights_proj.weight", "k_norm.weight", "k_norm.bias"):
             name = f"model.layers.{layer}.self_attn.indexer.{leaf}"
             quantized_in_file += tiny.ckpt[name][1] not in gf.FLOAT_TYPES
-            assert name in glm_weights, f"{name} not yielded (got {sorted(k for k in glm_weights if '.indexer.' in k and f'layers.{layer}.' in k)})"
+            yielded = sorted(k for k in glm_weights if ".indexer." in k and f"layers.{layer}." in k)
+            assert name in glm_weights, f"{name} not yielded (got {yielded})"
             w = glm_weights[name]
             assert w.is_floating_point(), f"{name} arrives as {w.dtype}"
             torch.testing.assert_close(w.float(), torch.from_numpy(tiny.hf[name]), rtol=0, atol=0)
@@ -278,7 +278,7 @@ def test_llama_loads_as_before(loader, files):
     model = _Recorder(llama_expected(tiny))
     loader.load_weights(model, model_config(tiny))
     assert set(model.seen) == llama_expected(tiny), set_diff(set(model.seen), llama_expected(tiny))
-    for hf, (g, qtype) in tiny.ckpt.items():
+    for hf, (_g, qtype) in tiny.ckpt.items():
         if qtype in gf.FLOAT_TYPES:
             torch.testing.assert_close(model.seen[hf].float(), torch.from_numpy(tiny.hf[hf]), rtol=0, atol=0)
         else:
@@ -308,9 +308,9 @@ PRISTINE_FAILS = {
 PRISTINE_PASSES = {"test_llama_loads_as_before"}
 
 
-@pytest.mark.skipif(gf.running_against_pristine(), reason="this is the run against the pristine release")
+@pytest.mark.pristine_fails
 def test_pristine_release_fails(pristine_tree, tmp_path):
-    results = gf.run_checks_on_pristine(pathlib.Path(__file__).parent, pristine_tree, tmp_path)
+    results = run_checks_on_pristine(pathlib.Path(__file__).parent, pristine_tree, tmp_path)
     problems = []
     for test, needle in PRISTINE_FAILS.items():
         outcome, message = results.get(test, ("absent", ""))

@@ -2,18 +2,18 @@
 "weight" of quantized tensors (indexer.weights_proj.weight -> indexer.weights_proj.qweight).
 
 A tiny GLM-5 GGUF (random, seeded; indexer weights quantized in one layer) is read with the
-iterators of the release tree under test. test_pristine_release_fails runs the same checks on the
-unpatched release and requires them to fail there with the "qweights_proj" name.
+iterators of the release tree under test. test_pristine_release_fails (marked pristine_fails)
+runs the same checks on the unpatched release and requires them to fail there with the
+"qweights_proj" name.
 """
 from __future__ import annotations
 
 import pathlib
-import sys
 
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3] / "checklib"))
-import gguf_fixtures as gf  # noqa: E402
+from checklib import gguf_fixtures as gf
+from checklib.pristine import run_checks_on_pristine
 
 torch = pytest.importorskip("torch")
 
@@ -57,7 +57,7 @@ def check(tiny, yielded):
     assert got == want, ("unexpected: " + ", ".join(sorted(got - want)) + " | missing: "
                          + ", ".join(sorted(want - got)))
     by_name = dict(yielded)
-    for hf, (g, qtype) in tiny.ckpt.items():
+    for hf, (_g, qtype) in tiny.ckpt.items():
         if qtype in ("split",) or qtype in gf.FLOAT_TYPES:
             continue
         base = hf[: -len("weight")]
@@ -85,11 +85,11 @@ PRISTINE_FAILS = {
 }
 
 
-@pytest.mark.skipif(gf.running_against_pristine(), reason="this is the run against the pristine release")
+@pytest.mark.pristine_fails
 def test_pristine_release_fails(pristine_tree, tmp_path, engine_version):
     from packaging.version import Version
 
-    results = gf.run_checks_on_pristine(pathlib.Path(__file__).parent, pristine_tree, tmp_path)
+    results = run_checks_on_pristine(pathlib.Path(__file__).parent, pristine_tree, tmp_path)
     problems = []
     for test, needle in PRISTINE_FAILS.items():
         outcome, message = results.get(test, ("absent", ""))

@@ -1,5 +1,5 @@
 """Runs inside a fresh interpreter with one vLLM source tree first on sys.path
-(`python _tsm_probe.py TREE MODE`; checks call run_probe()); prints one JSON line `PROBE-RESULT {...}`.
+(`python _tsm_probe.py TREE MODE`; checks call run()); reports one result (checklib.probe).
 
 MODE `select`: CUDA backend selection for a sparse MLA layer (DeepSeek V3.2 /
 GLM-5 shape: head_size 576) with the device capability stubbed, through the real
@@ -12,29 +12,26 @@ reference on a tiny mixed decode+prefill batch.
 from __future__ import annotations
 
 import inspect
-import json
 import os
 import pathlib
-import subprocess
 import sys
 import tempfile
-import types
+
+from checklib import probe, stubs
 
 
 def _stub_compiled_modules() -> None:
     # vllm/platforms/cuda.py imports the compiled extensions at the top; a CPU
     # sdist tree has none. Selection logic needs none of their ops.
-    for name in ("vllm._C", "vllm._C_stable_libtorch", "vllm._moe_C"):
-        sys.modules.setdefault(name, types.ModuleType(name))
+    stubs.install("vllm._C", "vllm._C_stable_libtorch", "vllm._moe_C", kind="empty")
     # cutlass_mla allocates a CUDA workspace at import time; on a CPU it is
     # reported as an ImportError (a dense backend: invalid for sparse anyway).
-    sys.modules["vllm.v1.attention.backends.mla.cutlass_mla"] = None
+    stubs.install("vllm.v1.attention.backends.mla.cutlass_mla", kind="absent")
 
 
 def probe_select() -> dict:
     _stub_compiled_modules()
     import torch
-
     from vllm.platforms.cuda import CudaPlatform
     from vllm.platforms.interface import DeviceCapability
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
@@ -103,7 +100,6 @@ def probe_forward() -> dict:
     import types as _t
 
     import torch
-
     from vllm.v1.attention.backends.mla import triton_mla_sparse as m
 
     torch.manual_seed(0)
@@ -205,35 +201,17 @@ def probe_forward() -> dict:
         }
     return results
 
-PROBE = pathlib.Path(__file__)
-
-
-def run_probe(tree: pathlib.Path, mode: str, extra_env: dict | None = None) -> dict:
-    env = dict(os.environ)
-    env.pop("VLLM_TRITON_SPARSE_MLA", None)
-    env.setdefault("VLLM_CACHE_ROOT", tempfile.mkdtemp(prefix="tsm-vllm-cache-"))
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(tree), env.get("PYTHONPATH", "")) if p
-    )
-    env.update(extra_env or {})
-    r = subprocess.run(
-        [sys.executable, str(PROBE), str(tree), mode],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        timeout=900,
-    )
-    for line in r.stdout.splitlines():
-        if line.startswith("PROBE-RESULT "):
-            res = json.loads(line[len("PROBE-RESULT "):])
-            assert pathlib.Path(res["vllm_file"]).resolve().is_relative_to(
-                tree.resolve()
-            ), f"probe imported vLLM from {res['vllm_file']}, not from {tree}"
-            return res
-    import pytest
-
-    pytest.fail(f"probe {mode} on {tree} failed (rc={r.returncode}):\n{r.stdout[-6000:]}")
+def run(tree: pathlib.Path, mode: str, extra_env: dict | None = None) -> dict:
+    """This probe in MODE against `tree` (checklib.probe), vLLM imported from the tree."""
+    env = {
+        "VLLM_TRITON_SPARSE_MLA": None,
+        "VLLM_CACHE_ROOT": os.environ.get("VLLM_CACHE_ROOT") or tempfile.mkdtemp(prefix="tsm-vllm-cache-"),
+        "PYTHONPATH": os.pathsep.join(p for p in (str(tree), os.environ.get("PYTHONPATH", "")) if p),
+        **(extra_env or {}),
+    }
+    res = probe.run_probe(tree, __file__, mode, env=env)
+    probe.assert_imported_from(res, "vllm_file", tree)
+    return res
 
 
 def main() -> None:
@@ -243,7 +221,7 @@ def main() -> None:
     import vllm
 
     res["vllm_file"] = vllm.__file__
-    print("PROBE-RESULT " + json.dumps(res))
+    probe.emit(res)
 
 
 if __name__ == "__main__":

@@ -6,8 +6,7 @@ from __future__ import annotations
 import importlib.util
 
 import pytest
-
-from _tsm_probe import run_probe
+from _tsm_probe import run
 
 
 def test_forward_matches_reference(patched_tree):
@@ -15,7 +14,7 @@ def test_forward_matches_reference(patched_tree):
         pytest.skip("triton is not installed: the kernel cannot run (even interpreted)")
     kernel = patched_tree / "vllm/v1/attention/ops/triton_sparse_mla.py"
     assert kernel.is_file(), "the patch must ship the kernel"
-    res = run_probe(patched_tree, "forward", {"TRITON_INTERPRET": "1"})
+    res = run(patched_tree, "forward", {"TRITON_INTERPRET": "1"})
     tol = {"float16": 5e-3, "bfloat16": 3e-2}
     for dtype, r in ((k, v) for k, v in res.items() if k in tol):
         assert r["shape"] == [7, 4, 512], r

@@ -50,7 +50,7 @@ def test_gpu_forward_and_cuda_graph(patched_tree, dtype_name):
     topk = torch.full((T, TOPK), -1, dtype=torch.int32)
     req = []
     row = 0
-    for r, (s, n) in enumerate(zip(seq_lens, q_lens)):
+    for r, (s, n) in enumerate(zip(seq_lens, q_lens, strict=False)):
         for j in range(n):
             pos = s - n + j
             k = min(pos + 1, TOPK)

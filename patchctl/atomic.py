@@ -1,0 +1,91 @@
+"""The one way patchctl writes a file that must be whole: a temp file beside it, every byte written
+and fsynced, renamed over the old one, the directory fsynced. A reader (or a crash) sees the old
+file or the new one, never a part of either.
+
+The rename gives the path a new inode, so a hardlinked install (uv's cache) is never written
+through. `_os_write` is the seam tests monkeypatch to simulate short writes and a full disk.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import threading
+from pathlib import Path
+
+_os_write = os.write  # tests replace this to simulate short writes, ENOSPC, ...
+
+
+def temp_path(path: Path) -> Path:
+    """Where write_atomic stages `path`: beside it (same filesystem), named after it and this process
+    (and the thread, outside the main one: the matrix's workers may fill the same cache file at once)."""
+    thread = "" if threading.current_thread() is threading.main_thread() else f"-{threading.get_ident()}"
+    return path.with_name(f".{path.name}.patchctl-{os.getpid()}{thread}.tmp")
+
+
+def write_atomic(path: str | os.PathLike, data: bytes, *, mode: int | None = None) -> None:
+    """Replace `path` with `data` all-or-nothing; the parent directory is created if missing.
+
+    mode: the new file's permission bits, exactly (no umask). By default the old file's, as an
+    in-place write would keep them; for a new file 0o644 less the umask.
+    On any failure the temp file is removed, the old file is untouched, and an OSError naming the
+    path is raised (its errno and filename kept, so callers can still tell ENOSPC from EACCES).
+    """
+    path = Path(path)
+    tmp = temp_path(path)
+    try:
+        if mode is None:
+            try:
+                mode = os.stat(path).st_mode & 0o7777
+            except FileNotFoundError:
+                pass
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644 if mode is None else mode)
+        try:
+            _write_all(fd, data)
+            if mode is not None:
+                os.fchmod(fd, mode)  # os.open's mode was filtered by the umask
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        _fsync_directory(path.parent)
+    except BaseException as exc:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        if not isinstance(exc, Exception):  # KeyboardInterrupt, SystemExit: not a write error
+            raise
+        reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        raise WriteError(getattr(exc, "errno", None), reason, str(path)) from exc
+
+
+class WriteError(OSError):
+    """A failed write_atomic: errno, strerror (the reason) and filename (the path written) as any
+    OSError; its message reads `cannot write PATH: REASON`."""
+
+    def __str__(self) -> str:
+        return f"cannot write {self.filename}: {self.strerror}"
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = _os_write(fd, view)
+        if not written:  # 0: the disk takes no more, and looping would never end
+            raise OSError(errno.ENOSPC, "os.write wrote 0 bytes (disk full?)")
+        view = view[written:]
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make the rename itself durable: without this a crash can bring back the old directory entry."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return  # some filesystems do not let a directory be opened; the file itself is synced
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # EINVAL on filesystems that cannot sync a directory
+    finally:
+        os.close(fd)

@@ -1,0 +1,116 @@
+"""Generated variants (patch.yaml `generated_by`) match their sources: every such patch is regenerated
+from its sources and the real releases, and must give exactly the committed variant files and their
+series.yaml pins. A kernel edit committed without regenerating and re-pinning fails here. (And the
+shape of `generated_by` that the store accepts.)"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from patchctl.errors import StoreError
+from patchctl.store import Store
+
+REPO = Path(__file__).resolve().parents[2]
+KERNEL = "kernels/sparse_mla/triton_sparse_mla.py"
+
+
+def _generator(path: str):
+    spec = importlib.util.spec_from_file_location("generate_variants", REPO / path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _declared():
+    store = Store.open(REPO / "patches")
+    return [p for e in store.engines() for p in store.series(e).patches if p.generated_by]
+
+
+def differences(patch, variants: dict[str, bytes]) -> list[str]:
+    """Generated variant files against the committed ones and their series.yaml pins."""
+    committed = {v.filename: v for v in patch.variants}
+    problems = [f"{name}: committed but not generated" for name in sorted(set(committed) - set(variants))]
+    for name, data in sorted(variants.items()):
+        if name not in committed:
+            problems.append(f"{name}: generated but not committed")
+            continue
+        if committed[name].path.read_bytes() != data:
+            problems.append(f"{name}: committed bytes differ from the generated ones")
+        if committed[name].pinned_sha256 != hashlib.sha256(data).hexdigest():
+            problems.append(f"{name}: series.yaml pin differs from the generated sha256")
+    return problems
+
+
+GOOD = {"generator": "scripts/gen.py", "sources": ["kernels/k.py"]}
+
+
+@pytest.mark.parametrize("value, complaint", [
+    ("scripts/gen.py", "must be a mapping"),
+    ({"sources": ["kernels/k.py"]}, "generated_by.generator"),
+    ({"generator": "scripts/gen.py", "sources": []}, "generated_by.sources"),
+    ({"generator": "scripts/gen.py", "sources": "kernels/k.py"}, "generated_by.sources"),
+    (dict(GOOD, source=["typo.py"]), "unknown key(s) source"),
+])
+def test_generated_by_of_another_shape_is_a_store_error_naming_the_file(builder, value, complaint):
+    builder.add("vllm", "p", variants={}, extra_meta={"generated_by": value})
+    with pytest.raises(StoreError) as raised:
+        Store.open(builder.root).series("vllm")
+    assert complaint in raised.value.message and str(builder.root / "vllm" / "p" / "patch.yaml") in raised.value.message
+
+
+def test_generated_by_is_exposed_and_optional(builder):
+    builder.add("vllm", "made", variants={}, extra_meta={"generated_by": GOOD})
+    builder.add("vllm", "by-hand", variants={})
+    made, by_hand = Store.open(builder.root).series("vllm").patches
+    assert made.generated_by == GOOD and by_hand.generated_by is None
+
+
+@pytest.mark.network
+def test_some_patches_declare_generated_variants():
+    declared = {(p.engine, p.name) for p in _declared()}
+    assert declared >= {("vllm", "triton-sparse-mla"), ("vllm", "dsa-indexer-fallback")}
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("patch", _declared(), ids=lambda p: f"{p.engine}/{p.name}")
+def test_committed_variants_and_pins_are_what_the_sources_give(patch):
+    generator = _generator(patch.generated_by["generator"])
+    generated = generator.generate(patch, repo=REPO)
+    assert generated.variants, "the generator made no variant"
+    assert not differences(patch, generated.variants), (
+        "regenerate (python3 scripts/generate_variants.py), review, then `patchctl pin`:\n"
+        + "\n".join(differences(patch, generated.variants)))
+    assert not generator.differences(generated)  # what --check reports agrees
+
+
+@pytest.mark.network
+def test_a_changed_kernel_line_is_reported(tmp_path):
+    """The comparison above can fail: one line of the kernel changed (a temporary copy) changes
+    every triton-sparse-mla variant (the kernel is shipped verbatim in each), and --check names them."""
+    store = Store.open(REPO / "patches")
+    patch = store.series("vllm").get("triton-sparse-mla")
+    assert KERNEL in patch.generated_by["sources"]
+    lines = (REPO / KERNEL).read_text().splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if line.startswith("def "))
+    lines.insert(at, "# one changed line\n")
+    kernel = tmp_path / "triton_sparse_mla.py"
+    kernel.write_text("".join(lines))
+
+    generator = _generator(patch.generated_by["generator"])
+    generated = generator.generate(patch, repo=REPO, sources={KERNEL: kernel})
+    problems = differences(patch, generated.variants)
+    committed = {v.filename for v in patch.variants}
+    assert {p.split(":")[0] for p in problems} == committed, problems
+    assert all(any(n in p for p in generator.differences(generated)) for n in committed)
+
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "generate_variants.py"), "--check",
+                           "--only", "triton-sparse-mla", "--kernel", str(kernel)],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    for name in committed:
+        assert f"out of date: vllm/triton-sparse-mla/{name}: differs" in proc.stdout, proc.stdout

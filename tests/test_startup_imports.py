@@ -1,0 +1,92 @@
+"""What `ensure` (ExecStartPre= on every service start), `status` and `--help` import: none of the
+heavy libraries. Each runs the real entry point in a fresh interpreter, which then lists the heavy
+modules present at exit."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from patchctl.testing.builders import install_fake_dist
+from patchctl.testing.cli import run_json
+from patchctl.testing.fixtures import PRISTINE, loader_with
+
+HEAVY = ("requests", "git", "rich", "matplotlib", "urllib3")
+
+PROBE = r"""
+import json, sys
+watched = json.loads(sys.argv[2])
+sys.argv = ["patchctl"] + json.loads(sys.argv[1])
+code = None
+try:
+    from patchctl.cli import main
+    main()
+except SystemExit as exc:
+    code = exc.code
+sys.stdout.flush()
+heavy = sorted(m for m in watched if m in sys.modules)
+sys.stderr.write("\nHEAVY " + json.dumps({"exit": code, "heavy": heavy}) + "\n")
+"""
+
+
+def heavy_imports(*argv: str) -> dict:
+    proc = subprocess.run([sys.executable, "-c", PROBE, json.dumps(argv), json.dumps(HEAVY)],
+                          capture_output=True, text=True)
+    for line in proc.stderr.splitlines():
+        if line.startswith("HEAVY "):
+            return json.loads(line[6:])
+    raise AssertionError(f"no report from patchctl {' '.join(argv)}:\n{proc.stderr}")
+
+
+@pytest.fixture
+def applied(builder, tmp_path):
+    """A tree with vllm 1.0's metadata and one patch applied by `patchctl apply`."""
+    variant = builder.variant(PRISTINE, {"vllm/loader.py": loader_with({10: "ten\n"})})
+    builder.add("vllm", "loader", variants={"1.0": variant})
+    tree = tmp_path / "site"
+    install_fake_dist(tree, "vllm", "1.0", PRISTINE)
+    run_json("apply", "vllm", "--target", str(tree), "--store", str(builder.root), expect=0)
+    return builder.root, tree
+
+
+def test_ensure_on_an_intact_target_imports_nothing_heavy(applied):
+    store, tree = applied
+    report = heavy_imports("ensure", "vllm", "--target", str(tree), "--store", str(store), "--json")
+    assert report == {"exit": 0, "heavy": []}
+
+
+def test_status_imports_nothing_heavy(applied):
+    _, tree = applied
+    report = heavy_imports("status", "vllm", "--target", str(tree), "--json")
+    assert report == {"exit": 0, "heavy": []}
+
+
+def test_revert_imports_nothing_heavy(applied):
+    _, tree = applied
+    report = heavy_imports("revert", "vllm", "--target", str(tree), "--json")
+    assert report == {"exit": 0, "heavy": []}
+
+
+def test_apply_to_a_directory_imports_nothing_heavy(builder, tmp_path):
+    variant = builder.variant(PRISTINE, {"vllm/loader.py": loader_with({10: "ten\n"})})
+    builder.add("vllm", "loader", variants={"1.0": variant})
+    tree = tmp_path / "site"
+    install_fake_dist(tree, "vllm", "1.0", PRISTINE)
+    report = heavy_imports("apply", "vllm", "--target", str(tree), "--store", str(builder.root), "--json")
+    assert report == {"exit": 0, "heavy": []}
+    assert (tree / "vllm/loader.py").read_text() == loader_with({10: "ten\n"})
+
+
+def test_help_imports_nothing_heavy():
+    assert heavy_imports("--help") == {"exit": 0, "heavy": []}
+
+
+@pytest.mark.parametrize("command", ["ensure", "status"])
+def test_text_output_off_a_terminal_imports_nothing_heavy(applied, command):
+    """systemd's journal is not a terminal: plain text, and rich is never imported."""
+    store, tree = applied
+    extra = ["--store", str(store)] if command == "ensure" else []
+    report = heavy_imports(command, "vllm", "--target", str(tree), *extra)
+    assert report == {"exit": 0, "heavy": []}
