@@ -22,11 +22,14 @@ def temp_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.patchctl-{os.getpid()}{thread}.tmp")
 
 
-def write_atomic(path: str | os.PathLike, data: bytes, *, mode: int | None = None) -> None:
+def write_atomic(path: str | os.PathLike, data: bytes, *, mode: int | None = None,
+                 owner: tuple[int, int] | None = None) -> None:
     """Replace `path` with `data` all-or-nothing; the parent directory is created if missing.
 
     mode: the new file's permission bits, exactly (no umask). By default the old file's, as an
     in-place write would keep them; for a new file 0o644 less the umask.
+    owner: (uid, gid) the new file gets, as the file it replaces had (root patching a tree a service
+    user owns must leave it owned by that user); only where this process may give files away.
     On any failure the temp file is removed, the old file is untouched, and an OSError naming the
     path is raised (its errno and filename kept, so callers can still tell ENOSPC from EACCES).
     """
@@ -42,8 +45,10 @@ def write_atomic(path: str | os.PathLike, data: bytes, *, mode: int | None = Non
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644 if mode is None else mode)
         try:
             _write_all(fd, data)
+            if owner is not None and owner != (os.geteuid(), os.getegid()) and os.geteuid() == 0:
+                os.fchown(fd, *owner)
             if mode is not None:
-                os.fchmod(fd, mode)  # os.open's mode was filtered by the umask
+                os.fchmod(fd, mode)  # os.open's mode was filtered by the umask (and chown clears setuid)
             os.fsync(fd)
         finally:
             os.close(fd)

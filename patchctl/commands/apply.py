@@ -15,7 +15,7 @@ from patchctl.spec import parse_spec
 
 def run(spec: str, store, ctx, options, where, *, install: bool = False, keep_going: bool = False,
         dry_run: bool = False, wait: float = 0.0, force: bool = False, name: str = "apply") -> tuple[dict, int]:
-    """`name` is the document's command: ensure runs this as its re-apply."""
+    """`name` is the document's command: ensure runs this, stopping early on an intact target."""
     from patchctl.engines import get_engine
     from patchctl.sources import installed as inst
     from patchctl.target import find
@@ -51,17 +51,29 @@ def _apply_one(target, *, store, ctx, options, keep_going, dry_run, wait, force,
     from patchctl.target import operations as tgt
     from patchctl.target.find import requirement_warnings
 
-    patches = store.series(target.engine.name).patches
-    # Companion packages (gguf>=0.18, ...) can only be checked in an environment, not in a bare tree.
-    warnings = requirement_warnings([p for p in patches if p.in_range(target.version)], python)
+    ensure = name == "ensure"
     fields = dict(engine=target.engine.name, version=str(target.version), target=str(target.root),
-                  source={"kind": "target", "description": target.how}, warnings=warnings)
+                  source={"kind": "target", "description": target.how})
+    # What the store says for this engine, hashed without parsing it: ensure stops at "intact, and
+    # applied from this very series" before reading any YAML.
+    fingerprint = store_fingerprint(store.root, target.engine.name)
     try:
-        rep = tgt.apply(target, patches, options=options, base_files=base_files_for(target.engine, ctx),
-                        keep_going=keep_going, dry_run=dry_run, wait=wait, force=force)
+        rep = tgt.apply(target, lambda: store.series(target.engine.name).patches, options=options,
+                        base_files=base_files_for(target.engine, ctx), keep_going=keep_going, dry_run=dry_run,
+                        wait=wait, force=force, fingerprint=fingerprint, ensure=ensure)
     except tgt.ConflictError as exc:
         return document(name, EXIT_PATCH_FAILED, patches=series_json(exc.result), written=[],
                         error={"kind": exc.kind, "message": exc.message, "hint": exc.hint}, **fields)
+    except tgt.Drifted as exc:
+        return document(name, EXIT_PATCH_FAILED, state=exc.status.state, written=[],
+                        error={"kind": exc.kind, "message": exc.message, "hint": exc.hint}, **fields)
+    if rep.result is None:  # ensure: intact, nothing evaluated
+        return document(name, EXIT_OK, patches=[_recorded(p) for p in rep.record.patches], written=[],
+                        note=rep.note, state_before=rep.state_before, **fields)
+    patches = store.series(target.engine.name).patches
+    # Companion packages (gguf>=0.18, ...) can only be checked in an environment, not in a bare tree.
+    fields["warnings"] = requirement_warnings([p for p in patches if p.in_range(target.version)], python)
+    fields["state_before"] = rep.state_before
     failed = any(o.outcome == O.CONFLICT for o in rep.result.outcomes)
     code = EXIT_PATCH_FAILED if failed else EXIT_OK
     notes = [rep.note] if rep.note else []
@@ -71,6 +83,24 @@ def _apply_one(target, *, store, ctx, options, keep_going, dry_run, wait, force,
         notes.append(f"wrote {len(rep.written)} file(s)")
     return document(name, code, patches=series_json(rep.result), written=list(rep.written),
                     note="; ".join(notes) or None, **fields)
+
+
+def _recorded(p) -> dict:
+    return {"name": p.name, "outcome": O.ALREADY_APPLIED if p.outcome in O.WRITES else p.outcome,
+            "variant": p.variant, "reason": "recorded as applied, and every file it wrote is intact",
+            "files": [], "hunks": []}
+
+
+def store_fingerprint(store_root, engine: str) -> str:
+    """sha256 over the engine's series.yaml and every patch folder's patch.yaml and variant files."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    folder = store_root / engine
+    for path in sorted([folder / "series.yaml", *folder.glob("*/patch.yaml"), *folder.glob("*/*.patch")]):
+        if path.is_file():
+            digest.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
 
 
 def render(doc: dict, out, err) -> None:

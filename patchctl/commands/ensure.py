@@ -6,29 +6,20 @@ import click
 
 from patchctl.commands import apply as apply_command
 from patchctl.commands.base import patchctl_command
-from patchctl.documents import document
-from patchctl.errors import EXIT_OK, EXIT_PATCH_FAILED
+from patchctl.errors import EXIT_OK
 from patchctl.options import fetch_options, store_option, target_options, wait_option, write_options
-from patchctl.spec import parse_spec
 
 
 def run(spec: str, store, ctx, options, where, *, wait: float = 0.0) -> tuple[dict, int]:
-    from patchctl.target import operations as tgt
-    from patchctl.target.find import find_target
-
-    target = find_target(parse_spec(spec), where, ctx=ctx)
-    st = tgt.status(target)
-    if st.state == "modified":
-        return document("ensure", EXIT_PATCH_FAILED, engine=target.engine.name, version=str(target.version),
-                        target=str(target.root), state=st.state,
-                        error={"kind": "patch-failed", "message": st.message,
-                               "hint": "inspect the files; `patchctl revert --force` restores them"}), EXIT_PATCH_FAILED
+    """apply's run under the ensure rules (operations.apply(ensure=True)): the lock and recovery
+    first, nothing read or written when the record is intact and from this series, a hand edit
+    refused (exit 1, `state: modified`)."""
     doc, code = apply_command.run(spec, store, ctx, options, where, wait=wait, name="ensure")
-    doc["state_before"] = st.state
+    before = doc.get("state_before")
     if code == EXIT_OK and not doc.get("written") and not any(d.get("written") for d in doc.get("also", [])):
         doc["note"] = "patches intact: nothing to do"
-    elif code == EXIT_OK and st.state in ("wiped", "version-changed"):
-        doc["note"] = f"{st.message.split(':')[0]}; re-applied"
+    elif code == EXIT_OK and before in ("wiped", "version-changed"):
+        doc["note"] = f"the patches were {'wiped' if before == 'wiped' else 'gone after an upgrade'}; re-applied"
     return doc, code
 
 

@@ -1,4 +1,5 @@
-"""`patchctl revert`: restore every file patchctl wrote in a target, byte for byte."""
+"""`patchctl revert`: restore every file patchctl wrote in a target, byte for byte (with its mtime and
+bytecode); with --from-release, restore the release's own files when patchctl's record is damaged."""
 from __future__ import annotations
 
 import click
@@ -6,7 +7,7 @@ import click
 from patchctl.commands.base import patchctl_command
 from patchctl.documents import document
 from patchctl.errors import EXIT_OK
-from patchctl.options import target_options, wait_option
+from patchctl.options import fetch_options, store_option, target_options, wait_option
 from patchctl.spec import parse_spec
 
 
@@ -16,22 +17,83 @@ def run(spec: str, where, *, force: bool = False, wait: float = 0.0) -> tuple[di
 
     target = find_target(parse_spec(spec), where)
     rep = tgt.revert(target, force=force, wait=wait)
+    return _document(target, rep), EXIT_OK
+
+
+def run_from_release(spec: str, where, store, ctx, *, wait: float = 0.0) -> tuple[dict, int]:
+    """The way out of a damaged record or journal: no guess at what patchctl did. Every file the series
+    can touch at this version, and every file the dist-info RECORD says differs, gets the release's
+    own bytes (read from its artifact, checked against the wheel's RECORD)."""
+    from patchctl.sources import fetch
+    from patchctl.target import operations as tgt
+    from patchctl.target.find import find_target
+
+    target = find_target(parse_spec(spec), where)
+    paths = set(series_paths(store, target.engine.name, target.version)) | set(record_mismatches(target))
+    release = fetch.release(target.engine, target.version, ctx)
+    release.prefetch(sorted(paths))
+    rep = tgt.repair_from_release(target, release, sorted(paths), wait=wait)
+    return _document(target, rep), EXIT_OK
+
+
+def series_paths(store, engine: str, version) -> list[str]:
+    from patchctl.engine.evaluate import load_variant
+    from patchctl.store import choose_variant
+
+    paths = []
+    for patch in store.series(engine).patches:
+        choice = choose_variant(patch, version)
+        if choice.variant is not None:
+            paths.extend(load_variant(choice.variant, allow_modified=True).paths)
+    return paths
+
+
+def record_mismatches(target) -> list[str]:
+    """Files of the engine's packages whose bytes differ from the installed dist-info's RECORD
+    (compiled extensions left out: no patch touches them, and hashing them costs seconds)."""
+    import hashlib
+
+    from patchctl.sources.zipread import record_hashes
+
+    infos = [d for d in target.root.glob("*.dist-info") if (d / "RECORD").is_file()
+             and d.name.startswith(target.engine.dist.replace("-", "_") + "-")
+             and d.name.removesuffix(".dist-info").endswith(f"-{target.version}")]
+    out = []
+    for info in infos:
+        for path, digest in record_hashes((info / "RECORD").read_bytes()).items():
+            if path.split("/", 1)[0] not in target.engine.packages or path.endswith((".so", ".pyc")):
+                continue
+            file = target.root / path
+            if not file.is_file() or hashlib.sha256(file.read_bytes()).hexdigest() != digest:
+                out.append(path)
+    return out
+
+
+def _document(target, rep) -> dict:
     message = rep.note or f"restored {len(rep.restored)} file(s) byte for byte"
     if rep.skipped:
         message += f"; {len(rep.skipped)} already pristine"
     return document("revert", EXIT_OK, engine=target.engine.name, version=str(target.version),
                     target=str(target.root), restored=list(rep.restored), skipped=list(rep.skipped),
-                    message=message), EXIT_OK
+                    message=message)
 
 
 @patchctl_command("revert", example=(
     "patchctl revert vllm",
     "patchctl revert sglang --target ./site-packages --force    also files edited since",
+    "patchctl revert vllm --from-release      the record is damaged: the release's own files back",
 ))
 @click.argument("spec", metavar="ENGINE")
 @target_options
 @wait_option
 @click.option("--force", is_flag=True, help="Restore files even if they changed since they were patched.")
-def command(spec, where, wait, force):
+@click.option("--from-release", is_flag=True,
+              help="Ignore patchctl's (damaged) record: restore the release's own files, fetched from the "
+                   "package index and checked against the wheel's RECORD.")
+@store_option
+@fetch_options
+def command(spec, where, wait, force, from_release, store, ctx):
     """Restore every patched file byte for byte."""
+    if from_release:
+        return run_from_release(spec, where, store, ctx, wait=wait)
     return run(spec, where, force=force, wait=wait)

@@ -18,9 +18,7 @@ def run(spec: str, where, *, wait: float = 30.0) -> tuple[dict, int]:
     from patchctl.target.find import find_target
 
     target = find_target(parse_spec(spec), where)
-    with target.state().locked(wait_seconds=wait):
-        recovered = target.state().recover(target.root)
-    st = tgt.status(target)
+    st, recovered = tgt.checked_status(target, wait)
     code = EXIT_BY_STATE[st.state]
     record = st.record
     return document(

@@ -2,6 +2,7 @@
 installing the named version first when asked (`apply --install`)."""
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import NamedTuple
 
@@ -31,9 +32,20 @@ def find_target(ref: EngineRef, where: TargetSpec, *, install: bool = False, ctx
             root = root / prefix
         if not (root / engine.packages[0]).is_dir():
             raise UsageError(f"{where.target_dir} does not contain the {engine.packages[0]}/ package")
-        version = where.as_version or (ref.version if ref.kind == "exact" else None)
-        version = version or inst.version_of_tree(engine, root) or inst.version_of_tree(engine, root.parent)
-        if version is None:
+        # The tree's own metadata wins over the spec: patching 0.5.9 files as 0.5.13 would pick the
+        # wrong variants. --as-version is the explicit override (a tree whose metadata is wrong).
+        found = tree_version(engine, root) or tree_version(engine, root.parent)
+        if where.as_version is not None:
+            version = where.as_version
+        elif found is not None:
+            if ref.kind == "exact" and ref.version != found:
+                raise UsageError(f"{root} holds {engine.dist} {found}, not {ref.version}",
+                                 hint=f"drop the version ({engine.name}), or pass --as-version {ref.version} if the "
+                                      f"tree's metadata is wrong")
+            version = found
+        elif ref.kind == "exact":
+            version = ref.version
+        else:
             raise UsageError(f"cannot tell the {engine.name} version of {root}",
                              hint="name it: ENGINE@X.Y.Z or --as-version")
         return Target(engine, root, version, f"directory {root}")
@@ -41,12 +53,57 @@ def find_target(ref: EngineRef, where: TargetSpec, *, install: bool = False, ctx
     if install:
         _install(ref, python, ctx)
     found = inst.require_installed(engine, python)
+    # importlib.metadata reports the first dist-info it meets; with two (pip left the old one) the
+    # one whose RECORD matches the files is the installed version.
+    found = found._replace(version=tree_version(engine, found.root) or found.version)
     if ref.kind == "exact" and found.version != ref.version:
         raise UsageError(
             f"{engine.dist} {found.version} is installed in {found.python}, not {ref.version}",
             hint=f"pass --install to install {engine.dist}=={ref.version} first, or drop the version",
         )
     return Target(engine, found.root, found.version, f"installed in {found.python}")
+
+
+def tree_version(engine, root: Path) -> Version | None:
+    """The version of the engine's tree at root: from its dist-info (the one whose RECORD matches the
+    files, when pip left two), else from PKG-INFO or the package's version file."""
+    infos = [d for d in root.glob("*.dist-info") if _dist_name(d) == engine.dist and (d / "METADATA").is_file()]
+    if len(infos) > 1:
+        return _version_matching_files(engine, root, infos)
+    return inst.version_of_tree(engine, root)
+
+
+def _dist_name(info: Path) -> str:
+    return info.name.removesuffix(".dist-info").rsplit("-", 1)[0].replace("_", "-").lower()
+
+
+def _version_matching_files(engine, root: Path, infos: list[Path]) -> Version:
+    import email
+
+    from patchctl.sources.zipread import record_hashes
+
+    def version_of(info: Path) -> Version:
+        return Version(email.message_from_string((info / "METADATA").read_text(errors="replace"))["Version"])
+
+    records = {info: record_hashes((info / "RECORD").read_bytes()) if (info / "RECORD").is_file() else {}
+               for info in infos}
+    # Files the candidates disagree on decide it; files patchctl patched match neither, so they only
+    # lower every score alike.
+    contested = {path for rec in records.values() for path, digest in rec.items()
+                 if path.split("/", 1)[0] in engine.packages
+                 and len({r.get(path) for r in records.values()}) > 1}
+    current = {}
+    for path in sorted(contested)[:2000]:
+        file = root / path
+        current[path] = hashlib.sha256(file.read_bytes()).hexdigest() if file.is_file() else None
+    scores = {info: sum(current.get(p) == rec.get(p) for p in current) for info, rec in records.items()}
+    ranked = sorted(scores.items(), key=lambda kv: kv[1], reverse=True)
+    if ranked[0][1] > 0 and ranked[0][1] > ranked[1][1]:
+        return version_of(ranked[0][0])
+    names = " and ".join(i.name for i in infos)
+    raise UsageError(f"{root} has {len(infos)} dist-info folders for {engine.dist} ({names}) and the files match "
+                     f"neither RECORD better", hint="remove the stale one (pip install --force-reinstall the version "
+                                                    "you run), then try again")
 
 
 def env_python(where: TargetSpec) -> str | None:

@@ -1,11 +1,15 @@
 """Patching a real tree on disk (an installed engine or a source checkout): all-or-nothing apply,
-status, exact revert and idempotent ensure, on top of the in-memory apply engine."""
+status, exact revert, idempotent ensure, and a repair from the release itself when the record is
+damaged — on top of the in-memory apply engine and the journal (journal.py).
+
+Every operation takes the target's lock and recovers an interrupted run first."""
 from __future__ import annotations
 
 import hashlib
 import os
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 from packaging.version import Version
@@ -13,13 +17,15 @@ from packaging.version import Version
 from patchctl import config
 from patchctl import outcomes as O
 from patchctl.engines import Engine
-from patchctl.errors import EnvironmentProblem, PatchFailed
-from patchctl.target.journal import FileRecord, PatchRecord, StateRecord, TargetState, sha256
+from patchctl.errors import EnvironmentProblem, PatchFailed, UsageError
+from patchctl.target.journal import (Change, FileRecord, PatchRecord, StateDamaged, StateRecord, TargetState,
+                                     sha256)
 
 if TYPE_CHECKING:
     # The apply engine (and unidiff, the store, packaging.requirements under it) is imported by
     # apply() only: status and revert read the state record and hash files, nothing more.
     from patchctl.engine.evaluate import BaseFiles, Options, SeriesResult
+    from patchctl.sources.base import FileSource
     from patchctl.store import Patch
 
 
@@ -30,8 +36,9 @@ class Target(NamedTuple):
     how: str  # "installed in /usr/bin/python3", "directory"
 
     def state(self) -> TargetState:
+        # Where records lived before they moved into the tree (read once, then moved).
         key = hashlib.sha256(f"{self.engine.name}\0{self.root.resolve()}".encode()).hexdigest()[:20]
-        return TargetState(config.data_dir() / "targets" / key)
+        return TargetState(self.root, self.engine.name, legacy_dir=config.data_dir() / "targets" / key)
 
 
 class FileStatus(NamedTuple):
@@ -47,12 +54,14 @@ class TargetStatus(NamedTuple):
 
 
 def status(target: Target) -> TargetStatus:
+    """What the record says against what the files are; the caller holds the lock (or reads only)."""
     record = target.state().load()
     if record is None:
         return TargetStatus("not-applied", None, (), f"no patches applied to {target.engine.name} at {target.root}")
     files = []
     for f in record.files:
-        data = (target.root / f.path).read_bytes() if (target.root / f.path).is_file() else None
+        path = target.root / f.path
+        data = path.read_bytes() if path.is_file() else None
         digest = sha256(data)
         if digest == f.patched_sha256:
             files.append(FileStatus(f.path, "patched"))
@@ -71,8 +80,9 @@ def status(target: Target) -> TargetStatus:
             f"applied (pip install -U?): the patches are gone. Run `patchctl ensure {target.engine.name}`.",
         )
     if kinds <= {"patched"}:
-        return TargetStatus("intact", record, tuple(files), f"{len(record.patches)} patches applied and intact ({names})")
-    upstream_files = {f.status for f, r in zip(files, record.files, strict=False) if r.pristine_sha256 is not None}
+        return TargetStatus("intact", record, tuple(files),
+                            f"{len(record.patches)} patches applied and intact ({names})")
+    upstream_files = {f.status for f, r in zip(files, record.files, strict=True) if r.pristine_sha256 is not None}
     # pip never removes files it did not install, so files the patches created may outlive a wipe.
     if upstream_files and upstream_files <= {"pristine"}:
         return TargetStatus(
@@ -88,41 +98,106 @@ def status(target: Target) -> TargetStatus:
     )
 
 
+def checked_status(target: Target, wait: float = 30.0) -> tuple[TargetStatus, bool]:
+    """status under the lock, after recovering an interrupted run: (status, recovered)."""
+    st = target.state()
+    with st.locked(wait, read_only_ok=True):
+        recovered = st.recover()
+        return status(target), recovered
+
+
 class ApplyReport(NamedTuple):
-    result: SeriesResult
+    result: SeriesResult | None  # None: ensure found the record current and evaluated nothing
     written: tuple[str, ...]
     recovered: bool
     note: str
+    state_before: str = "not-applied"
+    record: StateRecord | None = None  # what is applied now
 
 
-def apply(target: Target, patches: tuple[Patch, ...], *, options: Options, base_files: BaseFiles | None,
-          keep_going: bool = False, dry_run: bool = False, wait: float = 0.0, force: bool = False) -> ApplyReport:
-    from patchctl.engine import evaluate as engine_apply
-    from patchctl.sources.base import DirectorySource
-
+def apply(target: Target, patches: Callable[[], tuple[Patch, ...]], *, options: Options,
+          base_files: BaseFiles | None, keep_going: bool = False, dry_run: bool = False, wait: float = 0.0,
+          force: bool = False, fingerprint: str | None = None, ensure: bool = False) -> ApplyReport:
+    """patches: called only when the series must be evaluated (ensure on an intact target never parses
+    the store). ensure: stop at "intact, from this very series" — systemd runs it before every start —
+    and refuse a tree changed by hand instead of taking it over."""
     st = target.state()
     with st.locked(wait):
-        recovered = st.recover(target.root)
+        recovered = st.recover()
         current = status(target)
-        record = current.record
-        if current.state in ("wiped", "version-changed"):
-            record = None  # the old record describes files that no longer exist
-        elif current.state == "modified" and not force:
-            raise PatchFailed(current.message, hint="revert with --force, or apply with --force to take the files as they are")
-        applied = frozenset(p.name for p in record.patches) if record else frozenset()
-        result = engine_apply.evaluate(
-            patches, target.version, DirectorySource(target.root),
-            options=options._replace(applied=applied), base_files=base_files,
-        )
-        if not result.ok and not keep_going:
-            bad = [o for o in result.outcomes if o.outcome == O.CONFLICT]
-            raise _failed(result, bad)
-        if dry_run or not result.changes:
-            return ApplyReport(result, (), recovered, "dry run: nothing written" if dry_run else "nothing to write")
-        _check_writable(target.root, [c.path for c in result.changes])
-        new_record = _merge_record(target, record, result)
-        st.write_files(target.root, [(c.path, c.before, c.after) for c in result.changes], new_record)
-        return ApplyReport(result, tuple(c.path for c in result.changes), recovered, "")
+        if ensure and current.state == "intact" and fingerprint is not None \
+                and current.record.store_fingerprint == fingerprint:
+            return ApplyReport(None, (), recovered, "patches intact: nothing to do", "intact", current.record)
+        if current.state == "modified" and (ensure or not force):
+            raise Drifted(current)
+        return _apply_locked(target, st, current, patches(), options=options, base_files=base_files,
+                             keep_going=keep_going, dry_run=dry_run, recovered=recovered, fingerprint=fingerprint)
+
+
+def _apply_locked(target: Target, st: TargetState, current: TargetStatus, patches, *, options, base_files,
+                  keep_going, dry_run, recovered, fingerprint) -> ApplyReport:
+    from patchctl.engine import evaluate as engine_apply
+
+    record = current.record
+    leftovers: frozenset[str] = frozenset()
+    if current.state in ("wiped", "version-changed"):
+        # The old record describes files pip replaced. Files the patches created are still there
+        # (pip leaves files it did not install): they are ours, so they are evaluated as absent and
+        # stay in the new record, whose revert removes them.
+        leftovers = frozenset(f.path for f, s in zip(record.files, current.files, strict=True)
+                              if f.pristine_sha256 is None and s.status == "patched")
+        carried = tuple(f for f in record.files if f.path in leftovers)
+        record = record._replace(files=carried, patches=()) if carried else None
+    applied = frozenset(p.name for p in record.patches) if record else frozenset()
+    result = engine_apply.evaluate(patches, target.version, _TreeSource(target.root, leftovers),
+                                   options=options._replace(applied=applied), base_files=base_files)
+    if not result.ok and not keep_going:
+        raise _failed(result, [o for o in result.outcomes if o.outcome == O.CONFLICT])
+    if dry_run:
+        return ApplyReport(result, (), recovered, "dry run: nothing written", current.state)
+    changes = [c._replace(before=(target.root / c.path).read_bytes()) if c.path in leftovers else c
+               for c in result.changes]
+    if not changes and (record is None or record.store_fingerprint == fingerprint):
+        return ApplyReport(result, (), recovered, "nothing to write", current.state)
+    _check_writable(target.root, [c.path for c in changes])
+    new_record = _merge_record(target, st, record, result, changes, fingerprint)
+    st.write_files([Change(c.path, c.before, c.after) for c in changes], new_record)
+    return ApplyReport(result, tuple(c.path for c in changes), recovered, "", current.state)
+
+
+class _TreeSource:
+    """The target's files as the apply engine reads them, with the patches' own leftovers absent."""
+
+    def __init__(self, root: Path, absent: frozenset[str]):
+        from patchctl.sources.base import DirectorySource
+
+        self._tree = DirectorySource(root)
+        self._absent = absent
+
+    def read(self, path: str) -> bytes | None:
+        if path in self._absent:
+            return None
+        data = self._tree.read(path)
+        if data is not None and (self._tree.root / path).is_symlink():
+            raise UsageError(f"{path} is a symlink: patchctl replaces files by rename and would turn it into a "
+                             f"copy, so it refuses to patch it",
+                             hint="replace the link by the file itself, or patch the tree it points into")
+        return data
+
+    def prefetch(self, paths) -> None:
+        self._tree.prefetch(paths)
+
+    def provenance(self):
+        return self._tree.provenance()
+
+
+class Drifted(PatchFailed):
+    """Patched files were changed by hand since patchctl wrote them: never written over unasked."""
+
+    def __init__(self, current: TargetStatus):
+        super().__init__(current.message, hint="inspect the files; `patchctl revert --force` restores them, "
+                                                "`patchctl apply --force` takes them as they are")
+        self.status = current
 
 
 class ConflictError(PatchFailed):
@@ -131,7 +206,7 @@ class ConflictError(PatchFailed):
         self.result = result
 
 
-def _failed(result: SeriesResult, bad) -> ConflictError:
+def _failed(result: SeriesResult, bad: list) -> ConflictError:
     return ConflictError(
         f"{len(bad)} patch(es) do not apply: {', '.join(o.name for o in bad)}; nothing was written",
         result, hint="see the report; --keep-going applies the others",
@@ -149,17 +224,23 @@ def _check_writable(root: Path, paths: list[str]) -> None:
                                      hint="run as the owner of the environment, or use --target on a copy")
 
 
-def _merge_record(target: Target, old: StateRecord | None, result: SeriesResult) -> StateRecord:
+def _merge_record(target: Target, st: TargetState, old: StateRecord | None, result: SeriesResult,
+                  changes: list, fingerprint: str | None) -> StateRecord:
     files = {f.path: f for f in (old.files if old else ())}
-    for change in result.changes:
-        pristine = files[change.path].pristine_sha256 if change.path in files else sha256(change.before)
-        files[change.path] = FileRecord(change.path, pristine, sha256(change.after))
+    for change in changes:
+        if change.path in files:
+            files[change.path] = files[change.path]._replace(patched_sha256=sha256(change.after))
+        else:
+            # First time patchctl touches this file: remember the pristine file exactly, with its
+            # mtime and bytecode, so revert leaves it as pip installed it.
+            mtime, bytecode = st.capture(change.path)
+            files[change.path] = FileRecord(change.path, sha256(change.before), sha256(change.after), mtime, bytecode)
     patches = {p.name: p for p in (old.patches if old else ())}
     for o in result.outcomes:
         if o.outcome in O.WRITES or o.name not in patches:
             patches[o.name] = PatchRecord(o.name, o.outcome, o.variant)
     return StateRecord(target.engine.name, str(target.root), str(target.version), time.time(),
-                       tuple(patches.values()), tuple(files.values()))
+                       tuple(patches.values()), tuple(files.values()), fingerprint)
 
 
 class RevertReport(NamedTuple):
@@ -172,24 +253,59 @@ class RevertReport(NamedTuple):
 def revert(target: Target, *, force: bool = False, wait: float = 0.0) -> RevertReport:
     st = target.state()
     with st.locked(wait):
-        recovered = st.recover(target.root)
+        recovered = st.recover()
         current = status(target)
         if current.record is None:
             return RevertReport((), (), recovered, "nothing to revert: no patches applied")
         if current.state == "version-changed":
-            st.save(None)
-            return RevertReport((), (), recovered, f"{current.message} Dropped the stale record.")
+            # Only files the patches created are still ours: pip replaced the others.
+            created = [f for f, s in zip(current.record.files, current.files, strict=True)
+                       if f.pristine_sha256 is None and s.status == "patched"]
+            changes = [Change(f.path, (target.root / f.path).read_bytes(), None) for f in created]
+            st.write_files(changes, None)
+            return RevertReport(tuple(c.path for c in changes), (), recovered,
+                                f"{current.message} Dropped the stale record"
+                                + (f" and removed {len(changes)} file(s) the patches had created." if changes else "."))
         changes, skipped = [], []
-        for record, fs in zip(current.record.files, current.files, strict=False):
+        for record, fs in zip(current.record.files, current.files, strict=True):
             if fs.status == "pristine" or (fs.status == "missing" and record.pristine_sha256 is None):
                 skipped.append(record.path)
                 continue
             if fs.status != "patched" and not force:
                 raise PatchFailed(f"{record.path} changed since it was patched; refusing to overwrite it",
                                   hint="pass --force to restore the pristine file anyway")
-            before = (target.root / record.path).read_bytes() if (target.root / record.path).is_file() else None
+            path = target.root / record.path
+            before = path.read_bytes() if path.is_file() else None
             pristine = None if record.pristine_sha256 is None else st.blob(record.pristine_sha256)
-            changes.append((record.path, before, pristine))
-        _check_writable(target.root, [c[0] for c in changes])
-        st.write_files(target.root, changes, None)
-        return RevertReport(tuple(c[0] for c in changes), tuple(skipped), recovered, "")
+            changes.append(Change(record.path, before, pristine, record.pristine_mtime_ns, record.bytecode))
+        _check_writable(target.root, [c.path for c in changes])
+        st.write_files(changes, None)
+        return RevertReport(tuple(c.path for c in changes), tuple(skipped), recovered, "")
+
+
+def repair_from_release(target: Target, release: FileSource, paths: list[str], *, wait: float = 0.0) -> RevertReport:
+    """The way out of a damaged record or journal: every file in `paths` (what the series touches at
+    this version, and whatever the dist-info RECORD says differs) back to the release's own bytes,
+    read from its artifact (each member checked against the wheel's RECORD), and the record dropped."""
+    st = target.state()
+    with st.locked(wait):
+        changes, skipped = [], []
+        for rel in paths:
+            path = st.inside(rel, st.dir)
+            current = path.read_bytes() if path.is_file() else None
+            pristine = release.read(rel)
+            if current == pristine:
+                skipped.append(rel)
+            else:
+                changes.append(Change(rel, current, pristine))
+        _check_writable(target.root, [c.path for c in changes])
+        # Nothing of the damaged record or journal is trusted: they are set aside, not replayed.
+        for damaged in (st.journal_file, st.state_file):
+            if damaged.exists():
+                damaged.replace(damaged.with_name(f"{damaged.name}.damaged-{int(time.time())}"))
+        st.write_files(changes, None)
+        return RevertReport(tuple(c.path for c in changes), tuple(skipped), False,
+                            f"restored {len(changes)} file(s) from {target.engine.dist} {target.version} itself")
+
+
+__all__ = ["Drifted", "StateDamaged", "Target", "apply", "checked_status", "repair_from_release", "revert", "status"]

@@ -104,4 +104,11 @@ def install_fake_dist(site: Path, dist: str, version: str, files: dict[str, str]
     info = site / f"{dist.replace('-', '_')}-{version}.dist-info"
     info.mkdir(parents=True, exist_ok=True)
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
-    (info / "RECORD").write_text("")
+    # RECORD as pip writes it: path, urlsafe-base64 sha256 without padding, size.
+    rows = []
+    for rel, content in sorted(files.items()):
+        data = content.encode() if isinstance(content, str) else content
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        rows.append(f"{rel},sha256={digest},{len(data)}\n")
+    rows += [f"{info.name}/METADATA,,\n", f"{info.name}/RECORD,,\n"]
+    (info / "RECORD").write_text("".join(rows))

@@ -92,7 +92,7 @@ def test_status_wait_is_honoured(tree):
 def test_status_and_revert_take_only_target_options():
     for name in ("status", "revert"):
         text = invoke(name, "--help").output
-        for ignored in ("--index-url", "--store", "--strict", "--nightly-source"):
+        for ignored in ("--strict", "--allow-modified") if name == "revert" else ("--index-url", "--store", "--strict"):
             assert ignored not in text, (name, ignored)
 
 

@@ -131,22 +131,22 @@ def test_read_only_target(store, tree):
 
 def test_read_only_target_as_root_via_immutable_check(store, tree, monkeypatch):
     """As root, permissions do not stop writes; simulate the failed write itself and check rollback."""
-    import patchctl.target.journal as state_mod
+    from patchctl.target.journal import TargetState
 
     before = snapshot(tree)
-    real_put = state_mod._put
+    real_put = TargetState._put
     calls = {"n": 0}
 
-    def failing_put(root, rel, data):
+    def failing_put(self, rel, *args):
         calls["n"] += 1
         if calls["n"] == 2:
-            raise PermissionError(13, "Permission denied", str(root / rel))
-        return real_put(root, rel, data)
+            raise PermissionError(13, "Permission denied", str(self.root / rel))
+        return real_put(self, rel, *args)
 
-    monkeypatch.setattr(state_mod, "_put", failing_put)
+    monkeypatch.setattr(TargetState, "_put", failing_put)
     doc = cli("apply", "vllm@1.0", "--target", str(tree), "--store", str(store), expect=3)
     assert "nothing was changed" in doc["error"]["message"]
-    monkeypatch.setattr(state_mod, "_put", real_put)
+    monkeypatch.setattr(TargetState, "_put", real_put)
     assert snapshot(tree) == before
 
 
@@ -206,7 +206,10 @@ def test_engine_not_installed_and_version_mismatch(store, tmp_path, monkeypatch)
     assert "1.0 is installed" in doc["error"]["message"] and "--install" in doc["error"]["hint"]
 
 
-def test_leftover_corrupt_journal_is_handled(store, tree):
+def test_leftover_corrupt_journal_is_never_trusted(store, tree):
+    """Was: a truncated journal was taken to mean "nothing was touched" (a half-patched tree then
+    passed for pristine). The journal is written atomically, so a damaged one is damage: an error
+    naming the file and the way out, and nothing written."""
     cli("status", "vllm@1.0", "--target", str(tree), expect=0)
     from packaging.version import Version
 
@@ -216,5 +219,14 @@ def test_leftover_corrupt_journal_is_handled(store, tree):
     st = Target(get_engine("vllm"), tree.resolve(), Version("1.0"), "t").state()
     st.dir.mkdir(parents=True, exist_ok=True)
     st.journal_file.write_text("{truncated")
-    doc = cli("apply", "vllm@1.0", "--target", str(tree), "--store", str(store), expect=0)
-    assert "recovered" in doc["note"]
+
+    def files():  # the lock file holds the pid of its last holder
+        return {k: v for k, v in snapshot(tree).items() if not k.endswith("/lock")}
+
+    before = files()
+    for command in (["apply", "vllm@1.0", "--store", str(store)], ["status", "vllm@1.0"], ["revert", "vllm@1.0"],
+                    ["ensure", "vllm@1.0", "--store", str(store)]):
+        doc = cli(*command, "--target", str(tree), expect=3)
+        assert doc["error"]["kind"] == "state-damaged" and str(st.journal_file) in doc["error"]["message"]
+        assert "--from-release" in doc["error"]["hint"]
+    assert files() == before
