@@ -35,6 +35,9 @@ SECTIONS: dict[str, dict[str, CommandInfo]] = {
         "export": CommandInfo("export", "Write a release's patched files (or whole package) to a directory."),
     },
     "Maintain the patch set": {
+        "new": CommandInfo("new", "Turn hand edits of the installed engine into a new patch."),
+        "diff": CommandInfo("diff", "Hand edits that belong to no patch, as a diff to the release."),
+        "refresh": CommandInfo("refresh", "Rewrite a patch's variant from the edited tree (quilt refresh)."),
         "list": CommandInfo("list_patches", "The series, and which variant a version gets and why."),
         "lint": CommandInfo("lint", "Validate the store: schema, pins, that every variant parses."),
         "pin": CommandInfo("pin", "Record the sha256 of every variant file in series.yaml."),

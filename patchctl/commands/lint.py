@@ -62,9 +62,29 @@ def run(store) -> tuple[dict, int]:
                     problem(vwhere, "has no Subject header (export it with git format-patch)")
             if not patch.applies_to or str(patch.applies_to) == "":
                 problem(where, "applies_to is empty")
+            _unfinished(patch, where, problem)
     code = EXIT_OK if not problems else EXIT_USAGE
     message = f"{checked} variant(s) checked, {len(problems)} problem(s)"
     return document("lint", code, problems=problems, message=message), code
+
+
+def _unfinished(patch, where: str, problem) -> None:
+    """The placeholders `patchctl new` writes without --title / --why ("TODO: ..."), in patch.yaml and in
+    the variants' subjects: a patch nobody can review yet."""
+    from patchctl.capture import is_placeholder
+    from patchctl.engine.hunks import parse_variant
+
+    for key in ("title", "why"):
+        if is_placeholder(getattr(patch, key)):
+            problem(where, f"{key} is the placeholder {getattr(patch, key)!r}: unfinished (write it in patch.yaml)")
+    for variant in patch.variants:
+        try:
+            subject = parse_variant(variant.path.read_bytes(), variant.filename).subject
+        except StoreError:
+            continue  # reported above
+        if is_placeholder(subject):
+            problem(f"{where}/{variant.filename}", "its subject is a placeholder: unfinished (after writing the "
+                                                   f"title, `patchctl refresh {patch.engine} {patch.name}` rewrites it)")
 
 
 def render(doc: dict, out, err) -> None:

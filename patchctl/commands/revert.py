@@ -26,10 +26,12 @@ def run_from_release(spec: str, where, store, ctx, *, wait: float = 0.0) -> tupl
     own bytes (read from its artifact, checked against the wheel's RECORD)."""
     from patchctl.sources import fetch
     from patchctl.target import operations as tgt
+    from patchctl.target.edits import record_mismatches
     from patchctl.target.find import find_target
 
     target = find_target(parse_spec(spec), where)
-    paths = set(series_paths(store, target.engine.name, target.version)) | set(record_mismatches(target))
+    # Changed or missing files RECORD hashes (not files it does not list: the release has no bytes for them).
+    paths = set(series_paths(store, target.engine.name, target.version)) | {e.path for e in record_mismatches(target)}
     release = fetch.release(target.engine, target.version, ctx)
     release.prefetch(sorted(paths))
     rep = tgt.repair_from_release(target, release, sorted(paths), wait=wait)
@@ -46,27 +48,6 @@ def series_paths(store, engine: str, version) -> list[str]:
         if choice.variant is not None:
             paths.extend(load_variant(choice.variant, allow_modified=True).paths)
     return paths
-
-
-def record_mismatches(target) -> list[str]:
-    """Files of the engine's packages whose bytes differ from the installed dist-info's RECORD
-    (compiled extensions left out: no patch touches them, and hashing them costs seconds)."""
-    import hashlib
-
-    from patchctl.sources.zipread import record_hashes
-
-    infos = [d for d in target.root.glob("*.dist-info") if (d / "RECORD").is_file()
-             and d.name.startswith(target.engine.dist.replace("-", "_") + "-")
-             and d.name.removesuffix(".dist-info").endswith(f"-{target.version}")]
-    out = []
-    for info in infos:
-        for path, digest in record_hashes((info / "RECORD").read_bytes()).items():
-            if path.split("/", 1)[0] not in target.engine.packages or path.endswith((".so", ".pyc")):
-                continue
-            file = target.root / path
-            if not file.is_file() or hashlib.sha256(file.read_bytes()).hexdigest() != digest:
-                out.append(path)
-    return out
 
 
 def _document(target, rep) -> dict:

@@ -21,14 +21,40 @@ def run(spec: str, where, *, wait: float = 30.0) -> tuple[dict, int]:
     st, recovered = tgt.checked_status(target, wait)
     code = EXIT_BY_STATE[st.state]
     record = st.record
-    return document(
+    unmanaged, warnings = _unmanaged(target)
+    doc = document(
         "status", code, engine=target.engine.name, version=str(target.version), target=str(target.root),
         state=st.state, message=st.message + (" (recovered an interrupted run first)" if recovered else ""),
         applied_version=record.version if record else None,
         applied_at=record.applied_at if record else None,
         applied=[p._asdict() for p in record.patches] if record else [],
         files=[f._asdict() for f in st.files],
-    ), code
+        unmanaged=unmanaged, warnings=warnings,
+    )
+    doc["note"] = unmanaged_line(doc)  # printed after the message
+    return doc, code
+
+
+def _unmanaged(target) -> tuple[list[str], list[str]]:
+    """Hand edits: .py files of the engine's packages that differ from the dist-info RECORD and that no
+    applied patch wrote. RECORD only (no network; a tree without one says nothing), and never a
+    reason to change the exit code: an intact patch set with a hand edit beside it is still intact."""
+    from patchctl.target.edits import unmanaged
+
+    try:
+        return unmanaged(target), []
+    except OSError as exc:
+        return [], [f"could not look for hand edits in {target.root}: {exc}"]
+
+
+def unmanaged_line(doc: dict) -> str | None:
+    paths = doc.get("unmanaged") or []
+    if not paths:
+        return None
+    shown = ", ".join(paths[:10]) + (f" and {len(paths) - 10} more" if len(paths) > 10 else "")
+    files = "1 file differs" if len(paths) == 1 else f"{len(paths)} files differ"
+    return (f"{files} from {doc['engine']} {doc['version']} and belong{'s' if len(paths) == 1 else ''} to no patch: "
+            f"{shown}; `patchctl new {doc['engine']} NAME` turns {'it' if len(paths) == 1 else 'them'} into one")
 
 
 def render(doc: dict, out, err) -> None:
@@ -45,5 +71,9 @@ def render(doc: dict, out, err) -> None:
 @click.option("--wait", type=float, default=30.0, show_default=True,
               help="Seconds to wait for another patchctl working on the same target.")
 def command(spec, where, wait):
-    """What is applied, and whether patched files changed since (e.g. wiped by pip)."""
+    """What is applied, and whether patched files changed since (e.g. wiped by pip).
+
+    Also lists hand edits: .py files that differ from the dist-info RECORD and belong to no patch
+    (`patchctl new ENGINE NAME` turns them into one); they do not change the exit code.
+    """
     return run(spec, where, wait=wait)

@@ -53,6 +53,7 @@ def run(
     throughput: bool = True,
     concurrency: Sequence[int] | str = DEFAULT_CONCURRENCY,
     requests_per_level: int | None = None,
+    prompt: str = "counting",
     max_tokens: int = 128,
     stream: bool = True,
     baseline_dir: Path | str | None = None,
@@ -68,6 +69,7 @@ def run(
     from patchctl.serve.outputs import write_outputs
     from patchctl.serve.process import url_from_command
     from patchctl.serve.runner import ServeConfig, run_serve_smoke, run_with_server
+    from patchctl.serve.throughput import resolve_prompt
 
     ref = parse_spec(engine)
     if not url and not start:
@@ -85,6 +87,7 @@ def run(
     base_url = url or url_from_command(argv)
     if not base_url.startswith(("http://", "https://")):
         raise UsageError(f"--url {base_url!r} is not an http:// or https:// URL", hint="e.g. http://127.0.0.1:8000")
+    prompt_name, prompt_text = resolve_prompt(prompt)
     served, origin, target = served_patch_set(ref, python=python, target_dir=target_dir, as_version=as_version,
                                               patch_set=patch_set)
     config = ServeConfig(
@@ -100,6 +103,8 @@ def run(
         throughput=throughput,
         concurrency=parse_levels(concurrency) if isinstance(concurrency, str) else tuple(concurrency),
         requests_per_level=requests_per_level,
+        prompt=prompt_text,
+        prompt_name=prompt_name,
         max_tokens=max_tokens,
         stream=stream,
         baseline_dir=Path(baseline_dir) if baseline_dir is not None else None,
@@ -110,7 +115,7 @@ def run(
         report = run_with_server(config, argv, ready_timeout_s=ready_timeout, progress=progress)
     else:
         report = run_serve_smoke(config, progress)
-    warnings: list[str] = []
+    warnings: list[str] = list(report.warnings)
     files = None
     if out is not None:
         written = write_outputs(report, Path(out))
@@ -148,13 +153,17 @@ def served_patch_set(ref, *, python: str | None = None, target_dir: str | None =
 # --- text -------------------------------------------------------------------------------------
 
 def render(doc: dict, out, err) -> None:
-    """The report as tables: coherence, throughput, baseline, then the verdict and what --out wrote."""
+    """The report: the single-request figure first, then coherence, throughput, baseline, the
+    verdict and what --out wrote (warnings are the document's, on stderr)."""
     rep = doc.get("report")
     if rep is None:
         return
     d = rep["deployment"]
     print_lines(out, [f"validate {doc.get('engine')}: {rep['base_url']}",
                       f"  model {d['model']}  engine {d['engine_version']}  patch set {d['patch_set']}"])
+    tp = rep.get("throughput")
+    if tp is not None:
+        print_lines(out, [_single_request(tp)])
     if rep.get("answers") is not None:
         t = table("coherence: answers", ["check", "result", "why", "reply"])
         for a in rep["answers"]:
@@ -173,15 +182,16 @@ def render(doc: dict, out, err) -> None:
             out.print(t)
         else:
             print_lines(out, [title])
-    tp = rep.get("throughput")
     if tp is not None:
         how = "streaming" if tp["streamed"] else "non-streaming"
-        t = table(f"throughput ({how}, {tp['api']}, max_tokens {tp['max_tokens']}; latencies are p50 ms)",
-                  ["concurrency", "requests", "failed", "tok/s", "TTFT", "TPOT", "ITL", "E2E", "tokens by"])
+        prompt = f"{tp['prompt']} prompt, " if tp.get("prompt") else ""
+        t = table(f"throughput ({how}, {tp['api']}, {prompt}max_tokens {tp['max_tokens']}; latencies are p50 ms; "
+                  "spread: per-request tok/s IQR, ± its median's 95% interval)",
+                  ["concurrency", "requests", "failed", "tok/s", "spread", "TTFT", "TPOT", "ITL", "E2E", "tokens by"])
         for lv in tp["levels"]:
             t.add_row(str(lv["concurrency"]), str(lv["requests"]), str(lv["failed"]), _num(lv["output_tok_s"]),
-                      _ms(lv["ttft_ms"]), _ms(lv["tpot_ms"]), _ms(lv["itl_ms"]), _ms(lv["e2e_ms"]),
-                      lv["token_count_method"])
+                      _spread(lv.get("request_tok_s")), _ms(lv["ttft_ms"]), _ms(lv["tpot_ms"]), _ms(lv["itl_ms"]),
+                      _ms(lv["e2e_ms"]), lv["token_count_method"])
         out.print(t)
     b = rep.get("baseline")
     if b is not None:
@@ -198,6 +208,25 @@ def render(doc: dict, out, err) -> None:
         out.print(coloured(f"FAILED: {len(failures)} problem(s) ({rep['duration_s']:.1f}s)", "bold red"))
         print_lines(out, [f"  - {f}" for f in failures])
     print_lines(out, [f"wrote {path}" for path in (doc.get("files") or {}).values() if path])
+
+
+def _single_request(tp: dict) -> str:
+    """The figure people quote first: output tok/s of one request at a time, and its TTFT."""
+    one = tp.get("single_request")
+    if one is None:
+        return "single request: not measured (--concurrency has no 1)"
+    ttft = "" if one["ttft_ms"] is None else f", TTFT {one['ttft_ms']['p50']:.1f} ms"
+    tpot = "" if one["tpot_ms"] is None else f", TPOT {one['tpot_ms']['p50']:.1f} ms"
+    prompt = f", {tp['prompt']} prompt" if tp.get("prompt") else ""
+    return (f"single request: {_num(one['output_tok_s'])} output tok/s{ttft}{tpot} "
+            f"(concurrency 1, {one['requests']} requests{prompt}; p50 latencies)")
+
+
+def _spread(spread: dict | None) -> str:
+    if spread is None or spread.get("iqr_pct") is None:
+        return "-"
+    ci = "" if spread.get("median_ci_pct") is None else f" ±{spread['median_ci_pct']:.1f}%"
+    return f"{spread['iqr_pct']:.1f}%{ci}"
 
 
 def _verdict(good: bool, yes: str, no: str) -> str:
@@ -229,6 +258,7 @@ def _notify(text: str) -> None:
 
 @patchctl_command("validate", render=render, example=(
     "patchctl validate vllm --url http://127.0.0.1:8000          answers, throughput at 1/8/32, baseline",
+    "patchctl validate vllm --url URL --concurrency 1 --requests 32   the single-request figure, steadier",
     "patchctl validate vllm --start 'vllm serve MODEL --port 8000' --python /opt/vllm/bin/python",
     "patchctl validate vllm --url URL --golden g.json --record-golden   record greedy outputs (known-good)",
     "patchctl validate vllm --url URL --golden g.json --no-throughput   compare with them token by token",
@@ -265,7 +295,12 @@ def _notify(text: str) -> None:
 @click.option("--concurrency", default="1,8,32", show_default=True, callback=_concurrency,
               help="Concurrency levels, comma-separated.")
 @click.option("--requests", "requests_per_level", type=click.IntRange(min=1),
-              help="Requests per concurrency level (default: 2 x concurrency, at least 4).")
+              help="Requests per concurrency level (default: 2 x concurrency, at least 16: enough for a median "
+                   "steady within the 5% threshold).")
+@click.option("--prompt", default="counting", show_default=True, metavar="counting|essay|FILE",
+              help="Throughput prompt: counting (the field's deterministic \"Count from 1 to 50, writing each "
+                   "number on a new line.\"), essay (open-ended, what validate used before), or a text file "
+                   "whose content is the prompt. Every throughput request is at temperature 0.")
 @click.option("--max-tokens", type=click.IntRange(min=1), default=128, show_default=True,
               help="max_tokens of every throughput request.")
 @click.option("--stream/--no-stream", default=True, show_default=True,

@@ -16,7 +16,7 @@ from typing import NamedTuple
 from packaging.version import Version
 
 from patchctl import outcomes as O
-from patchctl.engine.hunks import FilePatch, ParsedVariant, apply_hunks, parse_variant
+from patchctl.engine.hunks import FilePatch, FileResult, Hunk, ParsedVariant, apply_hunks, parse_variant
 from patchctl.errors import StoreError
 from patchctl.sources.base import FileSource
 from patchctl.store import Patch, Variant, choose_variant
@@ -24,7 +24,9 @@ from patchctl.store import Patch, Variant, choose_variant
 
 class HunkReport(NamedTuple):
     file: str
-    index: int
+    # The field shadows tuple.index(); nothing calls that on a report, and renaming it would change
+    # the field every report and test reads.
+    index: int  # type: ignore[assignment]
     status: str
     offset: int
     fuzz: int
@@ -155,7 +157,14 @@ def evaluate(
     return SeriesResult(version, tuple(results), tuple(changes))
 
 
-def _evaluate_one(patch, version, read, done, options, base_files) -> tuple[PatchOutcome, dict]:
+def _evaluate_one(
+    patch: Patch,
+    version: Version,
+    read: Callable[[str], str | None],
+    done: dict[str, PatchOutcome],
+    options: Options,
+    base_files: BaseFiles | None,
+) -> tuple[PatchOutcome, dict[str, str | None]]:
     for dep in patch.depends_on:
         dep_outcome = done.get(dep)
         if dep_outcome is None:
@@ -217,7 +226,8 @@ def _evaluate_one(patch, version, read, done, options, base_files) -> tuple[Patc
     return PatchOutcome(patch.name, O.CONFLICT, variant.filename, f"does not apply: {where}", hunks, parsed.paths), {}
 
 
-def _hunk_reports(files: tuple[FilePatch, ...], results: dict, texts: dict) -> tuple[HunkReport, ...]:
+def _hunk_reports(files: tuple[FilePatch, ...], results: dict[str, FileResult],
+                  texts: dict[str, str | None]) -> tuple[HunkReport, ...]:
     reports = []
     for fp in files:
         result = results[fp.path]
@@ -231,7 +241,7 @@ def _hunk_reports(files: tuple[FilePatch, ...], results: dict, texts: dict) -> t
     return tuple(reports)
 
 
-def _failure_context(hunk, text: str | None, line: int) -> str:
+def _failure_context(hunk: Hunk, text: str | None, line: int) -> str:
     wanted = "".join(hunk.old)
     around = ""
     if text:
@@ -241,7 +251,8 @@ def _failure_context(hunk, text: str | None, line: int) -> str:
     return f"{hunk.header}\nexpected:\n{wanted}upstream near line {line}:\n{around}"
 
 
-def _three_way(parsed: ParsedVariant, variant: Variant, texts: dict, base_files: BaseFiles) -> dict | None:
+def _three_way(parsed: ParsedVariant, variant: Variant, texts: dict[str, str | None],
+               base_files: BaseFiles) -> dict[str, str | None] | None:
     """Merge each file: base = the variant's pristine base, ours = the target, theirs = base + patch."""
     try:
         base_source = base_files(variant.base)

@@ -42,7 +42,9 @@ class ParsedVariant(NamedTuple):
 
 
 class HunkResult(NamedTuple):
-    index: int  # 1-based
+    # The field shadows tuple.index(); nothing calls that on a result, and renaming it would change
+    # the field every report and test reads.
+    index: int  # type: ignore[assignment]  # 1-based
     status: str  # clean | offset | fuzz | failed
     offset: int  # lines moved against the variant's base
     fuzz: int
@@ -112,10 +114,11 @@ def parse_variant(data: bytes, where: str) -> ParsedVariant:
     return ParsedVariant(subject, tuple(files))
 
 
-def _hunk_lines(hunk) -> tuple[list, list[str]]:
+def _hunk_lines(hunk: unidiff.Hunk) -> tuple[list[unidiff.patch.Line], list[str]]:
     """Lines of a hunk with exact text: a "\\ No newline at end of file" marker strips the newline
     of the line before it (unidiff keeps the marker as a line of its own)."""
-    lines, texts = [], []
+    lines: list[unidiff.patch.Line] = []
+    texts: list[str] = []
     for line in hunk:
         if line.line_type == "\\":
             if texts:

@@ -6,8 +6,13 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from patchctl.engine.hunks import FilePatch, Hunk, ParsedVariant, apply_hunks
+
+if TYPE_CHECKING:
+    from patchctl.engines import Engine
+    from patchctl.sources.release import ReleaseSource
 
 MIN_KEY_LENGTH = 12
 MIN_SHARE = 0.5
@@ -33,7 +38,7 @@ def _reindent(lines: Iterable[str], delta: int) -> tuple[str, ...]:
     return tuple(out)
 
 
-def find_new_home(hunk: Hunk, files: dict[str, str], exclude: str | None = None) -> dict | None:
+def find_new_home(hunk: Hunk, files: dict[str, str], exclude: str | None = None) -> dict[str, Any] | None:
     keys = _key_lines(hunk)
     if not keys:
         return None
@@ -59,6 +64,8 @@ def find_new_home(hunk: Hunk, files: dict[str, str], exclude: str | None = None)
                      hunk.leading_context, hunk.trailing_context, hunk.header)
         result = apply_hunks(text, FilePatch(path, False, False, (moved,)))
         if result.ok:
+            # apply_hunks returns text for every successful apply that neither creates nor deletes
+            assert result.text is not None
             diff = "".join(difflib.unified_diff(lines, result.text.splitlines(keepends=True),
                                                 f"a/{path}", f"b/{path}", n=3))
             return {"to": path, "line": result.hunks[0].line, "share_of_context_found": round(share, 2),
@@ -66,7 +73,7 @@ def find_new_home(hunk: Hunk, files: dict[str, str], exclude: str | None = None)
     return None
 
 
-def _candidate_files(source, engine) -> dict[str, str]:
+def _candidate_files(source: ReleaseSource, engine: Engine) -> dict[str, str]:
     paths = [p for p in source.files_under(engine.packages[0] + "/") if p.endswith(".py")]
     source.prefetch(paths)
     files = {}
@@ -77,7 +84,8 @@ def _candidate_files(source, engine) -> dict[str, str]:
     return files
 
 
-def propose(parsed: ParsedVariant, full_source, engine, paths: list[str]) -> list[dict]:
+def propose(parsed: ParsedVariant, full_source: ReleaseSource, engine: Engine,
+            paths: list[str]) -> list[dict[str, Any]]:
     """Relocation proposals for every hunk of the given files (gone, or conflicting)."""
     wanted = [fp for fp in parsed.files if fp.path in paths]
     if not wanted:

@@ -9,18 +9,19 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Callable
 from importlib import resources
-from typing import Any, Callable
+from typing import Any
 
 from patchctl.errors import PatchctlError, StoreError
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def schema(name: str) -> dict[str, Any]:
     return json.loads(resources.files("patchctl.schemas").joinpath(f"{name}.json").read_text(encoding="utf-8"))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _validator(name: str) -> Callable[[Any], Any]:
     import fastjsonschema
 
@@ -35,7 +36,9 @@ def problem(name: str, document: Any) -> str | None:
         _validator(name)(document)
     except fastjsonschema.JsonSchemaException as exc:
         # fastjsonschema names the value by its path from `data`: "data.files[0].path must be string"
-        message = exc.message
+        # .message is set by the validation errors (JsonSchemaValueException) only; the base class
+        # has no such attribute, and a broken schema raises a JsonSchemaDefinitionException without it.
+        message: str = getattr(exc, "message", str(exc))
         if message.startswith("data."):
             return message[len("data."):]
         if message.startswith("data"):

@@ -32,6 +32,10 @@ class AnswerResult(NamedTuple):
     reason: str
     reply_excerpt: str
     reasoning_chars: int
+    # Added after format 1 was first written; defaults keep older stored reports readable.
+    reasoning_passed: bool | None = None  # the check applied to reasoning_content; None without reasoning
+    finish_reason: str | None = None  # the server's, e.g. "length" when max_tokens cut the reply off
+    max_tokens: int | None = None  # what the request allowed: the check's own plus --reasoning-budget
 
 
 def check_fact(reply: str) -> Verdict:
@@ -125,21 +129,46 @@ def run_answers(
     """extra_tokens: budget added to every check, for reasoning models that think first."""
     results = []
     for chk in checks:
+        budget = chk.max_tokens + extra_tokens
         try:
-            reply = client.complete(api, chk.prompt, chk.max_tokens + extra_tokens, temperature=0.0, extra=extra)
+            reply = client.complete(api, chk.prompt, budget, temperature=0.0, extra=extra)
         except Exception as exc:  # a failed request is a failed check, with its cause
-            results.append(AnswerResult(chk.name, False, f"request failed: {exc}"[:300], "", 0))
+            results.append(AnswerResult(chk.name, False, f"request failed: {exc}"[:300], "", 0, max_tokens=budget))
             continue
-        # The answer must be in `content`; a reasoning model that only thought
-        # (content null) did not answer.
-        if not reply.content.strip():
-            verdict = Verdict(False, "empty content" + (" (reasoning only)" if reply.reasoning else ""))
-        else:
-            verdict = chk.check(reply.content)
-        results.append(
-            AnswerResult(chk.name, verdict.passed, verdict.reason, _excerpt(reply.content), len(reply.reasoning))
-        )
+        verdict, reasoning_passed = judge(chk, reply.content, reply.reasoning, budget, reply.finish_reason)
+        results.append(AnswerResult(chk.name, verdict.passed, verdict.reason, _excerpt(reply.content),
+                                    len(reply.reasoning), reasoning_passed, reply.finish_reason, budget))
     return tuple(results)
+
+
+def judge(chk: AnswerCheck, content: str, reasoning: str, budget: int,
+          finish_reason: str | None = None) -> tuple[Verdict, bool | None]:
+    """The verdict on one reply, and whether its reasoning_content alone would pass (None: none).
+
+    The answer must be in `content`: a reasoning model that only thought (content empty or null)
+    did not answer, whatever its reasoning says. Saying how much it thought, whether it was cut off
+    and whether the thinking got the answer right tells a budget that is too small (raise it) from a
+    broken reply (a bug to chase)."""
+    reasoning_passed = chk.check(reasoning).passed if reasoning.strip() else None
+    right_in_reasoning = "; the reasoning reached the right answer, the reply did not" if reasoning_passed else ""
+    if not content.strip():
+        if not reasoning.strip():
+            return Verdict(False, "empty content"), None
+        budget_hint = ("raise --reasoning-budget (it adds tokens to every answers prompt's max_tokens) or cap "
+                       "the server's reasoning budget")
+        if finish_reason == "length":
+            why = f"cut off at max_tokens {budget}): {budget_hint}"
+        else:
+            # It stopped on its own: the reply may sit in the reasoning channel (a reasoning parser
+            # that misses the end of thinking), or it thought to the end and said nothing.
+            why = (f"finish_reason {finish_reason or 'none'} within max_tokens {budget}): check the server's "
+                   f"reasoning parser, or {budget_hint}")
+        return Verdict(False, f"the answer is only in reasoning_content ({len(reasoning)} chars, {why}"
+                       + right_in_reasoning), reasoning_passed
+    verdict = chk.check(content)
+    if not verdict.passed and right_in_reasoning:
+        verdict = Verdict(False, verdict.reason + right_in_reasoning)
+    return verdict, reasoning_passed
 
 
 def _excerpt(text: str, limit: int = 160) -> str:

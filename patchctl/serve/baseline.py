@@ -28,7 +28,7 @@ DEFAULT_THRESHOLD = 0.05
 DEFAULT_METRICS: tuple[str, ...] = ("output_tok_s",)
 
 # Which way is better for every metric a level can report (metrics.LevelMetrics.flat).
-HIGHER_IS_BETTER = {"output_tok_s"}
+HIGHER_IS_BETTER = {"output_tok_s", "request_tok_s_p50"}
 LOWER_IS_BETTER = {
     f"{m}_{q}" for m in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms") for q in ("p50", "p99")
 }
@@ -61,23 +61,33 @@ class Baseline(NamedTuple):
     deployment: Deployment
     recorded_at: str
     levels: Mapping[int, Mapping[str, float]]  # concurrency -> flat metrics
+    # What was measured: {prompt, prompt_sha256, max_tokens, api, streamed}. None in baselines
+    # written before it was recorded (their prompt was the essay, then the default).
+    workload: Mapping[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "format": FORMAT,
             "deployment": self.deployment._asdict(),
             "recorded_at": self.recorded_at,
             "levels": {str(c): dict(m) for c, m in sorted(self.levels.items())},
         }
+        if self.workload is not None:
+            out["workload"] = dict(self.workload)
+        return out
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> Baseline:
         if obj.get("format") != FORMAT:
             raise ValueError(f"baseline format {obj.get('format')!r}, expected {FORMAT}")
+        workload = obj.get("workload")
+        if workload is not None and not isinstance(workload, dict):
+            raise ValueError(f"workload is {type(workload).__name__}, not an object")
         return cls(
             Deployment(**obj["deployment"]),
             obj["recorded_at"],
             {int(c): {k: float(v) for k, v in m.items()} for c, m in obj["levels"].items()},
+            workload,
         )
 
 
@@ -102,9 +112,10 @@ class BaselineStore:
             raise UsageError(f"{path} holds {baseline.deployment}, not {deployment}", hint=hint)
         return baseline
 
-    def save(self, deployment: Deployment, levels: Mapping[int, Mapping[str, float]]) -> Path:
+    def save(self, deployment: Deployment, levels: Mapping[int, Mapping[str, float]],
+             workload: Mapping[str, Any] | None = None) -> Path:
         baseline = Baseline(
-            deployment, _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), levels
+            deployment, _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), levels, workload
         )
         path = self.path_for(deployment)
         write_atomic(path, (json.dumps(baseline.to_json(), indent=2, sort_keys=True) + "\n").encode())
@@ -115,7 +126,7 @@ class BaselineCheck(NamedTuple):
     concurrency: int
     metric: str
     baseline: float
-    current: float | None  # None: measured in the baseline, not measurable now
+    current: float | None  # None only in reports written before not_compared existed
     change: float | None  # relative, signed: +0.02 is 2% higher than baseline
     regressed: bool
 
@@ -135,26 +146,65 @@ def compare(
     threshold: float = DEFAULT_THRESHOLD,
     metrics: Sequence[str] = DEFAULT_METRICS,
 ) -> tuple[BaselineCheck, ...]:
-    """Every (level, metric) the baseline has is reported, within threshold or not.
+    """Every (level, metric) measured both in the baseline and now is reported, within threshold or
+    not; the rest is not_compared's.
 
     A worsening beyond `threshold` (relative) regresses; better numbers never do.
     """
     checks = []
-    for conc in sorted(baseline.levels):
+    for conc in sorted(set(baseline.levels) & set(current)):
         for metric in metrics:
-            if metric not in baseline.levels[conc]:
-                continue
-            base = baseline.levels[conc][metric]
-            now = current.get(conc, {}).get(metric)
-            if now is None:
-                checks.append(BaselineCheck(conc, metric, base, None, None, True))
+            if metric not in HIGHER_IS_BETTER | LOWER_IS_BETTER:
+                raise ValueError(f"unknown baseline metric {metric!r}")
+            base = baseline.levels[conc].get(metric)
+            now = current[conc].get(metric)
+            if base is None or now is None:
                 continue
             change = (now - base) / base if base else 0.0
-            if metric in HIGHER_IS_BETTER:
-                regressed = change < -threshold
-            elif metric in LOWER_IS_BETTER:
-                regressed = change > threshold
-            else:
-                raise ValueError(f"unknown baseline metric {metric!r}")
+            regressed = change < -threshold if metric in HIGHER_IS_BETTER else change > threshold
             checks.append(BaselineCheck(conc, metric, base, now, change, regressed))
     return tuple(checks)
+
+
+class NotCompared(NamedTuple):
+    concurrency: int
+    reason: str  # "only in the baseline", "only in this run", "<metric> not measured in this run", ...
+
+
+def not_compared(
+    current: Mapping[int, Mapping[str, float]],
+    baseline: Baseline,
+    metrics: Sequence[str] = DEFAULT_METRICS,
+) -> tuple[NotCompared, ...]:
+    """The levels compare() leaves out, and why: a level one run did not measure is no evidence
+    of a regression (a --concurrency 1 run against a 1,8,32 baseline), nor of its absence."""
+    out = []
+    for conc in sorted(set(baseline.levels) | set(current)):
+        if conc not in current:
+            out.append(NotCompared(conc, "only in the baseline"))
+        elif conc not in baseline.levels:
+            out.append(NotCompared(conc, "only in this run"))
+        else:
+            for metric in metrics:
+                if metric not in baseline.levels[conc]:
+                    out.append(NotCompared(conc, f"{metric} not in the baseline"))
+                elif metric not in current[conc]:
+                    out.append(NotCompared(conc, f"{metric} not measured in this run"))
+    return tuple(out)
+
+
+def workload_differences(baseline: Baseline, workload: Mapping[str, Any]) -> tuple[str, ...]:
+    """How this run's workload differs from the baseline's: "prompt essay -> counting", ...
+    A baseline without one predates its recording (its prompt was the essay)."""
+    if baseline.workload is None:
+        return ("the baseline does not say what it measured (recorded by an older patchctl, whose "
+                "default prompt was the essay)",)
+    diffs = []
+    for key in ("prompt", "max_tokens", "api", "streamed"):
+        then, now = baseline.workload.get(key), workload.get(key)
+        if then is not None and then != now:
+            diffs.append(f"{key} {then} -> {now}")
+    if (not diffs and baseline.workload.get("prompt_sha256")
+            and baseline.workload.get("prompt_sha256") != workload.get("prompt_sha256")):
+        diffs.append(f"the text of prompt {workload.get('prompt')} changed")
+    return tuple(diffs)

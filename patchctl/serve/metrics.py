@@ -8,6 +8,8 @@ already quote:
   for fewer than two tokens, and undefined without streaming (we never derive it
   from end-to-end latency minus a TTFT we did not see: that gave negative TPOT).
 - output tok/s: all output tokens of a level / wall time of the level.
+- per-request tok/s: one request's output tokens / its end-to-end time; their spread across a level
+  says how steady the level's figure is (Spread).
 """
 from __future__ import annotations
 
@@ -72,6 +74,12 @@ class RequestRecord(NamedTuple):
     def e2e(self) -> float:
         return self.end - self.start
 
+    @property
+    def tok_s(self) -> float | None:
+        """This request's output tokens per second, end to end; None where its tokens are not known."""
+        n = self.output_tokens
+        return n / self.e2e if n is not None and self.e2e > 0 else None
+
 
 class Stats(NamedTuple):
     """Summary of a sample, in milliseconds."""
@@ -111,6 +119,40 @@ def summarize_ms(seconds: Iterable[float]) -> Stats | None:
     )
 
 
+class Spread(NamedTuple):
+    """How per-request output tok/s spread across one level's requests."""
+
+    n: int
+    p10: float
+    p25: float
+    p50: float
+    p75: float
+    p90: float
+    iqr_pct: float | None  # (p75 - p25) / p50, in %: the spread of one request's figure
+    # Half-width of the 95% confidence interval of the median, in % of it: how well this many
+    # requests pin the level down. It shrinks as 1/sqrt(n), so more requests narrow it; what is
+    # held against --threshold. None for a single request (no spread to see).
+    median_ci_pct: float | None
+
+
+def spread_of(values: Iterable[float]) -> Spread | None:
+    """Percentiles, IQR and the median's distribution-free 95% interval (the order statistics at
+    ranks n/2 -+ 1.96 sqrt(n)/2, the binomial's normal approximation), None for no values."""
+    xs = sorted(values)
+    n = len(xs)
+    if not n:
+        return None
+    p = {q: percentile(xs, q) for q in (10, 25, 50, 75, 90)}
+    med = p[50]
+    iqr = (p[75] - p[25]) / med * 100 if med > 0 else None
+    ci = None
+    if n >= 2 and med > 0:
+        lo = max(1, math.floor(n / 2 - 0.98 * math.sqrt(n)))  # 1-based ranks
+        hi = min(n, math.ceil(n / 2 + 1 + 0.98 * math.sqrt(n)))
+        ci = (xs[hi - 1] - xs[lo - 1]) / 2 / med * 100
+    return Spread(n, p[10], p[25], med, p[75], p[90], iqr, ci)
+
+
 class LevelMetrics(NamedTuple):
     """One concurrency level's result. None means 'not measurable here', never 0."""
 
@@ -128,12 +170,19 @@ class LevelMetrics(NamedTuple):
     e2e_ms: Stats | None
     reasoning_requests: int  # requests that streamed any reasoning_content
     errors: tuple[str, ...]
+    # Added after format 1 was first written; the default keeps older stored reports readable.
+    request_tok_s: Spread | None = None  # per-request output tok/s; None where tokens are not known
 
     def flat(self) -> dict[str, float]:
-        """The scalar numbers a baseline stores and compares."""
+        """The scalar numbers a baseline stores (and can compare: baseline.HIGHER_IS_BETTER and
+        LOWER_IS_BETTER; request_tok_s_ci_pct is kept only to say how steady the baseline was)."""
         out: dict[str, float] = {}
         if self.output_tok_s is not None:
             out["output_tok_s"] = self.output_tok_s
+        if self.request_tok_s is not None:
+            out["request_tok_s_p50"] = self.request_tok_s.p50
+            if self.request_tok_s.median_ci_pct is not None:
+                out["request_tok_s_ci_pct"] = self.request_tok_s.median_ci_pct
         for name in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
             stats = getattr(self, name)
             if stats is not None:
@@ -170,4 +219,5 @@ def aggregate(
         e2e_ms=summarize_ms(r.e2e for r in ok),
         reasoning_requests=sum(1 for r in ok if r.reasoning),
         errors=tuple(sorted({r.error for r in records if r.error})),
+        request_tok_s=spread_of(t for r in ok if (t := r.tok_s) is not None),
     )

@@ -2,14 +2,18 @@
 shape of a validate document's `report` and of the file --out writes), no rendering."""
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, is_dataclass
-from typing import Any
+from dataclasses import dataclass, field, fields, is_dataclass
+from typing import Any, NamedTuple
 
 from patchctl.serve.answers import AnswerResult
-from patchctl.serve.baseline import BaselineCheck, Deployment
+from patchctl.serve.baseline import BaselineCheck, Deployment, NotCompared
 from patchctl.serve.golden import GoldenDiff
-from patchctl.serve.metrics import LevelMetrics, Stats
+from patchctl.serve.metrics import LevelMetrics, Spread, Stats
 
+# Keys have been added to format 1 since it was first written (answers' reasoning_passed,
+# finish_reason and max_tokens; throughput's prompt, prompt_sha256, temperature, single_request and
+# each level's request_tok_s; baseline's not_compared and workload_changes; warnings), none renamed
+# or removed: a reader of format 1 keeps working, and older stored reports still load.
 FORMAT = 1
 
 
@@ -26,12 +30,39 @@ class GoldenReport:
         return tuple(d for d in self.diffs if not d.matched)
 
 
+class SingleRequest(NamedTuple):
+    """The figure people quote: one request at a time (the concurrency-1 level)."""
+
+    concurrency: int  # always 1
+    requests: int
+    output_tok_s: float | None
+    ttft_ms: Stats | None
+    tpot_ms: Stats | None
+
+
 @dataclass(frozen=True)
 class ThroughputReport:
     api: str
     streamed: bool
     max_tokens: int
     levels: tuple[LevelMetrics, ...]
+    prompt: str | None = None  # counting | essay | the --prompt file's path; None in older reports
+    prompt_sha256: str | None = None  # of the prompt's text, 16 hex digits
+    temperature: float | None = None
+    # The concurrency-1 level, when one was measured: derived from levels, never passed.
+    single_request: SingleRequest | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        one = next((lv for lv in self.levels if lv.concurrency == 1), None)
+        if one is not None:
+            single = SingleRequest(1, one.requests, one.output_tok_s, one.ttft_ms, one.tpot_ms)
+            object.__setattr__(self, "single_request", single)
+
+    @property
+    def workload(self) -> dict[str, Any]:
+        """What a baseline records of how it was measured, to tell a like-for-like comparison."""
+        return {"prompt": self.prompt, "prompt_sha256": self.prompt_sha256, "max_tokens": self.max_tokens,
+                "api": self.api, "streamed": self.streamed}
 
 
 @dataclass(frozen=True)
@@ -40,6 +71,8 @@ class BaselineReport:
     path: str
     threshold: float
     checks: tuple[BaselineCheck, ...]
+    not_compared: tuple[NotCompared, ...] = ()  # levels measured in only one of the two runs
+    workload_changes: tuple[str, ...] = ()  # how this run was measured differently from the baseline
 
     @property
     def regressions(self) -> tuple[BaselineCheck, ...]:
@@ -58,6 +91,7 @@ class ServeReport:
     baseline: BaselineReport | None
     failures: tuple[str, ...]  # one sentence each, naming the numbers
     notes: tuple[str, ...]  # what was skipped or measured differently, and why
+    warnings: tuple[str, ...] = ()  # results to distrust: a comparison that is within the noise
 
     @property
     def ok(self) -> bool:
@@ -88,19 +122,26 @@ class ServeReport:
                 **{**golden, "diffs": tuple(GoldenDiff(**d) for d in golden["diffs"])}
             ),
             throughput=None if tp is None else ThroughputReport(
-                **{**tp, "levels": tuple(_level(lv) for lv in tp["levels"])}
+                # single_request is derived from the levels, not passed
+                **{k: v for k, v in tp.items() if k not in ("single_request", "levels")},
+                levels=tuple(_level(lv) for lv in tp["levels"]),
             ),
             baseline=None if base is None else BaselineReport(
-                **{**base, "checks": tuple(BaselineCheck(**c) for c in base["checks"])}
+                **{**base, "checks": tuple(BaselineCheck(**c) for c in base["checks"]),
+                   "not_compared": tuple(NotCompared(**n) for n in base.get("not_compared", ())),
+                   "workload_changes": tuple(base.get("workload_changes", ()))}
             ),
             failures=tuple(obj["failures"]),
             notes=tuple(obj["notes"]),
+            warnings=tuple(obj.get("warnings", ())),
         )
 
 
 def _level(obj: dict[str, Any]) -> LevelMetrics:
     stats = {k: None if obj[k] is None else Stats(**obj[k]) for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")}
-    return LevelMetrics(**{**obj, **stats, "errors": tuple(obj["errors"])})
+    spread = obj.get("request_tok_s")
+    return LevelMetrics(**{**obj, **stats, "errors": tuple(obj["errors"]),
+                           "request_tok_s": None if spread is None else Spread(**spread)})
 
 
 def _plain(obj: Any) -> Any:

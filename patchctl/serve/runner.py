@@ -8,6 +8,7 @@ stops answering, is a NetworkError and one that does not start a ServerStartErro
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,7 +24,15 @@ from patchctl.serve import golden as _golden
 from patchctl.serve.client import CHAT, COMPLETIONS, OpenAIClient
 from patchctl.serve.process import ServerProcess
 from patchctl.serve.report import BaselineReport, GoldenReport, ServeReport, ThroughputReport
-from patchctl.serve.throughput import DEFAULT_PROMPT, default_requests, run_level, warm_up
+from patchctl.serve.throughput import (
+    DEFAULT_PROMPT,
+    PROMPTS,
+    TEMPERATURE,
+    default_requests,
+    prompt_digest,
+    run_level,
+    warm_up,
+)
 
 Progress = Callable[[str], None]
 
@@ -61,7 +70,8 @@ class ServeConfig:
     max_tokens: int = 128
     stream: bool = True
     throughput_api: str = CHAT
-    prompt: str = DEFAULT_PROMPT
+    prompt: str = DEFAULT_PROMPT  # the text; throughput.resolve_prompt reads --prompt
+    prompt_name: str | None = None  # for the report: counting | essay | a file's path; None: from the text
     warmup_requests: int = 1
 
     baseline_dir: Path | None = None  # None: default_data_dir()/baselines
@@ -103,6 +113,7 @@ def run_serve_smoke(config: ServeConfig, progress: Progress | None = None) -> Se
         notes.append("engine version unknown: the server has no /version; pass it for a precise baseline key")
     deployment = _baseline.Deployment(model, engine_version, config.patch_set)
     failures: list[str] = []
+    warnings: list[str] = []
     extra = dict(config.extra_body)
 
     answer_results = None
@@ -145,11 +156,13 @@ def run_serve_smoke(config: ServeConfig, progress: Progress | None = None) -> Se
                 notes.append(f"c={lv.concurrency}: output tokens counted by {methods}, not server usage")
             if not lv.streamed:
                 notes.append(f"c={lv.concurrency}: not streamed, so TTFT, TPOT and ITL are not measured")
-        baseline_report = _run_baseline(config, deployment, throughput_report)
+        baseline_report, base = _run_baseline(config, deployment, throughput_report)
         if baseline_report.status == "refused":
             failures.append(f"baseline not recorded: requests failed, so {baseline_report.path} keeps its numbers")
         for check in baseline_report.regressions:
             failures.append("baseline " + check.describe(config.threshold))
+        notes += _not_compared_notes(baseline_report)
+        warnings += _baseline_warnings(config, baseline_report, throughput_report, base)
 
     return ServeReport(
         base_url=client.base_url,
@@ -162,6 +175,7 @@ def run_serve_smoke(config: ServeConfig, progress: Progress | None = None) -> Se
         baseline=baseline_report,
         failures=tuple(failures),
         notes=tuple(notes),
+        warnings=tuple(warnings),
     )
 
 
@@ -193,10 +207,14 @@ def _run_throughput(config: ServeConfig, client: OpenAIClient, extra, say: Progr
         levels.append(
             run_level(client, conc, n, config.throughput_api, config.prompt, config.max_tokens, config.stream, extra)
         )
-    return ThroughputReport(config.throughput_api, config.stream, config.max_tokens, tuple(levels))
+    name = config.prompt_name or next((k for k, v in PROMPTS.items() if v == config.prompt), "custom")
+    return ThroughputReport(config.throughput_api, config.stream, config.max_tokens, tuple(levels),
+                            prompt=name, prompt_sha256=prompt_digest(config.prompt), temperature=TEMPERATURE)
 
 
-def _run_baseline(config: ServeConfig, deployment: _baseline.Deployment, tp: ThroughputReport) -> BaselineReport:
+def _run_baseline(config: ServeConfig, deployment: _baseline.Deployment,
+                  tp: ThroughputReport) -> tuple[BaselineReport, _baseline.Baseline | None]:
+    """The baseline report, and the baseline compared with (None when none was)."""
     root = Path(config.baseline_dir) if config.baseline_dir else default_data_dir() / "baselines"
     store = _baseline.BaselineStore(root)
     current = {lv.concurrency: lv.flat() for lv in tp.levels}
@@ -204,14 +222,85 @@ def _run_baseline(config: ServeConfig, deployment: _baseline.Deployment, tp: Thr
     if config.update_baseline:
         if any(lv.failed for lv in tp.levels):
             # A run with failed requests would become the bar every later run is held to.
-            return BaselineReport("refused", str(path), config.threshold, ())
-        store.save(deployment, current)
-        return BaselineReport("recorded", str(path), config.threshold, ())
+            return BaselineReport("refused", str(path), config.threshold, ()), None
+        store.save(deployment, current, tp.workload)
+        return BaselineReport("recorded", str(path), config.threshold, ()), None
     base = store.load(deployment)
     if base is None:
-        return BaselineReport("missing", str(path), config.threshold, ())
+        return BaselineReport("missing", str(path), config.threshold, ()), None
     checks = _baseline.compare(current, base, config.threshold, config.baseline_metrics)
-    return BaselineReport("compared", str(path), config.threshold, checks)
+    skipped = _baseline.not_compared(current, base, config.baseline_metrics)
+    changes = _baseline.workload_differences(base, tp.workload)
+    return BaselineReport("compared", str(path), config.threshold, checks, skipped, changes), base
+
+
+def _levels(concurrencies) -> str:
+    return ", ".join(f"c={c}" for c in concurrencies)
+
+
+def _not_compared_notes(b: BaselineReport) -> list[str]:
+    """One note per reason a level was left out of the comparison."""
+    notes = []
+    by_reason: dict[str, list[int]] = {}
+    for n in b.not_compared:
+        by_reason.setdefault(n.reason, []).append(n.concurrency)
+    for reason, concs in by_reason.items():
+        why = {"only in the baseline": "measured only in the baseline",
+               "only in this run": "measured only in this run (--update-baseline records it)"}.get(reason, reason)
+        notes.append(f"baseline: {_levels(concs)} not compared: {why}")
+    if b.status == "compared" and not b.checks:
+        notes.append("baseline: no level was measured in both this run and the baseline: nothing compared")
+    return notes
+
+
+def _baseline_warnings(config: ServeConfig, b: BaselineReport, tp: ThroughputReport,
+                       base: _baseline.Baseline | None) -> list[str]:
+    """A comparison (or a baseline being recorded) that the noise of the numbers makes meaningless,
+    and a comparison against numbers measured some other way."""
+    warnings = []
+    if b.workload_changes:
+        warnings.append(
+            f"the baseline {b.path} was measured differently ({'; '.join(b.workload_changes)}): the comparison "
+            "is not like for like; record a new one with --update-baseline, or measure as it did "
+            "(--prompt, --max-tokens)"
+        )
+    if b.status == "recorded":
+        judged = list(tp.levels)
+        consequence = "the baseline recorded from it is too noisy at this level for later comparisons to mean much"
+    elif b.status == "compared":
+        compared = {c.concurrency for c in b.checks}
+        judged = [lv for lv in tp.levels if lv.concurrency in compared]
+        consequence = "the comparison against the baseline is not meaningful at this level"
+    else:
+        return warnings
+    limit = config.threshold * 100
+    for lv in judged:
+        spread = lv.request_tok_s
+        if spread is None:
+            continue  # no token counts (non-streaming without usage): nothing was compared on them
+        if spread.median_ci_pct is None:
+            warnings.append(f"c={lv.concurrency}: {spread.n} request, so its noise is unknown: {consequence}; "
+                            f"use --requests {default_requests(lv.concurrency)} or more")
+        elif spread.median_ci_pct > limit:
+            # The interval narrows as 1/sqrt(n): the requests that bring it inside the threshold.
+            need = math.ceil(spread.n * (spread.median_ci_pct / limit) ** 2) if limit > 0 else None
+            more = f"--requests {need} or so" if need else "--requests"
+            iqr = f"; IQR {spread.iqr_pct:.1f}%" if spread.iqr_pct is not None else ""
+            warnings.append(
+                f"c={lv.concurrency}: median per-request tok/s known only to ±{spread.median_ci_pct:.1f}% (95% "
+                f"interval over {spread.n} requests{iqr}), wider than the {config.threshold:.0%} threshold: "
+                f"{consequence}; more requests narrow it ({more})"
+            )
+    if base is not None:
+        for c in b.checks:
+            then = base.levels.get(c.concurrency, {}).get("request_tok_s_ci_pct")
+            if c.metric == "output_tok_s" and then is not None and then > limit:
+                warnings.append(
+                    f"c={c.concurrency}: the baseline's own median was known only to ±{then:.1f}%, wider than the "
+                    f"{config.threshold:.0%} threshold: the comparison is not meaningful at this level; re-record "
+                    "it with --update-baseline and more --requests"
+                )
+    return warnings
 
 
 def run_with_server(

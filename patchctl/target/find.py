@@ -3,16 +3,22 @@ installing the named version first when asked (`apply --install`)."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from packaging.version import Version
 
+from patchctl.engines import Engine
 from patchctl.errors import UsageError
 from patchctl.interpreter import dist_versions
 from patchctl.sources import installed as inst
 from patchctl.spec import EngineRef
 from patchctl.target.operations import Target
+
+if TYPE_CHECKING:
+    from patchctl.sources.fetch import SourceContext
+    from patchctl.store import Patch
 
 
 class TargetSpec(NamedTuple):
@@ -23,7 +29,8 @@ class TargetSpec(NamedTuple):
     as_version: Version | None = None
 
 
-def find_target(ref: EngineRef, where: TargetSpec, *, install: bool = False, ctx=None) -> Target:
+def find_target(ref: EngineRef, where: TargetSpec, *, install: bool = False,
+                ctx: SourceContext | None = None) -> Target:
     engine = ref.engine
     if where.target_dir:
         root = Path(where.target_dir).resolve()
@@ -44,6 +51,7 @@ def find_target(ref: EngineRef, where: TargetSpec, *, install: bool = False, ctx
                                       f"tree's metadata is wrong")
             version = found
         elif ref.kind == "exact":
+            assert ref.version is not None  # parse_spec gives every "exact" ref its version
             version = ref.version
         else:
             raise UsageError(f"cannot tell the {engine.name} version of {root}",
@@ -51,20 +59,21 @@ def find_target(ref: EngineRef, where: TargetSpec, *, install: bool = False, ctx
         return Target(engine, root, version, f"directory {root}")
     python = where.python or inst.default_python()
     if install:
+        assert ctx is not None  # --install comes with the fetch options, which build the context
         _install(ref, python, ctx)
-    found = inst.require_installed(engine, python)
+    installed = inst.require_installed(engine, python)
     # importlib.metadata reports the first dist-info it meets; with two (pip left the old one) the
     # one whose RECORD matches the files is the installed version.
-    found = found._replace(version=tree_version(engine, found.root) or found.version)
-    if ref.kind == "exact" and found.version != ref.version:
+    installed = installed._replace(version=tree_version(engine, installed.root) or installed.version)
+    if ref.kind == "exact" and installed.version != ref.version:
         raise UsageError(
-            f"{engine.dist} {found.version} is installed in {found.python}, not {ref.version}",
+            f"{engine.dist} {installed.version} is installed in {installed.python}, not {ref.version}",
             hint=f"pass --install to install {engine.dist}=={ref.version} first, or drop the version",
         )
-    return Target(engine, found.root, found.version, f"installed in {found.python}")
+    return Target(engine, installed.root, installed.version, f"installed in {installed.python}")
 
 
-def tree_version(engine, root: Path) -> Version | None:
+def tree_version(engine: Engine, root: Path) -> Version | None:
     """The version of the engine's tree at root: from its dist-info (the one whose RECORD matches the
     files, when pip left two), else from PKG-INFO or the package's version file."""
     infos = [d for d in root.glob("*.dist-info") if _dist_name(d) == engine.dist and (d / "METADATA").is_file()]
@@ -77,7 +86,7 @@ def _dist_name(info: Path) -> str:
     return info.name.removesuffix(".dist-info").rsplit("-", 1)[0].replace("_", "-").lower()
 
 
-def _version_matching_files(engine, root: Path, infos: list[Path]) -> Version:
+def _version_matching_files(engine: Engine, root: Path, infos: list[Path]) -> Version:
     import email
 
     from patchctl.sources.zipread import record_hashes
@@ -111,7 +120,7 @@ def env_python(where: TargetSpec) -> str | None:
     return None if where.target_dir else (where.python or inst.default_python())
 
 
-def _install(ref: EngineRef, python: str, ctx) -> None:
+def _install(ref: EngineRef, python: str, ctx: SourceContext) -> None:
     from patchctl.sources import fetch
 
     engine = ref.engine
@@ -124,6 +133,7 @@ def _install(ref: EngineRef, python: str, ctx) -> None:
         requirement, extra = engine.dist, extra + ("--upgrade",)
     elif ref.kind == "nightly":
         kind, url, branch = fetch.nightly_source(engine, ctx.nightly_source)
+        assert url is not None  # nightly_source() raises when no URL is configured
         if kind == "git":
             prefix = engine.layout_prefix("git").rstrip("/")
             sub = f"#subdirectory={prefix}" if prefix else ""
@@ -135,7 +145,7 @@ def _install(ref: EngineRef, python: str, ctx) -> None:
     inst.pip_install(python, requirement, extra)
 
 
-def requirement_warnings(patches, python: str | None) -> list[str]:
+def requirement_warnings(patches: Iterable[Patch], python: str | None) -> list[str]:
     """Companion packages a patch needs (e.g. gguf>=0.18) that the environment lacks."""
     from packaging.requirements import Requirement
 

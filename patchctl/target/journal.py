@@ -233,11 +233,20 @@ class TargetState:
         return data
 
     def _prepare_dir(self) -> None:
-        if not self.dir.is_dir():
-            self.dir.mkdir(parents=True, exist_ok=True)
+        if self.dir.is_dir():
+            return
+        made = not self.dir.parent.exists()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        try:
             ignore = self.dir.parent / ".gitignore"
             if not ignore.exists():
                 write_atomic(ignore, b"# patchctl's record of what it changed in this tree\n*\n")
+        except OSError:
+            # A full disk: leave no empty folder behind in the tree.
+            self.dir.rmdir()
+            if made:
+                self.dir.parent.rmdir()
+            raise
 
     # the lock --------------------------------------------------------------------------------
     @contextmanager
@@ -251,7 +260,7 @@ class TargetState:
                 self._prepare_dir()
                 fd = os.open(self.dir / "lock", os.O_RDWR | os.O_CREAT, 0o644)
             except OSError as exc:
-                if read_only_ok and exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS) \
+                if read_only_ok and exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT) \
                         and not self.journal_file.exists():
                     yield
                     return
@@ -325,7 +334,7 @@ class TargetState:
 
     def write_files(self, changes: list[Change], new_record: StateRecord | None) -> None:
         """Replace files under the root all-or-nothing, then save new_record."""
-        entries = []
+        entries: list[dict[str, Any]] = []  # journal.json entries
         for c in changes:
             mtime, bytecode = self.capture(c.path)
             entries.append({

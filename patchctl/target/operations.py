@@ -8,8 +8,8 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 from packaging.version import Version
@@ -18,14 +18,13 @@ from patchctl import config
 from patchctl import outcomes as O
 from patchctl.engines import Engine
 from patchctl.errors import EnvironmentProblem, PatchFailed, UsageError
-from patchctl.target.journal import (Change, FileRecord, PatchRecord, StateDamaged, StateRecord, TargetState,
-                                     sha256)
+from patchctl.target.journal import Change, FileRecord, PatchRecord, StateDamaged, StateRecord, TargetState, sha256
 
 if TYPE_CHECKING:
     # The apply engine (and unidiff, the store, packaging.requirements under it) is imported by
     # apply() only: status and revert read the state record and hash files, nothing more.
     from patchctl.engine.evaluate import BaseFiles, Options, SeriesResult
-    from patchctl.sources.base import FileSource
+    from patchctl.sources.base import FileSource, Provenance
     from patchctl.store import Patch
 
 
@@ -125,17 +124,19 @@ def apply(target: Target, patches: Callable[[], tuple[Patch, ...]], *, options: 
     with st.locked(wait):
         recovered = st.recover()
         current = status(target)
-        if ensure and current.state == "intact" and fingerprint is not None \
-                and current.record.store_fingerprint == fingerprint:
-            return ApplyReport(None, (), recovered, "patches intact: nothing to do", "intact", current.record)
+        if ensure and current.state == "intact" and fingerprint is not None:
+            assert current.record is not None  # status() says "intact" only about a record it loaded
+            if current.record.store_fingerprint == fingerprint:
+                return ApplyReport(None, (), recovered, "patches intact: nothing to do", "intact", current.record)
         if current.state == "modified" and (ensure or not force):
             raise Drifted(current)
         return _apply_locked(target, st, current, patches(), options=options, base_files=base_files,
                              keep_going=keep_going, dry_run=dry_run, recovered=recovered, fingerprint=fingerprint)
 
 
-def _apply_locked(target: Target, st: TargetState, current: TargetStatus, patches, *, options, base_files,
-                  keep_going, dry_run, recovered, fingerprint) -> ApplyReport:
+def _apply_locked(target: Target, st: TargetState, current: TargetStatus, patches: tuple[Patch, ...], *,
+                  options: Options, base_files: BaseFiles | None, keep_going: bool, dry_run: bool,
+                  recovered: bool, fingerprint: str | None) -> ApplyReport:
     from patchctl.engine import evaluate as engine_apply
 
     record = current.record
@@ -144,6 +145,7 @@ def _apply_locked(target: Target, st: TargetState, current: TargetStatus, patche
         # The old record describes files pip replaced. Files the patches created are still there
         # (pip leaves files it did not install): they are ours, so they are evaluated as absent and
         # stay in the new record, whose revert removes them.
+        assert record is not None  # status() reports these two states only about a record it loaded
         leftovers = frozenset(f.path for f, s in zip(record.files, current.files, strict=True)
                               if f.pristine_sha256 is None and s.status == "patched")
         carried = tuple(f for f in record.files if f.path in leftovers)
@@ -184,10 +186,10 @@ class _TreeSource:
                              hint="replace the link by the file itself, or patch the tree it points into")
         return data
 
-    def prefetch(self, paths) -> None:
+    def prefetch(self, paths: Iterable[str]) -> None:
         self._tree.prefetch(paths)
 
-    def provenance(self):
+    def provenance(self) -> Provenance:
         return self._tree.provenance()
 
 

@@ -4,10 +4,13 @@ Not a mock of the client: it speaks HTTP and SSE over a socket, in the exact
 shapes vLLM's reasoning parsers produce (`reasoning_content` deltas with
 `content: null`, a usage-only final chunk with `choices: []`), so the serve tier
 is exercised end to end in milliseconds. Knobs on `ShapeServer.settings` let a
-test switch usage reporting off, answer wrongly, or shift a golden token.
+test switch usage reporting off, answer wrongly, shift a golden token, think for
+longer than a small max_tokens allows (the answer then never reaches `content`),
+or make requests unevenly fast.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 import time
@@ -45,13 +48,17 @@ class ShapeServer:
             "usage": True,  # honour stream_options.include_usage / put usage in replies
             "wrong": False,  # answer the coherence prompts wrongly
             "reasoning": True,  # think (reasoning_content) before answering
+            "think_tokens": 0,  # more thinking tokens: a small max_tokens ends before any content
+            "reasoning_has_answer": False,  # the thinking states the right answer (even when `wrong`)
             "shift_at": None,  # golden: change the token at this index
             "delay_s": 0.002,  # between streamed chunks, so timings are not all zero
             "version": "0.0.0+shape",
             "fail": False,  # answer every POST with HTTP 500
             "truncate_after": None,  # end chat streams after this many chunks, no finish_reason/[DONE]
+            "delay_cycle": None,  # per-chunk delays, one per POST in turn: requests of uneven speed
         }
         self.requests: list[dict[str, Any]] = []
+        self.posts = itertools.count()
         handler = type("Handler", (_Handler,), {"owner": self})
         self.httpd = _Server(("127.0.0.1", port), handler)
         self.httpd.daemon_threads = True
@@ -85,6 +92,7 @@ class _Server(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     owner: ShapeServer
     protocol_version = "HTTP/1.1"
+    delay = 0.0  # between streamed chunks, for this request (settings delay_s or delay_cycle)
 
     def log_message(self, *args) -> None:  # keep pytest output clean
         pass
@@ -109,6 +117,8 @@ class _Handler(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         self.owner.requests.append(body)
         s = self.owner.settings
+        cycle = s["delay_cycle"]
+        self.delay = cycle[next(self.owner.posts) % len(cycle)] if cycle else s["delay_s"]
         if s["fail"]:
             self._json(500, {"error": {"message": "engine core died (pretend)"}})
             return
@@ -119,18 +129,22 @@ class _Handler(BaseHTTPRequestHandler):
             answer = next((v for k, v in table.items() if k in prompt), None)
             if answer is None:
                 answer = [f" tok{i}" for i in range(max_tokens)]
-            thinking = THINKING if s["reasoning"] else []
-            pieces = [("reasoning", t) for t in thinking] + [("content", t) for t in answer]
+            # A thinking model can get it right while thinking and still reply wrongly.
+            right = next((v for k, v in ANSWERS.items() if k in prompt), answer)
+            thinking = THINKING + (["\n", *right] if s["reasoning_has_answer"] else []) + [" hmm"] * s["think_tokens"]
+            pieces = [("reasoning", t) for t in thinking if s["reasoning"]] + [("content", t) for t in answer]
+            # As engines say it: "length" when max_tokens cut the reply short.
+            finish = "length" if len(pieces) > max_tokens else "stop"
             pieces = pieces[:max_tokens]
             if body.get("stream"):
-                self._stream_chat(pieces, body)
+                self._stream_chat(pieces, body, finish)
             else:
                 reasoning = "".join(t for k, t in pieces if k == "reasoning")
                 content = "".join(t for k, t in pieces if k == "content")
                 msg = {"role": "assistant", "content": content or None, "reasoning_content": reasoning or None}
                 reply: dict[str, Any] = {
                     "id": "x", "object": "chat.completion", "model": MODEL,
-                    "choices": [{"index": 0, "message": msg, "finish_reason": "stop"}],
+                    "choices": [{"index": 0, "message": msg, "finish_reason": finish}],
                 }
                 if s["usage"]:
                     n = len(pieces)
@@ -171,8 +185,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
 
-    def _stream_chat(self, pieces: list[tuple[str, str]], body: dict[str, Any]) -> None:
-        delay = self.owner.settings["delay_s"]
+    def _stream_chat(self, pieces: list[tuple[str, str]], body: dict[str, Any], finish: str) -> None:
+        delay = self.delay
         self._start_sse()
         # vLLM's first chunk: the role, no output yet.
         self._send(json.dumps({"object": "chat.completion.chunk", "choices": [
@@ -189,11 +203,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(json.dumps({"object": "chat.completion.chunk", "choices": [
                 {"index": 0, "delta": delta, "finish_reason": None}]}))
         self._send(json.dumps({"object": "chat.completion.chunk", "choices": [
-            {"index": 0, "delta": {"content": None}, "finish_reason": "stop"}]}))
+            {"index": 0, "delta": {"content": None}, "finish_reason": finish}]}))
         self._end_sse(len(pieces), body, "chat.completion.chunk")
 
     def _stream_completion(self, toks: list[str], body: dict[str, Any]) -> None:
-        delay = self.owner.settings["delay_s"]
+        delay = self.delay
         self._start_sse()
         for i, t in enumerate(toks):
             time.sleep(delay)

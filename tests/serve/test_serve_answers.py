@@ -43,3 +43,21 @@ def test_code_checked_by_parsing():
     assert "not valid Python" in check_code("def add(a, b) return a+b").reason
     assert "no function named add" in check_code("def plus(a, b):\n    return a + b").reason
     assert "parameters" in check_code("def add(a):\n    return a + a").reason
+
+
+def test_judge_a_reply_that_stayed_in_reasoning_content():
+    from patchctl.serve.answers import DEFAULT_CHECKS, judge
+
+    fact = DEFAULT_CHECKS[0]
+    verdict, right = judge(fact, "", "Hmm, France... its capital is Paris.", 32, "length")
+    assert not verdict.passed and right is True
+    assert verdict.reason == (
+        "the answer is only in reasoning_content (36 chars, cut off at max_tokens 32): raise --reasoning-budget "
+        "(it adds tokens to every answers prompt's max_tokens) or cap the server's reasoning budget; "
+        "the reasoning reached the right answer, the reply did not")
+    # Stopped on its own with the reply in the reasoning channel: the parser is the first suspect.
+    verdict, right = judge(fact, "  ", "Lyon, I think.", 32, "stop")
+    assert right is False and "finish_reason stop within max_tokens 32): check the server's reasoning parser" in (
+        verdict.reason) and "reached the right answer" not in verdict.reason
+    assert judge(fact, "", "", 32, "stop") == ((False, "empty content"), None)
+    assert judge(fact, "Paris", "Paris, surely.", 32, "stop") == ((True, "names Paris"), True)

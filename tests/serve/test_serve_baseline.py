@@ -7,8 +7,11 @@ from patchctl.serve.baseline import (
     Baseline,
     BaselineStore,
     Deployment,
+    NotCompared,
     applied_patch_set,
     compare,
+    not_compared,
+    workload_differences,
 )
 from patchctl.target.journal import FileRecord, PatchRecord, StateRecord
 
@@ -44,9 +47,31 @@ def test_improvement_never_regresses_and_latency_direction_is_inverted():
     assert [(c.metric, c.regressed) for c in checks] == [("output_tok_s", False), ("tpot_ms_p50", True)]
 
 
-def test_level_missing_now_is_a_regression():
-    (check,) = compare({}, base({32: {"output_tok_s": 10.0}}))
-    assert check.regressed and check.current is None
+def test_only_levels_measured_in_both_runs_are_compared():
+    # A --concurrency 1 run against a 1/8/32 baseline: c=8 and c=32 are not compared, not failed.
+    baseline = base({1: {"output_tok_s": 50.0}, 8: {"output_tok_s": 300.0}, 32: {"output_tok_s": 900.0}})
+    current = {1: {"output_tok_s": 49.0}, 4: {"output_tok_s": 150.0}}
+    (check,) = compare(current, baseline)
+    assert (check.concurrency, check.current, check.regressed) == (1, 49.0, False)
+    assert not_compared(current, baseline) == (
+        NotCompared(4, "only in this run"), NotCompared(8, "only in the baseline"),
+        NotCompared(32, "only in the baseline"))
+    # A level run now whose tok/s could not be measured (no usage, not streamed) is not a regression either.
+    assert compare({1: {}}, baseline) == ()
+    assert not_compared({1: {}}, base({1: {"output_tok_s": 50.0}})) == (
+        NotCompared(1, "output_tok_s not measured in this run"),)
+
+
+def test_workload_differences_name_what_changed():
+    workload = {"prompt": "counting", "prompt_sha256": "a" * 16, "max_tokens": 128, "api": "chat", "streamed": True}
+    same = base({1: {"output_tok_s": 1.0}})._replace(workload=workload)
+    assert workload_differences(same, workload) == ()
+    essay = same._replace(workload={**workload, "prompt": "essay", "prompt_sha256": "b" * 16, "max_tokens": 256})
+    assert workload_differences(essay, workload) == ("prompt essay -> counting", "max_tokens 256 -> 128")
+    edited = same._replace(workload={**workload, "prompt_sha256": "c" * 16})
+    assert workload_differences(edited, workload) == ("the text of prompt counting changed",)
+    (older,) = workload_differences(base({1: {"output_tok_s": 1.0}}), workload)
+    assert "older patchctl" in older and "essay" in older
 
 
 def test_unknown_metric_is_an_error():
@@ -60,7 +85,9 @@ def test_store_roundtrip_and_deployments_are_separate(tmp_path):
     path = store.save(DEP, {1: {"output_tok_s": 57.0}})
     assert json.loads(path.read_text())["deployment"]["engine_version"] == "0.20.1"
     loaded = store.load(DEP)
-    assert loaded.levels == {1: {"output_tok_s": 57.0}}
+    assert loaded.levels == {1: {"output_tok_s": 57.0}} and loaded.workload is None
+    store.save(DEP, {1: {"output_tok_s": 57.0}}, {"prompt": "counting", "max_tokens": 128})
+    assert store.load(DEP).workload == {"prompt": "counting", "max_tokens": 128}
     assert store.load(DEP._replace(patch_set="other")) is None
     assert store.load(DEP._replace(engine_version="0.20.2")) is None
 

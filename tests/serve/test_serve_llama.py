@@ -129,13 +129,29 @@ def test_whole_tier_against_llama_cpp(llama_url, tmp_path):
 
 
 def test_validate_command_against_llama_cpp(llama_url, tmp_path):
-    doc = run_json("validate", "vllm", "--url", llama_url, "--engine-version", "llama-cpp-python",
-                   "--no-answers", "--concurrency", "1", "--requests", "2", "--max-tokens", "8",
-                   "--baseline-dir", str(tmp_path / "baselines"), "--out", str(tmp_path / "v.json"), expect=0)
+    # --requests keeps it bounded: the default (16 per level at least) is for real deployments.
+    common = ("validate", "vllm", "--url", llama_url, "--engine-version", "llama-cpp-python", "--no-answers",
+              "--max-tokens", "8", "--baseline-dir", str(tmp_path / "baselines"))
+    args = (*common, "--concurrency", "1", "--requests", "3")
+    doc = run_json(*args, "--out", str(tmp_path / "v.json"), expect=0)
     assert (doc["command"], doc["url"], doc["started"]) == ("validate", llama_url, False)
     assert doc["report"]["deployment"] == {"model": ALIAS, "engine_version": "llama-cpp-python", "patch_set": "unknown"}
-    assert doc["report"]["throughput"]["levels"][0]["failed"] == 0
+    tp = doc["report"]["throughput"]
+    (level,) = tp["levels"]
+    assert level["failed"] == 0
+    # The counting prompt by default, and the single-request figure from the concurrency-1 level.
+    assert (tp["prompt"], tp["temperature"]) == ("counting", 0.0)
+    assert tp["single_request"]["output_tok_s"] == level["output_tok_s"] > 0
+    assert tp["single_request"]["ttft_ms"]["p50"] > 0
+    assert level["request_tok_s"]["n"] == 3 and level["request_tok_s"]["median_ci_pct"] is not None
     assert Path(doc["files"]["png"]).read_bytes()[:4] == b"\x89PNG"
+
+    # Against a 1,2 baseline a --concurrency 1 run compares c=1 only, and says c=2 was not compared.
+    run_json(*common, "--concurrency", "1,2", "--requests", "2", "--update-baseline", expect=0)
+    doc = run_json(*args, "--threshold", "0.99", expect=0)
+    b = doc["report"]["baseline"]
+    assert [c["concurrency"] for c in b["checks"]] == [1] and b["not_compared"] == [
+        {"concurrency": 2, "reason": "only in the baseline"}]
 
 
 def test_non_streaming_measures_only_what_it_can(llama_url, tmp_path):

@@ -1,6 +1,6 @@
 import pytest
 
-from patchctl.serve.metrics import RequestRecord, aggregate, percentile, summarize_ms
+from patchctl.serve.metrics import RequestRecord, aggregate, percentile, spread_of, summarize_ms
 
 
 def rec(start=0.0, chunks=(), usage=None, streamed=True, end=None, ok=True, error=None, reasoning=""):
@@ -76,3 +76,26 @@ def test_mixed_count_methods_are_named():
 
 def test_summarize_empty_is_none():
     assert summarize_ms([]) is None
+
+
+def test_spread_of_per_request_tok_s():
+    assert spread_of([]) is None
+    single = spread_of([50.0])
+    assert (single.n, single.p50, single.iqr_pct, single.median_ci_pct) == (1, 50.0, 0.0, None)
+    steady = spread_of([99.0, 100.0, 101.0] * 6)
+    assert steady.p10 == 99.0 and steady.p50 == 100.0 and steady.p90 == 101.0
+    assert steady.iqr_pct == pytest.approx(2.0) and steady.median_ci_pct == pytest.approx(1.0)
+    # The median's interval narrows with more requests of the same spread; the IQR does not.
+    values = [90.0 + i for i in range(21)]
+    few, many = spread_of(values), spread_of(values * 8)
+    assert few.iqr_pct == pytest.approx(many.iqr_pct, rel=0.05)
+    assert many.median_ci_pct < few.median_ci_pct / 2
+
+
+def test_per_request_tok_s_is_tokens_over_end_to_end_time():
+    assert rec(start=0.0, chunks=[0.5, 1.0], usage=10, end=2.0).tok_s == 5.0
+    assert rec(streamed=False, end=1.0).tok_s is None  # no count without usage
+    lv = aggregate(1, [rec(start=0.0, chunks=[0.5], usage=10, end=1.0),
+                       rec(start=1.0, chunks=[1.5], usage=10, end=3.0)], 3.0, True)
+    assert (lv.request_tok_s.n, lv.request_tok_s.p50) == (2, 7.5)
+    assert lv.flat()["request_tok_s_p50"] == 7.5 and "request_tok_s_ci_pct" in lv.flat()

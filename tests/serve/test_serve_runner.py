@@ -110,7 +110,11 @@ def test_reasoning_only_reply_is_not_an_answer(shape_server, tmp_path):
 
     checks = [AnswerCheck("fact", "capital of France?", 3, check_fact)]
     (res,) = run_answers(OpenAIClient(shape_server.base_url), checks)
-    assert not res.passed and res.reason == "empty content (reasoning only)"
+    assert not res.passed and res.reason.startswith("the answer is only in reasoning_content (12 chars, cut off")
+    assert (res.reasoning_chars, res.reasoning_passed, res.finish_reason, res.max_tokens) == (12, False, "length", 3)
+    # Room for the answer: it passes, and the thinking (no answer in it) did not.
+    (res,) = run_answers(OpenAIClient(shape_server.base_url), checks, extra_tokens=10)
+    assert res.passed and (res.reasoning_passed, res.finish_reason, res.max_tokens) == (False, "stop", 13)
 
 
 def test_baseline_record_then_regression_names_the_numbers(shape_server, tmp_path):
@@ -184,3 +188,25 @@ def test_renderers(shape_server, tmp_path):
     assert ServeReport.from_json(obj) == report
     assert png_path == tmp_path / "out" / "serve.png"
     assert png_path.read_bytes()[:8] == PNG_MAGIC and png_path.stat().st_size > 5000
+
+
+def test_reports_stored_before_the_added_keys_still_load(shape_server, tmp_path):
+    cfg = config(shape_server, tmp_path, concurrency=(1,), requests_per_level=2)
+    run_serve_smoke(replace(cfg, update_baseline=True, answers=False))
+    report = run_serve_smoke(cfg)
+    obj = json.loads(json.dumps(report.to_json()))
+    assert obj["throughput"]["single_request"]["output_tok_s"] == obj["throughput"]["levels"][0]["output_tok_s"]
+    # Format 1 as first written: none of the keys added since.
+    del obj["warnings"]
+    for a in obj["answers"]:
+        for key in ("reasoning_passed", "finish_reason", "max_tokens"):
+            del a[key]
+    for key in ("prompt", "prompt_sha256", "temperature", "single_request"):
+        del obj["throughput"][key]
+    del obj["throughput"]["levels"][0]["request_tok_s"]
+    for key in ("not_compared", "workload_changes"):
+        del obj["baseline"][key]
+    old = ServeReport.from_json(obj)
+    assert old.throughput.prompt is None and old.throughput.levels[0].request_tok_s is None
+    assert old.throughput.single_request.output_tok_s == report.throughput.single_request.output_tok_s
+    assert "-" in validate_text(old)  # the spread column says "not measured"
