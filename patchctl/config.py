@@ -34,16 +34,23 @@ def data_dir() -> Path:
 
 
 def load_config() -> dict:
+    """The config file, checked against patchctl/schemas/config.json ({} when there is none)."""
     path = config_file()
     if not path.is_file():
         return {}
+    raw = path.read_bytes()
     try:
-        data = load_yaml(path.read_text()) or {}
+        data = load_yaml(raw.decode("utf-8")) or {}
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"config file {path} is not UTF-8 text (byte {raw[exc.start]:#04x} at offset {exc.start})") from None
     except YAMLError as exc:
         raise UsageError(f"config file {path} is not valid YAML: {exc}") from None
     if not isinstance(data, dict):
         raise UsageError(f"config file {path} must hold a mapping")
-    return data
+    from patchctl.schemas import validate
+
+    return validate("config", data, f"config file {path}", error=UsageError,
+                    hint="keys: index_url, nightly.<engine>.{url, ref, kind} (README, Configuration)")
 
 
 class IndexChoice(NamedTuple):

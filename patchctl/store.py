@@ -17,6 +17,7 @@ from packaging.version import InvalidVersion, Version
 from patchctl.atomic import write_atomic
 from patchctl.engines import all_engines, get_engine
 from patchctl.errors import StoreError
+from patchctl.schemas import validate
 from patchctl.yamlio import dump_yaml, load_yaml
 
 VARIANT_RE = re.compile(r"^(?P<base>.+)\.patch$")
@@ -153,14 +154,14 @@ class Store(NamedTuple):
             raise StoreError(f"{series_file}: expected a mapping with a 'patches' list")
         if data.get("engine", engine) != engine:
             raise StoreError(f"{series_file}: says engine {data.get('engine')!r}, lies under {engine!r}")
-        patches = []
         for entry in data["patches"]:
             if not isinstance(entry, dict) or "name" not in entry:
                 raise StoreError(f"{series_file}: every entry needs a 'name'")
-            pins = entry.get("variants") or {}
-            if not isinstance(pins, dict):
+            if not isinstance(entry.get("variants") or {}, dict):
                 raise StoreError(f"{series_file}: {entry['name']}: 'variants' must map file -> sha256")
-            patches.append(_load_patch(engine, directory / entry["name"], pins))
+        validate("series", data, str(series_file), hint=_HINT)
+        patches = [_load_patch(engine, directory / entry["name"], entry.get("variants") or {})
+                   for entry in data["patches"]]
         names = [p.name for p in patches]
         dupes = {n for n in names if names.count(n) > 1}
         if dupes:
@@ -210,9 +211,18 @@ def _settled(fingerprint: tuple, started_ns: int) -> bool:
     return all(s is None or max(s[0], s[1]) < started_ns - _RACY_NS for s in stats)
 
 
+_HINT = "see docs/patch-format.md"
+
+
 def _load_yaml(path: Path):
+    raw = path.read_bytes()
     try:
-        return load_yaml(path.read_text(encoding="utf-8"))
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise StoreError(f"{path}: not UTF-8 text (byte {raw[exc.start]:#04x} at offset {exc.start})",
+                         hint="store files are UTF-8 YAML") from None
+    try:
+        return load_yaml(text)
     except yaml.YAMLError as exc:
         raise StoreError(f"{path}: not valid YAML: {exc}") from None
 
@@ -227,18 +237,19 @@ def _load_patch(engine: str, directory: Path, pins: dict) -> Patch:
     for key in ("title", "applies_to"):
         if not meta.get(key):
             raise StoreError(f"{meta_file}: '{key}' is required")
+    # The checks with messages of their own first; then the schema (patchctl/schemas/patch.json)
+    # for every other key's type, so that what follows reads well-typed values.
+    generated_by = _generated_by(meta_file, meta.get("generated_by"))
+    drop_when = meta.get("drop_when")
+    if drop_when is not None and not _drop_rule_ok(drop_when):
+        raise StoreError(
+            f"{meta_file}: drop_when {drop_when!r} must be 'upstreamed' or a requirement like 'vllm>=0.24'"
+        )
+    validate("patch", meta, str(meta_file), hint=_HINT)
     try:
-        applies_to = SpecifierSet(str(meta["applies_to"]))
+        applies_to = SpecifierSet(meta["applies_to"])
     except InvalidSpecifier:
         raise StoreError(f"{meta_file}: applies_to {meta['applies_to']!r} is not a PEP 440 specifier set") from None
-    drop_when = meta.get("drop_when")
-    if drop_when is not None and drop_when != "upstreamed":
-        try:
-            Requirement(str(drop_when))
-        except InvalidRequirement:
-            raise StoreError(
-                f"{meta_file}: drop_when {drop_when!r} must be 'upstreamed' or a requirement like 'vllm>=0.24'"
-            ) from None
     for req in meta.get("requires") or ():
         try:
             Requirement(req)
@@ -247,17 +258,20 @@ def _load_patch(engine: str, directory: Path, pins: dict) -> Patch:
     upstreamed_in = None
     if meta.get("upstreamed_in"):
         try:
-            upstreamed_in = SpecifierSet(str(meta["upstreamed_in"]))
+            upstreamed_in = SpecifierSet(meta["upstreamed_in"])
         except InvalidSpecifier:
             raise StoreError(f"{meta_file}: upstreamed_in {meta['upstreamed_in']!r} is not a PEP 440 specifier set") from None
-    generated_by = _generated_by(meta_file, meta.get("generated_by"))
     variants = []
     for file in sorted(directory.glob("*.patch")):
         match = VARIANT_RE.match(file.name)
         try:
-            base = Version(match["base"])
+            base = Version(match["base"]) if match else None
         except InvalidVersion:
-            raise StoreError(f"{file}: variant files are named <base-version>.patch") from None
+            base = None
+        if base is None:
+            raise StoreError(f"{file}: variant files are named <base-version>.patch")
+        if not file.is_file():
+            raise StoreError(f"{file}: a variant must be a file")
         variants.append(Variant(base, file, pins.get(file.name)))
     unknown_pins = set(pins) - {v.filename for v in variants}
     if unknown_pins:
@@ -280,6 +294,19 @@ def _load_patch(engine: str, directory: Path, pins: dict) -> Patch:
         upstreamed_in=upstreamed_in,
         generated_by=generated_by,
     )
+
+
+def _drop_rule_ok(value) -> bool:
+    """drop_when: "upstreamed", or `<dist><specifier>` that drop_rule_met can check against a version."""
+    if value == "upstreamed":
+        return True
+    if not isinstance(value, str):
+        return False
+    try:
+        req = Requirement(value)
+    except InvalidRequirement:
+        return False
+    return bool(req.specifier) and req.url is None and req.marker is None
 
 
 def _generated_by(meta_file: Path, value) -> dict | None:

@@ -18,6 +18,7 @@ def run(store) -> tuple[dict, int]:
 
     changed = []
     for engine_name in store.engines():
+        store.series(engine_name)  # validated first: a damaged series.yaml is a StoreError, not a traceback
         path = store.root / engine_name / "series.yaml"
         data = load_yaml(path.read_text())
         for entry in data["patches"]:

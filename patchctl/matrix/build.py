@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from packaging.specifiers import SpecifierSet
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 from patchctl import outcomes as O
 from patchctl.engine import evaluate as engine_apply
@@ -178,7 +178,28 @@ def dump(doc: dict) -> str:
 
 
 def load(path: Path) -> dict:
-    return load_yaml(path.read_text())
+    """A matrix document, checked against patchctl/schemas/matrix.json: anything else is a UsageError
+    naming the file (diff, merge and the renderings then read only well-formed rows)."""
+    from patchctl.schemas import validate
+    from patchctl.yamlio import YAMLError
+
+    raw = path.read_bytes()
+    try:
+        doc = load_yaml(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{path}: not UTF-8 text (byte {raw[exc.start]:#04x} at offset {exc.start})") from None
+    except YAMLError as exc:
+        raise UsageError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        raise UsageError(f"{path}: not a {SCHEMA} document", hint="compare files written by `patchctl matrix`")
+    validate("matrix", doc, str(path), error=UsageError, hint="see docs/matrix.md")
+    for engine, data in doc["engines"].items():
+        for version in data["versions"]:
+            try:
+                _version_key(version)
+            except InvalidVersion:
+                raise UsageError(f"{path}: engines.{engine}.versions: {version!r} is not a version or 'nightly'") from None
+    return doc
 
 
 def diff(previous: dict, current: dict) -> dict:

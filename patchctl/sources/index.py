@@ -70,8 +70,9 @@ class PackageIndex:
             except NetworkError as exc:
                 error = exc
         if project is None:
-            if cache_file.is_file():
-                project = _from_json(json.loads(cache_file.read_text()), self.url)
+            cached = self._read_cache(cache_file, name)
+            if cached is not None:
+                project = cached
             elif self.offline:
                 raise EnvironmentProblem(
                     f"offline, and the cache has no index page for {name}",
@@ -86,6 +87,29 @@ class PackageIndex:
         self._projects[name] = project
         return project
 
+    def _read_cache(self, cache_file: Path, name: str) -> IndexProject | None:
+        """The cached page, or None when there is none. A damaged one (truncated by a full disk, edited)
+        is deleted when the network can refill it; offline, it is an error that says how to refresh."""
+        if not cache_file.is_file():
+            return None
+        from patchctl.schemas import problem
+
+        try:
+            data = json.loads(cache_file.read_bytes().decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+            wrong: str | None = f"not JSON: {exc}"
+        else:
+            wrong = problem("index-cache", data)
+            if wrong is None and data["name"] != name:
+                wrong = f"it holds the page of {data['name']!r}, not of {name!r}"
+        if wrong is None:
+            return _from_json(data, self.url)
+        if self.offline:
+            raise EnvironmentProblem(f"cache file {cache_file} is damaged; run once without --offline "
+                                     f"to refresh it ({wrong})")
+        cache_file.unlink(missing_ok=True)
+        return None
+
     def _fetch(self, name: str) -> IndexProject:
         page = f"{self.url}/{name}/"
         response = http.get(page, headers={"Accept": JSON_ACCEPT}, what=f"the package index ({self.url})")
@@ -96,18 +120,47 @@ class PackageIndex:
         ctype = response.headers.get("Content-Type", "")
         base = response.url
         if "json" in ctype:
-            raw = [
-                (f["filename"], urllib.parse.urljoin(base, f["url"]), (f.get("hashes") or {}).get("sha256"),
-                 f.get("size"), bool(f.get("yanked")))
-                for f in response.json().get("files", [])
-            ]
+            raw = [(f["filename"], _join(base, f["url"]), (f.get("hashes") or {}).get("sha256"),
+                    f.get("size"), bool(f.get("yanked")))
+                   for f in self._pep691(response, page)["files"]]
         else:
-            raw = _parse_html(response.text, base)
+            try:
+                raw = _parse_html(response.text, base)
+            except AssertionError as exc:  # html.parser's way of refusing some markup
+                raise NetworkError(f"the package index {self.url} sent {page} as HTML that does not parse: {exc}") from None
         files = tuple(f for f in (_index_file(*r) for r in raw) if f is not None)
         return IndexProject(name, self.url, files, from_cache=False)
 
+    def _pep691(self, response, page: str) -> dict:
+        """A PEP 691 page, checked against the part of the format patchctl reads (schemas/pep691.json)."""
+        from patchctl.schemas import problem
+
+        try:
+            data = json.loads(response.content.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+            raise NetworkError(f"the package index {self.url} sent {page} as JSON that does not parse: {exc}") from None
+        wrong = problem("pep691", data)
+        if wrong is not None:
+            raise NetworkError(f"the package index {self.url} sent {page} in a shape that is not PEP 691: {wrong}")
+        return data
+
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def _join(base: str, url: str) -> str | None:
+    try:
+        return urllib.parse.urljoin(base, url)
+    except ValueError:  # e.g. "http://[::1": a link no request could follow
+        return None
+
 
 def _index_file(filename, url, sha256, size, yanked) -> IndexFile | None:
+    if url is None:
+        return None
+    # The sha256 names the artifact's cache folder: anything but a sha256 is no hash at all.
+    sha256 = sha256.lower() if isinstance(sha256, str) and _SHA256.fullmatch(sha256.lower()) else None
+    size = int(size) if size is not None else None
     try:
         if filename.endswith(".whl"):
             _, version, _, tags = parse_wheel_filename(filename)
@@ -136,7 +189,9 @@ def _parse_html(text: str, base: str):
     parser.feed(text)
     out = []
     for href, attrs in parser.links:
-        url = urllib.parse.urljoin(base, href)
+        url = _join(base, href)
+        if url is None:
+            continue
         parsed = urllib.parse.urlparse(url)
         filename = urllib.parse.unquote(parsed.path.rsplit("/", 1)[-1])
         frag = dict(p.split("=", 1) for p in parsed.fragment.split("&") if "=" in p)

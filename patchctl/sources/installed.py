@@ -64,8 +64,15 @@ def require_installed(engine: Engine, python: str | None = None) -> Installed:
 
 
 def pip_install(python: str, requirement: str, extra_args: tuple[str, ...] = ()) -> None:
+    """`python -m pip install requirement`, its output on stderr: stdout is the command's (with --json,
+    exactly one document), so pip's progress goes where patchctl's own progress goes."""
     cmd = [python, "-m", "pip", "install", requirement, *extra_args]
-    proc = subprocess.run(cmd)
+    try:
+        sys.stderr.flush()  # what patchctl said so far comes before pip's lines
+        stderr_fd = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # replaced by an object with no descriptor
+        stderr_fd = 2
+    proc = subprocess.run(cmd, stdout=stderr_fd)
     if proc.returncode != 0:
         raise EnvironmentProblem(f"`{' '.join(cmd)}` failed with exit code {proc.returncode}")
 

@@ -3,16 +3,20 @@
 Wheels are zip files: the central directory and just the members a patch needs are fetched with
 HTTP range reads, each member checked against its CRC-32 and the sha256 the wheel's RECORD lists.
 Without a usable wheel (or a server that ignores Range) the whole artifact is downloaded, checked
-against the index's sha256, and the needed members are taken from it.
+against the index's sha256, and the needed members are taken from it (a wheel's, again checked against
+its RECORD). Cached file lists that do not parse are read again, or refused offline.
 """
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import os
+import struct
 import tarfile
 import threading
 import zipfile
+import zlib
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -20,7 +24,7 @@ from pathlib import Path
 
 from patchctl.atomic import write_atomic
 from patchctl.engines import Engine
-from patchctl.errors import NetworkError, UsageError
+from patchctl.errors import EnvironmentProblem, NetworkError, UsageError
 from patchctl.sources import http, zipread
 from patchctl.sources.base import NoProgress, ProgressSink, Provenance
 from patchctl.sources.index import IndexFile, IndexProject
@@ -109,7 +113,7 @@ class ReleaseSource:
             return True
         meta = member.with_suffix(".sha256")
         if member.is_file() and meta.is_file():
-            if hashlib.sha256(member.read_bytes()).hexdigest() == meta.read_text().strip():
+            if hashlib.sha256(member.read_bytes()).hexdigest().encode() == meta.read_bytes().strip():
                 return True
             member.unlink()  # corrupt cache entry: fetch again
         return False
@@ -134,10 +138,10 @@ class ReleaseSource:
         if self._entries is not None:
             return self._entries
         cd_file = self.dir / "central-directory.json"
-        if cd_file.is_file():
-            rows = json.loads(cd_file.read_text())
-            self._entries = {r[0]: ZipEntry(*r) for r in rows}
-            return self._entries
+        cached = self._cached_central_directory(cd_file)
+        if cached is not None:
+            self._entries = cached
+            return cached
         self._need_network("the wheel's file list")
         size = self.artifact.size or self._remote_size()
         tail_start = max(0, size - tail_guess(size))
@@ -155,6 +159,29 @@ class ReleaseSource:
         write_atomic(cd_file, json.dumps([list(e) for e in entries.values()]).encode())
         self._entries = entries
         return entries
+
+    def _cached_central_directory(self, cd_file: Path) -> dict[str, ZipEntry] | None:
+        """The cached file list, or None when there is none. A damaged one is deleted when the network
+        can read the list again; offline, it is an error that says how to refresh it."""
+        if not cd_file.is_file():
+            return None
+        from patchctl.schemas import problem
+
+        try:
+            rows = json.loads(cd_file.read_bytes().decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+            wrong: str | None = f"not JSON: {exc}"
+        else:
+            wrong = problem("central-directory", rows)
+            if wrong is None and not all(_encodable(r[0]) for r in rows):
+                wrong = "a member name is not valid Unicode"
+        if wrong is None:
+            return {r[0]: ZipEntry(r[0], *(int(v) for v in r[1:])) for r in rows}
+        if self.offline:
+            raise EnvironmentProblem(f"cache file {cd_file} is damaged; run once without --offline "
+                                     f"to refresh it ({wrong})")
+        cd_file.unlink(missing_ok=True)
+        return None
 
     def _remote_size(self) -> int:
         response = http.session().head(self.artifact.url, allow_redirects=True, timeout=http.TIMEOUT)
@@ -178,9 +205,21 @@ class ReleaseSource:
         record_name = next((n for n in entries if n.endswith(".dist-info/RECORD")), None)
         hashes: dict[str, str] = {}
         if record_name:
-            hashes = zipread.record_hashes(self._read_member(entries[record_name]))
+            hashes = self._parse_record(record_name, self._read_member(entries[record_name]))
         self._record = hashes
         return hashes
+
+    def _parse_record(self, record_name: str, raw: bytes) -> dict[str, str]:
+        try:
+            return zipread.record_hashes(raw)
+        except (ValueError, csv.Error) as exc:  # not UTF-8, a sha256 that is not base64, a NUL byte
+            raise NetworkError(f"{self.artifact.filename}: {record_name} is malformed ({exc})") from None
+
+    def _check_record(self, name: str, data: bytes, record: dict[str, str]) -> None:
+        """A wheel member against the sha256 its RECORD lists (members RECORD does not hash: none)."""
+        expected = record.get(name)
+        if expected and hashlib.sha256(data).hexdigest() != expected:
+            raise NetworkError(f"{self.artifact.filename}: {name} does not match the sha256 in RECORD")
 
     def _read_member(self, entry: ZipEntry) -> bytes:
         with self._zip_errors():
@@ -197,7 +236,7 @@ class ReleaseSource:
         """A malformed zip is the artifact's fault (truncated, tampered): said with its name."""
         try:
             yield
-        except zipread.ZipFormatError as exc:
+        except (zipread.ZipFormatError, struct.error, UnicodeDecodeError) as exc:  # a record cut short, a name not UTF-8
             raise NetworkError(f"{self.artifact.filename}: {exc}") from None
 
     def _fetch_sparse(self, paths: list[str]) -> None:
@@ -217,10 +256,7 @@ class ReleaseSource:
                         self._store(path, None)
                         continue
                     data = futures[path].result()
-                    expected = record.get(entry.name)
-                    if expected and hashlib.sha256(data).hexdigest() != expected:
-                        raise NetworkError(
-                            f"{self.artifact.filename}: {entry.name} does not match the sha256 in RECORD")
+                    self._check_record(entry.name, data, record)
                     self._store(path, data)
         finally:
             self.progress.finish()
@@ -266,17 +302,27 @@ class ReleaseSource:
         archive = self.download_full()
         wanted = {self._archive_name(p): p for p in paths}
         found: dict[str, bytes] = {}
-        if self.artifact.kind == "wheel" or archive.read_bytes()[:2] == b"PK":
-            with zipfile.ZipFile(archive) as zf:
-                for name in zf.namelist():
-                    if name in wanted:
-                        found[wanted[name]] = zf.read(name)
-        else:
-            with tarfile.open(archive) as tf:
-                for member in tf:
-                    path = self.engine.sdist_member_path(member.name) if member.isfile() else None
-                    if path in wanted and wanted[path] not in found:
-                        found[wanted[path]] = tf.extractfile(member).read()
+        try:
+            if self.artifact.kind == "wheel" or _starts_with(archive, b"PK"):
+                with zipfile.ZipFile(archive) as zf:
+                    for name in zf.namelist():
+                        if name in wanted:
+                            found[wanted[name]] = zf.read(name)
+                    if self.artifact.kind == "wheel":
+                        # The same check as a sparse read: each member against the wheel's RECORD.
+                        record_name = next((n for n in zf.namelist() if n.endswith(".dist-info/RECORD")), None)
+                        record = self._parse_record(record_name, zf.read(record_name)) if record_name else {}
+                        for name, path in wanted.items():
+                            if path in found:
+                                self._check_record(name, found[path], record)
+            else:
+                with tarfile.open(archive) as tf:
+                    for member in tf:
+                        path = self.engine.sdist_member_path(member.name) if member.isfile() else None
+                        if path in wanted and wanted[path] not in found:
+                            found[wanted[path]] = tf.extractfile(member).read()
+        except (zipfile.BadZipFile, tarfile.TarError, zlib.error, EOFError, NotImplementedError) as exc:
+            raise NetworkError(f"{self.artifact.filename}: {exc}") from None
         for path in paths:
             self._store(path, found.get(path))
 
@@ -293,6 +339,19 @@ class ReleaseSource:
         with tarfile.open(archive) as tf:
             paths = [self.engine.sdist_member_path(m.name) for m in tf if m.isfile()]
         return [p for p in paths if p and p.startswith(prefix)]
+
+
+def _starts_with(path: Path, magic: bytes) -> bool:
+    with open(path, "rb") as f:
+        return f.read(len(magic)) == magic
+
+
+def _encodable(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate, from a \ud800 escape
+        return False
+    return True
 
 
 def _sha256_file(path: Path) -> str:
