@@ -50,7 +50,7 @@ def load_config() -> dict:
     from patchctl.schemas import validate
 
     return validate("config", data, f"config file {path}", error=UsageError,
-                    hint="keys: index_url, nightly.<engine>.{url, ref, kind} (README, Configuration)")
+                    hint="keys: index_url, stores, nightly.<engine>.{url, ref, kind} (README, Configuration)")
 
 
 class IndexChoice(NamedTuple):

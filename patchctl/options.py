@@ -91,16 +91,23 @@ only_option = click.option("--patch", "only", multiple=True, metavar="NAME",
 # --- flags that inject an object -------------------------------------------------------------
 
 def store_option(f: F) -> F:
-    """`--store DIR` → `store` (a Store), opened inside the command's error handling."""
+    """`--store DIR` (repeatable), `PATCHCTL_STORE` (a path list) and the config's `stores:` → `store`:
+    the user's stores layered over the bundled patch set, which comes last (`--no-bundled`: without
+    it). Opened inside the command's error handling."""
 
-    def build(store: str | None) -> Any:
+    def build(stores: tuple[str, ...], no_bundled: bool) -> Any:
         from patchctl.store import Store
 
-        return Store.open(store)
+        return Store.layered(list(stores), bundled=not no_bundled)
 
-    return click.option("--store", type=click.Path(file_okay=False), envvar="PATCHCTL_STORE",
-                        help="Patch store directory (default: the repository's patches/).")(
-        _inject(f, "store", build, "store"))
+    return _apply(
+        _inject(f, "store", build, "stores", "no_bundled"),
+        click.option("--store", "stores", multiple=True, type=click.Path(file_okay=False), metavar="DIR",
+                     help="A patch store of yours, layered over the bundled one (repeatable; also PATCHCTL_STORE, "
+                          "a path list, and `stores:` in the config file)."),
+        click.option("--no-bundled", is_flag=True,
+                     help="Leave the bundled patch set out (only with a store of yours; also PATCHCTL_BUNDLED=0)."),
+    )
 
 
 class SourceFlags(NamedTuple):

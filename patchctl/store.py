@@ -56,6 +56,8 @@ class Patch(NamedTuple):
     # patch.yaml `generated_by`: the variants are made by a script, not by hand:
     # {"generator": path, "sources": [path, ...]}, paths relative to the store's parent folder.
     generated_by: dict | None = None
+    # patch.yaml `overrides: true`, in a user's store: replaces the bundled patch of the same name.
+    overrides: bool = False
 
     def in_range(self, version: Version) -> bool:
         return self.applies_to.contains(version, prereleases=True)
@@ -100,17 +102,35 @@ def choose_variant(patch: Patch, version: Version) -> VariantChoice:
 
 
 def default_store_dir() -> Path:
-    env = os.environ.get("PATCHCTL_STORE")
-    if env:
-        return Path(env)
-    beside_package = Path(__file__).resolve().parent.parent / "patches"
-    if beside_package.is_dir():
-        return beside_package
-    return Path.cwd() / "patches"
+    """The bundled patch set (in the package, or the checkout's patches/): never the current directory,
+    whose patches/ belongs to patch-package or quilt."""
+    from patchctl.bundled import bundled_store
+
+    found = bundled_store()
+    if found is None:
+        raise StoreError("this patchctl has no bundled patch set", hint="reinstall it, or pass --store DIR")
+    return found
+
+
+def user_store_dirs(flags: list[str] | tuple[str, ...] = ()) -> list[Path]:
+    """The user's stores, highest priority first: --store flags, then PATCHCTL_STORE (a path list),
+    then `stores:` in the config file."""
+    from patchctl.config import load_config
+
+    paths = [Path(f) for f in flags]
+    paths += [Path(p) for p in os.environ.get("PATCHCTL_STORE", "").split(os.pathsep) if p]
+    paths += [Path(os.path.expanduser(p)) for p in load_config().get("stores") or ()]
+    return list(dict.fromkeys(paths))
 
 
 class Store(NamedTuple):
+    """One store (`root`), or the user's stores layered over the bundled one (`layers`, highest
+    priority first; `root` is the first). A patch name in two layers is an error naming both, unless
+    the higher one's patch.yaml says `overrides: true`; the bundled series comes first in apply order,
+    the user's patches after it (they may depend on bundled ones)."""
+
     root: Path
+    layers: tuple[Path, ...] = ()
 
     @classmethod
     def open(cls, root: str | Path | None = None) -> Store:
@@ -120,12 +140,59 @@ class Store(NamedTuple):
                 f"patch store {path} does not exist",
                 hint="pass --store DIR or set PATCHCTL_STORE",
             )
-        return cls(path)
+        return cls(path, (path,))
+
+    @classmethod
+    def layered(cls, flags: list[str] | tuple[str, ...] = (), *, bundled: bool = True) -> Store:
+        """The CLI's store: the user's stores over the bundled one (`bundled=False` or PATCHCTL_BUNDLED=0
+        leave it out, which only means something when the user has a store)."""
+        users = user_store_dirs(flags)
+        for path in users:
+            if not path.is_dir():
+                raise StoreError(f"patch store {path} does not exist",
+                                 hint="create it (patchctl new writes one), or fix --store / PATCHCTL_STORE")
+        keep_bundled = bundled and os.environ.get("PATCHCTL_BUNDLED", "1") != "0"
+        layers = users + ([default_store_dir()] if keep_bundled or not users else [])
+        layers = list(dict.fromkeys(p.resolve() for p in layers))
+        return cls(layers[0], tuple(layers))
+
+    def single_layers(self) -> list[Store]:
+        return [Store(layer, (layer,)) for layer in (self.layers or (self.root,))]
+
+    def store_of(self, patch: Patch) -> Path:
+        """The store a patch comes from."""
+        return patch.directory.parent.parent
 
     def engines(self) -> list[str]:
-        return [e for e in sorted(all_engines()) if (self.root / e / "series.yaml").is_file()]
+        return [e for e in sorted(all_engines())
+                if any((layer / e / "series.yaml").is_file() for layer in self.layers or (self.root,))]
 
     def series(self, engine: str) -> Series:
+        if len(self.layers) > 1:
+            return self._merged_series(engine)
+        return self._layer_series(engine)
+
+    def _merged_series(self, engine: str) -> Series:
+        merged: list[Patch] = []
+        origin: dict[str, Path] = {}
+        since = None
+        for layer in reversed(self.layers):  # the bundled store first
+            series = Store(layer, (layer,))._layer_series(engine)
+            since = since or series.matrix_since
+            for patch in series.patches:
+                if patch.name not in origin:
+                    merged.append(patch)
+                elif patch.overrides:
+                    merged[[p.name for p in merged].index(patch.name)] = patch
+                else:
+                    raise StoreError(
+                        f"patch {engine}/{patch.name} is in two stores: {origin[patch.name]} and {layer}",
+                        hint=f"rename one, or say `overrides: true` in {patch.directory / 'patch.yaml'} to "
+                             f"replace the other")
+                origin[patch.name] = layer
+        return Series(engine, self.root / engine, tuple(merged), since)
+
+    def _layer_series(self, engine: str) -> Series:
         """The engine's series, parsed once per process: later calls return the same Series for as
         long as series.yaml, the patch folders and their patch.yaml are unchanged (by stat)."""
         get_engine(engine)
@@ -293,6 +360,7 @@ def _load_patch(engine: str, directory: Path, pins: dict) -> Patch:
         variants=tuple(variants),
         upstreamed_in=upstreamed_in,
         generated_by=generated_by,
+        overrides=bool(meta.get("overrides", False)),
     )
 
 
@@ -342,7 +410,7 @@ def drop_rule_met(patch: Patch, dist: str, version: Version) -> bool | None:
 def write_variant(store: Store, patch: Patch, filename: str, data: bytes) -> None:
     """Add (or replace) a variant file of a patch and pin its sha256 in the series."""
     write_atomic(patch.directory / filename, data)
-    series_file = store.root / patch.engine / "series.yaml"
+    series_file = patch.directory.parent / "series.yaml"  # the patch's own store
     doc = load_yaml(series_file.read_text())
     for entry in doc["patches"]:
         if entry["name"] == patch.name:

@@ -21,6 +21,9 @@ def isolated_dirs(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("PATCHCTL_CACHE_DIR", os.environ.get("PATCHCTL_TEST_CACHE") or str(shared_cache(tmp_path_factory)))
     monkeypatch.delenv("PATCHCTL_CRASH_AT", raising=False)
     monkeypatch.delenv("PATCHCTL_STORE", raising=False)
+    # A test's --store is the whole patch set (as it was before stores were layered): tests of the
+    # layering itself set PATCHCTL_BUNDLED back.
+    monkeypatch.setenv("PATCHCTL_BUNDLED", "0")
     yield
 
 

@@ -100,13 +100,13 @@ def test_modes(tmp_path):
 def test_journal_turns_a_full_disk_into_a_clean_failure(tmp_path, monkeypatch):
     """The target's journaled writes go through the same helper: ENOSPC midway is undone."""
     from patchctl.errors import EnvironmentProblem
-    from patchctl.target.journal import TargetState
+    from patchctl.target.journal import Change, TargetState
 
     root = tmp_path / "tree"
     root.mkdir()
     (root / "a.py").write_bytes(b"a = 1\n")
     (root / "b.py").write_bytes(b"b = 1\n")
-    state = TargetState(tmp_path / "state")
+    state = TargetState(root, "vllm")
     real = atomic._os_write
 
     failed = []
@@ -120,7 +120,7 @@ def test_journal_turns_a_full_disk_into_a_clean_failure(tmp_path, monkeypatch):
 
     monkeypatch.setattr(atomic, "_os_write", full_disk_for_b)
     with pytest.raises(EnvironmentProblem) as info:
-        state.write_files(root, [("a.py", b"a = 1\n", b"a = 2\n"), ("b.py", b"b = 1\n", b"b = 2\n")], None)
+        state.write_files([Change("a.py", b"a = 1\n", b"a = 2\n"), Change("b.py", b"b = 1\n", b"b = 2\n")], None)
     assert "b.py" in str(info.value) and "nothing was changed" in str(info.value)
     assert (root / "a.py").read_bytes() == b"a = 1\n" and (root / "b.py").read_bytes() == b"b = 1\n"
     assert failed and leftovers(root) == [] and not state.journal_file.exists()

@@ -92,6 +92,12 @@ def _checklib_path(store_root: Path, tmp: Path) -> list[str]:
     itself: it also holds folders named after engines (vllm/, sglang/), which Python would import
     as namespace packages wherever the engine is absent (an SGLang env asking for vLLM)."""
     checklib = store_root / "checklib"
+    if not checklib.is_dir():  # a user's store: its checks share the bundled helpers
+        from patchctl.bundled import bundled_store
+
+        bundled = bundled_store()
+        if bundled is not None and (bundled / "checklib").is_dir():
+            checklib = bundled / "checklib"
     if not checklib.is_dir():
         return []
     root = tmp / "pythonpath"

@@ -66,9 +66,10 @@ def run_smoke(ref: EngineRef, store: Store, ctx: fetch.SourceContext, *, only: t
         if python is None and not profile:
             results.append(not_run(patch, "patch.yaml names no smoke env"))
             continue
-        if python is None and not env_ready(store.root, profile):
+        envs_store = envs_root(store, patch, profile)
+        if python is None and not env_ready(envs_store, profile):
             say(f"building smoke environment {profile!r} (once; a few minutes)")
-        env_python = python or ensure_env(store.root, profile)
+        env_python = python or ensure_env(envs_store, profile)
         say(f"{patch.name}: running its {tier} checks")
         results.append(runner.run_checks(patch, tier, env_python, engine=ref.engine.name, version=version,
                                          patched=built.pristine if upstream_proof else built.patched,
@@ -76,6 +77,16 @@ def run_smoke(ref: EngineRef, store: Store, ctx: fetch.SourceContext, *, only: t
                                          extra_env=companion_trees(patch, ctx)))
     return SmokeRun(ref.engine.name, version, tier,
                     {"kind": "release", "description": built.artifact, "sha256": built.artifact_sha256}, results)
+
+
+def envs_root(store: Store, patch, profile: str):
+    """The store whose envs/ defines the profile: the patch's own, else the next layer that has it
+    (a user's patch may use the bundled smoke environments)."""
+    own = store.store_of(patch)
+    for root in [own, *(store.layers or (store.root,))]:
+        if (root / "envs" / f"{profile}.txt").is_file():
+            return root
+    return own
 
 
 def _checkable(patch, outcome: str, version) -> bool:

@@ -56,7 +56,7 @@ def _apply_one(target, *, store, ctx, options, keep_going, dry_run, wait, force,
                   source={"kind": "target", "description": target.how})
     # What the store says for this engine, hashed without parsing it: ensure stops at "intact, and
     # applied from this very series" before reading any YAML.
-    fingerprint = store_fingerprint(store.root, target.engine.name)
+    fingerprint = store_fingerprint(store, target.engine.name)
     try:
         rep = tgt.apply(target, lambda: store.series(target.engine.name).patches, options=options,
                         base_files=base_files_for(target.engine, ctx), keep_going=keep_going, dry_run=dry_run,
@@ -91,15 +91,18 @@ def _recorded(p) -> dict:
             "files": [], "hunks": []}
 
 
-def store_fingerprint(store_root, engine: str) -> str:
-    """sha256 over the engine's series.yaml and every patch folder's patch.yaml and variant files."""
+def store_fingerprint(store, engine: str) -> str:
+    """sha256 over the engine's series.yaml and every patch folder's patch.yaml and variant files, in
+    every store layer: what ensure compares with the record instead of parsing YAML."""
     import hashlib
 
     digest = hashlib.sha256()
-    folder = store_root / engine
-    for path in sorted([folder / "series.yaml", *folder.glob("*/patch.yaml"), *folder.glob("*/*.patch")]):
-        if path.is_file():
-            digest.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes() + b"\0")
+    for layer in store.layers or (store.root,):
+        folder = layer / engine
+        digest.update(str(layer).encode() + b"\0")
+        for path in sorted([folder / "series.yaml", *folder.glob("*/patch.yaml"), *folder.glob("*/*.patch")]):
+            if path.is_file():
+                digest.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
 
 

@@ -8,6 +8,28 @@ from patchctl.options import store_option
 
 
 def run(store) -> tuple[dict, int]:
+    """Each store on its own, then the layered view (a name in two stores without `overrides`)."""
+    problems: list[dict] = []
+    checked = 0
+    layers = store.single_layers()
+    envs = {p.stem for layer in layers for p in (layer.root / "envs").glob("*.txt")}
+    for layer in layers:
+        doc, _ = _lint_one(layer, envs)
+        # With several stores, say which one each problem is in.
+        problems += [dict(p, where=f"{layer.root}: {p['where']}") if len(layers) > 1 else p for p in doc["problems"]]
+        checked += doc["checked"]
+    if len(store.layers) > 1:
+        for engine_name in store.engines():
+            try:
+                store.series(engine_name)
+            except StoreError as exc:
+                problems.append({"where": f"{engine_name} (layered stores)", "message": exc.message})
+    code = EXIT_OK if not problems else EXIT_USAGE
+    return document("lint", code, problems=problems, checked=checked,
+                    message=f"{checked} variant(s) checked, {len(problems)} problem(s)"), code
+
+
+def _lint_one(store, envs: set[str]) -> tuple[dict, int]:
     from patchctl.engine.hunks import parse_variant
     from patchctl.engines import get_engine
 
@@ -17,7 +39,6 @@ def run(store) -> tuple[dict, int]:
     def problem(where: str, message: str) -> None:
         problems.append({"where": where, "message": message})
 
-    envs = {p.stem for p in (store.root / "envs").glob("*.txt")}
     for engine_name in store.engines():
         engine = get_engine(engine_name)
         try:
@@ -64,8 +85,8 @@ def run(store) -> tuple[dict, int]:
                 problem(where, "applies_to is empty")
             _unfinished(patch, where, problem)
     code = EXIT_OK if not problems else EXIT_USAGE
-    message = f"{checked} variant(s) checked, {len(problems)} problem(s)"
-    return document("lint", code, problems=problems, message=message), code
+    return {"problems": problems, "checked": checked}, code
+
 
 
 def _unfinished(patch, where: str, problem) -> None:

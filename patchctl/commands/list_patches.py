@@ -27,6 +27,7 @@ def run(store, spec: str | None = None) -> tuple[dict, int]:
                 "requires": list(patch.requires), "depends_on": list(patch.depends_on),
                 "upstream": list(patch.upstream),
                 "variants": [v.filename for v in patch.variants],
+                "store": str(store.store_of(patch)),
             }
             if version is not None:
                 choice = choose_variant(patch, version)

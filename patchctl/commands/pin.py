@@ -14,13 +14,18 @@ def run(store) -> tuple[dict, int]:
     import hashlib
 
     from patchctl.atomic import write_atomic
+    from patchctl.schemas import validate
     from patchctl.yamlio import dump_yaml, load_yaml
 
     changed = []
-    for engine_name in store.engines():
-        store.series(engine_name)  # validated first: a damaged series.yaml is a StoreError, not a traceback
-        path = store.root / engine_name / "series.yaml"
-        data = load_yaml(path.read_text())
+    layers = store.single_layers()
+    if len(layers) > 1:
+        layers = layers[:-1]  # the user's stores: the bundled patch set is pinned where it is developed
+    for layer, engine_name in [(lay, e) for lay in layers for e in lay.engines()]:
+        path = layer.root / engine_name / "series.yaml"
+        # Its shape is checked (a damaged series.yaml is a StoreError, not a traceback); its pins are
+        # what pin rewrites, so a pin of a missing file is no error here.
+        data = validate("series", load_yaml(path.read_bytes()), str(path))
         for entry in data["patches"]:
             folder = path.parent / entry["name"]
             pins = {}

@@ -52,11 +52,13 @@ def verify_with_smoke(store, ctx, python: str | None):
             return False, f"{version}.patch exists already"
         overlay = Path(tempfile.mkdtemp(prefix="patchctl-verify-"))
         try:
-            shutil.copytree(store.root / patch.engine, overlay / patch.engine)
-            if (store.root / "envs").is_dir():
-                shutil.copytree(store.root / "envs", overlay / "envs")
+            own = store.store_of(patch)
+            shutil.copytree(own / patch.engine, overlay / patch.engine)
+            if (own / "envs").is_dir():
+                shutil.copytree(own / "envs", overlay / "envs")
             (overlay / patch.engine / patch.name / f"{version}.patch").write_bytes(new_variant)
-            candidate = Store.open(overlay)
+            layers = tuple(overlay if layer == own else layer for layer in store.layers or (own,))
+            candidate = Store(layers[0], layers)
             gate = cpu_gate(candidate, ctx, python)
             return gate(candidate.series(patch.engine).get(patch.name), version, Options(allow_modified=True))
         except Exception as exc:  # a gate that cannot run must say so, never pass
