@@ -399,6 +399,8 @@ class TargetState:
         sweep_temp_files({(self.root / e["path"]).parent for e in journal["entries"]})
         try:
             for e in reversed(journal["entries"]):
+                if self._current_digest(e["path"]) == e["before"]:
+                    continue  # never reached by the interrupted write: nothing to undo (and no space needed)
                 self._put(e["path"], e["before"], e["before_mtime_ns"], e["before_bytecode"])
             if journal["previous_state"] is None:
                 self.state_file.unlink(missing_ok=True)
@@ -413,6 +415,10 @@ class TargetState:
             ) from None
         self.journal_file.unlink()
         return True
+
+    def _current_digest(self, rel: str) -> str | None:
+        path = self.inside(rel, self.journal_file)
+        return sha256(path.read_bytes()) if path.is_file() else None
 
     def _put(self, rel: str, blob: str | None, mtime_ns: int | None, bytecode: Iterable[Iterable[str]]) -> None:
         target = self.inside(rel, self.journal_file)
