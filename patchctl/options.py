@@ -207,3 +207,9 @@ def target_options(f: F) -> F:
                      help="A source checkout or unpacked tree to patch instead of an installed engine."),
         as_version_option,
     )
+
+
+def writer_options(f: F) -> F:
+    """Everything apply and ensure share: the target, where base files come from, the store, the
+    strict writing rules and the lock wait."""
+    return _apply(f, target_options, fetch_options, store_option, write_options, wait_option)

@@ -9,7 +9,7 @@ from patchctl.commands.check import moved_warnings
 from patchctl.commands.text import print_outcomes
 from patchctl.documents import document, series_json
 from patchctl.errors import EXIT_OK, EXIT_PATCH_FAILED
-from patchctl.options import fetch_options, store_option, target_options, wait_option, write_options
+from patchctl.options import writer_options
 from patchctl.spec import parse_spec
 
 
@@ -118,11 +118,7 @@ def render(doc: dict, out, err) -> None:
     "patchctl apply vllm@0.23.0 --install     pip-install 0.23.0 first, then patch it",
 ))
 @click.argument("spec", metavar="ENGINE[@VERSION]")
-@target_options
-@fetch_options
-@store_option
-@write_options
-@wait_option
+@writer_options
 @click.option("--install", is_flag=True, help="pip-install the named version (or nightly) first.")
 @click.option("--keep-going", is_flag=True, help="Apply the patches that apply even if others conflict.")
 @click.option("--dry-run", is_flag=True, help="Report what would happen; write nothing.")

@@ -7,7 +7,7 @@ import click
 from patchctl.commands import apply as apply_command
 from patchctl.commands.base import patchctl_command
 from patchctl.errors import EXIT_OK
-from patchctl.options import fetch_options, store_option, target_options, wait_option, write_options
+from patchctl.options import writer_options
 
 
 def run(spec: str, store, ctx, options, where, *, wait: float = 0.0) -> tuple[dict, int]:
@@ -28,11 +28,7 @@ def run(spec: str, store, ctx, options, where, *, wait: float = 0.0) -> tuple[di
     "patchctl ensure sglang --target /srv/sglang/site-packages --json",
 ))
 @click.argument("spec", metavar="ENGINE[@VERSION]")
-@target_options
-@fetch_options
-@store_option
-@write_options
-@wait_option
+@writer_options
 def command(spec, where, ctx, store, options, wait):
     """Idempotent apply for ExecStartPre=: no-op when intact, re-apply after an upgrade."""
     return run(spec, store, ctx, options, where, wait=wait)

@@ -21,13 +21,6 @@ PATCHED_UTILS = PRISTINE["vllm/utils.py"].replace("return 2", "return 3")
 cli = run_json
 
 
-@pytest.fixture
-def store(builder):
-    builder.add("vllm", "loader", variants={"1.0": builder.variant(PRISTINE, {"vllm/loader.py": PATCHED_LOADER})})
-    builder.add("vllm", "utils", variants={"1.0": builder.variant(PRISTINE, {"vllm/utils.py": PATCHED_UTILS,
-                                                                               "vllm/added.py": "NEW = True\n"})})
-    return builder.root
-
 
 @pytest.fixture
 def site(tmp_path):
