@@ -168,6 +168,29 @@ class ValidateDoc(Envelope, total=False):
     files: dict[str, str | None] | None  # --out: {"json": path, "png": path or null}; null without --out
 
 
+class CaptureDoc(Envelope, total=False):
+    """new, diff, refresh: the hand edits of an installed engine, and the patch made from them."""
+
+    engine: str
+    version: str
+    target: str
+    store: str
+    patch: str
+    variant: str
+    previous_variant: str | None
+    sha256: str
+    outcome: str
+    compared_with: str
+    files: list[dict]
+    on_top: list[dict]
+    dropped: list[str]
+    recorded: bool
+    unfinished: list[str]
+    diff: str
+    summary: str
+    message: str
+
+
 def outcome_json(o: PatchOutcome) -> PatchDoc:
     return {
         "name": o.name,

@@ -280,6 +280,29 @@ def test_another_data_dir_or_path_finds_the_same_record_and_lock(store, site, tm
         assert "another patchctl" in doc["error"]["message"]
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="a bind mount needs root (CI runs as root)")
+def test_a_bind_mount_of_the_tree_sees_the_same_record_and_lock(store, site, tmp_path):
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    if subprocess.run(["mount", "--bind", str(site), str(mnt)], capture_output=True).returncode != 0:
+        pytest.skip("mount --bind is not allowed in this container")
+    try:
+        cli("apply", "vllm", "--target", str(site), "--store", str(store), expect=0)
+        assert cli("status", "vllm", "--target", str(mnt), expect=0)["state"] == "intact"
+        assert cli("apply", "vllm", "--target", str(mnt), "--store", str(store), expect=0)["written"] == []
+
+        from packaging.version import Version
+
+        from patchctl.engines import get_engine
+        from patchctl.target.operations import Target
+
+        with Target(get_engine("vllm"), site, Version("1.0"), "t").state().locked():
+            doc = cli("revert", "vllm", "--target", str(mnt), expect=3)
+            assert "another patchctl" in doc["error"]["message"]
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True)
+
+
 def test_a_record_from_the_old_data_dir_location_is_moved_into_the_tree(store, site):
     """Records of patchctl before 2026-12 lived under <data dir>/targets/<key>/: found and moved."""
     import hashlib

@@ -23,7 +23,7 @@ COMMANDS = ("apply", "revert")
 
 @pytest.mark.slow
 @pytest.mark.timeout(MAX_SECONDS + 120)
-def test_kill_9_soak_ends_pristine_or_applied_without_temp_files(tmp_path):
+def test_kill_9_soak_ends_pristine_or_applied_without_temp_files(tmp_path, capsys):
     env = {k: v for k, v in os.environ.items() if k not in ("PATCHCTL_CRASH_AT", "PATCHCTL_STORE")}
     proc = subprocess.run(
         [sys.executable, str(ROOT / "ci" / "soak.py"), "--trials", str(TRIALS), "--max-seconds", str(MAX_SECONDS),
@@ -37,7 +37,8 @@ def test_kill_9_soak_ends_pristine_or_applied_without_temp_files(tmp_path):
                     f"{proc.stderr[-3000:]}")
     counts = doc["counts"]
     table = render(doc)
-    print("\n" + table)
+    with capsys.disabled():  # the counts go into CI's log, also when the soak passes
+        print("\n" + table)
     failures = "\n".join(f"  {f['command']}:{f['trial']} kill at +{f['delay_ms']} ms (exit {f['exit']}), then "
                          f"{f['follow_up']}: ended {f['end']}; temp files {f['temp_files']}; {'; '.join(f['wrong'])}"
                          for f in doc.get("failures", []))
