@@ -50,7 +50,7 @@ def load_config() -> dict:
     from patchctl.schemas import validate
 
     return validate("config", data, f"config file {path}", error=UsageError,
-                    hint="keys: index_url, stores, nightly.<engine>.{url, ref, kind} (README, Configuration)")
+                    hint="keys: index_url, stores, nightly.<engine>.{url, ref, kind, variant} (README, Configuration)")
 
 
 class IndexChoice(NamedTuple):
@@ -71,4 +71,5 @@ def resolve_index(flag: str | None = None) -> IndexChoice:
 
 
 def nightly_override(engine: str) -> dict:
+    """The config file's `nightly.<engine>` keys: kind, url, ref (git), variant (wheel index)."""
     return dict(((load_config().get("nightly") or {}).get(engine)) or {})

@@ -19,8 +19,17 @@ class Move(NamedTuple):
 
 class NightlySource(NamedTuple):
     kind: str  # "wheel-index", "git" or "none"
+    url: str | None  # for a wheel index: the nightly index (<root>/nightly), variant folder included
+    ref: str | None
+
+
+class NightlyDefaults(NamedTuple):
+    """engines.yaml's `nightly:` block: the defaults the config file and --nightly-source override."""
+
+    kind: str
     url: str | None
     ref: str | None
+    variant: str | None
 
 
 class Engine(NamedTuple):
@@ -29,7 +38,7 @@ class Engine(NamedTuple):
     packages: tuple[str, ...]
     layouts: dict[str, str]
     git_url: str | None
-    nightly: NightlySource
+    nightly: NightlyDefaults
     moved_to: tuple[Move, ...]
     smoke_env: dict[str, str] = {}
 
@@ -61,7 +70,7 @@ def all_engines() -> dict[str, Engine]:
             packages=tuple(data["packages"]),
             layouts=dict(data.get("layouts") or {}),
             git_url=data.get("git_url"),
-            nightly=NightlySource(nightly["kind"], nightly.get("url"), nightly.get("ref")),
+            nightly=NightlyDefaults(nightly["kind"], nightly.get("url"), nightly.get("ref"), nightly.get("variant")),
             moved_to=tuple(
                 Move(Version(m["from"]), m["engine"], m["what"]) for m in data.get("moved_to") or ()
             ),

@@ -31,6 +31,8 @@ def load_script(name: str):
 lint_workflows = load_script("lint_workflows")
 shards = load_script("shards")
 regression_issues = load_script("regression_issues")
+merge_matrix = load_script("merge_matrix")
+pr_body = load_script("pr_body")
 
 BACKEND = lint_workflows.find_backend()
 needs_actionlint = pytest.mark.skipif(
@@ -83,8 +85,14 @@ def test_workflow_triggers_jobs_and_gpu_gate():
     assert jobs["gpu-smoke-not-run"]["if"] == "vars.GPU_RUNNER != 'true'"
     assert "gpu tier: not run (no GPU runner)" in json.dumps(jobs["gpu-smoke-not-run"])
     merge_steps = json.dumps(jobs["merge"]["steps"])
-    for command in ("patchctl matrix merge", "patchctl matrix diff", "ci/regression_issues.py", "git push"):
+    for command in ("patchctl matrix merge", "patchctl matrix diff", "ci/regression_issues.py", "ci/merge_matrix.py",
+                    "ci/pr_body.py", "--rebase-commands", "--smoke-dir smoke", "peter-evans/create-pull-request"):
         assert command in merge_steps, command
+    # a pull request from a bot branch, never a push to the default branch
+    assert "git push" not in WORKFLOW.read_text()
+    pr = next(s for s in jobs["merge"]["steps"] if "create-pull-request" in s.get("uses", ""))
+    assert pr["with"]["branch"].startswith("bot/") and pr["with"]["body-path"] == "pr-body.md"
+    assert jobs["merge"]["permissions"] == {"contents": "write", "pull-requests": "write", "issues": "write"}
 
 
 def test_no_index_host_is_written_into_the_workflow_or_ci_scripts():
@@ -229,6 +237,188 @@ def test_creates_only_issues_not_already_open(diff_json, tmp_path, monkeypatch, 
     out = capsys.readouterr().out
     assert "already open: matrix regression: vllm patch `utils`" in out
     assert "opened: matrix regression: vllm patch `loader`" in out
+
+
+# --- merge_matrix: the committed evidence survives a check-only nightly --------------------
+
+def test_merge_keeps_smoke_of_unchanged_artifacts_and_writes_no_noise(index, tmp_path, capsys):
+    server, store = index
+    fresh = tmp_path / "fresh.yaml"
+    result = CliRunner().invoke(main, ["matrix", "-o", str(fresh), "--index-url", server.url, "--store", str(store),
+                                       "--no-nightly", "--json"])
+    assert result.exit_code == 0, result.output
+    real = yaml.safe_load(fresh.read_text())
+    assert all("seconds" in r and "bytes_fetched" in r for r in real["engines"]["vllm"]["versions"].values())
+    # the committed matrix: smoke ran on 1.0 and 1.1; 1.1's artifact has since been re-uploaded; 1.4 is new
+    committed = yaml.safe_load(fresh.read_text())
+    rows = committed["engines"]["vllm"]["versions"]
+    for version in ("1.0", "1.1"):
+        rows[version]["patches"]["loader"].update(smoke={"status": "passed", "reason": "3 passed"},
+                                                  evidence="applies + CPU checks passed")
+    rows["1.1"]["sha256"] = "f" * 64
+    del rows["1.4"]
+    (tmp_path / "committed.yaml").write_text(yaml.safe_dump(committed, sort_keys=False))
+    # plus a fresh nightly row (as shard 1 writes it), to see it listed first
+    real["engines"]["vllm"]["versions"]["nightly"] = dict(real["engines"]["vllm"]["versions"]["1.4"], version="1.5.dev1",
+                                                          nightly_of="vllm nightly 1.5.dev1")
+    fresh.write_text(yaml.safe_dump(real, sort_keys=False))
+    args = [str(tmp_path / "committed.yaml"), str(fresh), "-o", str(tmp_path / "out.yaml"),
+            "--markdown", str(tmp_path / "out.md"), "--html", str(tmp_path / "out.html"),
+            "--run-log", str(tmp_path / "log.json"), "--smoke-todo", str(tmp_path / "todo.json")]
+    assert merge_matrix.main(args) == 0
+    first = (tmp_path / "out.yaml").read_bytes()
+    doc = yaml.safe_load(first)
+    cells = {v: r["patches"]["loader"] for v, r in doc["engines"]["vllm"]["versions"].items()}
+    assert cells["1.0"]["smoke"] == {"status": "passed", "reason": "3 passed"}
+    assert cells["1.0"]["evidence"] == "applies + CPU checks passed"
+    assert "smoke" not in cells["1.1"] and cells["1.1"]["evidence"] == "applies (smoke not run)"  # changed artifact
+    assert doc["engines"]["vllm"]["versions"]["1.1"]["sha256"] == real["engines"]["vllm"]["versions"]["1.1"]["sha256"]
+    # new or changed artifacts only (1.2 and 1.3 are unchanged), the nightly first
+    assert json.loads((tmp_path / "todo.json").read_text()) == [
+        {"engine": "vllm", "version": "nightly"}, {"engine": "vllm", "version": "1.1"}, {"engine": "vllm", "version": "1.4"}]
+    text = first.decode()
+    assert "seconds" not in text and "bytes_fetched" not in text
+    log = json.loads((tmp_path / "log.json").read_text())
+    assert {e["version"] for e in log} == {"1.0", "1.1", "1.2", "1.3", "1.4", "nightly"} and all("seconds" in e for e in log)
+    # renderings come from the merged file
+    from patchctl.matrix import build as matrix
+    from patchctl.matrix.html_page import render_html
+
+    assert (tmp_path / "out.md").read_text() == matrix.markdown(doc)
+    assert (tmp_path / "out.html").read_text() == render_html(doc, previous=matrix.load(tmp_path / "committed.yaml"))
+    assert "New releases (1)" in (tmp_path / "out.html").read_text()
+    # no churn: the same inputs again, and the merged file merged again, give the same bytes
+    assert merge_matrix.main(args) == 0
+    assert (tmp_path / "out.yaml").read_bytes() == first
+    again = args.copy()
+    again[0], again[3] = str(tmp_path / "out.yaml"), str(tmp_path / "out2.yaml")
+    assert merge_matrix.main(again) == 0
+    assert (tmp_path / "out2.yaml").read_bytes() == first
+    # a smoke run for a listed row lands in the merged file (smoke/ directory, merged after the fresh run)
+    smoke_dir = tmp_path / "smoke"
+    smoke_dir.mkdir()
+    part = yaml.safe_load(fresh.read_text())
+    part["engines"]["vllm"]["versions"] = {"1.1": part["engines"]["vllm"]["versions"]["1.1"]}
+    part["engines"]["vllm"]["versions"]["1.1"]["patches"]["loader"].update(
+        smoke={"status": "failed", "reason": "1 failed"}, evidence="applies; CPU checks failed")
+    (smoke_dir / "vllm-1.1.yaml").write_text(yaml.safe_dump(part))
+    assert merge_matrix.main([*args[:4], "--smoke-dir", str(smoke_dir), "-o", str(tmp_path / "out3.yaml")]) == 0
+    cell = yaml.safe_load((tmp_path / "out3.yaml").read_text())["engines"]["vllm"]["versions"]["1.1"]["patches"]["loader"]
+    assert cell["smoke"]["status"] == "failed"
+    capsys.readouterr()
+
+
+def test_pr_body_lists_new_releases_newly_failing_upstreamed_and_first_bad(tmp_path):
+    before = matrix_doc({"1.1": {"loader": "clean", "utils": "clean"}, "1.2": {"loader": "clean", "utils": "offset"}})
+    after = matrix_doc({"1.1": {"loader": "clean", "utils": "clean"}, "1.2": {"loader": "conflict", "utils": "upstreamed"},
+                        "1.3": {"loader": "conflict", "utils": "upstreamed"}})
+    after["engines"]["vllm"]["versions"]["nightly"] = {"version": "nightly", "outcome": "failed",
+                                                       "error": "nightly source unreachable", "patches": {}}
+    after["engines"]["vllm"]["nightly"] = "failed: nightly source unreachable"
+    (tmp_path / "before.yaml").write_text(yaml.safe_dump(before))
+    (tmp_path / "after.yaml").write_text(yaml.safe_dump(after))
+    issues = [{"refreshed": [{"engine": "vllm", "patch": "utils", "version": "1.2", "variant": "1.2.patch"}]}]
+    (tmp_path / "issues.json").write_text(json.dumps(issues))
+    result = subprocess.run(["python3", str(CI / "pr_body.py"), str(tmp_path / "before.yaml"), str(tmp_path / "after.yaml"),
+                             "--issues", str(tmp_path / "issues.json")], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    text = result.stdout
+    assert "### New releases (1)\n\n- vllm 1.3\n" in text
+    assert "- vllm 1.2 `loader`: clean → conflict" in text
+    assert "- vllm nightly: error: nightly source unreachable" in text
+    assert "### Newly upstreamed (2)" in text and "- vllm 1.2 `utils`: offset → upstreamed" in text
+    assert "| vllm | `loader` | 1.2 |" in text
+    assert "### Nightly FAILED" in text
+    assert "- vllm `utils` → `1.2.patch` (rebased onto 1.2)" in text
+
+
+# --- regression_issues with a real `patchctl rebase --json` document -------------------------
+
+def replay_module():
+    spec = importlib.util.spec_from_file_location("replay_fixture", ROOT / "tests" / "rebase" / "test_replay.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def rebase_doc(tmp_path, builder, fresh_cache):
+    """The local-index rebase fixture of tests/rebase/test_replay.py (`setup`): on 1.1, `shift` is
+    refreshed and `clash` conflicts. Returns the real `patchctl rebase --json` document's path."""
+    from patchctl.testing.cli import run_json
+
+    replay = replay_module()
+    files = tmp_path / "files"
+    files.mkdir()
+    add = lambda name, change, **kw: builder.add("vllm", name, variants={"1.0": builder.variant(replay.BASE, change)}, **kw)  # noqa: E731
+    add("shift", {"vllm/loader.py": loader_with({10: "ten patched\n"})})
+    add("clash", {"vllm/loader.py": loader_with({20: "our twenty\n"})})
+    with IndexServer(files) as server:
+        for version in ("1.0", "1.1"):
+            server.add("vllm", build_wheel(files, "vllm", version, replay.release(version)))
+        workdir = tmp_path / "rebase" / "vllm-1.1"
+        doc = run_json("rebase", "vllm", "--onto", "1.1", "--workdir", str(workdir), "--index-url", server.url,
+                       "--store", str(builder.root), expect=1)
+    path = tmp_path / "rebase" / "vllm-1.1.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_regressions_become_rebase_commands_pr_variants_and_conflict_issues(rebase_doc, tmp_path, capsys):
+    before = matrix_doc({"1.0": {"shift": "clean", "clash": "clean"}})
+    after = matrix_doc({"1.0": {"shift": "clean", "clash": "clean"}, "1.1": {"shift": "conflict", "clash": "conflict"}})
+    (tmp_path / "before.yaml").write_text(yaml.safe_dump(before))
+    (tmp_path / "after.yaml").write_text(yaml.safe_dump(after))
+    result = CliRunner().invoke(main, ["matrix", "diff", str(tmp_path / "before.yaml"), str(tmp_path / "after.yaml"), "--json"])
+    assert result.exit_code == 1, result.output
+    diff = tmp_path / "diff.json"
+    diff.write_text(result.output)
+    # the command the workflow runs, once per (engine, first bad version)
+    assert regression_issues.main([str(diff), "--rebase-commands", "rebase"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["patchctl rebase vllm --onto 1.1 --workdir rebase/vllm-1.1 --json"]
+    # and from its real JSON document
+    assert regression_issues.main([str(diff), "--rebase-dir", str(rebase_doc.parent), "--dry-run"]) == 0
+    issues = {i["patch"]: i for i in json.loads(capsys.readouterr().out)}
+    assert issues["shift"]["fix"] == "refreshed"
+    assert issues["shift"]["refreshed"] == [{"engine": "vllm", "patch": "shift", "version": "1.1", "variant": "1.1.patch"}]
+    clash = issues["clash"]
+    assert clash["fix"] == "conflict" and clash["title"] == "matrix regression: vllm patch `clash` conflicts from vllm 1.1"
+    doc = json.loads(rebase_doc.read_text())
+    item = next(i for i in doc["items"] if i["name"] == "clash")
+    hunk = item["conflict"]["files"][0]["conflicts"][0]["text"]
+    assert "<<<<<<<" in hunk and "our twenty" in hunk and hunk in clash["body"]
+    assert "Conflict in `vllm/loader.py`" in clash["body"] and "**First bad version: vllm 1.1**" in clash["body"]
+    workdir = doc["workdir"]
+    assert f"patchctl rebase vllm --onto 1.1 --workdir {workdir}" in clash["body"]
+    assert f"patchctl resolve vllm {workdir} --patch clash --onto 1.1" in clash["body"]
+    # the PR body carries the refreshed variant
+    from patchctl.matrix import build as matrix
+
+    assert "- vllm `shift` → `1.1.patch` (rebased onto 1.1)" in pr_body.body(
+        before, matrix.load(tmp_path / "after.yaml"), list(issues.values()))
+
+
+def test_refreshed_patches_get_no_issue(rebase_doc, tmp_path, monkeypatch, capsys):
+    after = matrix_doc({"1.0": {"shift": "clean", "clash": "clean"}, "1.1": {"shift": "conflict", "clash": "conflict"}})
+    diff = tmp_path / "diff.json"
+    diff.write_text(json.dumps({"diff": matrix_diff(matrix_doc({"1.0": {"shift": "clean", "clash": "clean"}}), after)}))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "gh").write_text(FAKE_GH)
+    (bin_dir / "gh").chmod(0o755)
+    log = tmp_path / "gh.log"
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("GH_LOG", str(log))
+    assert regression_issues.main([str(diff), "--rebase", str(rebase_doc)]) == 0
+    creates = [line for line in log.read_text().splitlines() if line.startswith("ARGS issue create")]
+    assert len(creates) == 1 and "`clash`" in creates[0]
+    assert "fixed by the rebase (refreshed), in the pull request" in capsys.readouterr().out
+
+
+def matrix_diff(before: dict, after: dict) -> dict:
+    from patchctl.matrix import build as matrix
+
+    return matrix.diff(before, after)
 
 
 # --- shell scripts --------------------------------------------------------------------------

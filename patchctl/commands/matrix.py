@@ -56,10 +56,15 @@ def run(store, ctx, *, engines: tuple[str, ...] = (), output: Path = Path("compa
         fields["diff"] = changes
         if changes["regressions"]:
             code = EXIT_PATCH_FAILED
+    failed_nightly = matrix.nightly_failed(doc)
+    if failed_nightly:
+        fields["nightly_failed"] = failed_nightly
+        code = EXIT_PATCH_FAILED
     conflicts = sum(1 for d in doc["engines"].values() for r in d["versions"].values()
                     for p in r["patches"].values() if p["outcome"] == "conflict")
     fields["message"] = (f"wrote {output}: " + ", ".join(f"{e} {n} versions" for e, n in fields["versions"].items())
-                         + f"; {conflicts} conflict cell(s)")
+                         + f"; {conflicts} conflict cell(s)"
+                         + "".join(f"; {e} nightly FAILED: {doc['engines'][e]['nightly']}" for e in failed_nightly))
     return document("matrix", code, **fields), code
 
 

@@ -109,27 +109,53 @@ def build(store: Store, ctx: fetch.SourceContext, *, engines: list[str] | None =
             if progress:
                 progress(e, v)
     nightly_notes = {}
-    if nightly and (not shard or shard[0] == 1):
+    if not shard or shard[0] == 1:
         for engine in engines:
+            if not nightly or _nightly_disabled(engine):
+                nightly_notes[engine] = NIGHTLY_SKIPPED
+                continue
             row, note = _nightly_row(engine, store, ctx)
             nightly_notes[engine] = note
-            if row:
-                rows[(engine, "nightly")] = row
+            rows[(engine, "nightly")] = row
     return assemble(store, engines, rows, nightly_notes)
 
 
-def _nightly_row(engine: str, store: Store, ctx: fetch.SourceContext) -> tuple[dict | None, str]:
-    """The nightly build is part of the matrix when its source is configured and reachable; else
-    the document says why it is missing (never a silent gap)."""
+NIGHTLY_SKIPPED = "skipped: disabled"
+NIGHTLY_FAILED = "failed"  # the `outcome` of a nightly row whose build could not be resolved
+
+
+def _nightly_disabled(engine: str) -> bool:
+    """An engine whose nightly kind is `none` (engines.yaml, or the config file) publishes none:
+    leaving it out is deliberate, not a failure."""
+    from patchctl import config
+
+    kind = config.nightly_override(engine).get("kind", get_engine(engine).nightly.kind)
+    return kind == "none"
+
+
+def _nightly_row(engine: str, store: Store, ctx: fetch.SourceContext) -> tuple[dict, str]:
+    """The nightly build is part of the matrix whenever it is enabled. One that cannot be resolved
+    (no source configured, unreachable, no builds) is a failed row, `outcome: failed` with the
+    reason in `error`, and `patchctl matrix` exits 1: a nightly is never a silent gap."""
     from patchctl.spec import EngineRef
 
     try:
         upstream = fetch.open_upstream(EngineRef(get_engine(engine), "nightly"), ctx)
     except PatchctlError as exc:
-        return None, f"not run: {exc.message}"
+        return ({"version": "nightly", "outcome": NIGHTLY_FAILED, "error": exc.message, "patches": {}},
+                f"failed: {exc.message}")
     row = check_one(engine, upstream.version, store, ctx, upstream=upstream)
     row["nightly_of"] = upstream.label
+    if row.get("error"):
+        row["outcome"] = NIGHTLY_FAILED
+        return row, f"failed: {row['error']}"
     return row, f"ran on {upstream.label}"
+
+
+def nightly_failed(doc: dict) -> list[str]:
+    """The engines whose nightly row failed (exit 1 for `patchctl matrix`)."""
+    return [engine for engine, data in doc.get("engines", {}).items()
+            if (data.get("versions", {}).get("nightly") or {}).get("outcome") == NIGHTLY_FAILED]
 
 
 def _version_key(version: str):
@@ -259,3 +285,43 @@ def markdown(doc: dict) -> str:
             out.append(f"| {version} | " + " | ".join(cells) + " |")
         out.append("")
     return "\n".join(out)
+
+
+def first_bad(doc: dict) -> dict[str, dict[str, str]]:
+    """engine -> {patch: the lowest version (releases before the nightly) where it conflicts}."""
+    out: dict[str, dict[str, str]] = {}
+    for engine, data in doc.get("engines", {}).items():
+        for version in sorted(data.get("versions", {}), key=_version_key):
+            for patch, cell in (data["versions"][version].get("patches") or {}).items():
+                if cell.get("outcome") == O.CONFLICT:
+                    out.setdefault(engine, {}).setdefault(patch, version)
+    return out
+
+
+def changes_since(previous: dict | None, current: dict) -> dict:
+    """What a nightly report leads with: releases the previous matrix did not have, cells (and
+    rows) that fail now and did not before, cells upstreamed now and not before."""
+    new_releases, newly_failing, newly_upstreamed = [], [], []
+    for engine, data in current.get("engines", {}).items():
+        old = ((previous or {}).get("engines", {}).get(engine) or {}).get("versions", {})
+        for version, row in data.get("versions", {}).items():
+            before = old.get(version)
+            if before is None and version != "nightly":
+                new_releases.append({"engine": engine, "version": version})
+            if row.get("error"):
+                if previous is not None and not (before or {}).get("error"):
+                    newly_failing.append({"engine": engine, "version": version, "patch": None,
+                                          "before": "ran" if before else None, "after": "error", "error": row["error"]})
+                continue
+            for patch, cell in (row.get("patches") or {}).items():
+                was = ((before or {}).get("patches") or {}).get(patch, {}).get("outcome")
+                now = cell.get("outcome")
+                if previous is None or was == now:
+                    continue
+                item = {"engine": engine, "version": version, "patch": patch, "before": was, "after": now}
+                if now == O.CONFLICT:
+                    newly_failing.append(item)
+                elif now == O.UPSTREAMED:
+                    newly_upstreamed.append(item)
+    return {"new_releases": new_releases, "newly_failing": newly_failing, "newly_upstreamed": newly_upstreamed,
+            "first_bad": first_bad(current)}

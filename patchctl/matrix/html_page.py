@@ -58,6 +58,13 @@ table.grid { border-collapse: separate; border-spacing: 3px; }
 .cell details pre { white-space: pre-wrap; margin: 2px 0 0; font: 11px/1.3 ui-monospace, monospace; }
 td.unknown { border: 1px dashed #8c959f; }
 td.row-error { font-size: 12px; }
+main { max-width: 1560px; }
+.report { margin: 12px 0; padding: 8px 12px; border: 1px solid #d0d7de; border-radius: 6px; background: #f6f8fa; }
+.report h2 { margin: 4px 0 6px; }
+.report h3, .engine h3 { font-size: 15px; margin: 10px 0 4px; }
+.report ul, .caveats ul, .firstbad ul { margin: 2px 0 6px; padding-left: 20px; }
+.report .bad { color: #82071e; font-weight: 600; }
+.caveats, .firstbad { font-size: 13px; }
 """
 
 
@@ -156,8 +163,17 @@ def render_engine(engine: str, data: dict) -> str:
                 patches.append(name)
     counts: dict[str, int] = {}
     body = []
-    for version, row in versions.items():
-        row = row or {}
+    # Newest first: the nightly, then releases from the newest down (a nightly report is read top down).
+    from patchctl.matrix.build import _version_key
+
+    def newest_first(version):
+        try:
+            return _version_key(version)
+        except Exception:
+            return (-1, version)
+
+    for version in sorted(versions, key=newest_first, reverse=True):
+        row = versions[version] or {}
         cells = [render_version_header(version, row)]
         if row.get("error"):
             counts[ERROR] = counts.get(ERROR, 0) + 1
@@ -174,11 +190,64 @@ def render_engine(engine: str, data: dict) -> str:
     head = "<tr><th>version</th>" + "".join(f'<th scope="col">{esc(p)}</th>' for p in patches) + "</tr>"
     summary = ", ".join(f"{n} {STYLE[k][2]}" for k, n in counts.items()) or "no versions"
     # matrix.build says whether the nightly build ran, and why not: a missing row is never silent.
-    nightly = f'<p class="summary">nightly: {esc(data["nightly"])}</p>' if data.get("nightly") else ""
+    nightly = ""
+    if data.get("nightly"):
+        bad = " bad" if str(data["nightly"]).startswith("failed") else ""
+        nightly = f'<p class="summary{bad}">nightly: {esc(data["nightly"])}</p>'
     return (f'<section class="engine" id="engine-{esc(engine)}"><h2>{esc(engine)}</h2>'
             f'<p class="summary">{len(versions)} version(s) × {len(patches)} patch(es): {esc(summary)}</p>{nightly}'
+            f"{render_first_bad(engine, data, patches)}{render_caveats(data, patches)}"
             f'<div class="wrap"><table class="grid"><thead>{head}</thead><tbody>{"".join(body)}</tbody>'
             f"</table></div></section>")
+
+
+def render_first_bad(engine: str, data: dict, patches: list[str]) -> str:
+    from patchctl.matrix.build import first_bad
+
+    bad = first_bad({"engines": {engine: data}}).get(engine, {})
+    items = "".join(f"<li><code>{esc(p)}</code>: "
+                    + (f'<span class="bad">first bad {esc(bad[p])}</span>' if p in bad else "applies everywhere")
+                    + "</li>" for p in patches)
+    return f'<div class="firstbad"><h3>First bad version per patch</h3><ul>{items}</ul></div>'
+
+
+def render_caveats(data: dict, patches: list[str]) -> str:
+    evidence = data.get("evidence") or {}
+    items = []
+    for patch in patches:
+        not_proven = (evidence.get(patch) or {}).get("not_proven") or []
+        if not_proven:
+            items.append(f"<li><code>{esc(patch)}</code> does not prove: " + "; ".join(esc(n) for n in not_proven) + "</li>")
+    if not items:
+        return ""
+    return f'<div class="caveats"><h3>Not proven here</h3><ul>{"".join(items)}</ul></div>'
+
+
+def _change_line(item: dict) -> str:
+    what = f"{esc(item['engine'])} {esc(item['version'])}"
+    if item.get("patch"):
+        what += f" <code>{esc(item['patch'])}</code>"
+    if item.get("error"):
+        return f"<li>{what}: error: {esc(item['error'])}</li>"
+    return f"<li>{what}: {esc(item.get('before') or 'new')} → {esc(item['after'])}</li>"
+
+
+def render_changes(previous: dict, doc: dict) -> str:
+    from patchctl.matrix.build import changes_since
+
+    changes = changes_since(previous, doc)
+    parts = ['<section class="report" id="changes"><h2>Since the previous matrix</h2>']
+    for key, heading, css in (("new_releases", "New releases", ""), ("newly_failing", "Newly failing", " bad"),
+                              ("newly_upstreamed", "Newly upstreamed", "")):
+        items = changes[key]
+        if key == "new_releases":
+            lines = "".join(f"<li>{esc(i['engine'])} {esc(i['version'])}</li>" for i in items)
+        else:
+            lines = "".join(_change_line(i) for i in items)
+        parts.append(f'<h3 class="{css.strip()}">{heading} ({len(items)})</h3>'
+                     + (f"<ul>{lines}</ul>" if items else "<p>none</p>"))
+    parts.append("</section>")
+    return "".join(parts)
 
 
 def render_legend() -> str:
@@ -187,8 +256,11 @@ def render_legend() -> str:
     return f'<ul class="legend" aria-label="legend">{items}</ul>'
 
 
-def render_html(doc: dict, title: str = "patchctl compatibility matrix") -> str:
+def render_html(doc: dict, title: str = "patchctl compatibility matrix", previous: dict | None = None) -> str:
+    """The nightly report: what changed since PREVIOUS (when given), then per engine the first bad
+    version of each patch, what its checks do not prove, and the grid, newest version first."""
     engines = (doc or {}).get("engines") or {}
+    changes = render_changes(previous, doc) if previous is not None else ""
     sections = "".join(render_engine(e, d or {}) for e, d in engines.items()) or "<p>No engines in this matrix.</p>"
     return ("<!DOCTYPE html>\n"
             '<html lang="en"><head><meta charset="utf-8">'
@@ -197,7 +269,7 @@ def render_html(doc: dict, title: str = "patchctl compatibility matrix") -> str:
             f"<h1>{esc(title)}</h1>"
             f'<p class="meta">schema {esc((doc or {}).get("schema", "?"))}; hover a version for its artifact '
             f"sha256, a cell for its details.</p>"
-            f"{render_legend()}{sections}</body></html>\n")
+            f"<main>{changes}{render_legend()}{sections}</main></body></html>\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -207,8 +279,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m patchctl.matrix.html_page", description=main.__doc__)
     parser.add_argument("matrix", type=Path)
     parser.add_argument("-o", "--output", type=Path, required=True)
+    parser.add_argument("--previous", type=Path, help="the previous matrix: lead with what changed since")
     args = parser.parse_args(argv)
-    args.output.write_text(render_html(matrix.load(args.matrix)), encoding="utf-8")
+    previous = matrix.load(args.previous) if args.previous else None
+    args.output.write_text(render_html(matrix.load(args.matrix), previous=previous), encoding="utf-8")
     print(f"wrote {args.output}")
     return 0
 

@@ -9,11 +9,23 @@ from typing import NamedTuple, Protocol
 from patchctl.errors import StoreError
 
 
-class Provenance(NamedTuple):
+class _ProvenanceFields(NamedTuple):
     kind: str  # "wheel", "sdist", "installed", "git", "directory"
     description: str  # e.g. the artifact file name, a path, a commit
     sha256: str | None = None  # of the artifact, when there is one
     bytes_fetched: int = 0
+    # More keys for the document's `source`, only where they apply (a nightly build's version and
+    # commit, "index_sha256": None with "verified_by": "RECORD" for an index that publishes no hash).
+    details: tuple[tuple[str, object], ...] = ()
+
+
+class Provenance(_ProvenanceFields):
+    __slots__ = ()
+
+    def _asdict(self) -> dict:  # type: ignore[override]  # noqa: D102
+        out = {k: v for k, v in zip(self._fields, self, strict=True) if k != "details"}
+        out.update(self.details)
+        return out
 
 
 class FileSource(Protocol):

@@ -97,6 +97,8 @@ def open_upstream(ref: EngineRef, ctx: SourceContext) -> Upstream:
         return Upstream(ref, version, source, f"{engine.dist} {version} ({source.artifact.filename})")
     if ref.kind == "nightly":
         return _nightly(ref, ctx)
+    if ref.kind == "commit":
+        return _commit(ref, ctx)
     if ref.kind == "git":
         repo_url = ctx.repo or engine.git_url
         if not repo_url:
@@ -122,7 +124,8 @@ def open_upstream(ref: EngineRef, ctx: SourceContext) -> Upstream:
 
 
 def nightly_source(engine, flag: str | None) -> NightlySource:
-    """Where ENGINE@nightly comes from: --nightly-source > the config file > the engine table."""
+    """Where ENGINE@nightly comes from: --nightly-source > the config file > engines.yaml. For a wheel
+    index the URL includes the variant folder (`nightly.<engine>.variant: cu130` → <url>/cu130)."""
     override = config.nightly_override(engine.name)
     kind = override.get("kind", engine.nightly.kind)
     if kind == "none":
@@ -130,56 +133,157 @@ def nightly_source(engine, flag: str | None) -> NightlySource:
     url = flag or override.get("url") or engine.nightly.url
     if not url:
         raise UsageError(f"no nightly source is configured for {engine.name}", hint=nightly_hint(engine))
+    url = url.rstrip("/")
+    variant = override.get("variant", engine.nightly.variant)
+    if kind == "wheel-index" and variant:
+        url = f"{url}/{variant}"
     return NightlySource(kind, url, override.get("ref") or engine.nightly.ref or "main")
 
 
+def _nightly_root(engine, flag: str | None) -> tuple[str, str | None]:
+    """The wheel repository's root (the nightly URL less /nightly) and the variant, for commit:SHA."""
+    override = config.nightly_override(engine.name)
+    url = (flag or override.get("url") or engine.nightly.url or "").rstrip("/")
+    if not url:
+        raise UsageError(f"no nightly source is configured for {engine.name}", hint=nightly_hint(engine))
+    root = url[: -len("/nightly")] if url.endswith("/nightly") else url
+    return root, override.get("variant", engine.nightly.variant)
+
+
 def nightly_hint(engine) -> str:
-    return f"set nightly.{engine.name}.url in {config.config_file()} or pass --nightly-source URL"
+    return (f"set nightly.{engine.name}.url (and .variant) in {config.config_file()} or pass "
+            "--nightly-source URL; --offline serves a build read before")
 
 
-def _nightly(ref: EngineRef, ctx: SourceContext) -> Upstream:
-    from patchctl.sources.git import GitSource, open_repo
+_COMMIT = re.compile(r"g([0-9a-f]{7,40})")
+
+
+def commit_of(version: Version) -> str | None:
+    """The commit a dev build names in its local version (0.23.1rc1.dev901+g2f3f441f8.cu130)."""
+    for part in (version.local or "").split("."):
+        m = _COMMIT.fullmatch(part)
+        if m:
+            return m.group(1)
+    return None
+
+
+def _same_commit(a: str | None, b: str) -> bool:
+    return bool(a) and (a.startswith(b) or b.startswith(a))  # type: ignore[union-attr]
+
+
+def _wheel_index_build(ref: EngineRef, ctx: SourceContext, url: str, what: str, commit: str | None = None) -> Upstream:
     from patchctl.sources.index import PackageIndex
     from patchctl.sources.release import ReleaseSource, choose_artifact
 
     engine = ref.engine
-    kind, url, branch = nightly_source(engine, ctx.nightly_source)
     how = nightly_hint(engine)
+    index = PackageIndex(url, config.cache_dir(), offline=ctx.offline, origin=what)
+    try:
+        project = index.project(engine.dist)
+    except NetworkError as exc:
+        raise NetworkError(f"{what} for {engine.name} ({url}) is unreachable: {exc.message}", hint=how) from None
+    except UsageError as exc:  # 404: no such project page (a commit without builds, a wrong URL)
+        raise UsageError(f"{what} for {engine.name} ({url}) has no {engine.dist} builds: {exc.message}",
+                         hint=how) from None
+    versions = project.versions(include_pre=True)
+    if commit:
+        versions = [v for v in versions if _same_commit(commit_of(v), commit)] or versions
+    if not versions:
+        raise UsageError(f"the {what} {url} lists no {engine.dist} builds", hint=how)
+    version = versions[-1]
+    artifact = choose_artifact(project, version)
+    details = {"version": str(version), "commit": commit_of(version), "index": url}
+    source = ReleaseSource(engine, artifact, config.cache_dir(), offline=ctx.offline, progress=ctx.progress,
+                           details=details)
+    return Upstream(ref, version, source, f"{engine.dist} {what} {version} ({artifact.filename})")
+
+
+def _nightly(ref: EngineRef, ctx: SourceContext) -> Upstream:
+    from patchctl.sources.git import GitSource, open_repo
+
+    engine = ref.engine
+    kind, url, branch = nightly_source(engine, ctx.nightly_source)
+    assert url is not None  # nightly_source() raises when none is configured
     if kind == "wheel-index":
-        index = PackageIndex(url, config.cache_dir(), offline=ctx.offline, origin="nightly source")
-        try:
-            project = index.project(engine.dist)
-        except NetworkError as exc:
-            raise NetworkError(f"nightly source for {engine.name} ({url}) is unreachable: {exc.message}", hint=how) from None
-        versions = project.versions(include_pre=True)
-        if not versions:
-            raise UsageError(f"the nightly source {url} lists no {engine.dist} builds", hint=how)
-        version = versions[-1]
-        artifact = choose_artifact(project, version)
-        source = ReleaseSource(engine, artifact, config.cache_dir(), offline=ctx.offline, progress=ctx.progress)
-        return Upstream(ref, version, source, f"{engine.dist} nightly {version} ({artifact.filename})")
+        return _wheel_index_build(ref, ctx, url, "nightly source")
     try:
         repo = open_repo(url, config.cache_dir(), offline=ctx.offline)
     except NetworkError as exc:
-        raise NetworkError(f"nightly source for {engine.name} ({url}) is unreachable: {exc.message}", hint=how) from None
+        raise NetworkError(f"nightly source for {engine.name} ({url}) is unreachable: {exc.message}",
+                           hint=nightly_hint(engine)) from None
     source = GitSource(repo, branch, engine.layout_prefix("git"), url)
     version = ctx.version_override or _version_from_git(source, engine)
     return Upstream(ref, version, source, f"{engine.name} nightly {branch} ({source.provenance().description})")
 
 
+def _commit(ref: EngineRef, ctx: SourceContext) -> Upstream:
+    """ENGINE@commit:SHA: that commit's build on the wheel repository (<root>/<SHA>/), or for a git
+    nightly source (SGLang) the commit itself."""
+    engine = ref.engine
+    sha = ref.git_ref or ""
+    kind = config.nightly_override(engine.name).get("kind", engine.nightly.kind)
+    if kind == "git" or (kind == "none" and (ctx.repo or engine.git_url)):
+        return open_upstream(ref._replace(kind="git"), ctx)
+    if kind != "wheel-index":
+        raise UsageError(f"{engine.name} publishes no per-commit builds")
+    root, variant = _nightly_root(engine, ctx.nightly_source)
+    url = f"{root}/{sha}" + (f"/{variant}" if variant else "")
+    upstream = _wheel_index_build(ref, ctx, url, f"commit {sha}", commit=sha)
+    found = commit_of(upstream.version)
+    if found and not _same_commit(found, sha):
+        raise UsageError(f"{url} holds the build of commit {found}, not of {sha}")
+    return upstream
+
+
 def _version_from_git(source: GitSource, engine) -> Version:
+    """A checkout's version as setuptools-scm computes it (SGLang and vLLM build theirs so): the nearest
+    `v*` tag, exactly, at the tag; else the next version's dev build, `0.5.24.dev3+g<sha>` for 3 commits
+    after v0.5.23. Without such a tag, the package's version.py, unless it holds setuptools-scm's
+    fallback (0.0.0.dev0, which SGLang's main keeps there)."""
+    version = _scm_version(source)
+    if version is not None:
+        return version
     for rel in (f"{engine.packages[0]}/version.py", f"{engine.packages[0]}/_version.py"):
         data = source.read(rel)
         if data:
             m = re.search(rb"""__version__\s*=\s*['"]([^'"]+)['"]""", data)
             if m:
                 try:
-                    return Version(m.group(1).decode())
+                    found = Version(m.group(1).decode())
                 except InvalidVersion:
-                    pass
-    # A checkout's version is "the next release": the latest tag is the nearest honest answer.
+                    continue
+                if any(found.release):  # 0.0.0.dev0 is a placeholder, not a version
+                    return found
+    raise UsageError(f"cannot tell the version of {source.description} at {source.commit[:12]}: "
+                     "no v* tag before it and no version in its version.py", hint="pass --as-version X.Y.Z")
+
+
+def _scm_version(source: GitSource) -> Version | None:
     try:
-        tag = source.repo.git.describe("--tags", "--abbrev=0", source.commit)
-        return Version(tag.lstrip("v"))
-    except Exception:
-        raise UsageError(f"cannot tell the version of {source.description}", hint="pass --as-version X.Y.Z") from None
+        described = source.repo.git.describe("--tags", "--long", "--match", "v[0-9]*", source.commit)
+    except Exception:  # no such tag
+        return None
+    m = re.fullmatch(r"v(.+)-(\d+)-g([0-9a-f]+)", described.strip())
+    if not m:
+        return None
+    try:
+        tag = Version(m.group(1))
+    except InvalidVersion:
+        return None
+    distance, sha = int(m.group(2)), m.group(3)
+    if distance == 0:
+        return tag
+    return Version(f"{_next_version(tag)}.dev{distance}+g{sha}")
+
+
+def _next_version(tag: Version) -> str:
+    """setuptools-scm's guess-next-dev: 0.5.23 → 0.5.24, 0.5.10rc0 → 0.5.10rc1, 1.0.dev3 → 1.0."""
+    epoch = f"{tag.epoch}!" if tag.epoch else ""
+    release = ".".join(str(p) for p in tag.release)
+    if tag.dev is not None and tag.pre is None and tag.post is None:
+        return epoch + release
+    if tag.pre is not None:
+        return f"{epoch}{release}{tag.pre[0]}{tag.pre[1] + 1}"
+    parts = list(tag.release)
+    parts[-1] += 1
+    return epoch + ".".join(str(p) for p in parts)

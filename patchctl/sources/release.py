@@ -5,6 +5,11 @@ HTTP range reads, each member checked against its CRC-32 and the sha256 the whee
 Without a usable wheel (or a server that ignores Range) the whole artifact is downloaded, checked
 against the index's sha256, and the needed members are taken from it (a wheel's, again checked against
 its RECORD). Cached file lists that do not parse are read again, or refused offline.
+
+An index that publishes no hash (vLLM's nightly wheel repository) is accepted for wheels only: every
+member read must then be listed in the wheel's RECORD and match it (and its CRC-32), the sha256 of a
+downloaded artifact is recorded, and the document's `source` says `"index_sha256": null,
+"verified_by": "RECORD"`. An sdist has no RECORD, so without the index's sha256 it is refused.
 """
 from __future__ import annotations
 
@@ -36,23 +41,28 @@ FETCH_THREADS = 8
 def choose_artifact(project: IndexProject, version, prefer_sdist: bool = False) -> IndexFile:
     """The cheapest artifact to read files from: a wheel for sparse reads; an sdist when a whole
     tree is wanted (vLLM's sdist is 47 MB against a 300 MB wheel, with the same Python sources)."""
-    files = [f for f in project.files_for(version) if f.sha256]
+    candidates = project.files_for(version)
+    # A wheel without an index hash is still verifiable (its RECORD); an sdist is not.
+    files = [f for f in candidates if f.sha256 or f.kind == "wheel"]
     if not files:
         known = project.versions(include_pre=True)
         near = ", ".join(str(v) for v in known[-5:]) or "none"
+        unusable = ("; it lists only sdists without a sha256, which patchctl cannot verify (no RECORD): "
+                    + ", ".join(f.filename for f in candidates)) if candidates else ""
         raise UsageError(
             f"{project.name} {version} is not on the package index {project.index_url} "
-            f"(newest there: {near})"
+            f"(newest there: {near}){unusable}"
         )
 
     def rank(f: IndexFile):
+        hashed = 0 if f.sha256 else 1  # (releases: every file is hashed, so the order is as before)
         if prefer_sdist and f.kind == "sdist":
-            return (-1, 0, f.size or 0)
+            return (hashed, -1, 0, f.size or 0)
         if f.kind == "wheel":
             pure = "none-any" in f.tags
             x86 = "x86_64" in f.tags
-            return (0, 0 if pure else (1 if x86 else 2), f.size or 0)
-        return (1, 0, f.size or 0)
+            return (hashed, 0, 0 if pure else (1 if x86 else 2), f.size or 0)
+        return (hashed, 1, 0, f.size or 0)
 
     return sorted(files, key=rank)[0]
 
@@ -61,10 +71,17 @@ class ReleaseSource:
     """FileSource over one artifact of a release; member paths are relative to the import root."""
 
     def __init__(self, engine: Engine, artifact: IndexFile, cache_root: Path, *,
-                 offline: bool = False, progress: ProgressSink | None = None, sparse: bool = True):
+                 offline: bool = False, progress: ProgressSink | None = None, sparse: bool = True,
+                 details: dict | None = None):
+        if artifact.sha256 is None and artifact.kind != "wheel":
+            raise UsageError(f"{artifact.filename}: the index publishes no sha256 for it, and an sdist "
+                             "has no RECORD to check its files against")
         self.engine = engine
         self.artifact = artifact
-        self.dir = cache_root / "artifacts" / artifact.sha256
+        # Without an index hash the cache is keyed by the URL (a nightly's URL names its commit).
+        key = artifact.sha256 or "url-" + hashlib.sha256(artifact.url.encode()).hexdigest()
+        self.dir = cache_root / "artifacts" / key
+        self.details = dict(details or {})
         self.offline = offline
         self.progress = progress or NoProgress()
         self.sparse = sparse and artifact.kind == "wheel"
@@ -94,8 +111,20 @@ class ReleaseSource:
                 self.sparse = False
         self._fetch_from_full(missing)
 
+    @property
+    def unhashed(self) -> bool:
+        """The index publishes no sha256 for this artifact: RECORD is what vouches for its files."""
+        return self.artifact.sha256 is None
+
     def provenance(self) -> Provenance:
-        return Provenance(self.artifact.kind, self.artifact.filename, self.artifact.sha256, self.bytes_fetched)
+        details = dict(self.details)
+        sha256 = self.artifact.sha256
+        if self.unhashed:
+            sha256 = _read_text(self._fetched_digest_file())  # of the whole wheel, when it was downloaded
+            details.update(index_sha256=None, verified_by="RECORD",
+                           record_sha256=_read_text(self.dir / "record.sha256"))
+        return Provenance(self.artifact.kind, self.artifact.filename, sha256, self.bytes_fetched,
+                          tuple(details.items()))
 
     # cache ------------------------------------------------------------------------------------
     def _member_file(self, path: str) -> Path:
@@ -106,6 +135,9 @@ class ReleaseSource:
 
     def _full_file(self) -> Path:
         return self.dir / "artifact"
+
+    def _fetched_digest_file(self) -> Path:
+        return self.dir / "artifact.sha256"
 
     def _cached_ok(self, path: str) -> bool:
         member = self._member_file(path)
@@ -206,10 +238,15 @@ class ReleaseSource:
         hashes: dict[str, str] = {}
         if record_name:
             hashes = self._parse_record(record_name, self._read_member(entries[record_name]))
+        elif self.unhashed:
+            raise NetworkError(f"{self.artifact.filename}: the index publishes no sha256 and the wheel has "
+                               "no RECORD: nothing vouches for its files")
         self._record = hashes
         return hashes
 
     def _parse_record(self, record_name: str, raw: bytes) -> dict[str, str]:
+        if self.unhashed:
+            write_atomic(self.dir / "record.sha256", hashlib.sha256(raw).hexdigest().encode())
         try:
             return zipread.record_hashes(raw)
         except (ValueError, csv.Error) as exc:  # not UTF-8, a sha256 that is not base64, a NUL byte
@@ -218,6 +255,9 @@ class ReleaseSource:
     def _check_record(self, name: str, data: bytes, record: dict[str, str]) -> None:
         """A wheel member against the sha256 its RECORD lists (members RECORD does not hash: none)."""
         expected = record.get(name)
+        if not expected and self.unhashed:
+            raise NetworkError(f"{self.artifact.filename}: {name} has no sha256 in RECORD, and the index "
+                               "publishes none for the wheel: nothing vouches for it")
         if expected and hashlib.sha256(data).hexdigest() != expected:
             raise NetworkError(f"{self.artifact.filename}: {name} does not match the sha256 in RECORD")
 
@@ -264,8 +304,9 @@ class ReleaseSource:
     # whole artifact --------------------------------------------------------------------------
     def download_full(self) -> Path:
         target = self._full_file()
+        expected = self.artifact.sha256 or _read_text(self._fetched_digest_file())
         if target.is_file():
-            if _sha256_file(target) == self.artifact.sha256:
+            if expected and _sha256_file(target) == expected:
                 return target
             target.unlink()  # corrupt: fetch again
         self._need_network("the artifact")
@@ -289,7 +330,10 @@ class ReleaseSource:
             raise NetworkError(f"download of {self.artifact.filename} broke off: {exc}") from None
         finally:
             self.progress.finish()
-        if digest.hexdigest() != self.artifact.sha256:
+        if self.artifact.sha256 is None:
+            # Nothing to compare with: RECORD checks the members read from it; the digest is recorded.
+            write_atomic(self._fetched_digest_file(), digest.hexdigest().encode())
+        elif digest.hexdigest() != self.artifact.sha256:
             tmp.unlink(missing_ok=True)
             raise NetworkError(
                 f"{self.artifact.filename}: sha256 {digest.hexdigest()} does not match "
@@ -311,6 +355,9 @@ class ReleaseSource:
                     if self.artifact.kind == "wheel":
                         # The same check as a sparse read: each member against the wheel's RECORD.
                         record_name = next((n for n in zf.namelist() if n.endswith(".dist-info/RECORD")), None)
+                        if record_name is None and self.unhashed:
+                            raise NetworkError(f"{self.artifact.filename}: the index publishes no sha256 and "
+                                               "the wheel has no RECORD: nothing vouches for its files")
                         record = self._parse_record(record_name, zf.read(record_name)) if record_name else {}
                         for name, path in wanted.items():
                             if path in found:
@@ -352,6 +399,13 @@ def _encodable(name: str) -> bool:
     except UnicodeEncodeError:  # a lone surrogate, from a \ud800 escape
         return False
     return True
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text().strip() or None
+    except (FileNotFoundError, UnicodeDecodeError):
+        return None
 
 
 def _sha256_file(path: Path) -> str:

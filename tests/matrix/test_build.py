@@ -20,7 +20,7 @@ run = run_json
 
 def test_matrix_outcomes_shards_and_diff(index, tmp_path, fresh_cache):
     server, store = index
-    common = ["--index-url", server.url, "--store", str(store)]
+    common = ["--index-url", server.url, "--store", str(store), "--no-nightly"]
     full = tmp_path / "full.yaml"
     run("matrix", "-o", str(full), "--markdown", str(tmp_path / "m.md"), *common, expect=0)
     doc = yaml.safe_load(full.read_text())
@@ -75,3 +75,50 @@ def test_matrix_with_smoke_records_results_and_evidence(tmp_path, builder, fresh
     cell = doc["engines"]["vllm"]["versions"]["1.0"]["patches"]["loader"]
     assert cell["smoke"]["status"] == "passed" and cell["evidence"] == "applies + CPU checks passed"
     assert doc["engines"]["vllm"]["evidence"]["loader"]["not_proven"] == ["SM120 itself"]
+
+
+def closed_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]  # closed again when the block ends: nothing listens there
+
+
+def test_unreachable_nightly_is_a_failed_row_and_exit_1(index, tmp_path, fresh_cache):
+    server, store = index
+    out = tmp_path / "m.yaml"
+    nightly = f"http://127.0.0.1:{closed_port()}/simple"
+    doc = run("matrix", "-o", str(out), "--index-url", server.url, "--store", str(store),
+              "--nightly-source", nightly, "--markdown", str(tmp_path / "m.md"), expect=1)
+    assert doc["nightly_failed"] == ["vllm"] and "nightly FAILED" in doc["message"]
+    data = yaml.safe_load(out.read_text())["engines"]["vllm"]
+    row = data["versions"]["nightly"]
+    assert row["outcome"] == "failed" and row["patches"] == {} and "unreachable" in row["error"]
+    assert data["nightly"].startswith("failed: ") and "unreachable" in data["nightly"]
+    assert list(data["versions"])[-1] == "nightly"  # still sorted last, and the releases are all there
+    assert {v: r["patches"]["loader"]["outcome"] for v, r in data["versions"].items() if v != "nightly"} == {
+        "1.0": "clean", "1.1": "offset", "1.2": "conflict", "1.3": "upstreamed"}
+    from patchctl.matrix import build as matrix
+
+    matrix.load(out)  # the failed row is a valid document
+    assert "| nightly | error |" in (tmp_path / "m.md").read_text()
+
+
+def test_disabled_nightly_is_skipped_not_failed(index, tmp_path, fresh_cache, monkeypatch):
+    server, store = index
+    common = ["--index-url", server.url, "--store", str(store)]
+    out = tmp_path / "m.yaml"
+    # --no-nightly, even with an unreachable source named
+    doc = run("matrix", "-o", str(out), *common, "--no-nightly",
+              "--nightly-source", f"http://127.0.0.1:{closed_port()}/simple", expect=0)
+    assert "nightly_failed" not in doc
+    data = yaml.safe_load(out.read_text())["engines"]["vllm"]
+    assert data["nightly"] == "skipped: disabled" and "nightly" not in data["versions"]
+    # an engine whose nightly kind is `none` (here through the config file)
+    config = tmp_path / "config.yaml"
+    config.write_text("nightly:\n  vllm:\n    kind: none\n")
+    monkeypatch.setenv("PATCHCTL_CONFIG", str(config))
+    run("matrix", "-o", str(out), *common, expect=0)
+    data = yaml.safe_load(out.read_text())["engines"]["vllm"]
+    assert data["nightly"] == "skipped: disabled" and "nightly" not in data["versions"]

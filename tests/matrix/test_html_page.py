@@ -83,6 +83,26 @@ def test_cells_carry_variant_sha256_smoke_and_evidence():
     assert 'title="nightly: vllm nightly 0.15.0.dev3+g1234abc\nversion: 0.15.0.dev3\nsha256: ' in page
 
 
+def test_nightly_report_leads_with_changes_first_bad_and_caveats_newest_first():
+    import copy
+
+    doc = copy.deepcopy(DOC)
+    doc["engines"]["vllm"]["evidence"] = {"gguf-loader": {"proven": ["x"], "not_proven": ["SM120 itself: not available"]}}
+    previous = copy.deepcopy(DOC)
+    del previous["engines"]["vllm"]["versions"]["0.13.0"]
+    previous["engines"]["vllm"]["versions"]["0.12.0"]["patches"]["gguf-loader"]["outcome"] = "clean"
+    page = render_html(doc, previous=previous)
+    changes = page[page.index('id="changes"'):page.index('class="legend"')]
+    assert "New releases (1)" in changes and "vllm 0.13.0" in changes
+    assert "Newly failing (1)" in changes and "vllm 0.12.0 <code>gguf-loader</code>: clean → conflict" in changes
+    assert "Newly upstreamed (1)" in changes  # 0.13.0 is new: compared with nothing, so "new → upstreamed"
+    assert "first bad 0.12.0" in page
+    assert "does not prove: SM120 itself: not available" in page
+    rows = re.findall(r'<th class="version" scope="row"[^>]*>([^<]+)</th>', page)
+    assert rows == ["nightly", "0.14.0", "0.13.0", "0.12.0", "0.11.0", "0.10.0"]
+    assert 'id="changes"' not in render_html(doc)  # no previous matrix: no "since" section
+
+
 def test_everything_from_the_document_is_escaped():
     page = render_html(DOC)
     assert HOSTILE not in page
@@ -183,13 +203,13 @@ def test_browser_screenshot_shows_the_outcome_colours(built_matrix, tmp_path):
     profile = tmp_path / "chromium-profile"
     cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
            "--disable-background-networking", "--disable-component-update", "--disable-sync",
-           "--hide-scrollbars", f"--user-data-dir={profile}", f"--screenshot={shot}", "--window-size=1200,800",
+           "--hide-scrollbars", f"--user-data-dir={profile}", f"--screenshot={shot}", "--window-size=1600,1000",
            page.as_uri()]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=180,
                             env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
     assert shot.is_file(), f"no screenshot (exit {result.returncode}): {result.stderr[-2000:]}"
     width, height, channels, pixels = decode_png(shot.read_bytes())
-    assert (width, height) == (1200, 800)
+    assert (width, height) == (1600, 1000)  # readable at 1600 px wide
     counts = {o: pixel_count(pixels, channels, STYLE[o][0]) for o in ("clean", "offset", "conflict", "upstreamed")}
     # A cell is at least 150×44 CSS pixels; text and rounded corners take some of it.
     for outcome, count in counts.items():

@@ -49,9 +49,14 @@ def test_local_directory_spec(store, tmp_path):
     assert "cannot tell the vllm version" in doc["error"]["message"]
 
 
-def test_nightly_needs_a_configured_source_and_names_it_when_down(store, tmp_path, monkeypatch):
-    doc = run("check", "vllm@nightly", "--store", str(store), expect=2)
-    assert "no nightly source is configured for vllm" in doc["error"]["message"]
+def test_nightly_source_is_named_when_down(store, tmp_path, monkeypatch):
+    # vllm@nightly now defaults to https://wheels.vllm.ai/nightly (engines.yaml); a configured source
+    # that is down is named, with how to configure another.
+    config = tmp_path / "config.yaml"
+    config.write_text("nightly:\n  vllm:\n    url: http://127.0.0.1:9/mirror/nightly\n")
+    monkeypatch.setenv("PATCHCTL_CONFIG", str(config))
+    doc = run("check", "vllm@nightly", "--store", str(store), expect=3)
+    assert "nightly source for vllm (http://127.0.0.1:9/mirror/nightly) is unreachable" in doc["error"]["message"]
     assert "nightly.vllm.url" in doc["error"]["hint"]
     doc = run("check", "vllm@nightly", "--nightly-source", "http://127.0.0.1:9/nightly", "--store", str(store), expect=3)
     assert "nightly source for vllm (http://127.0.0.1:9/nightly) is unreachable" in doc["error"]["message"]

@@ -1,0 +1,158 @@
+"""vLLM's nightly wheel repository (https://wheels.vllm.ai) on 127.0.0.1, laid out exactly as upstream:
+PEP 503 HTML only, `/nightly/vllm/` for main, `/nightly/<variant>/vllm/` per build variant, `/<commit>/vllm/`
+per commit, wheels under `/<commit>/`, relative links (`../../<commit>/vllm-…%2Bg….whl`), the local version's
+`+` percent-encoded, and no `#sha256=`. A switch makes it ignore Range, as some mirrors do."""
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+import threading
+import urllib.parse
+import zipfile
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+WHEEL_TAG = "cp38-abi3-manylinux_2_31_x86_64"
+
+
+def build_dev_wheel(dest: Path, version: str, files: dict[str, bytes], *, dist: str = "vllm",
+                    tamper: dict[str, bytes] | None = None) -> Path:
+    """A wheel named like vLLM's nightlies, METADATA and RECORD written for `version`; `tamper` replaces
+    members after RECORD was computed (CRC-32 stays right: only RECORD can tell)."""
+    norm = dist.replace("-", "_")
+    path = dest / f"{norm}-{version}-{WHEEL_TAG}.whl"
+    info = f"{norm}-{version}.dist-info"
+    entries = dict(files)
+    entries[f"{info}/METADATA"] = f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n".encode()
+    entries[f"{info}/WHEEL"] = (f"Wheel-Version: 1.0\nGenerator: patchctl-tests\nRoot-Is-Purelib: false\n"
+                                f"Tag: {WHEEL_TAG}\n").encode()
+    rows = []
+    for name, data in entries.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        rows.append(f"{name},sha256={digest},{len(data)}")
+    rows.append(f"{info}/RECORD,,")
+    entries.update(tamper or {})
+    entries[f"{info}/RECORD"] = ("\n".join(rows) + "\n").encode()
+    dest.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in entries.items():
+            zf.writestr(name, data)
+    return path
+
+
+class NightlyIndex:
+    """`publish(commit, wheel, nightly=True, variant=None)` puts a build at /<commit>/ and, for main, on
+    /nightly/ (or /nightly/<variant>/). `url` is the nightly index (what --nightly-source takes)."""
+
+    def __init__(self, root_dir: Path):
+        self.root_dir = root_dir
+        self.builds: dict[str, list[Path]] = {}  # commit -> wheels
+        self.nightly: dict[str | None, list[tuple[str, Path]]] = {}  # variant -> (commit, wheel)
+        self.honour_range = True
+        self.requests: list[tuple[str, str | None]] = []  # (path, Range header), HEAD included
+        self.full_downloads = 0  # GETs of a whole wheel (no Range, or Range ignored)
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def root(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    @property
+    def url(self) -> str:
+        return f"{self.root}/nightly"
+
+    def publish(self, commit: str, wheel: Path, *, nightly: bool = True, variant: str | None = None) -> None:
+        self.builds.setdefault(commit, []).append(wheel)
+        if nightly:
+            self.nightly.setdefault(variant, []).append((commit, wheel))
+
+    def __enter__(self) -> NightlyIndex:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def range_requests(self) -> int:
+        return sum(1 for _, rng in self.requests if rng)
+
+    def _page(self, path: str) -> bytes | None:
+        """The HTML of a project page (links relative to it, as upstream writes them), or None."""
+        parts = [p for p in path.split("/") if p]
+        if len(parts) < 2 or parts[-1] != "vllm":
+            return None
+        up = "../" * len(parts)
+        if parts[0] == "nightly" and len(parts) in (2, 3):
+            variant = parts[1] if len(parts) == 3 else None
+            links = [(f"{up}{commit}/{w.name}", w.name) for commit, w in self.nightly.get(variant, [])]
+        elif len(parts) == 2 and parts[0] in self.builds:
+            links = [(f"../{w.name}", w.name) for w in self.builds[parts[0]]]
+        else:
+            return None
+        anchors = "".join(f'    <a href="{urllib.parse.quote(href)}">{urllib.parse.quote(name)}</a><br/>\n'
+                          for href, name in links)
+        return f"<!DOCTYPE html>\n<html>\n  <body>\n    <h1>Links for vllm</h1>\n{anchors}  </body>\n</html>\n".encode()
+
+    def _file(self, path: str) -> Path | None:
+        m = re.fullmatch(r"/([0-9a-f]+)/([^/]+\.whl)", path)
+        if not m:
+            return None
+        name = urllib.parse.unquote(m.group(2))
+        return next((w for w in self.builds.get(m.group(1), []) if w.name == name), None)
+
+    def _handler(self):
+        index = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_HEAD(self):
+                self._serve(head=True)
+
+            def do_GET(self):
+                self._serve(head=False)
+
+            def _serve(self, head: bool):
+                index.requests.append((self.path, self.headers.get("Range")))
+                path = self.path.split("?", 1)[0]
+                if not path.endswith("/") and not path.endswith(".whl"):
+                    self.send_response(301)  # as a static server does for a folder without its slash
+                    self.send_header("Location", path + "/")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                page = index._page(path)
+                if page is not None:
+                    return self._send(200, page, "text/html", head)
+                wheel = index._file(path)
+                if wheel is None:
+                    return self.send_error(404)
+                data = wheel.read_bytes()
+                m = re.match(r"bytes=(\d+)-(\d+)?$", self.headers.get("Range") or "")
+                if m and index.honour_range:
+                    start = int(m.group(1))
+                    end = min(int(m.group(2)) if m.group(2) else len(data) - 1, len(data) - 1)
+                    self.send_response(206)
+                    self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
+                    self.send_header("Accept-Ranges", "bytes")
+                    return self._body(data[start : end + 1], "application/octet-stream", head)
+                if not head:
+                    index.full_downloads += 1
+                self._send(200, data, "application/octet-stream", head)
+
+            def _send(self, status: int, body: bytes, ctype: str, head: bool):
+                self.send_response(status)
+                self._body(body, ctype, head)
+
+            def _body(self, body: bytes, ctype: str, head: bool):
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if not head:
+                    self.wfile.write(body)
+
+        return Handler
