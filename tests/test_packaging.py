@@ -35,13 +35,16 @@ def dist(tmp_path_factory) -> Path:
 
 
 def _setuptools_at_least(version: str) -> bool:
+    """Read from the metadata: importing setuptools here would replace distutils under the tests."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
     from packaging.version import Version
 
     try:
-        import setuptools
-    except ImportError:
+        return Version(installed("setuptools")) >= Version(version)
+    except PackageNotFoundError:
         return False
-    return Version(setuptools.__version__) >= Version(version)
 
 
 def fresh_venv(path: Path) -> Path:
