@@ -81,11 +81,9 @@ class IndexServer:
 
             def _file(self, path: Path, head: bool):
                 data = path.read_bytes()
-                rng = self.headers.get("Range")
-                m = re.match(r"bytes=(\d+)-(\d+)?$", rng or "")
-                if m and server.honour_range:
-                    start = int(m.group(1))
-                    end = min(int(m.group(2)) if m.group(2) else len(data) - 1, len(data) - 1)
+                span = byte_range(self.headers.get("Range"), len(data)) if server.honour_range else None
+                if span is not None:
+                    start, end = span
                     body = data[start : end + 1]
                     self.send_response(206)
                     self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
@@ -100,3 +98,12 @@ class IndexServer:
                     server.bytes_served += len(body)
 
         return Handler
+
+
+def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
+    """(start, end) of a `Range: bytes=START-[END]` header, END clipped to the file; None without one.
+    Shared by the test servers that answer range reads as a real index does."""
+    m = re.match(r"bytes=(\d+)-(\d+)?$", header or "")
+    if not m:
+        return None
+    return int(m.group(1)), min(int(m.group(2)) if m.group(2) else size - 1, size - 1)

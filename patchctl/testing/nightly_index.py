@@ -13,6 +13,8 @@ import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from patchctl.testing.index_server import byte_range
+
 WHEEL_TAG = "cp38-abi3-manylinux_2_31_x86_64"
 
 
@@ -132,10 +134,9 @@ class NightlyIndex:
                 if wheel is None:
                     return self.send_error(404)
                 data = wheel.read_bytes()
-                m = re.match(r"bytes=(\d+)-(\d+)?$", self.headers.get("Range") or "")
-                if m and index.honour_range:
-                    start = int(m.group(1))
-                    end = min(int(m.group(2)) if m.group(2) else len(data) - 1, len(data) - 1)
+                span = byte_range(self.headers.get("Range"), len(data)) if index.honour_range else None
+                if span is not None:
+                    start, end = span
                     self.send_response(206)
                     self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
                     self.send_header("Accept-Ranges", "bytes")
