@@ -50,7 +50,8 @@ def load_config() -> dict:
     from patchctl.schemas import validate
 
     return validate("config", data, f"config file {path}", error=UsageError,
-                    hint="keys: index_url, stores, nightly.<engine>.{url, ref, kind, variant} (README, Configuration)")
+                    hint="keys: index_url, index_max_age, stores, nightly.<engine>.{url, ref, kind, variant} "
+                         "(README, Configuration)")
 
 
 class IndexChoice(NamedTuple):

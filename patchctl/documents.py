@@ -57,6 +57,24 @@ class SourceDoc(TypedDict, total=False):
     kind: str
     description: str
     sha256: str | None
+    bytes_fetched: int
+    read: str  # a release: "ranges", "whole", "ranges+whole" or "cache" (nothing fetched)
+    why: str  # a release: which artifact, and why (by the bytes each would cost)
+
+
+class BuildDoc(TypedDict):
+    """Which build of an engine: a nightly's version and commit, and where it was installed from."""
+
+    kind: str  # wheel, git, release, installed
+    version: str
+    commit: str | None
+    url: str | None
+    artifact: str | None
+    sha256: str | None
+    record_sha256: str | None
+    index_url: str | None
+    spec: str | None
+    installer: str | None  # uv, pip (null: not installed by patchctl)
 
 
 class SeriesDoc(Envelope, total=False):
@@ -72,6 +90,7 @@ class SeriesDoc(Envelope, total=False):
     note: str | None
     state_before: str
     destination: str
+    build: BuildDoc | None  # apply/ensure: the build patched (what --install installed)
 
 
 class StatusDoc(Envelope, total=False):
@@ -83,6 +102,8 @@ class StatusDoc(Envelope, total=False):
     applied_version: str | None
     applied_at: float | None
     applied: list[dict]
+    build: BuildDoc | None  # the build the record says was patched
+    installed_build: BuildDoc | None  # what the tree's dist-info says now
     files: list[dict]
 
 

@@ -9,7 +9,8 @@ Today these are vllm/triton-sparse-mla (the Triton sparse MLA backend; its kerne
 kernels/sparse_mla/triton_sparse_mla.py, is the source of truth and is shipped verbatim) and its
 companion vllm/dsa-indexer-fallback. Each has a recipe below: the upstream files it edits (edits
 anchored on upstream text) and the files it ships, each made from one of the sources its
-patch.yaml lists (paths relative to the folder that holds the store).
+patch.yaml lists (paths relative to the folder that holds the store); a shipped file may come from
+a different source per release family (ByTree: the recipe reads the pristine tree and picks one).
 
 For every release a patch claims (its applies_to, among the releases on the package index;
 ascending) the recipe is applied to that release's pristine files (patchctl's cached pristine tree,
@@ -69,10 +70,34 @@ def replace_once(text: str, old: str, new: str, *, path: str) -> str:
     return text.replace(old, new)
 
 
+class ByTree(NamedTuple):
+    """A shipped file whose source depends on the release family: `choose` reads the pristine tree
+    and names one of `sources` (each as patch.yaml lists it)."""
+    choose: Callable[[Path], str]
+    sources: tuple[str, ...]
+
+
 class Recipe(NamedTuple):
     files: Callable[[Path], list[str]]  # pristine tree -> the upstream files edited
     edit: Callable[[str, str], str]  # (path, pristine text) -> edited text
-    ships: dict[str, str]  # file added to the release -> the source (as patch.yaml lists it) it is
+    # file added to the release -> the source (as patch.yaml lists it) it is, or ByTree
+    ships: dict[str, str | ByTree]
+
+
+def recipe_sources(recipe: Recipe) -> set[str]:
+    """Every source the recipe may ship."""
+    return {s for src in recipe.ships.values() for s in (src.sources if isinstance(src, ByTree) else (src,))}
+
+
+def shipped_for(recipe: Recipe, tree: Path, data: dict[str, bytes]) -> dict[str, bytes]:
+    """The files the recipe adds to this release (`data`: every source's bytes)."""
+    out = {}
+    for rel, src in recipe.ships.items():
+        name = src.choose(tree) if isinstance(src, ByTree) else src
+        if isinstance(src, ByTree) and name not in src.sources:
+            raise EditError(f"{rel}: the recipe chose {name}, not one of {src.sources}")
+        out[rel] = data[name]
+    return out
 
 
 # --------------------------------------------------------------------------
@@ -117,14 +142,92 @@ TSM_ENVS_DICT_ADD = '''    # If set, sparse MLA models (DeepSeek V3.2, GLM-5) us
 '''
 
 
+# vLLM 0.24+ has an SM12x sparse backend of its own (FLASHINFER_MLA_SPARSE_SM120): there the
+# Triton backend becomes the fallback for what that one cannot run, and ships the >=0.24 source.
+TSM_SM12X_UPSTREAM = "FLASHINFER_MLA_SPARSE_SM120"
+TSM_SOURCE = "patches/vllm/triton-sparse-mla/src/triton_mla_sparse.py"
+TSM_SOURCE_V24 = "patches/vllm/triton-sparse-mla/src/triton_mla_sparse_v24.py"
+TSM_REGISTRY_ADD_V24 = '''    # Downstream (patchctl triton-sparse-mla): sparse MLA through Triton, the
+    # fallback for what FLASHINFER_MLA_SPARSE_SM120 cannot run on 12.x.
+    TRITON_MLA_SPARSE = (
+        "vllm.v1.attention.backends.mla.triton_mla_sparse.TritonMLASparseBackend"
+    )
+'''
+TSM_CUDA_ADD_V24 = '''
+        # Downstream (patchctl triton-sparse-mla): a sparse MLA layer gets the
+        # Triton sparse backend when forced with VLLM_TRITON_SPARSE_MLA=1, or on
+        # 12.x where upstream's candidates give no backend that runs (none
+        # valid, or a FlashInfer without the SM12x sparse decode). An explicit
+        # --attention-backend and every working upstream choice win.
+        if attn_selector_config.use_mla and attn_selector_config.use_sparse:
+            from vllm.v1.attention.backends.mla.triton_mla_sparse import (
+                maybe_select_triton_sparse_mla,
+            )
+
+            selected_backend = maybe_select_triton_sparse_mla(
+                cls,
+                selected_backend,
+                device_capability,
+                attn_selector_config,
+                num_heads,
+            )
+'''
+# DeepSeek V3.2's model config turns an explicit bfloat16 cache into "auto", which on 12.x the
+# attention layer rewrites to fp8_ds_mla for FLASHINFER_MLA_SPARSE_SM120: keep it bf16 there.
+TSM_DSV32_BF16_OLD = '''        if cache_config.cache_dtype == "bfloat16":
+            cache_config.cache_dtype = "auto"
+            logger.info("Using bfloat16 kv-cache for DeepSeekV3.2")
+'''
+TSM_DSV32_BF16_NEW = '''        if cache_config.cache_dtype == "bfloat16" and not _keep_bf16_kv_cache_sm12x():
+            cache_config.cache_dtype = "auto"
+            logger.info("Using bfloat16 kv-cache for DeepSeekV3.2")
+'''
+TSM_MODELS_CONFIG_ANCHOR = "logger = init_logger(__name__)\n"
+TSM_MODELS_CONFIG_ADD = '''
+
+def _keep_bf16_kv_cache_sm12x() -> bool:
+    # Downstream (patchctl triton-sparse-mla): on 12.x "auto" becomes
+    # FLASHINFER_MLA_SPARSE_SM120's fp8_ds_mla; an explicit bfloat16 cache
+    # stays bfloat16 there (served by TRITON_MLA_SPARSE).
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cuda() and (
+        current_platform.is_device_capability_family(120)
+    )
+'''
+TSM_MODELS_CONFIG = "vllm/model_executor/models/config.py"
+
+
+def tsm_has_sm12x_backend(tree: Path) -> bool:
+    """Whether the release has upstream's SM12x sparse MLA backend (vLLM 0.24+)."""
+    return (tree / "vllm/v1/attention/backends/mla/flashinfer_mla_sparse_sm120.py").is_file()
+
+
+def tsm_files(tree: Path) -> list[str]:
+    files = ["vllm/v1/attention/backends/registry.py", "vllm/platforms/cuda.py", "vllm/envs.py"]
+    if tsm_has_sm12x_backend(tree):
+        files.append(TSM_MODELS_CONFIG)
+    return files
+
+
+def tsm_source(tree: Path) -> str:
+    return TSM_SOURCE_V24 if tsm_has_sm12x_backend(tree) else TSM_SOURCE
+
+
 def tsm_edit(path: str, text: str) -> str:
+    # The release family is read off the file itself: 0.24+ names its SM12x backend there.
+    v24 = TSM_SM12X_UPSTREAM in text
     if path == "vllm/v1/attention/backends/registry.py":
-        return insert_after(text, TSM_REGISTRY_ANCHOR, TSM_REGISTRY_ADD, path=path)
+        return insert_after(text, TSM_REGISTRY_ANCHOR, TSM_REGISTRY_ADD_V24 if v24 else TSM_REGISTRY_ADD,
+                            path=path)
     if path == "vllm/platforms/cuda.py":
-        return insert_after(text, TSM_CUDA_ANCHOR, TSM_CUDA_ADD, path=path)
+        return insert_after(text, TSM_CUDA_ANCHOR, TSM_CUDA_ADD_V24 if v24 else TSM_CUDA_ADD, path=path)
     if path == "vllm/envs.py":
         text = insert_after(text, TSM_ENVS_DECL_ANCHOR, TSM_ENVS_DECL_ADD, path=path)
         return insert_after(text, TSM_ENVS_DICT_ANCHOR, TSM_ENVS_DICT_ADD, path=path)
+    if path == TSM_MODELS_CONFIG:
+        text = replace_once(text, TSM_DSV32_BF16_OLD, TSM_DSV32_BF16_NEW, path=path)
+        return insert_after(text, TSM_MODELS_CONFIG_ANCHOR, TSM_MODELS_CONFIG_ADD, path=path)
     raise KeyError(path)
 
 
@@ -152,6 +255,27 @@ def _dsa_indexer_fallback() -> bool:
     return use_indexer_fallback()
 
 """
+DIF_DG_REFUSAL = """
+
+# Downstream (patchctl dsa-indexer-fallback): where this release runs DeepGEMM
+# on a GPU that the installed DeepGEMM refuses (vLLM 0.24's pin on 12.x), the
+# first refusal switches the indexer to the fallback (see on_refusal).
+from vllm.v1.attention.ops.dsa_indexer_fallback import (  # noqa: E402
+    on_refusal as _dsa_on_refusal,
+)
+
+{assignments}"""
+# 0.24.x launches its cooperative top-k (clustered, >99 KB of shared memory)
+# on 12.x too; 0.25.0 leaves 12.x to the persistent top-k.
+DIF_COOP_TOPK_OLD = """            and current_platform.has_device_capability(90)
+        )
+        use_persistent_topk = """
+DIF_COOP_TOPK_NEW = """            and current_platform.has_device_capability(90)
+            # Downstream (patchctl dsa-indexer-fallback): not on 12.x, whose
+            # shared memory cannot hold the cooperative kernels' buffers.
+            and not current_platform.is_device_capability_family(120)
+        )
+        use_persistent_topk = """
 
 
 def _params(text: str, func: str) -> list[str]:
@@ -224,8 +348,12 @@ def dif_edit(path: str, text: str) -> str:
             "        )\n",
             path,
         )
-        return text
+        names = (mqa, "get_paged_mqa_logits_metadata", paged)
+        assignments = "".join(f"{n} = _dsa_on_refusal({n})\n" for n in names)
+        return text.rstrip("\n") + "\n" + DIF_DG_REFUSAL.format(assignments=assignments)
     if path == "vllm/model_executor/layers/sparse_attn_indexer.py":
+        if DIF_COOP_TOPK_OLD in text:
+            text = replace_once(text, DIF_COOP_TOPK_OLD, DIF_COOP_TOPK_NEW, path=path)
         old = "        if current_platform.is_cuda() and not has_deep_gemm():\n"
         new = (
             "        if (\n"
@@ -243,7 +371,7 @@ def dif_edit(path: str, text: str) -> str:
             "    from vllm.v1.attention.ops.dsa_indexer_fallback import (\n"
             "        use_indexer_fallback,\n"
             "    )\n\n"
-            "    return use_indexer_fallback()\n"
+            "    return use_indexer_fallback()\n\n"
         )
         return insert_after(text, anchor, add, path=path)
     raise KeyError(path)
@@ -259,15 +387,11 @@ def dif_files(pristine: Path) -> list[str]:
 
 RECIPES: dict[tuple[str, str], Recipe] = {
     ("vllm", "triton-sparse-mla"): Recipe(
-        files=lambda pristine: [
-            "vllm/v1/attention/backends/registry.py",
-            "vllm/platforms/cuda.py",
-            "vllm/envs.py",
-        ],
+        files=tsm_files,
         edit=tsm_edit,
         ships={
             "vllm/v1/attention/backends/mla/triton_mla_sparse.py":
-                "patches/vllm/triton-sparse-mla/src/triton_mla_sparse.py",
+                ByTree(tsm_source, (TSM_SOURCE, TSM_SOURCE_V24)),
             "vllm/v1/attention/ops/triton_sparse_mla.py": KERNEL,
         },
     ),
@@ -306,7 +430,7 @@ def recipe_for(patch: Patch) -> Recipe:
     if recipe is None:
         raise SystemExit(f"{patch.engine}/{patch.name}: patch.yaml names {GENERATOR} as its generator, "
                          "which has no recipe for it")
-    declared, used = set(patch.generated_by["sources"]), set(recipe.ships.values())
+    declared, used = set(patch.generated_by["sources"]), recipe_sources(recipe)
     if declared != used:
         raise SystemExit(f"{patch.engine}/{patch.name}: generated_by.sources {sorted(declared)} in patch.yaml, "
                          f"the recipe reads {sorted(used)}")
@@ -395,30 +519,34 @@ def generate(patch: Patch, ctx=None, *, sources: dict[str, Path] | None = None,
     recipe = recipe_for(patch)
     repo = repo or patch.directory.parent.parent.parent
     sources = {**{s: repo / s for s in patch.generated_by["sources"]}, **(sources or {})}
-    shipped = {}
-    for rel, source in recipe.ships.items():
+    data: dict[str, bytes] = {}
+    for source in sorted(recipe_sources(recipe)):
         if not sources[source].is_file():
-            raise SystemExit(f"{patch.engine}/{patch.name}: source {sources[source]} is missing (shipped as {rel})")
-        shipped[rel] = sources[source].read_bytes()
+            raise SystemExit(f"{patch.engine}/{patch.name}: source {sources[source]} is missing")
+        data[source] = sources[source].read_bytes()
     chosen: dict[str, str] = {}
     variants: dict[str, bytes] = {}
     touched: dict[str, list[str]] = {}
+    shipped_by: dict[str, dict[str, bytes]] = {}
     current: str | None = None
     for version in release_versions(patch, ctx, pristine_root):
         tree = pristine_tree(patch, version, ctx, pristine_root)
-        data, result = make_variant(patch, recipe, shipped, tree)
-        if current is not None and applies(variants[current], tree):
-            # Reuse the older variant only if it makes exactly the same files.
+        shipped = shipped_for(recipe, tree, data)
+        variant, result = make_variant(patch, recipe, shipped, tree)
+        if current is not None and shipped_by[current] == shipped and applies(variants[current], tree):
+            # Reuse the older variant only if it makes exactly the same files (the shipped ones
+            # compared above: `git apply` of an added file does not read the tree).
             files = sorted(set(touched[current]) | set(result))
             want = {rel: result.get(rel, (tree / rel).read_bytes()) for rel in files}
             if applied_result(variants[current], tree, files, list(recipe.ships)) == want:
                 chosen[str(version)] = current
                 continue
-        if not applies(data, tree):
+        if not applies(variant, tree):
             raise SystemExit(f"{patch.engine}/{patch.name}: fresh variant for {version} does not apply")
         current = f"{version}.patch"
-        variants[current] = data
+        variants[current] = variant
         touched[current] = sorted(result)
+        shipped_by[current] = shipped
         chosen[str(version)] = current
     return Generated(patch, chosen, variants)
 

@@ -14,6 +14,7 @@ import copy
 import functools
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -146,7 +147,10 @@ def index(tmp_path):
     files = tmp_path / "files"
     files.mkdir()
     with IndexServer(files) as server:
-        server.add("vllm", build_wheel(files, "vllm", "1.0", PRISTINE))
+        # Incompressible filler: range reads must be cheaper than one GET of the wheel, so that its
+        # central directory is read and cached.
+        filler = {f"vllm/filler/blob{i}.bin": random.Random(i).randbytes(150_000) for i in range(40)}
+        server.add("vllm", build_wheel(files, "vllm", "1.0", dict(PRISTINE, **filler)))
         yield server
 
 

@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
 """Decode benchmark for the Triton sparse-MLA kernel (needs a CUDA GPU).
 
-    python benchmarks/sparse_mla/bench_decode.py [--sweep] [--json FILE]
+    python benchmarks/sparse_mla/bench_decode.py [--sweep] [--repeat N] [--limits sm120] [--json FILE]
     python benchmarks/sparse_mla/bench_decode.py --fetch-dense DIR   # on a machine with the package index
     python benchmarks/sparse_mla/bench_decode.py --dense-src DIR/triton_decode_attention-vllm-0.23.0.py  # GPU box offline
 
-For batch 1, 8, 32, 64, 128, heads 8 and 64, fp16 and bf16, top-k 2048,
-page size 64, it times one decode step of (``--dtypes fp8``: bf16 q with an fp8
-e4m3 cache; its floor counts one byte per cache element and its dense column is
-the bf16 dense kernel)
+For batch 1, 8, 32, 64, 128, heads 8 and 16 (GLM-5 at TP 8, DeepSeek V3.2 at
+TP 8; ``--heads``), fp16 and bf16, top-k 2048, page size 64, it times one decode
+step of (``--dtypes fp8``: bf16 q with an fp8 e4m3 cache; its floor counts one
+byte per cache element and its dense column is the bf16 dense kernel)
 
 * the sparse kernel (kernels/sparse_mla/triton_sparse_mla.py), every row
   gathering 2048 distinct random slots of a paged cache, and
@@ -27,7 +27,15 @@ Timing: one CUDA graph holds N back-to-back calls, each on its own input set
 (its own KV rows / pages), with N chosen so that the bytes the graph reads are
 several times the 60 MB L2; the graph is replayed and time / N is one call.
 The copy bandwidth is measured in the same run (device-to-device copy of a
-2 GiB buffer, bytes read + written over time).
+2 GiB buffer, bytes read + written over time). ``--repeat N`` times every sparse
+point N times, each on freshly drawn inputs and its own graph: the table gives
+the median and the min-max spread.
+
+``--limits sm120``: configs and split counts chosen as the kernel chooses them on
+an SM120 part (99 KB of shared memory per program, 100 KB per SM), and every dot
+compiled as ``mma.sync`` (``DISABLE_MMA_V3=1``; SM120 has no wgmma), timed on the
+GPU at hand. After the table the bench counts, in the PTX of every kernel this
+process compiled, which MMA instructions it holds (``wgmma`` / ``mma.sync``).
 
 Bandwidth floor of the sparse kernel: per row topk * D * elt bytes gathered
 (unique per row) + q + out. "%floor" = floor bytes / time / copy bandwidth.
@@ -265,6 +273,26 @@ def run_sweep(kmod, bw, topk, page, results, batches, sweep=SWEEP, limits=None):
                     results.append(dict(kind="sweep", H=H, B=B, cfg=cc, name=name, us=us, pct_floor=pct))
 
 
+def mma_kinds(kernels) -> dict:
+    """Which MMA instructions the compiled kernels' PTX holds: {kernel name: [kinds]}."""
+    out = {}
+    for k in kernels:
+        for compiled in _compiled_of(k):
+            ptx = compiled.asm.get("ptx", "")
+            kinds = [kind for kind, needle in (("wgmma", "wgmma.mma_async"), ("mma.sync", "mma.sync"))
+                     if needle in ptx]
+            name = getattr(compiled, "name", None) or getattr(getattr(compiled, "metadata", None), "name", "?")
+            out.setdefault(name, set()).update(kinds or ["no mma"])
+    return {n: sorted(v) for n, v in out.items()}
+
+
+def _compiled_of(jit_fn):
+    """The compiled kernels a @triton.jit function holds (its per-device caches)."""
+    for per_device in getattr(jit_fn, "device_caches", {}).values():
+        cache = per_device[0] if isinstance(per_device, tuple) else per_device
+        yield from cache.values()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dense-src", type=Path, default=None,
@@ -275,10 +303,12 @@ def main():
                     help="only write the dense kernel file of --dense-version into DIR (no GPU needed) and exit")
     ap.add_argument("--kernel", type=Path, default=KERNEL, help="the sparse kernel file to time (default: the shipped one)")
     ap.add_argument("--batches", default="1,8,32,64,128")
-    ap.add_argument("--heads", default="8,64")
+    ap.add_argument("--heads", default="8,16")
     ap.add_argument("--dtypes", default="fp16,bf16", help="fp16, bf16, fp8 (bf16 q, fp8 e4m3 cache)")
     ap.add_argument("--topk", type=int, default=2048)
     ap.add_argument("--page", type=int, default=64)
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="time every sparse point N times (fresh inputs each); the table gives median and min-max")
     ap.add_argument("--sweep", action="store_true", help="also sweep launch configs (bf16)")
     ap.add_argument("--sweep-batches", default="1,32,128")
     ap.add_argument("--sweep-configs", default=None, help='per heads, names from _CONFIGS: "8:a+b;64:c"')
@@ -334,32 +364,47 @@ def main():
                 for B in map(int, args.batches.split(",")):
                     kv_dtype = torch.float8_e4m3fn if dn == "fp8" else None
                     cfg = kmod._pick_config(B, H, args.topk, limits)
-                    us, fb = sparse_case(kmod, B, H, dtypes[dn], args.topk, args.page, cfg=cfg, kv_dtype=kv_dtype)
+                    samples = []
+                    for _ in range(max(1, args.repeat)):
+                        t, fb = sparse_case(kmod, B, H, dtypes[dn], args.topk, args.page, cfg=cfg,
+                                            kv_dtype=kv_dtype)
+                        samples.append(t)
+                    us = statistics.median(samples)
                     dus = dense_case(dmod, B, H, dtypes[dn], args.topk, args.page) if dmod else float("nan")
-                    rows.append(dict(kind="table", dtype=dn, H=H, B=B, sparse_us=us, floor_bytes=fb,
-                                     floor_us=fb / bw * 1e6, pct_floor=100 * fb / (us * 1e-6) / bw,
+                    rows.append(dict(kind="table", dtype=dn, H=H, B=B, sparse_us=us, samples_us=samples,
+                                     floor_bytes=fb, floor_us=fb / bw * 1e6, pct_floor=100 * fb / (us * 1e-6) / bw,
                                      achieved_TBps=fb / (us * 1e-6) / 1e12, dense_us=dus, cfg=cfg))
-                    print(f"  {dn} H={H} B={B}: sparse {us:.1f} us, dense {dus:.1f} us", flush=True)
+                    print(f"  {dn} H={H} B={B}: sparse {us:.1f} us ({' '.join(f'{t:.1f}' for t in samples)}), "
+                          f"dense {dus:.1f} us", flush=True)
         results += rows
         print()
         print(f"copy bandwidth {bw / 1e12:.2f} TB/s; topk {args.topk}, page {args.page}, CUDA-graph replay, "
-              f"time per call")
-        hdr = ("| dtype | heads | batch | splits | sparse us | floor us | % of floor | achieved TB/s "
-               "| dense us | sparse/dense | target |")
+              f"time per call; configs for {args.limits}; sparse us = median of {max(1, args.repeat)}")
+        hdr = ("| dtype | heads | batch | config | splits | sparse us | min-max | floor us | % of floor "
+               "| achieved TB/s | dense us | sparse/dense | target |")
         print(hdr)
         print("|---" * (hdr.count("|") - 1) + "|")
         for r in rows:
             need = []
-            if r["B"] >= 32:
-                need.append(r["pct_floor"] >= (60 if r["H"] <= 8 else 50))
+            if r["B"] >= 32 and r["H"] <= 8:  # the heads-64 floor target (50 %) is withdrawn
+                need.append(r["pct_floor"] >= 60)
             if r["B"] == 1:
                 need.append(r["sparse_us"] <= 15)
             ratio = r["sparse_us"] / r["dense_us"]
             need.append(ratio <= 1 / 3)
-            print(f"| {r['dtype']} | {r['H']} | {r['B']} | {r['cfg']['num_splits']} | {r['sparse_us']:.1f} "
-                  f"| {r['floor_us']:.1f} | {r['pct_floor']:.1f}% | {r['achieved_TBps']:.2f} | {r['dense_us']:.1f} "
-                  f"| {ratio:.2f} | {'met' if all(need) else 'MISSED'} |")
-        print("target: %floor >= 60 (H8) / 50 (H64) at batch >= 32; batch 1 <= 15 us; sparse/dense <= 1/3")
+            spread = f"{min(r['samples_us']):.1f}-{max(r['samples_us']):.1f}"
+            print(f"| {r['dtype']} | {r['H']} | {r['B']} | {r['cfg']['name']} | {r['cfg']['num_splits']} "
+                  f"| {r['sparse_us']:.1f} | {spread} | {r['floor_us']:.1f} | {r['pct_floor']:.1f}% "
+                  f"| {r['achieved_TBps']:.2f} | {r['dense_us']:.1f} | {ratio:.2f} | {'met' if all(need) else 'MISSED'} |")
+        print("target: %floor >= 60 (H8) at batch >= 32; batch 1 <= 15 us; sparse/dense <= 1/3")
+    kernels = [getattr(kmod, n) for n in dir(kmod) if n.startswith("_sparse_mla_stage")]
+    try:
+        mma = mma_kinds(kernels)
+    except Exception as e:  # noqa: BLE001 -- triton's private caches moved: the table above stands
+        mma = {"?": [f"not read: {type(e).__name__}: {e}"]}
+    print("MMA instructions in the compiled sparse kernels' PTX:",
+          "; ".join(f"{n}: {'+'.join(k)}" for n, k in sorted(mma.items())) or "none compiled")
+    results.append(dict(kind="mma", limits=args.limits, kernels=mma))
     if args.json:
         args.json.write_text(json.dumps(results, indent=1, default=str))
 

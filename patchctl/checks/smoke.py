@@ -3,6 +3,7 @@ the patch's environment, and each patch's pytest run (checks/runner.py). The cor
 the matrix's smoke cells and rebase's verification gate."""
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -16,6 +17,8 @@ from patchctl.spec import EngineRef, parse_spec
 from patchctl.store import Store
 
 RUNNABLE = ("clean", "offset", "fuzz", "three-way")
+# A release is built from its sdist; a nightly, commit or git ref from its own wheel or commit.
+SMOKEABLE = ("exact", "latest", "nightly", "commit", "git")
 
 
 class SmokeRun(NamedTuple):
@@ -35,8 +38,9 @@ def run_smoke(ref: EngineRef, store: Store, ctx: fetch.SourceContext, *, only: t
               notify: Callable[[str], None] | None = None) -> SmokeRun:
     """notify(text): progress for people (environment builds, each patch's run); None is silent."""
     say = notify or (lambda text: None)
-    if ref.kind not in ("exact", "latest"):
-        raise UsageError("smoke checks need a released version: ENGINE@X.Y.Z or ENGINE@latest")
+    if ref.kind not in SMOKEABLE:
+        raise UsageError("smoke checks need a release or a build: ENGINE@X.Y.Z, @latest, @nightly, "
+                         "@commit:SHA or @git:REF")
     upstream = fetch.open_upstream(ref, ctx)
     series = store.series(ref.engine.name)
     patches = tuple(p for p in series.patches if not only or p.name in only)
@@ -54,7 +58,8 @@ def run_smoke(ref: EngineRef, store: Store, ctx: fetch.SourceContext, *, only: t
         return SmokeRun(ref.engine.name, version, tier, upstream.source.provenance()._asdict(),
                         [not_run(p, f"patch is {quick.outcome_of(p.name).outcome} on {version}") for p in patches])
     say(f"building the pristine and patched trees of {ref.engine.name} {version}")
-    built = trees.build_trees(ref.engine, upstream.version, series.patches, ctx, options)
+    built = trees.build_trees(ref.engine, upstream.version, series.patches, ctx, options,
+                              upstream=None if ref.kind in ("exact", "latest") else upstream)
     results = []
     for patch in patches:
         outcome = built.result.outcome_of(patch.name).outcome
@@ -75,8 +80,9 @@ def run_smoke(ref: EngineRef, store: Store, ctx: fetch.SourceContext, *, only: t
                                          patched=built.pristine if upstream_proof else built.patched,
                                          pristine=built.pristine, upstream_proof=upstream_proof,
                                          extra_env=companion_trees(patch, ctx)))
+    kind = "release" if ref.kind in ("exact", "latest") else ref.kind
     return SmokeRun(ref.engine.name, version, tier,
-                    {"kind": "release", "description": built.artifact, "sha256": built.artifact_sha256}, results)
+                    {"kind": kind, "description": built.artifact, "sha256": built.artifact_sha256}, results)
 
 
 def envs_root(store: Store, patch, profile: str):
@@ -97,14 +103,18 @@ def _checkable(patch, outcome: str, version) -> bool:
 
 def companion_trees(patch, ctx: fetch.SourceContext) -> dict[str, str]:
     """`smoke.with: ["vllm@0.24.0"]`: pristine trees of other engines a patch's checks import
-    (the GGUF plugin imports vLLM), passed as PATCHCTL_<ENGINE>_TREE."""
+    (the GGUF plugin imports vLLM), passed as PATCHCTL_<ENGINE>_TREE (the last one) and all of
+    them as PATCHCTL_<ENGINE>_TREES."""
     env = {}
     for text in patch.smoke.get("with") or ():
         ref = parse_spec(text)
         if ref.kind != "exact":
             raise UsageError(f"{patch.engine}/{patch.name}: smoke.with {text!r} must name an exact version")
         tree = trees.pristine_tree(fetch.release(ref.engine, ref.version, ctx, prefer_sdist=True))
-        env[f"PATCHCTL_{ref.engine.name.upper().replace('-', '_')}_TREE"] = str(tree)
+        key = f"PATCHCTL_{ref.engine.name.upper().replace('-', '_')}_TREE"
+        env[key] = str(tree)  # the last one named
+        # every named tree of that engine, for checks that load several releases (VERSION=PATH, os.pathsep)
+        env[key + "S"] = os.pathsep.join(filter(None, (env.get(key + "S"), f"{ref.version}={tree}")))
     return env
 
 

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import shutil
+import subprocess
 import tarfile
 import zipfile
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from packaging.version import Version
 
@@ -17,11 +19,14 @@ from patchctl import config
 from patchctl.atomic import write_atomic
 from patchctl.engine import evaluate as engine_apply
 from patchctl.engines import Engine
-from patchctl.errors import PatchFailed
+from patchctl.errors import PatchFailed, UsageError
 from patchctl.sources import fetch
 from patchctl.sources.base import DirectorySource
 from patchctl.sources.release import ReleaseSource
 from patchctl.store import Patch
+
+if TYPE_CHECKING:
+    from patchctl.sources.git import GitSource
 
 
 class Trees(NamedTuple):
@@ -37,7 +42,14 @@ TREE_FORMAT = "2"  # 2: file modes kept (vLLM ships some sources executable; git
 
 
 def pristine_tree(source: ReleaseSource) -> Path:
-    root = config.cache_dir() / "trees" / source.artifact.sha256 / "pristine"
+    # An index without hashes (vLLM's nightly wheels): the tree is keyed by the sha256 of the
+    # artifact as fetched, so the whole artifact is downloaded (and RECORD-verified) first.
+    key = source.artifact.sha256
+    if key is None:
+        source.sparse = False
+        source.download_full()
+        key = source.provenance().sha256
+    root = config.cache_dir() / "trees" / str(key) / "pristine"
     marker = root / ".complete"
     if marker.is_file() and marker.read_text().startswith(f"format {TREE_FORMAT}\n"):
         return root
@@ -75,10 +87,61 @@ def pristine_tree(source: ReleaseSource) -> Path:
 _DEFAULT_OPTIONS = engine_apply.Options()
 
 
+def git_tree(source: GitSource, engine: Engine) -> Path:
+    """The pristine tree of a git commit (SGLang main, ENGINE@git:REF): its packages exported with
+    `git archive`, cached by commit (a commit names its content)."""
+    root = config.cache_dir() / "trees" / f"git-{source.commit}" / "pristine"
+    if (root / ".complete").is_file():
+        return root
+    tmp = root.with_name(f"pristine.{os.getpid()}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    paths = [f"{source.prefix}{p}" for p in engine.packages]
+    archive = subprocess.run(["git", "-C", source.repo.git_dir, "archive", "--format=tar", source.commit, *paths],
+                             capture_output=True)
+    if archive.returncode != 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise UsageError(f"{source.description}@{source.commit[:12]}: cannot export "
+                         f"{', '.join(paths)}: {archive.stderr.decode(errors='replace').strip()[:300]}")
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tf:
+        for member in tf:
+            if not member.isfile() or not member.name.startswith(source.prefix):
+                continue
+            dest = tmp / member.name[len(source.prefix):]
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            with tf.extractfile(member) as src, open(dest, "wb") as out:
+                shutil.copyfileobj(src, out)
+            os.chmod(dest, member.mode & 0o777)
+    write_atomic(tmp / ".complete", f"format {TREE_FORMAT}\n{source.description}@{source.commit}\n".encode())
+    shutil.rmtree(root, ignore_errors=True)
+    os.replace(tmp, root)
+    return root
+
+
 def build_trees(engine: Engine, version: Version, patches: tuple[Patch, ...], ctx: fetch.SourceContext,
-                options: engine_apply.Options = _DEFAULT_OPTIONS) -> Trees:
-    source = fetch.release(engine, version, ctx, prefer_sdist=True)
+                options: engine_apply.Options = _DEFAULT_OPTIONS, upstream: fetch.Upstream | None = None) -> Trees:
+    """upstream: a resolved nightly, commit or git ref (its own wheel or commit); a release's
+    trees are built from its sdist when it has one."""
+    from patchctl.sources.git import GitSource  # GitPython: imported only where a git ref is built
+
+    if upstream is not None and isinstance(upstream.source, GitSource):
+        pristine = git_tree(upstream.source, engine)
+        provenance = upstream.source.provenance()
+        return _with_patched(engine, version, patches, pristine, provenance.description,
+                             upstream.source.commit, options)
+    if upstream is not None and isinstance(upstream.source, ReleaseSource):
+        source = upstream.source
+    elif upstream is not None:
+        raise UsageError(f"{upstream.label}: smoke checks need a release, a nightly, a commit or a git ref")
+    else:
+        source = fetch.release(engine, version, ctx, prefer_sdist=True)
     pristine = pristine_tree(source)
+    return _with_patched(engine, version, patches, pristine, source.artifact.filename,
+                         source.artifact.sha256 or str(source.provenance().sha256), options)
+
+
+def _with_patched(engine: Engine, version: Version, patches: tuple[Patch, ...], pristine: Path, artifact: str,
+                  artifact_sha256: str, options: engine_apply.Options) -> Trees:
     result = engine_apply.evaluate(patches, version, DirectorySource(pristine), options=options)
     if not result.ok:
         bad = ", ".join(o.name for o in result.outcomes if o.outcome == "conflict")
@@ -99,4 +162,4 @@ def build_trees(engine: Engine, version: Version, patches: tuple[Patch, ...], ct
                 file.write_bytes(change.after)
         shutil.rmtree(patched, ignore_errors=True)
         os.replace(tmp, patched)
-    return Trees(version, pristine, patched, source.artifact.filename, source.artifact.sha256, result)
+    return Trees(version, pristine, patched, artifact, artifact_sha256, result)

@@ -14,7 +14,8 @@ from patchctl.spec import parse_spec
 
 
 def run(spec: str, store, ctx, options, where, *, install: bool = False, keep_going: bool = False,
-        dry_run: bool = False, wait: float = 0.0, force: bool = False, name: str = "apply") -> tuple[dict, int]:
+        dry_run: bool = False, wait: float = 0.0, force: bool = False, name: str = "apply",
+        no_deps: bool = False) -> tuple[dict, int]:
     """`name` is the document's command: ensure runs this, stopping early on an intact target."""
     from patchctl.engines import get_engine
     from patchctl.sources import installed as inst
@@ -22,7 +23,11 @@ def run(spec: str, store, ctx, options, where, *, install: bool = False, keep_go
     from patchctl.target.operations import Target
 
     ref = parse_spec(spec)
-    target = find.find_target(ref, where, install=install, ctx=ctx)
+    if no_deps and not install:
+        from patchctl.errors import UsageError
+
+        raise UsageError("--no-deps only means something with --install")
+    target = find.find_target(ref, where, install=install, ctx=ctx, no_deps=no_deps)
     python = find.env_python(where)
     one = dict(store=store, ctx=ctx, options=options, keep_going=keep_going, dry_run=dry_run, wait=wait,
                force=force, name=name, python=python)
@@ -43,7 +48,20 @@ def run(spec: str, store, ctx, options, where, *, install: bool = False, keep_go
     first["also"] = docs[1:]
     first["exit_code"], first["ok"] = code, code == EXIT_OK
     first["warnings"] = warnings + [w for d in docs for w in d["warnings"]]
+    if not first.get("error"):
+        # Which build was patched: what --install installed (its URL, commit), or what the tree says.
+        first["build"] = target.build._asdict() if target.build else None
+        if install:
+            first["note"] = "; ".join(filter(None, [f"installed {_build_line(target.build)}", first.get("note")]))
     return first, code
+
+
+def _build_line(build) -> str:
+    if build is None:
+        return "?"
+    commit = f", commit {build.commit}" if build.commit else ""
+    via = f" with {build.installer}" if build.installer else ""
+    return f"{build.version}{commit} ({build.artifact or build.url or build.kind}){via}"
 
 
 def _apply_one(target, *, store, ctx, options, keep_going, dry_run, wait, force, name, python) -> dict:
@@ -116,14 +134,18 @@ def render(doc: dict, out, err) -> None:
     "patchctl apply vllm --python ~/venvs/serve/bin/python --dry-run",
     "patchctl apply sglang@0.5.9 --target ./site-packages",
     "patchctl apply vllm@0.23.0 --install     pip-install 0.23.0 first, then patch it",
+    "patchctl apply vllm@nightly --install    install the nightly check resolves (by its wheel's URL), then patch it",
 ))
 @click.argument("spec", metavar="ENGINE[@VERSION]")
 @writer_options
-@click.option("--install", is_flag=True, help="pip-install the named version (or nightly) first.")
+@click.option("--install", is_flag=True,
+              help="Install exactly the named build first (a nightly by its wheel's URL, git:REF by its commit; "
+                   "uv when on PATH, else pip), then patch it.")
+@click.option("--no-deps", is_flag=True, help="With --install: install the engine only, not its dependencies.")
 @click.option("--keep-going", is_flag=True, help="Apply the patches that apply even if others conflict.")
 @click.option("--dry-run", is_flag=True, help="Report what would happen; write nothing.")
 @click.option("--force", is_flag=True, help="Apply even if patched files were changed by hand since.")
-def command(spec, where, ctx, store, options, wait, install, keep_going, dry_run, force):
+def command(spec, where, ctx, store, options, wait, install, no_deps, keep_going, dry_run, force):
     """Apply the series to the installed engine (or --target DIR), all or nothing."""
     return run(spec, store, ctx, options, where, install=install, keep_going=keep_going, dry_run=dry_run,
-               wait=wait, force=force)
+               wait=wait, force=force, no_deps=no_deps)

@@ -31,8 +31,9 @@ def smoke_runner(store, ctx, python: str | None):
     from patchctl.engines import get_engine
     from patchctl.spec import EngineRef
 
-    def run_cells(engine, version):
-        done = run_smoke(EngineRef(get_engine(engine), "exact", version), store, ctx, tier="cpu", python=python)
+    def run_cells(engine, version, ref=None):
+        ref = ref or EngineRef(get_engine(engine), "exact", version)
+        done = run_smoke(ref, store, ctx, tier="cpu", python=python)
         return {r.patch: r._asdict() for r in done.results}
 
     return run_cells

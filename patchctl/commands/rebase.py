@@ -19,21 +19,22 @@ COLOURS = {"unchanged": "green", "refreshed": "green", "upstreamed": "cyan", "ob
 
 
 def run(engine: str, store, ctx, *, onto, old=None, workdir: Path | None = None, write: bool = True,
-        python: str | None = None) -> tuple[dict, int]:
+        python: str | None = None, past_applies_to: bool = False) -> tuple[dict, int]:
     from patchctl.engines import get_engine
     from patchctl.rebase import replay
     from patchctl.sources.fetch import latest_release
 
     new = latest_release(get_engine(engine), ctx) if onto == "latest" else onto
     rep = replay.rebase(engine, store, new, ctx, old=old, workdir=workdir, write=write,
-                        verify=verify_with_smoke(store, ctx, python))
+                        verify=verify_with_smoke(store, ctx, python), past_applies_to=past_applies_to)
     code = EXIT_PATCH_FAILED if any(i.classification == replay.CONFLICT for i in rep.items) else EXIT_OK
     counts: dict[str, int] = {}
     for item in rep.items:
         counts[item.classification] = counts.get(item.classification, 0) + 1
     message = f"{engine} {rep.old} -> {rep.new}: " + ", ".join(f"{n} {k}" for k, n in counts.items())
     if rep.workdir:
-        message += f"; conflicts and the replay repo are in {rep.workdir}"
+        message += (f"; conflicts and the replay repo are in {rep.workdir}" if code
+                    else f"; the replay repo is in {rep.workdir}")
     return document("rebase", code, engine=engine, old=rep.old, new=rep.new, workdir=rep.workdir,
                     items=[i._asdict() for i in rep.items], message=message), code
 
@@ -87,6 +88,7 @@ def render(doc: dict, out, err) -> None:
     "patchctl rebase vllm --onto 0.24.0                   write refreshed variants for 0.24.0",
     "patchctl rebase vllm --onto latest --no-write        classify only",
     "patchctl rebase sglang --onto 0.5.23 --workdir /tmp/rb   keep conflict worktrees for `resolve`",
+    "patchctl rebase vllm --onto 0.33.0 --past-applies-to   would the patches ending at <0.24 carry?",
 ))
 @click.argument("engine", type=ENGINE)
 @click.option("--onto", required=True, type=VERSION_OR_LATEST, help="The new upstream version (or 'latest').")
@@ -95,9 +97,13 @@ def render(doc: dict, out, err) -> None:
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path),
               help="Keep the replay repo and conflict worktrees here (default: a temporary directory).")
 @click.option("--no-write", is_flag=True, help="Classify only; write no variant files.")
+@click.option("--past-applies-to", is_flag=True,
+              help="Also replay patches whose applies_to ends below --onto, as if it did not (their items "
+                   "say `outside_applies_to`; nothing is written for them: widen applies_to, then rebase).")
 @checks_python_option
 @store_option
 @source_options
-def command(engine, onto, old, workdir, no_write, python, store, ctx):
+def command(engine, onto, old, workdir, no_write, past_applies_to, python, store, ctx):
     """Carry the series onto a new version: unchanged, refreshed, conflict, upstreamed, obsolete."""
-    return run(engine, store, ctx, onto=onto, old=old, workdir=workdir, write=not no_write, python=python)
+    return run(engine, store, ctx, onto=onto, old=old, workdir=workdir, write=not no_write, python=python,
+               past_applies_to=past_applies_to)

@@ -50,6 +50,7 @@ def _notify(text: str) -> None:
 @patchctl_command("smoke", render=render, example=(
     "patchctl smoke vllm@0.23.0                        CPU checks of every vLLM patch that applies",
     "patchctl smoke vllm@0.23.0 --patch triton-sparse-mla --tier gpu --python ~/venvs/gpu/bin/python",
+    "patchctl smoke vllm@nightly                       the same on the build vLLM published last night",
 ))
 @click.argument("spec", metavar="ENGINE@VERSION")
 @only_option

@@ -28,6 +28,11 @@ def run(spec: str, where, *, wait: float = 30.0) -> tuple[dict, int]:
         applied_version=record.version if record else None,
         applied_at=record.applied_at if record else None,
         applied=[p._asdict() for p in record.patches] if record else [],
+        # Which build the patches were applied to (a nightly's version, commit, URL); null for a
+        # record written before patchctl kept it, or with nothing applied. installed_build: what the
+        # tree is now, from its dist-info.
+        build=record.build._asdict() if record and record.build else None,
+        installed_build=target.build._asdict() if target.build else None,
         files=[f._asdict() for f in st.files],
         unmanaged=unmanaged, warnings=warnings,
     )
@@ -57,7 +62,24 @@ def unmanaged_line(doc: dict) -> str | None:
             f"{shown}; `patchctl new {doc['engine']} NAME` turns {'it' if len(paths) == 1 else 'them'} into one")
 
 
+def build_line(build: dict | None) -> str | None:
+    """`vllm 0.23.1.dev12+g1234abcd5 (commit 1234abcd5) from <URL>, installed with uv`."""
+    if not build:
+        return None
+    line = build["version"] + (f" (commit {build['commit']})" if build.get("commit") else "")
+    if build.get("url"):
+        line += f" from {build['url']}"
+    if build.get("sha256"):
+        line += f", sha256 {build['sha256']}"
+    if build.get("installer"):
+        line += f", installed with {build['installer']}"
+    return line
+
+
 def render(doc: dict, out, err) -> None:
+    line = build_line(doc.get("build"))
+    if line:
+        out.print(f"patched build: {doc['engine']} {line}", markup=False, highlight=False)
     for f in doc.get("files", []):
         out.print(f"  {f['status']:<9} {f['path']}", markup=False, highlight=False)
 

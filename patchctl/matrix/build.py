@@ -46,7 +46,8 @@ def versions_for(engine: str, store: Store, ctx: fetch.SourceContext, since: Ver
 
 def check_one(engine: str, version: Version, store: Store, ctx: fetch.SourceContext, smoke=None,
               upstream: fetch.Upstream | None = None) -> dict:
-    """smoke(engine, version) -> {patch: result dict}: the CPU checks, when the caller asks for them."""
+    """smoke(engine, version, ref) -> {patch: result dict}: the CPU checks, when the caller asks for
+    them (ref: the nightly's own EngineRef, None for a release)."""
     eng = get_engine(engine)
     start = time.monotonic()
     try:
@@ -57,7 +58,7 @@ def check_one(engine: str, version: Version, store: Store, ctx: fetch.SourceCont
     smoke_results = {}
     if smoke is not None and result.ok:
         try:
-            smoke_results = smoke(engine, version)
+            smoke_results = smoke(engine, version, upstream.ref if upstream else None)
         except PatchctlError as exc:
             smoke_results = {p.name: {"status": "error", "reason": exc.message} for p in store.series(engine).patches}
     seconds = round(time.monotonic() - start, 2)
@@ -114,7 +115,7 @@ def build(store: Store, ctx: fetch.SourceContext, *, engines: list[str] | None =
             if not nightly or _nightly_disabled(engine):
                 nightly_notes[engine] = NIGHTLY_SKIPPED
                 continue
-            row, note = _nightly_row(engine, store, ctx)
+            row, note = _nightly_row(engine, store, ctx, smoke)
             nightly_notes[engine] = note
             rows[(engine, "nightly")] = row
     return assemble(store, engines, rows, nightly_notes)
@@ -133,7 +134,7 @@ def _nightly_disabled(engine: str) -> bool:
     return kind == "none"
 
 
-def _nightly_row(engine: str, store: Store, ctx: fetch.SourceContext) -> tuple[dict, str]:
+def _nightly_row(engine: str, store: Store, ctx: fetch.SourceContext, smoke=None) -> tuple[dict, str]:
     """The nightly build is part of the matrix whenever it is enabled. One that cannot be resolved
     (no source configured, unreachable, no builds) is a failed row, `outcome: failed` with the
     reason in `error`, and `patchctl matrix` exits 1: a nightly is never a silent gap."""
@@ -142,9 +143,10 @@ def _nightly_row(engine: str, store: Store, ctx: fetch.SourceContext) -> tuple[d
     try:
         upstream = fetch.open_upstream(EngineRef(get_engine(engine), "nightly"), ctx)
     except PatchctlError as exc:
-        return ({"version": "nightly", "outcome": NIGHTLY_FAILED, "error": exc.message, "patches": {}},
-                f"failed: {exc.message}")
-    row = check_one(engine, upstream.version, store, ctx, upstream=upstream)
+        # The row is read by people deciding what to do: the reason, then the way out.
+        why = f"{exc.message}; {exc.hint}" if exc.hint else exc.message
+        return ({"version": "nightly", "outcome": NIGHTLY_FAILED, "error": why, "patches": {}}, f"failed: {why}")
+    row = check_one(engine, upstream.version, store, ctx, smoke, upstream=upstream)
     row["nightly_of"] = upstream.label
     if row.get("error"):
         row["outcome"] = NIGHTLY_FAILED

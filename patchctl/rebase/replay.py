@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
+from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from patchctl import gitutil
@@ -24,7 +25,7 @@ from patchctl.gitutil import git
 from patchctl.rebase.rerere import rerere_dir
 from patchctl.sources import fetch
 from patchctl.sources.base import DirectorySource
-from patchctl.store import Patch, Store, choose_variant, write_variant
+from patchctl.store import Patch, Store, Variant, choose_variant, write_variant
 
 UNCHANGED, REFRESHED, CONFLICT, UPSTREAMED, OBSOLETE = "unchanged", "refreshed", "conflict", "upstreamed", "obsolete"
 
@@ -38,6 +39,9 @@ class RebaseItem(NamedTuple):
     resolution: str | None = None  # "reused" when a recorded resolution resolved the conflict
     conflict: dict | None = None  # files, hunks with markers, upstream code around, worktree
     relocations: tuple[dict, ...] = ()
+    # With --past-applies-to: the applies_to that ends below the new version. The patch was replayed
+    # as if that upper bound were lifted; nothing is written for it until a person widens it.
+    outside_applies_to: str | None = None
 
 
 class RebaseReport(NamedTuple):
@@ -59,25 +63,66 @@ def variant_message(data: bytes) -> str:
     return subject + ("\n\n" + body if body else "")
 
 
+class _Plan(NamedTuple):
+    patch: Patch
+    source: Variant | None  # what the old base gets: the variant replayed from there (None: none there)
+    target: Variant  # what the new version gets today
+
+    @property
+    def target_is_newer(self) -> bool:
+        """The store already holds a variant made after the old base, and the new version gets it:
+        replaying the old variant would redo (and conflict with) work a person already did."""
+        return self.source is None or self.target.base > self.source.base
+
+
+def without_upper_bound(patch: Patch) -> Patch:
+    """The patch with applies_to's upper bounds (<, <=) lifted, its other clauses kept."""
+    kept = [str(s) for s in patch.applies_to if s.operator not in ("<", "<=")]
+    return patch._replace(applies_to=SpecifierSet(",".join(kept)))
+
+
 def rebase(engine_name: str, store: Store, new: Version, ctx: fetch.SourceContext, *, old: Version | None = None,
-           workdir: Path | None = None, write: bool = True, verify=None) -> RebaseReport:
-    """verify(patch, version) -> (ok, reason): smoke checks that gate a reused resolution."""
+           workdir: Path | None = None, write: bool = True, verify=None, past_applies_to: bool = False) -> RebaseReport:
+    """verify(patch, version) -> (ok, reason): smoke checks that gate a reused resolution.
+    past_applies_to: also replay the patches whose applies_to ends below `new` (an upper bound is
+    often just the last release looked at), to show whether their code carries; they are never written.
+
+    Each patch is first evaluated as `patchctl check` would: the variant the new version gets, on the
+    new tree (with the patches before it carried). If that applies cleanly there is nothing to carry
+    (unchanged); if it is upstream already, upstreamed. Otherwise the variant of the old base is
+    replayed onto the new version by git (a three-way cherry-pick), or, when the store already has a
+    newer variant that applies with moved lines, that one is refreshed."""
     engine = get_engine(engine_name)
     series = store.series(engine_name)
     items: list[RebaseItem] = []
-    replay: list[tuple[Patch, object]] = []
+    targets: list[tuple[Patch, Variant]] = []
+    # What each patch is on the new version, as `check` would say it: the patches after it see it.
+    on_new: dict[str, engine_apply.PatchOutcome] = {}
+    past: dict[str, str] = {}  # name -> the applies_to that excludes `new` (--past-applies-to)
     for patch in series.patches:
         choice = choose_variant(patch, new)
-        if choice.variant is None:
-            items.append(RebaseItem(patch.name, OBSOLETE, None, None, choice.reason))
+        if choice.variant is None and past_applies_to and not patch.upstreamed_at(new):
+            lifted = without_upper_bound(patch)
+            if choose_variant(lifted, new).variant is not None:
+                past[patch.name] = str(patch.applies_to)
+                patch, choice = lifted, choose_variant(lifted, new)
+        if choice.variant is not None:
+            targets.append((patch, choice.variant))
+            continue
+        if patch.upstreamed_at(new):  # as check says it: upstream behaves as patched (upstreamed_in)
+            kind, outcome, why = UPSTREAMED, O.UPSTREAMED, f"upstreamed_in {patch.upstreamed_in} covers {new}"
         else:
-            replay.append((patch, choice.variant))
-    if not replay:
+            kind, outcome, why = OBSOLETE, O.OBSOLETE, choice.reason
+        on_new[patch.name] = engine_apply.PatchOutcome(patch.name, outcome, None, why)
+        items.append(RebaseItem(patch.name, kind, None, None, why))
+    if not targets:
         return RebaseReport(engine_name, str(old or ""), str(new), tuple(items), None)
-    old = old or max(v.base for _, v in replay)
+    old = old or max(v.base for _, v in targets)
     if old > new:
         raise UsageError(f"--from {old} is newer than --onto {new}")
-    parsed = {p.name: parse_variant(v.path.read_bytes(), str(v.path)) for p, v in replay}
+    plans = [_Plan(patch, choose_variant(patch, old).variant, target) for patch, target in targets]
+    parsed = {v.path: parse_variant(v.path.read_bytes(), str(v.path))
+              for plan in plans for v in (plan.source, plan.target) if v is not None}
     paths = sorted({path for pv in parsed.values() for path in pv.paths})
     old_src = fetch.release(engine, old, ctx)
     new_src = fetch.release(engine, new, ctx)
@@ -99,20 +144,18 @@ def rebase(engine_name: str, store: Store, new: Version, ctx: fetch.SourceContex
     _write(repo, {p: old_src.read(p) for p in paths}, paths)
     old_commit = gitutil.commit_all(repo, f"upstream {old}")
     git(repo, "checkout", "-q", "-b", "patches")
-    commits: list[tuple[Patch, object, str]] = []
-    done: dict[str, engine_apply.PatchOutcome] = {}
-    for patch, variant in replay:
-        result = engine_apply.evaluate((patch,), old, DirectorySource(repo), earlier=done)
-        outcome = result.outcomes[0]
-        done[patch.name] = outcome
-        if outcome.outcome not in O.WRITES:
-            items.append(RebaseItem(patch.name, CONFLICT if outcome.outcome == O.CONFLICT else OBSOLETE,
-                                    variant.filename, None, f"on its own base {old}: {outcome.reason}"))
+    commits: dict[str, str] = {}
+    on_old: dict[str, engine_apply.PatchOutcome] = {}
+    for plan in plans:
+        if plan.source is None:
             continue
-        _apply_changes(repo, result.changes)
-        git(repo, "add", "-A")
-        git(repo, "commit", "-q", "--allow-empty", "-m", variant_message(variant.path.read_bytes()))
-        commits.append((patch, variant, git(repo, "rev-parse", "HEAD").stdout.strip()))
+        result = engine_apply.evaluate((plan.patch,), old, DirectorySource(repo), earlier=on_old)
+        on_old[plan.patch.name] = outcome = result.outcomes[0]
+        if outcome.outcome in O.WRITES:
+            _apply_changes(repo, result.changes)
+            git(repo, "add", "-A")
+            git(repo, "commit", "-q", "--allow-empty", "-m", variant_message(plan.source.path.read_bytes()))
+            commits[plan.patch.name] = git(repo, "rev-parse", "HEAD").stdout.strip()
 
     git(repo, "checkout", "-q", "-b", "upstream-new", old_commit)
     new_files = {p: new_src.read(p) for p in paths}
@@ -120,31 +163,83 @@ def rebase(engine_name: str, store: Store, new: Version, ctx: fetch.SourceContex
     gitutil.commit_all(repo, f"upstream {new}")
     git(repo, "checkout", "-q", "-b", "rebased")
 
-    full_cache = []
+    def tree_file(path: str) -> str | None:
+        data = DirectorySource(repo).read(path)  # the new version with the patches carried so far
+        return None if data is None else data.decode("utf-8", errors="replace")
 
-    def full_new():
-        # Relocation searches the whole new package: one download beats thousands of range reads.
-        if not full_cache:
-            source = fetch.release(engine, new, ctx, prefer_sdist=True)
-            source.sparse = False
-            full_cache.append(source)
-        return full_cache[0]
+    def relocations(variant: Variant, files: list[str]) -> tuple[dict, ...]:
+        return tuple(relocate.propose(parsed[variant.path], new_src, engine, files, tree_file))
 
     failed: set[str] = set()
-    for patch, variant, sha in commits:
+
+    def marked(item: RebaseItem) -> RebaseItem:
+        outside = past.get(item.name)
+        if outside is None:
+            return item
+        return item._replace(outside_applies_to=outside, reason=f"{new} is outside applies_to {outside}; "
+                             f"as if it were not: {item.reason}")
+
+    def fail(plan: _Plan, classification: str, old_variant: str | None, reason: str, **extra) -> None:
+        failed.add(plan.patch.name)
+        outcome = O.OBSOLETE if classification == OBSOLETE else O.CONFLICT
+        on_new[plan.patch.name] = engine_apply.PatchOutcome(plan.patch.name, outcome, None, reason)
+        items.append(marked(RebaseItem(plan.patch.name, classification, old_variant, None, reason, **extra)))
+
+    def carried(plan: _Plan, item: RebaseItem) -> None:
+        on_new[plan.patch.name] = engine_apply.PatchOutcome(plan.patch.name, O.CLEAN, item.new_variant, item.reason)
+        items.append(marked(item))
+
+    for plan in plans:
+        patch, source, target = plan
+        gone_deps = [d for d in patch.depends_on if d in on_new and on_new[d].outcome == O.OBSOLETE]
+        if gone_deps:  # as check says it: nothing to build on in the new version
+            fail(plan, OBSOLETE, (source or target).filename, f"depends on {gone_deps[0]}, which is obsolete on {new}")
+            continue
         blocked = [d for d in patch.depends_on if d in failed]
         if blocked:
-            failed.add(patch.name)
-            items.append(RebaseItem(patch.name, CONFLICT, variant.filename, None,
-                                    f"depends on {blocked[0]}, which did not carry over"))
+            fail(plan, CONFLICT, (source or target).filename, f"depends on {blocked[0]}, which did not carry over")
             continue
-        gone = [fp.path for fp in parsed[patch.name].files if not fp.is_new and new_files.get(fp.path) is None]
+        # As `patchctl check` sees it: the variant the new version gets, on the new tree.
+        direct = engine_apply.evaluate((patch,), new, DirectorySource(repo), earlier=on_new)
+        outcome = direct.outcomes[0]
+        if outcome.outcome == O.CLEAN:
+            _commit(repo, direct.changes, target)
+            since = f" (made after the old base {old}; {source.filename} is not replayed)" \
+                if plan.target_is_newer and source is not None else ""
+            carried(plan, RebaseItem(patch.name, UNCHANGED, target.filename, target.filename,
+                                     f"{target.filename} applies to {new} cleanly{since}"))
+            continue
+        if outcome.outcome in (O.UPSTREAMED, O.ALREADY_APPLIED):
+            items.append(marked(RebaseItem(patch.name, UPSTREAMED, target.filename, None,
+                                           f"{target.filename} reverse-applies on {new}: its changes are upstream")))
+            on_new[patch.name] = outcome
+            continue
+        if plan.target_is_newer and outcome.outcome in (O.OFFSET, O.FUZZ):
+            # The newer variant is nearer to the new version than a replay from the old base.
+            _commit(repo, direct.changes, target)
+            how = "with reduced context (fuzz): review it" if outcome.outcome == O.FUZZ else "with moved lines"
+            carried(plan, _refreshed(store, patch, target, new, gitutil.format_patch(repo),
+                                     write and patch.name not in past, f"{target.filename} applies {how}"))
+            continue
+        sha = commits.get(patch.name)
+        tried = f"{target.filename} does not apply to {new} ({outcome.reason}); " if plan.target_is_newer else ""
+        if sha is None:
+            base_outcome = on_old.get(patch.name)
+            if source is not None and base_outcome is not None:
+                why = f"on its own base {old}: {base_outcome.reason}"
+                kind = CONFLICT if base_outcome.outcome == O.CONFLICT else OBSOLETE
+            else:
+                why, kind = f"{outcome.reason}; nothing to replay from {old}", \
+                    (CONFLICT if outcome.outcome == O.CONFLICT else OBSOLETE)
+            lost = [fp.path for fp in parsed[target.path].files]
+            fail(plan, kind, (source or target).filename, tried + why, relocations=relocations(target, lost))
+            continue
+        assert source is not None
+        gone = [fp.path for fp in parsed[source.path].files if not fp.is_new and new_files.get(fp.path) is None]
         if gone:
-            proposals = relocate.propose(parsed[patch.name], full_new(), engine, gone)
-            failed.add(patch.name)
-            items.append(RebaseItem(patch.name, OBSOLETE, variant.filename, None,
-                                    f"target file gone in {new}: {', '.join(gone)}"
-                                    + ("; relocation proposed" if proposals else ""), relocations=tuple(proposals)))
+            proposals = relocations(source, gone)
+            fail(plan, OBSOLETE, source.filename, tried + f"target file gone in {new}: {', '.join(gone)}"
+                 + ("; relocation proposed" if proposals else ""), relocations=proposals)
             continue
         pick = git(repo, "cherry-pick", "--keep-redundant-commits", sha, check=False)
         resolution = None
@@ -157,41 +252,55 @@ def rebase(engine_name: str, store: Store, new: Version, ctx: fetch.SourceContex
                 git(repo, "rerere", "clear", check=False)  # the worktree below records this conflict once
                 git(repo, "cherry-pick", "--abort", check=False)
                 conflict = _conflict_report(repo, unmerged, root, patch, sha, keep)
-                proposals = relocate.propose(parsed[patch.name], full_new(), engine, unmerged)
-                failed.add(patch.name)
-                items.append(RebaseItem(patch.name, CONFLICT, variant.filename, None,
-                                        f"conflicts in {', '.join(unmerged) or 'the replay'}", conflict=conflict,
-                                        relocations=tuple(proposals)))
+                fail(plan, CONFLICT, source.filename, tried + f"conflicts in {', '.join(unmerged) or 'the replay'}",
+                     conflict=conflict, relocations=relocations(source, unmerged))
                 continue
         if not git(repo, "diff", "--name-only", "HEAD~1", "HEAD").stdout.strip():
-            items.append(RebaseItem(patch.name, UPSTREAMED, variant.filename, None,
-                                    f"replaying it onto {new} changes nothing: the patched result is identical"))
+            items.append(marked(RebaseItem(patch.name, UPSTREAMED, source.filename, None,
+                                           f"replaying it onto {new} changes nothing: the patched result is identical")))
+            on_new[patch.name] = engine_apply.PatchOutcome(patch.name, O.UPSTREAMED, None, "")
             continue
         new_bytes = gitutil.format_patch(repo)
         if resolution == "reused" and verify is not None:
             ok, why = verify(patch, new, new_bytes)
             if not ok:
-                failed.add(patch.name)
-                items.append(RebaseItem(patch.name, CONFLICT, variant.filename, None,
-                                        f"a recorded resolution applies, but it is only used when the smoke checks pass: {why}",
-                                        resolution="rejected"))
                 git(repo, "reset", "-q", "--hard", "HEAD~1")
+                fail(plan, CONFLICT, source.filename,
+                     f"a recorded resolution applies, but it is only used when the smoke checks pass: {why}",
+                     resolution="rejected")
                 continue
-        if new_bytes == variant.path.read_bytes():
-            items.append(RebaseItem(patch.name, UNCHANGED, variant.filename, variant.filename,
-                                    f"{variant.filename} applies to {new} unchanged", resolution))
+        if new_bytes == source.path.read_bytes():
+            carried(plan, RebaseItem(patch.name, UNCHANGED, source.filename, source.filename,
+                                     f"{source.filename} applies to {new} unchanged", resolution))
             continue
-        new_name = f"{new}.patch"
-        if write:
-            write_variant(store, patch, new_name, new_bytes)
-        items.append(RebaseItem(patch.name, REFRESHED, variant.filename, new_name,
-                                ("wrote " if write else "would write ") + f"{new_name} (context or line moves)",
-                                resolution))
+        carried(plan, _refreshed(store, patch, source, new, new_bytes, write and patch.name not in past,
+                                 tried + f"replayed {source.filename} from {old} (context or line moves)",
+                                 resolution))
     order = {p.name: n for n, p in enumerate(series.patches)}
     items.sort(key=lambda i: order[i.name])
     if not keep:
         shutil.rmtree(root, ignore_errors=True)
     return RebaseReport(engine_name, str(old), str(new), tuple(items), str(root) if keep else None)
+
+
+def _refreshed(store: Store, patch: Patch, variant: Variant, new: Version, data: bytes, write: bool, how: str,
+               resolution: str | None = None) -> RebaseItem:
+    new_name = f"{new}.patch"
+    generator = (patch.generated_by or {}).get("generator")
+    if write and not generator:
+        write_variant(store, patch, new_name, data)
+        return RebaseItem(patch.name, REFRESHED, variant.filename, new_name, f"wrote {new_name}: {how}", resolution)
+    # A generated patch's variants are its generator's output (tests/rebase/test_generated_variants.py
+    # holds them to it): written bytes would diverge from what the generator makes.
+    made = f"; {generator} makes this patch's variants: run it for {new}" if generator and write else ""
+    return RebaseItem(patch.name, REFRESHED, variant.filename, new_name, f"would write {new_name}: {how}{made}",
+                      resolution)
+
+
+def _commit(repo: Path, changes, variant: Variant) -> None:
+    _apply_changes(repo, changes)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "--allow-empty", "-m", variant_message(variant.path.read_bytes()))
 
 
 def _write(repo: Path, files: dict[str, bytes | None], paths: list[str]) -> None:

@@ -10,14 +10,14 @@ from packaging.version import InvalidVersion, Version
 
 from patchctl import config
 from patchctl.engines import NightlySource
-from patchctl.errors import NetworkError, UsageError
+from patchctl.errors import NetworkError, UsageError, plain_network_reason
 from patchctl.sources.base import DirectorySource, FileSource, ProgressSink
 from patchctl.sources.installed import version_of_tree
 from patchctl.spec import EngineRef
 
 if TYPE_CHECKING:
     from patchctl.sources.git import GitSource
-    from patchctl.sources.index import PackageIndex
+    from patchctl.sources.index import IndexFile, PackageIndex
     from patchctl.sources.release import ReleaseSource
 
 # GitPython (which runs `git version` at import) and requests are imported where they are used, so
@@ -53,16 +53,20 @@ class Upstream(NamedTuple):
     version: Version
     source: FileSource
     label: str  # what to show: "vllm 0.23.0 (vllm-0.23.0-...whl)"
+    # A wheel index build: every file the index lists for the version (one wheel per platform), so
+    # that `apply --install` installs the one for the target's machine by its URL.
+    files: tuple[IndexFile, ...] = ()
 
 
 def release(ref_engine, version: Version, ctx: SourceContext, index: PackageIndex | None = None,
             prefer_sdist: bool = False) -> ReleaseSource:
-    from patchctl.sources.release import ReleaseSource, choose_artifact
+    from patchctl.sources.release import ReleaseSource, choose
 
     index = index or ctx.index()
-    artifact = choose_artifact(index.project(ref_engine.dist), version, prefer_sdist=prefer_sdist)
-    return ReleaseSource(ref_engine, artifact, config.cache_dir(), offline=ctx.offline,
-                         progress=ctx.progress, sparse=ctx.sparse)
+    cache = config.cache_dir()
+    choice = choose(index.project(ref_engine.dist), version, prefer_sdist=prefer_sdist, cache_root=cache)
+    return ReleaseSource(ref_engine, choice.file, cache, offline=ctx.offline, progress=ctx.progress,
+                         sparse=ctx.sparse, whole=choice.whole, reason=choice.reason)
 
 
 def latest_release(engine, ctx: SourceContext) -> Version:
@@ -87,8 +91,6 @@ def base_files_for(engine, ctx: SourceContext):
 
 
 def open_upstream(ref: EngineRef, ctx: SourceContext) -> Upstream:
-    from patchctl.sources.git import GitSource, open_repo
-
     engine = ref.engine
     if ref.kind in ("exact", "latest"):
         index = ctx.index()
@@ -100,6 +102,8 @@ def open_upstream(ref: EngineRef, ctx: SourceContext) -> Upstream:
     if ref.kind == "commit":
         return _commit(ref, ctx)
     if ref.kind == "git":
+        from patchctl.sources.git import GitSource, open_repo  # GitPython: ~0.1 s, only for git refs
+
         repo_url = ctx.repo or engine.git_url
         if not repo_url:
             raise UsageError(f"{engine.name} has no known git repository: pass --repo URL|PATH")
@@ -151,8 +155,11 @@ def _nightly_root(engine, flag: str | None) -> tuple[str, str | None]:
 
 
 def nightly_hint(engine) -> str:
-    return (f"set nightly.{engine.name}.url (and .variant) in {config.config_file()} or pass "
-            "--nightly-source URL; --offline serves a build read before")
+    if engine.nightly.kind == "git":
+        where = f"set nightly.{engine.name}.url (a mirror or a local clone) in {config.config_file()}"
+    else:
+        where = f"set nightly.{engine.name}.url (and .variant) in {config.config_file()}"
+    return f"{where} or pass --nightly-source URL; --offline serves a build read before"
 
 
 _COMMIT = re.compile(r"g([0-9a-f]{7,40})")
@@ -181,7 +188,8 @@ def _wheel_index_build(ref: EngineRef, ctx: SourceContext, url: str, what: str, 
     try:
         project = index.project(engine.dist)
     except NetworkError as exc:
-        raise NetworkError(f"{what} for {engine.name} ({url}) is unreachable: {exc.message}", hint=how) from None
+        raise NetworkError(f"{what} for {engine.name} ({url}) is unreachable: {plain_network_reason(exc.message)}",
+                           hint=how) from None
     except UsageError as exc:  # 404: no such project page (a commit without builds, a wrong URL)
         raise UsageError(f"{what} for {engine.name} ({url}) has no {engine.dist} builds: {exc.message}",
                          hint=how) from None
@@ -195,7 +203,8 @@ def _wheel_index_build(ref: EngineRef, ctx: SourceContext, url: str, what: str, 
     details = {"version": str(version), "commit": commit_of(version), "index": url}
     source = ReleaseSource(engine, artifact, config.cache_dir(), offline=ctx.offline, progress=ctx.progress,
                            details=details)
-    return Upstream(ref, version, source, f"{engine.dist} {what} {version} ({artifact.filename})")
+    return Upstream(ref, version, source, f"{engine.dist} {what} {version} ({artifact.filename})",
+                    tuple(project.files_for(version)))
 
 
 def _nightly(ref: EngineRef, ctx: SourceContext) -> Upstream:
@@ -209,8 +218,8 @@ def _nightly(ref: EngineRef, ctx: SourceContext) -> Upstream:
     try:
         repo = open_repo(url, config.cache_dir(), offline=ctx.offline)
     except NetworkError as exc:
-        raise NetworkError(f"nightly source for {engine.name} ({url}) is unreachable: {exc.message}",
-                           hint=nightly_hint(engine)) from None
+        raise NetworkError(f"nightly source for {engine.name} ({url}) is unreachable: "
+                           f"{plain_network_reason(exc.message)}", hint=nightly_hint(engine)) from None
     source = GitSource(repo, branch, engine.layout_prefix("git"), url)
     version = ctx.version_override or _version_from_git(source, engine)
     return Upstream(ref, version, source, f"{engine.name} nightly {branch} ({source.provenance().description})")
@@ -260,10 +269,13 @@ def _version_from_git(source: GitSource, engine) -> Version:
 
 def _scm_version(source: GitSource) -> Version | None:
     try:
-        described = source.repo.git.describe("--tags", "--long", "--match", "v[0-9]*", source.commit)
+        described = source.repo.git.describe("--tags", "--long", "--abbrev=40", "--match", "v[0-9]*", source.commit)
     except Exception:  # no such tag
         return None
-    m = re.fullmatch(r"v(.+)-(\d+)-g([0-9a-f]+)", described.strip())
+    # setuptools-scm (its vcs-versioning backend) cuts the node to 10 characters, "g" included: 9 hex
+    # digits, as in vLLM's published nightlies (0.23.1rc1.dev901+g2f3f441f8), whatever git's own
+    # abbreviation would be.
+    m = re.fullmatch(r"v(.+)-(\d+)-g([0-9a-f]{9})[0-9a-f]*", described.strip())
     if not m:
         return None
     try:

@@ -1,8 +1,14 @@
-"""A package index's simple API (PEP 691 JSON, PEP 503 HTML as fallback), cached for offline use."""
+"""A package index's simple API (PEP 691 JSON, PEP 503 HTML as fallback), cached for offline use.
+
+A cached page is revalidated, not read again: the request carries the page's ETag / Last-Modified,
+and a 304 answer (no body) keeps the cached page. Within the freshness window (`index_max_age`
+seconds in the config file, or $PATCHCTL_INDEX_MAX_AGE; 0 by default: always revalidate) a cached
+page is used without asking at all, which CI sets so that a matrix of many runs asks once."""
 from __future__ import annotations
 
 import html.parser
 import json
+import os
 import re
 import time
 import urllib.parse
@@ -17,6 +23,28 @@ from patchctl.errors import EnvironmentProblem, NetworkError, UsageError
 from patchctl.sources import http
 
 JSON_ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
+MAX_AGE_ENV = "PATCHCTL_INDEX_MAX_AGE"
+
+
+def max_age() -> float:
+    """Seconds a cached index page is used without asking the index: $PATCHCTL_INDEX_MAX_AGE, else
+    `index_max_age` in the config file, else 0."""
+    raw = os.environ.get(MAX_AGE_ENV)
+    origin = MAX_AGE_ENV
+    if raw is None or raw == "":
+        from patchctl import config
+
+        raw = config.load_config().get("index_max_age")
+        origin = f"index_max_age in {config.config_file()}"
+        if raw is None:
+            return 0.0
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        value = -1.0
+    if not value >= 0:  # also NaN
+        raise UsageError(f"{origin} must be a number of seconds >= 0, not {raw!r}")
+    return value
 
 
 class IndexFile(NamedTuple):
@@ -35,6 +63,9 @@ class IndexProject(NamedTuple):
     index_url: str
     files: tuple[IndexFile, ...]
     from_cache: bool
+    # The validators the index sent with the page, for the next conditional request.
+    etag: str | None = None
+    last_modified: str | None = None
 
     def versions(self, include_pre: bool = False) -> list[Version]:
         found = {f.version for f in self.files if not f.yanked}
@@ -63,14 +94,20 @@ class PackageIndex:
         cache_file = self._cache_file(name)
         project = None
         error: Exception | None = None
+        cached: IndexProject | None = None
+        fetched_at: float | None = None
         if not self.offline:
-            try:
-                project = self._fetch(name)
-                write_atomic(cache_file, json.dumps(_to_json(project)).encode())
-            except NetworkError as exc:
-                error = exc
+            cached, fetched_at = self._read_cache_dated(cache_file, name)
+            if cached is not None and fetched_at is not None and time.time() - fetched_at < max_age():
+                project = cached  # fresh enough: no request at all
+            else:
+                try:
+                    project = self._fetch(name, cached)  # after a 304, the cached page: fresh again
+                    write_atomic(cache_file, json.dumps(_to_json(project)).encode())
+                except NetworkError as exc:
+                    error = exc
         if project is None:
-            cached = self._read_cache(cache_file, name)
+            cached = cached or self._read_cache(cache_file, name)
             if cached is not None:
                 project = cached
             elif self.offline:
@@ -88,10 +125,14 @@ class PackageIndex:
         return project
 
     def _read_cache(self, cache_file: Path, name: str) -> IndexProject | None:
-        """The cached page, or None when there is none. A damaged one (truncated by a full disk, edited)
-        is deleted when the network can refill it; offline, it is an error that says how to refresh."""
+        return self._read_cache_dated(cache_file, name)[0]
+
+    def _read_cache_dated(self, cache_file: Path, name: str) -> tuple[IndexProject | None, float | None]:
+        """The cached page and when it was fetched (or revalidated), or None when there is none. A
+        damaged one (truncated by a full disk, edited) is deleted when the network can refill it;
+        offline, it is an error that says how to refresh."""
         if not cache_file.is_file():
-            return None
+            return None, None
         from patchctl.schemas import problem
 
         try:
@@ -103,16 +144,25 @@ class PackageIndex:
             if wrong is None and data["name"] != name:
                 wrong = f"it holds the page of {data['name']!r}, not of {name!r}"
         if wrong is None:
-            return _from_json(data, self.url)
+            return _from_json(data, self.url), data.get("fetched_at")
         if self.offline:
             raise EnvironmentProblem(f"cache file {cache_file} is damaged; run once without --offline "
                                      f"to refresh it ({wrong})")
         cache_file.unlink(missing_ok=True)
-        return None
+        return None, None
 
-    def _fetch(self, name: str) -> IndexProject:
+    def _fetch(self, name: str, cached: IndexProject | None = None) -> IndexProject:
+        """The page from the index; `cached` (when it came with validators) is returned as it is when
+        the index answers 304 Not Modified."""
         page = f"{self.url}/{name}/"
-        response = http.get(page, headers={"Accept": JSON_ACCEPT}, what=f"the package index ({self.url})")
+        headers = {"Accept": JSON_ACCEPT}
+        if cached is not None and cached.etag:
+            headers["If-None-Match"] = cached.etag
+        if cached is not None and cached.last_modified:
+            headers["If-Modified-Since"] = cached.last_modified
+        response = http.get(page, headers=headers, what=f"the package index ({self.url})")
+        if response.status_code == 304 and cached is not None and len(headers) > 1:
+            return cached
         if response.status_code == 404:
             raise UsageError(f"the package index {self.url} has no project {name!r}")
         if response.status_code != 200:
@@ -129,7 +179,8 @@ class PackageIndex:
             except AssertionError as exc:  # html.parser's way of refusing some markup
                 raise NetworkError(f"the package index {self.url} sent {page} as HTML that does not parse: {exc}") from None
         files = tuple(f for f in (_index_file(*r) for r in raw) if f is not None)
-        return IndexProject(name, self.url, files, from_cache=False)
+        return IndexProject(name, self.url, files, from_cache=False, etag=response.headers.get("ETag"),
+                            last_modified=response.headers.get("Last-Modified"))
 
     def _pep691(self, response, page: str) -> dict:
         """A PEP 691 page, checked against the part of the format patchctl reads (schemas/pep691.json)."""
@@ -200,13 +251,19 @@ def _parse_html(text: str, base: str):
 
 
 def _to_json(project: IndexProject) -> dict:
-    return {
+    out: dict = {
         "name": project.name,
-        "fetched_at": int(time.time()),
+        "fetched_at": time.time(),
         "files": [[f.filename, f.url, f.sha256, f.size, f.yanked] for f in project.files],
     }
+    if project.etag:
+        out["etag"] = project.etag
+    if project.last_modified:
+        out["last_modified"] = project.last_modified
+    return out
 
 
 def _from_json(data: dict, index_url: str) -> IndexProject:
     files = tuple(f for f in (_index_file(*row) for row in data["files"]) if f is not None)
-    return IndexProject(data["name"], index_url, files, from_cache=True)
+    return IndexProject(data["name"], index_url, files, from_cache=True, etag=data.get("etag"),
+                        last_modified=data.get("last_modified"))

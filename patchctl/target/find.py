@@ -1,8 +1,11 @@
 """Which tree a target command works on: the engine installed for an interpreter, or a directory;
-installing the named version first when asked (`apply --install`)."""
+installing the named build first when asked (`apply --install`): exactly the one `check` resolves
+(a nightly wheel by its URL, a git build by its commit), with uv when it is on PATH, else pip, and
+refused (exit 3) unless the installed dist-info then names that very version."""
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
@@ -14,10 +17,12 @@ from patchctl.errors import UsageError
 from patchctl.interpreter import dist_versions
 from patchctl.sources import installed as inst
 from patchctl.spec import EngineRef
+from patchctl.target.journal import BuildRecord
 from patchctl.target.operations import Target
 
 if TYPE_CHECKING:
-    from patchctl.sources.fetch import SourceContext
+    from patchctl.sources.fetch import SourceContext, Upstream
+    from patchctl.sources.index import IndexFile
     from patchctl.store import Patch
 
 
@@ -30,8 +35,13 @@ class TargetSpec(NamedTuple):
 
 
 def find_target(ref: EngineRef, where: TargetSpec, *, install: bool = False,
-                ctx: SourceContext | None = None) -> Target:
+                ctx: SourceContext | None = None, no_deps: bool = False) -> Target:
+    """install: resolve the ref as `check` does, install exactly that build (plan_install), check the
+    dist-info names it, then return the installed tree; no_deps: the installer leaves dependencies alone."""
     engine = ref.engine
+    if where.target_dir and install:
+        raise UsageError("--install installs into a Python environment, not into --target DIR",
+                         hint="pass --python PATH (the environment's interpreter) instead of --target")
     if where.target_dir:
         root = Path(where.target_dir).resolve()
         prefix = engine.layout_prefix("git")
@@ -56,11 +66,17 @@ def find_target(ref: EngineRef, where: TargetSpec, *, install: bool = False,
         else:
             raise UsageError(f"cannot tell the {engine.name} version of {root}",
                              hint="name it: ENGINE@X.Y.Z or --as-version")
-        return Target(engine, root, version, f"directory {root}")
+        return Target(engine, root, version, f"directory {root}", installed_build(engine, root, version))
     python = where.python or inst.default_python()
     if install:
         assert ctx is not None  # --install comes with the fetch options, which build the context
-        _install(ref, python, ctx)
+        plan = plan_install(ref, python, ctx)
+        build = run_install(plan, python, no_deps=no_deps)
+        installed = check_installed(plan._replace(build=build), engine, python)
+        from_dist = installed_build(engine, installed.root, installed.version)
+        # What the installer wrote (direct_url.json) completes what patchctl resolved.
+        build = build._replace(commit=build.commit or from_dist.commit)
+        return Target(engine, installed.root, installed.version, f"installed in {installed.python}", build)
     installed = inst.require_installed(engine, python)
     # importlib.metadata reports the first dist-info it meets; with two (pip left the old one) the
     # one whose RECORD matches the files is the installed version.
@@ -70,7 +86,8 @@ def find_target(ref: EngineRef, where: TargetSpec, *, install: bool = False,
             f"{engine.dist} {installed.version} is installed in {installed.python}, not {ref.version}",
             hint=f"pass --install to install {engine.dist}=={ref.version} first, or drop the version",
         )
-    return Target(engine, installed.root, installed.version, f"installed in {installed.python}")
+    return Target(engine, installed.root, installed.version, f"installed in {installed.python}",
+                  installed_build(engine, installed.root, installed.version))
 
 
 def tree_version(engine: Engine, root: Path) -> Version | None:
@@ -80,6 +97,15 @@ def tree_version(engine: Engine, root: Path) -> Version | None:
     if len(infos) > 1:
         return _version_matching_files(engine, root, infos)
     return inst.version_of_tree(engine, root)
+
+
+def _info_version(info: Path) -> Version | None:
+    from packaging.version import InvalidVersion
+
+    try:
+        return Version(info.name.removesuffix(".dist-info").rsplit("-", 1)[1])
+    except (InvalidVersion, IndexError):
+        return None
 
 
 def _dist_name(info: Path) -> str:
@@ -120,29 +146,185 @@ def env_python(where: TargetSpec) -> str | None:
     return None if where.target_dir else (where.python or inst.default_python())
 
 
-def _install(ref: EngineRef, python: str, ctx: SourceContext) -> None:
+# --- apply --install: exactly the build that was resolved ---------------------------------------
+
+class InstallPlan(NamedTuple):
+    """What `--install` runs: one requirement naming one build, and the identity to check afterwards."""
+
+    requirement: str  # vllm @ https://…/vllm-0.23.1.dev12%2Bg….whl, sglang @ git+URL@SHA#subdirectory=python, vllm==0.23.0
+    version: Version  # what the installed dist-info must say
+    build: BuildRecord
+    index_url: str | None  # for the dependencies (and ENGINE==VERSION): the index patchctl reads
+
+
+def plan_install(ref: EngineRef, python: str, ctx: SourceContext) -> InstallPlan:
+    """Resolve the ref the way `check` does and name exactly that build. A wheel index (vLLM's
+    nightlies) is installed by the wheel's own URL: with `--extra-index-url` the installer takes the
+    highest version on any index, which may be another build (vLLM's docs say so, and recommend the
+    full URL). A git build (SGLang's main) is installed from its pinned commit."""
     from patchctl.sources import fetch
+    from patchctl.sources.git import GitSource
 
     engine = ref.engine
-    extra: tuple[str, ...] = ()
-    if ctx.index_url:
-        extra += ("--index-url", ctx.index_url)
-    if ref.kind == "exact":
-        requirement = f"{engine.dist}=={ref.version}"
-    elif ref.kind in ("latest", "installed"):
-        requirement, extra = engine.dist, extra + ("--upgrade",)
-    elif ref.kind == "nightly":
-        kind, url, branch = fetch.nightly_source(engine, ctx.nightly_source)
-        assert url is not None  # nightly_source() raises when no URL is configured
-        if kind == "git":
-            prefix = engine.layout_prefix("git").rstrip("/")
-            sub = f"#subdirectory={prefix}" if prefix else ""
-            requirement = f"{engine.dist} @ git+{url}@{branch}{sub}"
-        else:
-            requirement, extra = engine.dist, extra + ("--pre", "--upgrade", "--extra-index-url", url)
+    index_url = _index_for_installer(ctx)
+    if ref.kind in ("exact", "latest", "installed"):
+        version = ref.version if ref.kind == "exact" else fetch.latest_release(engine, ctx)
+        assert version is not None  # parse_spec gives every "exact" ref its version
+        return InstallPlan(f"{engine.dist}=={version}", version,
+                           BuildRecord("release", str(version), fetch.commit_of(version), index_url=index_url,
+                                       spec=str(ref)), index_url)
+    if ref.kind not in ("nightly", "commit", "git"):
+        raise UsageError(f"--install cannot install {ref}", hint="name a version, nightly, commit:SHA or git:REF")
+    upstream = fetch.open_upstream(ref, ctx)
+    source = upstream.source
+    if isinstance(source, GitSource):
+        url = _git_url(source.description)
+        prefix = engine.layout_prefix("git").rstrip("/")
+        requirement = f"{engine.dist} @ git+{url}@{source.commit}" + (f"#subdirectory={prefix}" if prefix else "")
+        build = BuildRecord("git", str(upstream.version), source.commit, f"git+{url}@{source.commit}",
+                            spec=str(ref))
+        return InstallPlan(requirement, upstream.version, build, index_url)
+    wheel = _wheel_for_machine(upstream, python)
+    prov = dict(source.provenance()._asdict())
+    checked = getattr(source, "artifact", None)
+    same = checked is not None and checked.filename == wheel.filename
+    build = BuildRecord("wheel", str(upstream.version), fetch.commit_of(upstream.version), wheel.url, wheel.filename,
+                        wheel.sha256 or (prov.get("sha256") if same else None),
+                        prov.get("record_sha256") if same else None, prov.get("index"), str(ref))
+    return InstallPlan(f"{engine.dist} @ {wheel.url}", upstream.version, build, index_url)
+
+
+def run_install(plan: InstallPlan, python: str, *, no_deps: bool = False) -> BuildRecord:
+    """Run the installer: uv (`uv pip install --python PY`) when it is on PATH, else `PY -m pip
+    install`. Its output goes to stderr: stdout is the command's (with --json, one document)."""
+    import shutil
+
+    uv = shutil.which("uv")
+    extra = ["--no-deps"] if no_deps else []
+    if plan.index_url:
+        extra += ["--index-url", plan.index_url]
+    if uv:
+        cmd = [uv, "pip", "install", "--python", python, plan.requirement, *extra]
     else:
-        raise UsageError(f"--install cannot install {ref}")
-    inst.pip_install(python, requirement, extra)
+        cmd = [python, "-m", "pip", "install", plan.requirement, *extra]
+    _run_installer(cmd, "uv" if uv else "pip")
+    return plan.build._replace(installer="uv" if uv else "pip")
+
+
+def check_installed(plan: InstallPlan, engine: Engine, python: str) -> inst.Installed:
+    """The dist-info the installer left must name the resolved build; anything else is refused
+    (exit 3) before a single file is patched."""
+    from patchctl.errors import EnvironmentProblem
+
+    found = inst.find_installed(engine, python)
+    how = "uv" if plan.build.installer == "uv" else "pip"
+    if found is None:
+        raise EnvironmentProblem(f"{how} reported success, but {engine.dist} is not installed in {python}",
+                                 hint=f"see {how}'s output above (it installed {plan.requirement!r})")
+    version = tree_version(engine, found.root) or found.version
+    if version != plan.version and not _same_build(version, plan.version):
+        raise EnvironmentProblem(
+            f"{engine.dist} {version} is installed in {python}, not the resolved build {plan.version} "
+            f"({plan.build.url or plan.requirement}); nothing was patched",
+            hint="the installer kept or chose another build: remove it (pip uninstall) and run again")
+    return found._replace(version=version)
+
+
+def _same_build(a: Version, b: Version) -> bool:
+    """One commit's build under two abbreviations of its sha (setuptools-scm before and after it cut
+    nodes to 9 hex digits): the same public version and commits that are prefixes of each other."""
+    from patchctl.sources.fetch import commit_of
+
+    ca, cb = commit_of(a), commit_of(b)
+    if ca is None or cb is None:
+        return False
+    return a.public == b.public and (ca.startswith(cb) or cb.startswith(ca))
+
+
+def _index_for_installer(ctx: SourceContext) -> str | None:
+    """The index patchctl reads, passed on explicitly only when someone configured it (--index-url,
+    the config file, PIP_INDEX_URL, pip config): uv reads no pip configuration, so it would not see it."""
+    from patchctl import config
+
+    if ctx.index_url:
+        return ctx.index_url
+    choice = config.resolve_index(None)
+    return None if choice.origin == "pip's default index" else choice.url
+
+
+def _git_url(url: str) -> str:
+    """A repository as pip and uv take it after `git+`: a local path becomes a file://localhost/ URL
+    (the packaging that pip 23 vendors refuses a PEP 508 URL without a host, file:///path)."""
+    path = Path(url).expanduser()
+    return "file://localhost" + path.resolve().as_posix() if path.exists() else url
+
+
+_MACHINE = "import json, platform; print(json.dumps(platform.machine()))"
+
+
+def _wheel_for_machine(upstream: Upstream, python: str) -> IndexFile:
+    """The build's wheel for the target interpreter's machine (vLLM publishes x86_64 and aarch64)."""
+    from patchctl.interpreter import probe
+
+    wheels = [f for f in upstream.files if f.kind == "wheel" and not f.yanked]
+    if len(wheels) == 1 or not wheels:
+        if wheels:
+            return wheels[0]
+        raise UsageError(f"{upstream.label} has no wheel to install")
+    machine = probe(python, _MACHINE)
+    fitting = [f for f in wheels if "none-any" in f.tags or machine in f.tags]
+    if not fitting:
+        raise UsageError(f"{upstream.ref} has no wheel for {machine}: "
+                         + ", ".join(f.filename for f in wheels))
+    return sorted(fitting, key=lambda f: ("none-any" in f.tags, f.filename))[0]
+
+
+def _run_installer(cmd: list[str], name: str) -> None:
+    import subprocess
+    import sys
+
+    from patchctl.errors import EnvironmentProblem
+
+    try:
+        sys.stderr.flush()  # what patchctl said so far comes before the installer's lines
+        stderr_fd = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # replaced by an object with no descriptor
+        stderr_fd = 2
+    try:
+        proc = subprocess.run(cmd, stdout=stderr_fd)
+    except OSError as exc:
+        raise EnvironmentProblem(f"cannot run {name}: {exc}") from None
+    if proc.returncode != 0:
+        hint = ("install pip into that environment, or put uv on PATH" if name == "pip" else None)
+        raise EnvironmentProblem(f"`{' '.join(cmd)}` failed with exit code {proc.returncode}; nothing was patched",
+                                 hint=hint)
+
+
+def installed_build(engine: Engine, root: Path, version: Version) -> BuildRecord:
+    """What an installed tree says about its build: the version, the commit (`+g<sha>`, or the git
+    commit a VCS install names) and, for a URL or git install, its direct_url.json (PEP 610)."""
+    import json
+
+    from patchctl.sources.fetch import commit_of
+
+    commit, url = commit_of(version), None
+    for info in root.glob("*.dist-info"):
+        if _dist_name(info) != engine.dist or not (info / "direct_url.json").is_file():
+            continue
+        try:
+            direct = json.loads((info / "direct_url.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(direct, dict) or _info_version(info) != version:
+            continue  # another version's dist-info, left behind
+        vcs = direct.get("vcs_info")
+        sha = vcs.get("commit_id") if isinstance(vcs, dict) else None
+        sha = sha if isinstance(sha, str) and re.fullmatch(r"[0-9a-f]{7,40}", sha) else None
+        commit = sha or commit
+        if isinstance(direct.get("url"), str):
+            url = f"git+{direct['url']}@{sha}" if sha else direct["url"]
+        break
+    return BuildRecord("installed", str(version), commit, url)
 
 
 def requirement_warnings(patches: Iterable[Patch], python: str | None) -> list[str]:

@@ -4,7 +4,8 @@ journal that makes every multi-file write recoverable, and one lock per target.
 Layout under <import root>/.patchctl/<engine>/ (in the tree, so that every user, every
 PATCHCTL_DATA_DIR and every bind mount of the same tree finds the same record and takes the same lock;
 nothing there is importable, and a `.gitignore` keeps it out of a checkout's status):
-  state.json    the applied-state record (absent: nothing applied)
+  state.json    the applied-state record (absent: nothing applied), with the build it was applied
+                to (`build`: version, commit, wheel URL or git+URL@SHA; records before 2026-12 lack it)
   blobs/<sha>   file contents by sha256: pristine backups, staged new contents, stashed bytecode
   journal.json  present only while files are being written; its presence after a crash means
                 "undo everything in it"
@@ -57,6 +58,30 @@ class PatchRecord(NamedTuple):
     variant: str | None
 
 
+class BuildRecord(NamedTuple):
+    """Which build of the engine the patches were applied to: enough to tell one nightly from another.
+    kind: `wheel` (a wheel URL from a wheel index: vLLM's nightlies), `git` (a commit built from its
+    repository: SGLang's main), `release` (ENGINE==VERSION from the package index), `installed` (found
+    installed, not installed by patchctl: what its dist-info says)."""
+
+    kind: str
+    version: str
+    commit: str | None = None  # from the local version (+g<sha>) or the git commit installed
+    url: str | None = None  # what was installed from: the wheel's URL, git+URL@SHA, or direct_url.json's url
+    artifact: str | None = None  # the wheel's file name
+    sha256: str | None = None  # of the artifact, where patchctl fetched it whole (an index without hashes)
+    record_sha256: str | None = None  # of the wheel's RECORD, where patchctl read it (the files it vouches for)
+    index_url: str | None = None  # the index page the build was resolved from
+    spec: str | None = None  # what was asked for: vllm@nightly, vllm@commit:SHA, sglang@git:main
+    installer: str | None = None  # uv or pip, when patchctl installed it
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> BuildRecord | None:
+        if data is None:
+            return None
+        return cls(data["kind"], data["version"], *(data.get(k) for k in cls._fields[2:]))
+
+
 class StateRecord(NamedTuple):
     engine: str
     root: str
@@ -65,6 +90,7 @@ class StateRecord(NamedTuple):
     patches: tuple[PatchRecord, ...]
     files: tuple[FileRecord, ...]
     store_fingerprint: str | None = None  # series + patch metadata applied: ensure's no-op test
+    build: BuildRecord | None = None  # which build was patched (absent in records before 2026-12)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -76,6 +102,7 @@ class StateRecord(NamedTuple):
             "store_fingerprint": self.store_fingerprint,
             "patches": [p._asdict() for p in self.patches],
             "files": [dict(f._asdict(), bytecode=[list(b) for b in f.bytecode]) for f in self.files],
+            "build": self.build._asdict() if self.build else None,
         }
 
     @classmethod
@@ -90,6 +117,7 @@ class StateRecord(NamedTuple):
             files=tuple(FileRecord(f["path"], f["pristine_sha256"], f["patched_sha256"], f.get("pristine_mtime_ns"),
                                    tuple((b[0], b[1]) for b in f.get("bytecode") or ()))
                         for f in data["files"]),
+            build=BuildRecord.from_json(data.get("build")),
         )
 
 

@@ -18,7 +18,16 @@ from patchctl import config
 from patchctl import outcomes as O
 from patchctl.engines import Engine
 from patchctl.errors import EnvironmentProblem, PatchFailed, UsageError
-from patchctl.target.journal import Change, FileRecord, PatchRecord, StateDamaged, StateRecord, TargetState, sha256
+from patchctl.target.journal import (
+    BuildRecord,
+    Change,
+    FileRecord,
+    PatchRecord,
+    StateDamaged,
+    StateRecord,
+    TargetState,
+    sha256,
+)
 
 if TYPE_CHECKING:
     # The apply engine (and unidiff, the store, packaging.requirements under it) is imported by
@@ -33,6 +42,7 @@ class Target(NamedTuple):
     root: Path  # import root
     version: Version
     how: str  # "installed in /usr/bin/python3", "directory"
+    build: BuildRecord | None = None  # which build this is (installed by --install, or read from its dist-info)
 
     def state(self) -> TargetState:
         # Where records lived before they moved into the tree (read once, then moved).
@@ -159,7 +169,10 @@ def _apply_locked(target: Target, st: TargetState, current: TargetStatus, patche
         return ApplyReport(result, (), recovered, "dry run: nothing written", current.state)
     changes = [c._replace(before=(target.root / c.path).read_bytes()) if c.path in leftovers else c
                for c in result.changes]
-    if not changes and (record is None or record.store_fingerprint == fingerprint):
+    # A record is rewritten without file changes when the series or the build it names changed
+    # (`apply --install` of the build that was already there records how it was installed).
+    if not changes and (record is None or (record.store_fingerprint == fingerprint
+                                           and _build(target, record) == record.build)):
         return ApplyReport(result, (), recovered, "nothing to write", current.state)
     _check_writable(target.root, [c.path for c in changes])
     new_record = _merge_record(target, st, record, result, changes, fingerprint)
@@ -242,7 +255,19 @@ def _merge_record(target: Target, st: TargetState, old: StateRecord | None, resu
         if o.outcome in O.WRITES or o.name not in patches:
             patches[o.name] = PatchRecord(o.name, o.outcome, o.variant)
     return StateRecord(target.engine.name, str(target.root), str(target.version), time.time(),
-                       tuple(patches.values()), tuple(files.values()), fingerprint)
+                       tuple(patches.values()), tuple(files.values()), fingerprint, _build(target, old))
+
+
+def _build(target: Target, old: StateRecord | None) -> BuildRecord | None:
+    """The build to record: the one --install just installed; else what the record said before, while
+    the version is the same (ensure re-applying after pip reinstalled that build keeps its URL and
+    sha256); else what the tree's dist-info says."""
+    build = target.build
+    if build is not None and build.kind != "installed":
+        return build
+    if old is not None and old.build is not None and old.build.version == str(target.version):
+        return old.build
+    return build
 
 
 class RevertReport(NamedTuple):

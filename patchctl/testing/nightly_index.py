@@ -18,17 +18,36 @@ from patchctl.testing.index_server import byte_range
 WHEEL_TAG = "cp38-abi3-manylinux_2_31_x86_64"
 
 
+def touched_paths(store: Path, engine: str) -> list[str]:
+    """Every file the store's variants of `engine` write (`+++ b/PATH`), import-root relative."""
+    return sorted({m.group(1) for p in (store / engine).glob("*/*.patch")
+                   for m in re.finditer(r"^\+\+\+ b/(\S+)", p.read_text(), re.M)})
+
+
+def release_files(engine: str, version: str, paths: list[str]) -> dict[str, bytes]:
+    """The real files of a release at those paths (read sparsely from the package index; absent ones left out):
+    what a repackaged dev build carries."""
+    from packaging.version import Version
+
+    from patchctl.engines import get_engine
+    from patchctl.sources.fetch import SourceContext, release
+
+    source = release(get_engine(engine), Version(version), SourceContext())
+    files = {path: source.read(path) for path in paths}
+    return {p: d for p, d in files.items() if d is not None}
+
+
 def build_dev_wheel(dest: Path, version: str, files: dict[str, bytes], *, dist: str = "vllm",
-                    tamper: dict[str, bytes] | None = None) -> Path:
+                    tamper: dict[str, bytes] | None = None, tag: str = WHEEL_TAG) -> Path:
     """A wheel named like vLLM's nightlies, METADATA and RECORD written for `version`; `tamper` replaces
     members after RECORD was computed (CRC-32 stays right: only RECORD can tell)."""
     norm = dist.replace("-", "_")
-    path = dest / f"{norm}-{version}-{WHEEL_TAG}.whl"
+    path = dest / f"{norm}-{version}-{tag}.whl"
     info = f"{norm}-{version}.dist-info"
     entries = dict(files)
     entries[f"{info}/METADATA"] = f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n".encode()
     entries[f"{info}/WHEEL"] = (f"Wheel-Version: 1.0\nGenerator: patchctl-tests\nRoot-Is-Purelib: false\n"
-                                f"Tag: {WHEEL_TAG}\n").encode()
+                                f"Tag: {tag}\n").encode()
     rows = []
     for name, data in entries.items():
         digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()

@@ -130,10 +130,12 @@ MLA_DIMS = dict(
 )
 
 
-def glm_dsa_config():
+def glm_dsa_config(**overrides):
+    """overrides: config fields on top of the tiny dims (e.g. topk_method="noaux_tc", which GLM-5's
+    config.json sets and vLLM reads to build the router's e_score_correction_bias)."""
     from transformers import GlmMoeDsaConfig
 
-    return GlmMoeDsaConfig(**MLA_DIMS, index_head_dim=32, index_n_heads=4, index_topk=8)
+    return GlmMoeDsaConfig(**{**MLA_DIMS, "index_head_dim": 32, "index_n_heads": 4, "index_topk": 8, **overrides})
 
 
 def deepseek_v3_config():
@@ -171,7 +173,7 @@ def hf_shapes(config) -> dict[str, tuple[int, ...]]:
 
 # GGUF type per tensor (GLM-5 Q4_K_XL-like mix). Per-layer variations make the indexer's wk and
 # weights_proj arrive in different types, and k_b/v_b quantized in one layer and not the other.
-def _glm_type(gname: str, layer: int | None) -> str:
+def _glm_type(gname: str, layer: int | None, overrides: dict | None = None) -> str:
     if gname.endswith((".bias",)) or "norm" in gname or "ffn_gate_inp" in gname:
         return "F32"
     if gname.startswith("token_embd"):
@@ -200,15 +202,20 @@ def _glm_type(gname: str, layer: int | None) -> str:
         "ffn_up_shexp": "Q8_0",
         "ffn_down_shexp": "Q8_0",
     }
-    t = table[kind]
+    t = (overrides or {}).get(kind, table[kind])
     return t[layer % 2] if isinstance(t, tuple) else t
 
 
 def build_mla_gguf(path: pathlib.Path, kind: str, seed: int = 0, split_kv_b: bool = True,
-                   drop: tuple[str, ...] = ()) -> TinyGGUF:
-    """kind: "glm-dsa" (GlmMoeDsaConfig) or "deepseek2" (DeepseekV3Config)."""
+                   drop: tuple[str, ...] = (), config_overrides: dict | None = None,
+                   type_overrides: dict | None = None) -> TinyGGUF:
+    """kind: "glm-dsa" (GlmMoeDsaConfig) or "deepseek2" (DeepseekV3Config).
+
+    config_overrides: extra config fields (glm-dsa only); type_overrides: {tensor kind: type or
+    (layer 0 type, layer 1 type)} over the Q4_K_XL-like table of _glm_type, e.g. attn_q_a and
+    attn_kv_a_mqa in different types (one fused vLLM parameter, one shard each)."""
     gguf = _gguf()
-    config = glm_dsa_config() if kind == "glm-dsa" else deepseek_v3_config()
+    config = glm_dsa_config(**(config_overrides or {})) if kind == "glm-dsa" else deepseek_v3_config()
     shapes = hf_shapes(config)
     rng = np.random.default_rng(seed)
     arch = next(k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == kind)
@@ -223,7 +230,7 @@ def build_mla_gguf(path: pathlib.Path, kind: str, seed: int = 0, split_kv_b: boo
     ckpt: dict[str, tuple[str, str]] = {}
 
     def put(gname, values, layer, hf_name_for_ckpt):
-        qtype = _glm_type(gname, layer)
+        qtype = _glm_type(gname, layer, type_overrides)
         data, held = encode(rng, values, qtype)
         if gname not in drop:
             _write(w, gname, data, qtype)

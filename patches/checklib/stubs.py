@@ -52,6 +52,13 @@ class Stub:
     def __mro_entries__(self, bases):
         return (object,)
 
+    # `Stub | None` in an annotation evaluated at import time (a module-level `X | None`)
+    def __or__(self, other):
+        return self
+
+    def __ror__(self, other):
+        return self
+
     def __instancecheck__(self, instance):
         return False
 

@@ -95,6 +95,7 @@ def test_unreachable_nightly_is_a_failed_row_and_exit_1(index, tmp_path, fresh_c
     data = yaml.safe_load(out.read_text())["engines"]["vllm"]
     row = data["versions"]["nightly"]
     assert row["outcome"] == "failed" and row["patches"] == {} and "unreachable" in row["error"]
+    assert "the connection was refused" in row["error"] and "--nightly-source" in row["error"]  # why, then the way out
     assert data["nightly"].startswith("failed: ") and "unreachable" in data["nightly"]
     assert list(data["versions"])[-1] == "nightly"  # still sorted last, and the releases are all there
     assert {v: r["patches"]["loader"]["outcome"] for v, r in data["versions"].items() if v != "nightly"} == {

@@ -114,3 +114,34 @@ def test_a_changed_kernel_line_is_reported(tmp_path):
     assert proc.returncode == 1, proc.stdout + proc.stderr
     for name in committed:
         assert f"out of date: vllm/triton-sparse-mla/{name}: differs" in proc.stdout, proc.stdout
+
+
+@pytest.mark.network
+@pytest.mark.slow
+def test_each_release_family_ships_its_own_backend_source(tmp_path):
+    """triton-sparse-mla ships src/triton_mla_sparse.py before vLLM 0.24 and src/triton_mla_sparse_v24.py
+    (the fallback for upstream's SM12x backend) from 0.24: one changed line of the 0.24+ source
+    changes exactly the variants of releases that have upstream's SM12x backend, and no older
+    variant is reused across the two families."""
+    store = Store.open(REPO / "patches")
+    patch = store.series("vllm").get("triton-sparse-mla")
+    v24 = "patches/vllm/triton-sparse-mla/src/triton_mla_sparse_v24.py"
+    assert v24 in patch.generated_by["sources"]
+    text = (REPO / v24).read_text()
+    changed = tmp_path / "triton_mla_sparse_v24.py"
+    changed.write_text(text.replace("\nlogger = init_logger(__name__)\n",
+                                    "\nlogger = init_logger(__name__)\n# one changed line\n", 1))
+    assert changed.read_text() != text
+
+    generator = _generator(patch.generated_by["generator"])
+    base = generator.generate(patch, repo=REPO)
+    other = generator.generate(patch, repo=REPO, sources={v24: changed})
+    from packaging.version import Version
+    new_family = {n for v, n in base.chosen.items() if Version(v) >= Version("0.24")}
+    old_family = {n for v, n in base.chosen.items() if Version(v) < Version("0.24")}
+    assert new_family and old_family and not new_family & old_family, base.chosen
+    assert other.chosen == base.chosen
+    differ = {n for n in base.variants if base.variants[n] != other.variants[n]}
+    assert differ == new_family, (differ, new_family)
+    for name in new_family:
+        assert b"+# one changed line" in other.variants[name]

@@ -75,6 +75,7 @@ def setup(tmp_path, builder):
 run = run_json
 
 
+@pytest.mark.slow  # ~45 s here (four rebases, two of them running the smoke checks)
 def test_rebase_classifies_relocates_and_reuses_reviewed_resolutions(setup, tmp_path, fresh_cache):
     server, store = setup
     common = ["--index-url", server.url, "--store", str(store)]

@@ -63,7 +63,9 @@ def test_nightly_from_vllms_layout(index, release_outcomes, fresh_cache, ranges)
     assert src["kind"] == "wheel" and src["description"].startswith("vllm-0.23.1.dev12+g1234abcd5-cp38-abi3")
     assert src["index_sha256"] is None and src["verified_by"] == "RECORD" and re.fullmatch("[0-9a-f]{64}", src["record_sha256"])
     assert any(path.startswith(f"/{COMMIT}/vllm-0.23.1.dev12%2Bg1234abcd5-") for path, _ in index.requests)
-    assert (index.range_requests() > 1) == ranges and (index.full_downloads > 0) != ranges
+    # With Range support the build is read by range reads only (this small wheel fits in the first);
+    # without, it is downloaded whole.
+    assert index.range_requests() >= 1 and (index.full_downloads > 0) != ranges
     if not ranges:  # downloaded whole: the sha256 of what was fetched is recorded
         assert re.fullmatch("[0-9a-f]{64}", src["sha256"])
     # Offline, the build read before is served from the cache.
@@ -142,7 +144,7 @@ def sglang_repo(tmp_path_factory) -> tuple[Path, str]:
         write_tree(repo, {"README.md": f"commit {i}\n"})
         git(repo, "add", "-A")
         git(repo, "commit", "-q", "-m", f"after {i}")
-    return repo, git(repo, "rev-parse", "--short", "HEAD").strip()
+    return repo, git(repo, "rev-parse", "--short=9", "HEAD").strip()  # setuptools-scm: 9 hex digits
 
 
 def test_sglang_main_is_versioned_from_tags(sglang_repo):

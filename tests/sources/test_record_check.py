@@ -2,6 +2,7 @@
 whole-artifact download alike (a server without Range support, `export --full`). The wheels are real
 (`build_wheel`), re-zipped with one member's bytes changed after RECORD was written, so that the
 zip's own CRC-32s are right and only RECORD can tell."""
+import random
 import zipfile
 
 import pytest
@@ -35,8 +36,13 @@ def files(tmp_path):
     return folder
 
 
+# With Range support, incompressible filler makes range reads cheaper than one GET of the wheel
+# (a wheel of a few KB is fetched whole: see test_fetch_cost.py).
+FILLER = {f"vllm/filler/blob{i}.bin": random.Random(i).randbytes(150_000) for i in range(40)}
+
+
 def serve(files, member: str | None, data: bytes = b"", *, ranges: bool) -> IndexServer:
-    wheel = build_wheel(files, "vllm", "1.0", PRISTINE)
+    wheel = build_wheel(files, "vllm", "1.0", dict(PRISTINE, **FILLER) if ranges else PRISTINE)
     if member:
         tamper(wheel, member, data)
     server = IndexServer(files)

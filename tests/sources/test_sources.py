@@ -11,8 +11,9 @@ from patchctl.testing.cli import run_json
 from patchctl.testing.fixtures import PRISTINE, loader_with
 from patchctl.testing.index_server import IndexServer
 
-# Incompressible filler so that the wheel is much larger than what a sparse read needs.
-BIG = {f"vllm/filler/mod{i}.py": f"DATA = '{random.Random(i).randbytes(20000).hex()}'\n" for i in range(30)}
+# Incompressible filler so that the wheel (~6 MB) is much larger than what a sparse read needs, and
+# than the first tail read (1 MB for a project patchctl has not measured yet).
+BIG = {f"vllm/filler/blob{i}.bin": random.Random(i).randbytes(150_000) for i in range(40)}
 
 
 @pytest.fixture

@@ -8,7 +8,9 @@ Where upstream decides (the probes' docstrings say more):
   torch.cuda.get_device_capability() itself, so that function is replaced on torch.cuda; the model
   config is handed over as `view.get_model_config()` (0.5.15-0.5.19) and as the memoized
   `_model_config` that `model_config_of(view)` returns (0.5.20+, where ServerArgs is assembled from
-  argument groups and the view is a permissive namespace).
+  argument groups and the view is a permissive namespace). A scenario's `kv_cache_dtype: "auto"`
+  first goes through `_dsa_kv_cache_dtype_default` (the pass `__post_init__` runs just before),
+  which turns it into the dtype the release defaults to (fp8_e4m3 on major >= 10).
 
 Also what the probe scripts share (opening a release on CPU, the error record, reporting) and what
 the checks' conftests share (the scenario record, running a probe over a list of scenarios through
@@ -119,12 +121,17 @@ def resolve(sa, torch, sc) -> dict:
         ("_model_config", model_config),
     ):
         object.__setattr__(view, name, value)
+    if sc["kv_cache_dtype"] == "auto" and hasattr(overrides, "_dsa_kv_cache_dtype_default"):
+        # the pass that runs just before the split-backend resolution turns auto into a dtype
+        kv = overrides._dsa_kv_cache_dtype_default(view).get("kv_cache_dtype", view.kv_cache_dtype)
+        object.__setattr__(view, "kv_cache_dtype", kv)
     declared = overrides._dsa_split_backend_resolution(view)
     return {
         "prefill": declared.get("dsa_prefill_backend", view.dsa_prefill_backend),
         "decode": declared.get("dsa_decode_backend", view.dsa_decode_backend),
         "where": "arg_groups.overrides._dsa_split_backend_resolution",
         "flag_prefix": "--dsa",
+        "kv_cache_dtype": view.kv_cache_dtype,
     }
 
 

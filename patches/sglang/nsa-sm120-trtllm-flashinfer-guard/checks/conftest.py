@@ -17,7 +17,8 @@ STOCK_063 = (
     "      : mSM(getSMVersion()), mDtypeQ(dtypeQ), mDtypeKv(dtypeKv), mDtypeOut(dtypeOut) {\n"
     '    FLASHINFER_CHECK(mSM == kSM_100 || mSM == kSM_103, "Unsupported architecture");\n'
 )
-# ... and in 0.7.2.post1 (one more SM, split over two lines)
+# ... and in 0.6.16.post3 ... 0.7.4 (one more SM, split over two lines; the same statement in
+# 0.6.16.post3, 0.6.18, 0.7.0.post1, 0.7.2.post1 and 0.7.4, the newest on the index in 2026-12)
 STOCK_072 = (
     "        mDtypeOut(dtypeOut) {\n"
     "    FLASHINFER_CHECK(mSM == kSM_100 || mSM == kSM_103 || mSM == kSM_107,\n"
@@ -36,6 +37,7 @@ SM120_ONLY = (
 HEADERS = {
     "stock_063": ("0.6.3", STOCK_063),
     "stock_072": ("0.7.2.post1", STOCK_072),
+    "stock_074": ("0.7.4", STOCK_072),
     "sm12x": ("0.7.2.post1+sm12x", SM12X),
     "sm120_only": ("0.7.2.post1+sm120", SM120_ONLY),
     "no_header": ("0.6.3", None),
@@ -50,7 +52,11 @@ _BODY = (
     "  }\n};\n"
 )
 
-# name: (fake flashinfer, capability, kv_cache_dtype, user prefill, user decode, env)
+GLM = "GlmMoeDsaForCausalLM"
+DEEPSEEK = "DeepseekV32ForCausalLM"  # a DSA model that 0.5.17+ do not send to flashinfer_sparse_mla
+
+# name: (fake flashinfer, capability, kv_cache_dtype, user prefill, user decode, env[, arch])
+# (arch GLM unless given; "auto" goes through the release's KV-cache dtype default first)
 SCENARIOS = {
     "stock_sm120_fp8": ("stock_063", (12, 0), "fp8_e4m3", None, None, {}),
     "stock_sm121_fp8": ("stock_063", (12, 1), "fp8_e4m3", None, None, {}),
@@ -68,6 +74,17 @@ SCENARIOS = {
     "sm120only_sm120": ("sm120_only", (12, 0), "fp8_e4m3", None, "trtllm", {}),
     "sm120only_sm121": ("sm120_only", (12, 1), "fp8_e4m3", None, "trtllm", {}),
     "noheader_sm120": ("no_header", (12, 0), "fp8_e4m3", None, "trtllm", {}),
+    # what 0.5.17+ still resolve to trtllm on SM12x, and what they do not
+    "stock074_sm120_bf16": ("stock_074", (12, 0), "bfloat16", None, None, {}),
+    "stock074_sm121_bf16": ("stock_074", (12, 1), "bfloat16", None, None, {}),
+    "stock074_sm120_auto": ("stock_074", (12, 0), "auto", None, None, {}),
+    "stock074_sm120_deepseek_auto": ("stock_074", (12, 0), "auto", None, None, {}, DEEPSEEK),
+    "stock074_sm120_deepseek_bf16": ("stock_074", (12, 0), "bfloat16", None, None, {}, DEEPSEEK),
+    "stock074_sm120_bf16_skip_env": ("stock_074", (12, 0), "bfloat16", None, None,
+                                     {"SGLANG_SKIP_SM120_TRTLLM_CHECK": "1"}),
+    "stock074_sm90_bf16": ("stock_074", (9, 0), "bfloat16", None, None, {}),
+    "stock074_sm100_auto": ("stock_074", (10, 0), "auto", None, None, {}),
+    "sm12x_sm120_bf16": ("sm12x", (12, 0), "bfloat16", None, None, {}),
 }
 
 
@@ -100,10 +117,11 @@ def fake_flashinfers(tmp_path_factory) -> dict:
 def resolve(tree: pathlib.Path, tmp_path_factory, fakes: dict) -> dict:
     """Run _guard_probe.py against one release tree in a fresh interpreter."""
     names = list(SCENARIOS)
-    payload = [
-        _nsa_resolution.scenario(cap, kv, prefill, decode, flashinfer_root=str(fakes[kind]), env=env)
-        for kind, cap, kv, prefill, decode, env in (SCENARIOS[n] for n in names)
-    ]
+    payload = []
+    for name in names:
+        kind, cap, kv, prefill, decode, env, *arch = SCENARIOS[name]
+        payload.append(_nsa_resolution.scenario(
+            cap, kv, prefill, decode, flashinfer_root=str(fakes[kind]), env=env, arch=(arch or [GLM])[0]))
     results = _nsa_resolution.run_scenarios(HERE / "_guard_probe.py", tree, payload, tmp_path_factory.mktemp("guard"))
     return dict(zip(names, results, strict=False))
 

@@ -11,12 +11,16 @@ release and requires each of them to fail there for the bug it targets.
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import pathlib
 import re
+import subprocess
+import sys
 import types
 
 import pytest
+import yaml
 
 from checklib import gguf_fixtures as gf
 from checklib import stubs
@@ -33,6 +37,7 @@ def plugin(patched_tree, tmp_path_factory):
         gf.use_tree(pathlib.Path(vllm_tree), tmp_path_factory.mktemp("vllm-cache"))
     else:
         os.environ["VLLM_CACHE_ROOT"] = str(tmp_path_factory.mktemp("vllm-cache"))
+    importlib.import_module("_glm5_model_probe").serving_standins()
     try:
         importlib.import_module("vllm.logger")
     except ImportError as exc:
@@ -144,6 +149,85 @@ def test_missing_weight_is_an_error_naming_the_parameter(plugin, files):
         obj.load_weights(Fake(), model_config(tiny))
 
 
+# ---------------------------------------------------------------------------------------------
+# The real GLM-5 model classes (one process per companion vLLM tree: _glm5_model_probe.py)
+# ---------------------------------------------------------------------------------------------
+
+HERE = pathlib.Path(__file__).resolve().parent
+COMPANIONS = tuple(ref.split("@", 1)[1] for ref in
+                   yaml.safe_load((HERE.parent / "patch.yaml").read_text())["smoke"]["with"])
+# the class GlmMoeDsaForCausalLM resolves to on CUDA: deepseek_v2's subclass up to 0.28, the DSA
+# model package's own implementation from 0.29
+DSA_PACKAGE_FROM = (0, 29)
+
+
+def _tree_version(tree: str) -> str | None:
+    found = re.search(r"^__version__ = version = '([^']+)'", (pathlib.Path(tree) / "vllm" / "_version.py").read_text(),
+                      re.M) if (pathlib.Path(tree) / "vllm" / "_version.py").is_file() else None
+    return found.group(1) if found else None
+
+
+def companion_trees() -> dict[str, str]:
+    """{version: tree} from PATCHCTL_VLLM_TREES ("VERSION=PATH" entries, os.pathsep between them,
+    one per `smoke.with`) and PATCHCTL_VLLM_TREE (version read from the tree)."""
+    trees = {}
+    for entry in filter(None, os.environ.get("PATCHCTL_VLLM_TREES", "").split(os.pathsep)):
+        version, _, tree = entry.partition("=")
+        trees[version] = tree
+    single = os.environ.get("PATCHCTL_VLLM_TREE")
+    if single and _tree_version(single):
+        trees.setdefault(_tree_version(single), single)
+    return trees
+
+
+@pytest.fixture(scope="session")
+def real_models(patched_tree, tmp_path_factory):
+    """{vllm version: {variant: report}}, the probes of every companion tree run side by side."""
+    out = tmp_path_factory.mktemp("glm5-real-models")
+    trees = {v: t for v, t in companion_trees().items() if v in COMPANIONS}
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(pathlib.Path(gf.__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")]))
+    procs = {v: subprocess.Popen([sys.executable, str(HERE / "_glm5_model_probe.py"), tree, str(patched_tree),
+                                  str(out / f"{v}.json")], env=env, stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, text=True)
+             for v, tree in trees.items()}
+    reports = {}
+    for version, proc in procs.items():
+        log = proc.communicate(timeout=900)[0]
+        path = out / f"{version}.json"
+        reports[version] = (json.loads(path.read_text()) if path.is_file()
+                            else {"standard": {"error": log[-3000:]}, "mixed": {"error": log[-3000:]}})
+    return reports
+
+
+@pytest.mark.parametrize("variant", ["standard", "mixed"])
+@pytest.mark.parametrize("version", COMPANIONS)
+def test_real_glm5_model_takes_exactly_the_plugin_weights(real_models, version, variant):
+    """The names the patched plugin yields for a llama.cpp GLM-5 GGUF are exactly what the
+    release's GLM-5 model consumes in load_weights, and every parameter holds the file's value.
+    "mixed": attn_q_a / attn_kv_a_mqa (and the shared expert's gate / up) in different types."""
+    if version not in real_models:
+        pytest.skip(f"no companion tree for vllm@{version}: smoke passes it in PATCHCTL_VLLM_TREES "
+                    f"(have: {sorted(real_models) or 'none'})")
+    r = real_models[version][variant]
+    if r.get("plugin_incompatible"):
+        pytest.skip(f"this plugin release does not import against vLLM {version}: {r['plugin_incompatible']}")
+    assert r["error"] is None, r["error"]
+    assert r["vllm_version"] == version
+    new = tuple(int(x) for x in version.split(".")[:2]) >= DSA_PACKAGE_FROM
+    assert r["model_class"] == ("vllm.models.deepseek_v32.nvidia.model.DeepseekV32ForCausalLM" if new
+                                else "vllm.model_executor.models.deepseek_v2.GlmMoeDsaForCausalLM")
+    params = set(r["params"])
+    assert set(r["loaded"]) == params, (sorted(params - set(r["loaded"])), sorted(set(r["loaded"]) - params))
+    assert not r["unconsumed"], f"yielded but taken by no weight loader: {r['unconsumed']}"
+    assert not r["value_mismatches"], r["value_mismatches"]
+    # every parameter but the type tags was compared (fused GGUF ones once per shard)
+    values = {c.split(" ")[0].split("[")[0] for c in r["values_checked"]}
+    assert {p for p in params if not p.endswith("qweight_type")} <= values
+    for fused in ("fused_qkv_a_proj", "indexer.wk_weights_proj"):
+        assert any(fused in p for p in params), f"{fused} is not a parameter of {r['model_class']}"
+
+
 PRISTINE_FAILS = {
     "test_glm_map_covers_every_tensor": "Unknown gguf model_type: glm_moe_dsa",
     "test_glm_indexer_float_and_suffix_only": "Unknown gguf model_type: glm_moe_dsa",
@@ -151,13 +235,20 @@ PRISTINE_FAILS = {
     "test_kv_b_proj_rebuilt_and_tp_shards[ds_split]": "Failed to map GGUF parameters",
     "test_missing_weight_is_an_error_naming_the_parameter": "DID NOT RAISE",
 }
+REAL_PRISTINE_FAILS = "Unknown gguf model_type: glm_moe_dsa"
 
 
 @pytest.mark.pristine_fails
-def test_pristine_release_fails(pristine_tree, tmp_path, plugin):
+def test_pristine_release_fails(pristine_tree, tmp_path, plugin, real_models):
     results = run_checks_on_pristine(pathlib.Path(__file__).parent, pristine_tree, tmp_path)
     problems = []
-    for test, needle in PRISTINE_FAILS.items():
+    expected = dict(PRISTINE_FAILS)
+    # the real-model checks, where they ran on the patched plugin (a tree was passed, the plugin
+    # release imports against it)
+    expected.update({f"test_real_glm5_model_takes_exactly_the_plugin_weights[{v}-{variant}]": REAL_PRISTINE_FAILS
+                     for v, reports in real_models.items() for variant, r in reports.items()
+                     if not r.get("plugin_incompatible")})
+    for test, needle in expected.items():
         outcome, message = results.get(test, ("absent", ""))
         # "error": the shared fixture that loads the GLM file raised (setup of the test)
         if outcome not in ("failed", "error") or needle not in message:

@@ -3,18 +3,30 @@
 """PyTorch fallback for the DSA (DeepSeek V3.2 / GLM-5) indexer's fp8 MQA
 logits, for GPUs where DeepGEMM is not supported.
 
-Downstream backport (patchctl patch `dsa-indexer-fallback`). vLLM enables
-DeepGEMM on compute capability 12.x only from 0.24, yet the sparse attention
-indexer computes its logits with DeepGEMM's `fp8_mqa_logits` (prefill) and
-`fp8_paged_mqa_logits` (decode). The wrappers in `vllm.utils.deep_gemm`
-call these functions instead when `use_indexer_fallback()` is true: on CUDA
-GPUs that DeepGEMM does not support, or when `VLLM_DSA_INDEXER_FALLBACK=1`
-(`=0` turns it off). Top-k selection stays with vLLM's own CUDA kernels.
+Downstream backport (patchctl patch `dsa-indexer-fallback`). The sparse
+attention indexer computes its logits with DeepGEMM's `fp8_mqa_logits`
+(prefill) and `fp8_paged_mqa_logits` (decode). The wrappers in
+`vllm.utils.deep_gemm` call these functions instead when
+`use_indexer_fallback()` is true:
+
+- `VLLM_DSA_INDEXER_FALLBACK=1` forces it on any GPU, `=0` turns it off;
+- never automatically on compute capability 9.0 / 10.x (DeepGEMM's own GPUs);
+- on other CUDA GPUs where the release does not run DeepGEMM (before 0.24,
+  `support_deep_gemm()` has no 12.x);
+- where the release does enable DeepGEMM (12.x from 0.24): only when DeepGEMM
+  is missing, or once DeepGEMM has refused the GPU. vLLM 0.24's DeepGEMM pin
+  throws "Unsupported architecture" on arch 12 from every indexer entry point,
+  host-side and before any launch; `on_refusal` catches that first refusal,
+  remembers it and runs the call again, which then takes the fallback. A
+  DeepGEMM that accepts the GPU keeps running.
+
+Top-k selection stays with vLLM's own CUDA kernels.
 
 Both functions are sync-free (shapes only decide the chunking), so they can
 run inside a captured CUDA graph. Memory per step is bounded by chunking.
 """
 
+import functools
 import os
 
 import torch
@@ -25,21 +37,94 @@ _FALSE = ("0", "false", "no")
 _CHUNK_BYTES = 256 * 1024 * 1024
 
 
-def use_indexer_fallback() -> bool:
+# Messages that say DeepGEMM cannot run the indexer on this GPU: DeepGEMM's own
+# refusal (DG_HOST_UNREACHABLE in csrc/apis/attention.hpp) and vLLM's wrapper
+# when the installed DeepGEMM does not import.
+_REFUSALS = ("Unsupported architecture", "DeepGEMM backend is unavailable")
+# What DeepGEMM said when it refused this GPU (then the fallback stays on).
+_refused: str | None = None
+
+
+def _forced() -> bool | None:
     env = os.environ.get("VLLM_DSA_INDEXER_FALLBACK", "").strip().lower()
     if env in _TRUE:
         return True
     if env in _FALSE:
         return False
+    return None
+
+
+def _may_fall_back(platform) -> bool:
+    # DeepGEMM's kernels are built for SM90 and SM100; there vLLM's own path
+    # stays as it is.
+    return platform.is_cuda() and not (
+        platform.is_device_capability(90)
+        or platform.is_device_capability_family(100)
+    )
+
+
+def _has_deep_gemm() -> bool:
+    try:
+        from vllm.utils.import_utils import has_deep_gemm
+    except ImportError:
+        from vllm.utils.deep_gemm import has_deep_gemm
+    return has_deep_gemm()
+
+
+def use_indexer_fallback() -> bool:
+    forced = _forced()
+    if forced is not None:
+        return forced
     from vllm.platforms import current_platform
 
-    if not current_platform.is_cuda():
+    if not _may_fall_back(current_platform):
         return False
-    # DeepGEMM's kernels are built for SM90 and SM100 only.
-    return not (
-        current_platform.is_device_capability(90)
-        or current_platform.is_device_capability_family(100)
-    )
+    enables = getattr(current_platform, "support_deep_gemm", None)
+    if enables is None or not enables():
+        # This release does not run DeepGEMM on the GPU (12.x before 0.24).
+        return True
+    # It does (12.x from 0.24): only if DeepGEMM is missing or refused it.
+    return _refused is not None or not _has_deep_gemm()
+
+
+def note_refusal(error: BaseException) -> bool:
+    """True when `error` is DeepGEMM refusing this GPU and the fallback may
+    take over: it is then on for the rest of the process."""
+    global _refused
+    if not any(m in str(error) for m in _REFUSALS) or _forced() is False:
+        return False
+    from vllm.platforms import current_platform
+
+    if not _may_fall_back(current_platform):
+        return False
+    if _refused is None:
+        from vllm.logger import init_logger
+
+        init_logger(__name__).warning(
+            "DeepGEMM cannot run the DSA indexer on this GPU (%s); using the "
+            "PyTorch fallback (VLLM_DSA_INDEXER_FALLBACK=0 turns it off).",
+            error,
+        )
+    _refused = str(error)
+    return True
+
+
+def on_refusal(deep_gemm_wrapper):
+    """`deep_gemm_wrapper` (one of vllm.utils.deep_gemm's indexer wrappers,
+    which take the fallback when `use_indexer_fallback()` is true), run again
+    once DeepGEMM refused the GPU. The refusal is thrown on the host before
+    DeepGEMM launches anything, so nothing has run on the GPU yet."""
+
+    @functools.wraps(deep_gemm_wrapper)
+    def call(*args, **kwargs):
+        try:
+            return deep_gemm_wrapper(*args, **kwargs)
+        except RuntimeError as e:
+            if not note_refusal(e):
+                raise
+        return deep_gemm_wrapper(*args, **kwargs)
+
+    return call
 
 
 def _fp8_dtype() -> torch.dtype:

@@ -1,4 +1,4 @@
-"""CUDA attention-backend selection for a sparse MLA (DSA) layer, on a CPU, with
+"""vLLM 0.16-0.23: CUDA attention-backend selection for a sparse MLA (DSA) layer, on a CPU, with
 the device capability stubbed, through the real CudaPlatform code of the tree."""
 from __future__ import annotations
 
@@ -8,13 +8,21 @@ from _tsm_probe import run
 TRITON = "TritonMLASparseBackend"
 
 
+def _before_v24(tree) -> None:
+    # 0.24+ has an SM12x sparse backend of its own: test_backend_selection_v24.py checks those.
+    if (tree / "vllm/v1/attention/backends/mla/flashinfer_mla_sparse_sm120.py").is_file():
+        pytest.skip("vLLM 0.24+ (upstream has an SM12x sparse backend): test_backend_selection_v24.py")
+
+
 @pytest.fixture(scope="module")
 def patched(patched_tree):
+    _before_v24(patched_tree)
     return run(patched_tree, "select")
 
 
 @pytest.fixture(scope="module")
 def pristine(pristine_tree):
+    _before_v24(pristine_tree)
     return run(pristine_tree, "select")
 
 

@@ -1,6 +1,9 @@
-"""Forward path of the patched backend on a CPU: metadata builder -> per-request
-top-k ids (-1 padded) -> global slots -> the shipped Triton kernel under
-TRITON_INTERPRET=1, against a dense fp32 reference (decode + prefill rows)."""
+"""Forward path of the patched backend on a CPU: metadata builder -> per-request top-k ids (-1
+padded) -> global slots -> the shipped Triton kernel under TRITON_INTERPRET=1, against a dense
+fp32 reference (decode + prefill rows). From vLLM 0.24 through the release's own sparse metadata
+builder (upstream's SM12x one; from 0.26 on the common sparse MLA builder) on a real
+CommonAttentionMetadata, the impl on the release's sparse impl base, and a cache whose blocks
+are not adjacent."""
 from __future__ import annotations
 
 import importlib.util
@@ -9,16 +12,31 @@ import pytest
 from _tsm_probe import run
 
 
+def _v24(tree) -> bool:
+    return (tree / "vllm/v1/attention/backends/mla/flashinfer_mla_sparse_sm120.py").is_file()
+
+
 def test_forward_matches_reference(patched_tree):
     if importlib.util.find_spec("triton") is None:
         pytest.skip("triton is not installed: the kernel cannot run (even interpreted)")
     kernel = patched_tree / "vllm/v1/attention/ops/triton_sparse_mla.py"
     assert kernel.is_file(), "the patch must ship the kernel"
-    res = run(patched_tree, "forward", {"TRITON_INTERPRET": "1"})
+    v24 = _v24(patched_tree)
+    res = run(patched_tree, "forward_v24" if v24 else "forward", {"TRITON_INTERPRET": "1"})
     tol = {"float16": 5e-3, "bfloat16": 3e-2}
     for dtype, r in ((k, v) for k, v in res.items() if k in tol):
         assert r["shape"] == [7, 4, 512], r
         assert r["dtype"] == f"torch.{dtype}", r
         assert r["lse_is_none"], r
         assert r["max_abs_err"] < tol[dtype], (dtype, r)
+        if v24:
+            assert r["req_id_per_token"] == [0, 1, 2, 2, 2, 2, 2], r
+            assert r["block_size"] == 16, r
     assert set(tol) <= set(res), res
+    if v24:
+        assert "FlashInferMLASparseMetadataBuilder" in res["builder_bases"], res
+        has_common = (patched_tree / "vllm/model_executor/layers/attention/sparse_mla_attention.py").is_file()
+        assert res["common_impl"] is has_common, res  # on SparseMLACommonImpl wherever it exists
+        if has_common:
+            assert "SparseMLACommonMetadataBuilder" in res["builder_bases"], res
+        assert res["skip_topk_layer_buffer"] is True, res
