@@ -4,9 +4,10 @@
   ci/merge_matrix.py compat_matrix.yaml fresh.yaml [--smoke-dir smoke] -o compat_matrix.yaml \\
       --markdown compat_matrix.md --html compat_matrix.html --run-log run-log.json --smoke-todo smoke-todo.json
 
-For every fresh row whose artifact sha256 equals the committed row's, each cell whose outcome and
-variant are unchanged keeps the committed `evidence` and `smoke` (a fresh cell that carries its
-own `smoke` wins). Rows of new or changed artifacts take the fresh result and are listed in
+For every fresh row whose artifact sha256 equals the committed row's, each cell whose outcome,
+variant and `checked` fingerprint (the variant's bytes and the patch's checks) are unchanged keeps
+the committed `evidence` and `smoke` (a fresh cell that carries its own `smoke` wins); a refreshed
+variant or a changed check is smoke-tested again. Rows of new or changed artifacts take the fresh result and are listed in
 --smoke-todo (`[{engine, version}]`, each engine's nightly first), so the workflow runs the CPU
 smoke only for them. Rows only in the committed file are kept. Per-run noise (`seconds`,
 `bytes_fetched`) goes to --run-log, never into the committed YAML: merging the same inputs twice
@@ -23,6 +24,7 @@ from pathlib import Path
 
 NOISE = ("seconds", "bytes_fetched")
 KEPT = ("evidence", "smoke")
+SAME = ("outcome", "variant", "checked")  # what the kept evidence was made with
 
 
 def merge(committed: dict | None, fresh: dict) -> tuple[dict, list[dict], list[dict]]:
@@ -47,7 +49,7 @@ def merge(committed: dict | None, fresh: dict) -> tuple[dict, list[dict], list[d
                 old_cell = ((old or {}).get("patches") or {}).get(patch) if same_artifact else None
                 if "smoke" in cell:
                     continue  # a fresh smoke result
-                if old_cell and (old_cell.get("outcome"), old_cell.get("variant")) == (cell.get("outcome"), cell.get("variant")):
+                if old_cell and all(old_cell.get(k) == cell.get(k) for k in SAME):
                     for key in KEPT:
                         if key in old_cell:
                             cell[key] = old_cell[key]

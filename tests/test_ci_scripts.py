@@ -257,6 +257,9 @@ def test_merge_keeps_smoke_of_unchanged_artifacts_and_writes_no_noise(index, tmp
                                                   evidence="applies + CPU checks passed")
     rows["1.1"]["sha256"] = "f" * 64
     del rows["1.4"]
+    # 1.3: the same artifact, but the variant (or a check) changed since its smoke ran
+    rows["1.3"]["patches"]["loader"].update(smoke={"status": "passed", "reason": "3 passed"},
+                                            evidence="applies + CPU checks passed", checked="0" * 16)
     (tmp_path / "committed.yaml").write_text(yaml.safe_dump(committed, sort_keys=False))
     # plus a fresh nightly row (as shard 1 writes it), to see it listed first
     real["engines"]["vllm"]["versions"]["nightly"] = dict(real["engines"]["vllm"]["versions"]["1.4"], version="1.5.dev1",
@@ -273,9 +276,11 @@ def test_merge_keeps_smoke_of_unchanged_artifacts_and_writes_no_noise(index, tmp
     assert cells["1.0"]["evidence"] == "applies + CPU checks passed"
     assert "smoke" not in cells["1.1"] and cells["1.1"]["evidence"] == "applies (smoke not run)"  # changed artifact
     assert doc["engines"]["vllm"]["versions"]["1.1"]["sha256"] == real["engines"]["vllm"]["versions"]["1.1"]["sha256"]
-    # new or changed artifacts only (1.2 and 1.3 are unchanged), the nightly first
+    assert "smoke" not in cells["1.3"] and cells["1.3"]["checked"] != "0" * 16  # stale evidence dropped
+    # new or changed artifacts and patches only (1.2 is unchanged), the nightly first
     assert json.loads((tmp_path / "todo.json").read_text()) == [
-        {"engine": "vllm", "version": "nightly"}, {"engine": "vllm", "version": "1.1"}, {"engine": "vllm", "version": "1.4"}]
+        {"engine": "vllm", "version": "nightly"}, {"engine": "vllm", "version": "1.1"}, {"engine": "vllm", "version": "1.3"},
+        {"engine": "vllm", "version": "1.4"}]
     text = first.decode()
     assert "seconds" not in text and "bytes_fetched" not in text
     log = json.loads((tmp_path / "log.json").read_text())

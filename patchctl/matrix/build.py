@@ -3,6 +3,8 @@ shards for CI fan-out, and a Markdown rendering."""
 from __future__ import annotations
 
 import concurrent.futures
+import hashlib
+import json
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -65,6 +67,8 @@ def check_one(engine: str, version: Version, store: Store, ctx: fetch.SourceCont
     patches = {}
     for patch, outcome in zip(store.series(engine).patches, result.outcomes, strict=False):
         entry = {"outcome": outcome.outcome, "variant": outcome.variant}
+        if outcome.variant:
+            entry["checked"] = checked_fingerprint(patch, outcome.variant)
         moved = [h for h in outcome.hunks if h.status in ("offset", "fuzz")]
         if moved:
             entry["hunks_moved"] = len(moved)
@@ -78,6 +82,22 @@ def check_one(engine: str, version: Version, store: Store, ctx: fetch.SourceCont
     provenance = source.provenance()
     return {"version": str(version), "artifact": provenance.description, "sha256": provenance.sha256,
             "bytes_fetched": provenance.bytes_fetched, "seconds": seconds, "patches": patches}
+
+
+def checked_fingerprint(patch, variant_name: str) -> str:
+    """What a cell's evidence was made with: the variant's bytes, the patch's checks and its smoke
+    settings. A merge keeps a committed cell's smoke evidence only while this is unchanged (a
+    refreshed variant or a new check must be smoke-tested again)."""
+    digest = hashlib.sha256()
+    for variant in patch.variants:
+        if variant.filename == variant_name:
+            digest.update(variant.path.read_bytes())
+    checks = patch.directory / "checks"
+    for file in sorted(checks.rglob("*")) if checks.is_dir() else ():
+        if file.is_file() and "__pycache__" not in file.parts:
+            digest.update(file.relative_to(checks).as_posix().encode() + b"\0" + file.read_bytes())
+    digest.update(json.dumps(patch.smoke, sort_keys=True, default=str).encode())
+    return digest.hexdigest()[:16]
 
 
 def _evidence(outcome: str, smoke: dict | None) -> str:

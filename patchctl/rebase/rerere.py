@@ -24,6 +24,12 @@ def record_resolution(store: Store, engine_name: str, workdir: Path, patch_name:
     worktree = workdir / "conflicts" / patch_name
     if not worktree.is_dir():
         raise UsageError(f"no conflict worktree for {patch_name} under {workdir}")
+    generator = (store.series(engine_name).get(patch_name).generated_by or {}).get("generator")
+    if generator:
+        # Its variants are the generator's output (tests/rebase/test_generated_variants.py holds them
+        # to it): a written resolution would be deleted as stale by the next regeneration.
+        raise UsageError(f"{engine_name}/{patch_name}'s variants are made by {generator}: carry the resolution "
+                         f"into its recipe and run it (the conflict worktree {worktree} shows what changed)")
     leftover = git(worktree, "grep", "-n", "-e", "^<<<<<<< ", "-e", "^>>>>>>> ", check=False).stdout
     if leftover.strip():
         raise UsageError(f"conflict markers are still there:\n{leftover.strip()}")

@@ -155,10 +155,15 @@ def _nightly_root(engine, flag: str | None) -> tuple[str, str | None]:
 
 
 def nightly_hint(engine) -> str:
+    file = config.config_file()
+    try:  # ~/... : the same words on every machine (the hint lands in the committed matrix too)
+        file_text = f"~/{file.relative_to(Path.home())}"
+    except ValueError:
+        file_text = str(file)
     if engine.nightly.kind == "git":
-        where = f"set nightly.{engine.name}.url (a mirror or a local clone) in {config.config_file()}"
+        where = f"set nightly.{engine.name}.url (a mirror or a local clone) in {file_text}"
     else:
-        where = f"set nightly.{engine.name}.url (and .variant) in {config.config_file()}"
+        where = f"set nightly.{engine.name}.url (and .variant) in {file_text}"
     return f"{where} or pass --nightly-source URL; --offline serves a build read before"
 
 

@@ -269,3 +269,15 @@ def test_vllm_020_to_023_recognises_triton_sparse_mla_023_and_fetches_no_sdist(t
     spy.sources.clear()
     run_json(*args, "--workdir", str(tmp_path / "w2"))
     assert spy.bytes_fetched == 0 and spy.downloads == []
+
+
+def test_resolve_refuses_a_generated_patch(builder, tmp_path):
+    """A person's resolution of a generated patch belongs in its recipe: resolve writes no variant."""
+    builder.add("vllm", "made", extra_meta={"generated_by": {"generator": "scripts/gen.py", "sources": ["k.py"]}},
+                variants={"1.0": builder.variant(PRISTINE, {"vllm/loader.py": loader_with({30: "thirty made\n"})})})
+    (tmp_path / "work" / "conflicts" / "made").mkdir(parents=True)
+    before = sorted(p.name for p in (builder.root / "vllm" / "made").iterdir())
+    doc = run_json("resolve", "vllm", str(tmp_path / "work"), "--patch", "made", "--onto", "1.1",
+                   "--store", str(builder.root), expect=2)
+    assert "made by scripts/gen.py" in doc["error"]["message"]
+    assert sorted(p.name for p in (builder.root / "vllm" / "made").iterdir()) == before
