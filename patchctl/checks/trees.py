@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import tarfile
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -70,18 +71,26 @@ def pristine_tree(source: ReleaseSource) -> Path:
                         os.chmod(extracted, mode)
     else:
         with tarfile.open(archive) as tf:
-            for member in tf:
-                inner = engine.sdist_member_path(member.name) if member.isfile() else None
-                if inner and inner.startswith(wanted):
-                    dest = tmp / inner
-                    dest.parent.mkdir(parents=True, exist_ok=True)
-                    with tf.extractfile(member) as src, open(dest, "wb") as out:
-                        shutil.copyfileobj(src, out)
-                    os.chmod(dest, member.mode & 0o777)
+            _extract_tar(tf, tmp, lambda name: (inner if (inner := engine.sdist_member_path(name))
+                                                and inner.startswith(wanted) else None))
     write_atomic(tmp / ".complete", f"format {TREE_FORMAT}\n{source.artifact.filename}\n".encode())
     shutil.rmtree(root, ignore_errors=True)
     os.replace(tmp, root)
     return root
+
+
+def _extract_tar(tf: tarfile.TarFile, dest_root: Path, path_of: Callable[[str], str | None]) -> None:
+    """Every regular file whose member name path_of maps to a path (relative to dest_root), with
+    its mode (vLLM ships some sources executable; git diffs record modes)."""
+    for member in tf:
+        inner = path_of(member.name) if member.isfile() else None
+        if not inner:
+            continue
+        dest = dest_root / inner
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with tf.extractfile(member) as src, open(dest, "wb") as out:  # type: ignore[union-attr]
+            shutil.copyfileobj(src, out)
+        os.chmod(dest, member.mode & 0o777)
 
 
 _DEFAULT_OPTIONS = engine_apply.Options()
@@ -104,14 +113,7 @@ def git_tree(source: GitSource, engine: Engine) -> Path:
         raise UsageError(f"{source.description}@{source.commit[:12]}: cannot export "
                          f"{', '.join(paths)}: {archive.stderr.decode(errors='replace').strip()[:300]}")
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tf:
-        for member in tf:
-            if not member.isfile() or not member.name.startswith(source.prefix):
-                continue
-            dest = tmp / member.name[len(source.prefix):]
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            with tf.extractfile(member) as src, open(dest, "wb") as out:
-                shutil.copyfileobj(src, out)
-            os.chmod(dest, member.mode & 0o777)
+        _extract_tar(tf, tmp, lambda name: name[len(source.prefix):] if name.startswith(source.prefix) else None)
     write_atomic(tmp / ".complete", f"format {TREE_FORMAT}\n{source.description}@{source.commit}\n".encode())
     shutil.rmtree(root, ignore_errors=True)
     os.replace(tmp, root)

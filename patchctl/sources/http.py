@@ -208,15 +208,21 @@ class RangeNotSupported(Exception):
     pass
 
 
-def get_range(url: str, start: int, end: int, *, what: str = "") -> bytes:
-    """Bytes [start, end] inclusive; RangeNotSupported when the server ignores Range."""
-    response = get(url, headers={"Range": f"bytes={start}-{end}"}, stream=True, what=what)
+def _get_partial(url: str, byte_range: str, what: str):
+    """The 206 answer to a Range request; RangeNotSupported when the server sends the whole file."""
+    response = get(url, headers={"Range": byte_range}, stream=True, what=what)
     if response.status_code == 200:
         response.close()
         raise RangeNotSupported(url)
     if response.status_code != 206:
         response.close()
         raise NetworkError(f"{what or url}: HTTP {response.status_code} for a range request")
+    return response
+
+
+def get_range(url: str, start: int, end: int, *, what: str = "") -> bytes:
+    """Bytes [start, end] inclusive; RangeNotSupported when the server ignores Range."""
+    response = _get_partial(url, f"bytes={start}-{end}", what)
     data = _read(response, what or url)
     if len(data) != end - start + 1:
         raise NetworkError(f"{what or url}: short range read ({len(data)} of {end - start + 1} bytes)")
@@ -226,13 +232,7 @@ def get_range(url: str, start: int, end: int, *, what: str = "") -> bytes:
 def get_suffix(url: str, length: int, *, what: str = "") -> tuple[int, bytes]:
     """The last `length` bytes and the file's size (from Content-Range), in one request: for a file
     whose size the index did not publish, instead of a HEAD first."""
-    response = get(url, headers={"Range": f"bytes=-{length}"}, stream=True, what=what)
-    if response.status_code == 200:
-        response.close()
-        raise RangeNotSupported(url)
-    if response.status_code != 206:
-        response.close()
-        raise NetworkError(f"{what or url}: HTTP {response.status_code} for a range request")
+    response = _get_partial(url, f"bytes=-{length}", what)
     total = (response.headers.get("Content-Range") or "").rpartition("/")[2]
     if not total.isdigit():
         response.close()
