@@ -37,7 +37,9 @@ def merge(committed: dict | None, fresh: dict) -> tuple[dict, list[dict], list[d
         target = merged["engines"].setdefault(engine, {"patches": [], "evidence": {}, "versions": {}})
         target["patches"] = list(data["patches"])
         target["evidence"] = copy.deepcopy(data.get("evidence", {}))
-        if "nightly" in data:
+        # The note goes with the nightly row: a part made with --no-nightly (a smoke run of a few
+        # releases) says "skipped: disabled" and must not replace what the full run found.
+        if "nightly" in data and ("nightly" in data["versions"] or "nightly" not in target):
             target["nightly"] = data["nightly"]
         for version, row in data["versions"].items():
             row = copy.deepcopy(row)

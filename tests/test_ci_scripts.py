@@ -306,10 +306,15 @@ def test_merge_keeps_smoke_of_unchanged_artifacts_and_writes_no_noise(index, tmp
     part["engines"]["vllm"]["versions"] = {"1.1": part["engines"]["vllm"]["versions"]["1.1"]}
     part["engines"]["vllm"]["versions"]["1.1"]["patches"]["loader"].update(
         smoke={"status": "failed", "reason": "1 failed"}, evidence="applies; CPU checks failed")
+    part["engines"]["vllm"]["nightly"] = "skipped: disabled"  # a smoke part is made with --no-nightly
     (smoke_dir / "vllm-1.1.yaml").write_text(yaml.safe_dump(part))
+    fresh_doc = yaml.safe_load(fresh.read_text())
+    fresh_doc["engines"]["vllm"]["nightly"] = "ran on vllm nightly 1.5.dev1"
+    fresh.write_text(yaml.safe_dump(fresh_doc, sort_keys=False))
     assert merge_matrix.main([*args[:4], "--smoke-dir", str(smoke_dir), "-o", str(tmp_path / "out3.yaml")]) == 0
-    cell = yaml.safe_load((tmp_path / "out3.yaml").read_text())["engines"]["vllm"]["versions"]["1.1"]["patches"]["loader"]
-    assert cell["smoke"]["status"] == "failed"
+    out3 = yaml.safe_load((tmp_path / "out3.yaml").read_text())["engines"]["vllm"]
+    assert out3["versions"]["1.1"]["patches"]["loader"]["smoke"]["status"] == "failed"
+    assert out3["nightly"] == "ran on vllm nightly 1.5.dev1"  # the part's "skipped" note does not replace it
     capsys.readouterr()
 
 
