@@ -27,8 +27,9 @@ KEPT = ("evidence", "smoke")
 SAME = ("outcome", "variant", "checked")  # what the kept evidence was made with
 
 
-def merge(committed: dict | None, fresh: dict) -> tuple[dict, list[dict], list[dict]]:
-    """(merged document, smoke to-do list, run log entries)."""
+def merge(committed: dict | None, fresh: dict, part: bool = False) -> tuple[dict, list[dict], list[dict]]:
+    """(merged document, smoke to-do list, run log entries). part: a smoke run of a few rows (the
+    --smoke-dir files), whose nightly note counts only where it carries the nightly row."""
     from patchctl.matrix import build as matrix
 
     merged = copy.deepcopy(committed) if committed else {"schema": matrix.SCHEMA, "engines": {}}
@@ -37,9 +38,9 @@ def merge(committed: dict | None, fresh: dict) -> tuple[dict, list[dict], list[d
         target = merged["engines"].setdefault(engine, {"patches": [], "evidence": {}, "versions": {}})
         target["patches"] = list(data["patches"])
         target["evidence"] = copy.deepcopy(data.get("evidence", {}))
-        # The note goes with the nightly row: a part made with --no-nightly (a smoke run of a few
-        # releases) says "skipped: disabled" and must not replace what the full run found.
-        if "nightly" in data and ("nightly" in data["versions"] or "nightly" not in target):
+        # A part made with --no-nightly (a smoke run of a few releases) says "skipped: disabled": that
+        # must not replace what the full run found.
+        if "nightly" in data and (not part or "nightly" in data["versions"]):
             target["nightly"] = data["nightly"]
         for version, row in data["versions"].items():
             row = copy.deepcopy(row)
@@ -88,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         doc, todo, log = committed, [], []
         extra = sorted(args.smoke_dir.glob("*.yaml")) if args.smoke_dir and args.smoke_dir.is_dir() else []
         for path in [*args.fresh, *extra]:
-            doc, more, entries = merge(doc, matrix.load(path))
+            doc, more, entries = merge(doc, matrix.load(path), part=path in extra)
             todo += [j for j in more if j not in todo]
             log += entries
     except PatchctlError as exc:

@@ -64,7 +64,8 @@ def release(ref_engine, version: Version, ctx: SourceContext, index: PackageInde
 
     index = index or ctx.index()
     cache = config.cache_dir()
-    choice = choose(index.project(ref_engine.dist), version, prefer_sdist=prefer_sdist, cache_root=cache)
+    choice = choose(index.project(ref_engine.dist), version, prefer_sdist=prefer_sdist, cache_root=cache,
+                    offline=ctx.offline)
     return ReleaseSource(ref_engine, choice.file, cache, offline=ctx.offline, progress=ctx.progress,
                          sparse=ctx.sparse, whole=choice.whole, reason=choice.reason)
 

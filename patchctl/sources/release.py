@@ -59,7 +59,7 @@ def choose_artifact(project: IndexProject, version, prefer_sdist: bool = False) 
 
 
 def choose(project: IndexProject, version, *, prefer_sdist: bool = False, cache_root: Path | None = None,
-           installable: bool = False) -> ArtifactChoice:
+           installable: bool = False, offline: bool = False) -> ArtifactChoice:
     """The artifact that costs the fewest bytes (round trips counted as bytes) for what is wanted.
     A few files (check, apply): a big wheel by range reads, or a small sdist or wheel in one GET when
     that is cheaper (vllm-gguf-plugin: a 115 KB sdist against a 6.4 MB wheel's ~80 KB of ranges and
@@ -95,7 +95,9 @@ def choose(project: IndexProject, version, *, prefer_sdist: bool = False, cache_
     if installable or first.kind != "wheel":
         why = "the installable artifact" if installable and first.kind == "wheel" else "no usable wheel"
         return ArtifactChoice(first, True, f"{first.kind}, whole: {why}")
-    if cache_root is not None:  # what an earlier run read costs nothing (and serves --offline)
+    # Offline, what an earlier run read is what there is. Online the choice must not depend on this
+    # machine's cache: the matrix records the artifact, and another machine must read the same one.
+    if cache_root is not None and offline:
         for f in (first, *(f for f in ranked if f.kind == "sdist")):
             folder = cache_root / "artifacts" / str(f.sha256)
             if f.sha256 and (folder / "artifact").is_file():
