@@ -9,7 +9,9 @@ variant and `checked` fingerprint (the variant's bytes and the patch's checks) a
 the committed `evidence` and `smoke` (a fresh cell that carries its own `smoke` wins); a refreshed
 variant or a changed check is smoke-tested again. Rows of new or changed artifacts take the fresh result and are listed in
 --smoke-todo (`[{engine, version}]`, each engine's nightly first), so the workflow runs the CPU
-smoke only for them. Rows only in the committed file are kept. Per-run noise (`seconds`,
+smoke only for them. The --smoke-dir files (`patchctl matrix --version V --smoke` runs) add their
+cells' smoke evidence to the rows the fresh run wrote, where outcome, variant and fingerprint agree.
+Rows only in the committed file are kept. Per-run noise (`seconds`,
 `bytes_fetched`) goes to --run-log, never into the committed YAML: merging the same inputs twice
 gives byte-identical files.
 """
@@ -46,6 +48,14 @@ def merge(committed: dict | None, fresh: dict, part: bool = False) -> tuple[dict
             row = copy.deepcopy(row)
             log.append({"engine": engine, "version": version, **{k: row.pop(k) for k in NOISE if k in row}})
             old = target["versions"].get(version)
+            if part and old is not None and not row.get("error"):
+                # A smoke part adds evidence to the row the full run wrote (its artifact stays: the
+                # smoke's trees come from the release's sdist whatever artifact the check read).
+                for patch, cell in (row.get("patches") or {}).items():
+                    into = (old.get("patches") or {}).get(patch)
+                    if "smoke" in cell and into and all(into.get(k) == cell.get(k) for k in SAME):
+                        into.update({key: cell[key] for key in KEPT if key in cell})
+                continue
             same_artifact = bool(old and row.get("sha256") and old.get("sha256") == row.get("sha256"))
             stale = not same_artifact or bool(row.get("error"))
             for patch, cell in (row.get("patches") or {}).items():
