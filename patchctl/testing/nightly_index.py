@@ -37,6 +37,27 @@ def release_files(engine: str, version: str, paths: list[str]) -> dict[str, byte
     return {p: d for p, d in files.items() if d is not None}
 
 
+def sglang_layout_repo(repo: Path, files: dict[str, bytes], *, tag: str, commits_after: int = 2) -> Path:
+    """A git repository laid out like SGLang's: `files` (import-root relative) under python/,
+    python/sglang/version.py holding setuptools-scm's fallback, one commit tagged `tag`, then
+    `commits_after` commits (main's version is then the next release .devN+g<sha>)."""
+    from patchctl.testing.builders import git, write_tree
+
+    tree = {f"python/{p}": d for p, d in files.items()}
+    tree.setdefault("python/sglang/version.py", b'__version__ = "0.0.0.dev0"\n')  # main's fallback
+    repo.mkdir(parents=True)
+    git(repo, "init", "-q", "-b", "main")
+    write_tree(repo, tree)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", tag)
+    git(repo, "tag", tag)
+    for i in range(commits_after):
+        write_tree(repo, {"README.md": f"commit {i}\n"})
+        git(repo, "add", "-A")
+        git(repo, "commit", "-q", "-m", f"after {i}")
+    return repo
+
+
 def build_dev_wheel(dest: Path, version: str, files: dict[str, bytes], *, dist: str = "vllm",
                     tamper: dict[str, bytes] | None = None, tag: str = WHEEL_TAG) -> Path:
     """A wheel named like vLLM's nightlies, METADATA and RECORD written for `version`; `tamper` replaces

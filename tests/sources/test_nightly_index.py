@@ -12,7 +12,7 @@ from patchctl.engines import get_engine
 from patchctl.sources.fetch import SourceContext, release
 from patchctl.testing.builders import git, write_tree
 from patchctl.testing.cli import run_json
-from patchctl.testing.nightly_index import NightlyIndex, build_dev_wheel
+from patchctl.testing.nightly_index import NightlyIndex, build_dev_wheel, release_files, sglang_layout_repo, touched_paths
 
 pytestmark = pytest.mark.network
 
@@ -24,8 +24,7 @@ run = run_json
 
 
 def touched(engine: str) -> list[str]:
-    return sorted({m.group(1) for p in (STORE / engine).glob("*/*.patch")
-                   for m in re.finditer(r"^\+\+\+ b/(\S+)", p.read_text(), re.M)})
+    return touched_paths(STORE, engine)
 
 
 @pytest.fixture(scope="module")
@@ -129,21 +128,8 @@ def test_vllm_nightly_defaults_to_wheels_vllm_ai(monkeypatch):
 
 @pytest.fixture(scope="module")
 def sglang_repo(tmp_path_factory) -> tuple[Path, str]:
-    source = release(get_engine("sglang"), Version("0.5.9"), SourceContext())
-    files = {f"python/{p}": source.read(p) for p in touched("sglang")}
-    files = {p: d for p, d in files.items() if d is not None}
-    files["python/sglang/version.py"] = b'__version__ = "0.0.0.dev0"\n'  # main's setuptools-scm fallback
-    repo = tmp_path_factory.mktemp("sglang") / "repo"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    write_tree(repo, files)
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "v0.5.9")
-    git(repo, "tag", "v0.5.9")
-    for i in range(2):
-        write_tree(repo, {"README.md": f"commit {i}\n"})
-        git(repo, "add", "-A")
-        git(repo, "commit", "-q", "-m", f"after {i}")
+    files = release_files("sglang", "0.5.9", touched("sglang"))
+    repo = sglang_layout_repo(tmp_path_factory.mktemp("sglang") / "repo", files, tag="v0.5.9")
     return repo, git(repo, "rev-parse", "--short=9", "HEAD").strip()  # setuptools-scm: 9 hex digits
 
 

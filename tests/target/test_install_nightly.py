@@ -18,9 +18,16 @@ from pathlib import Path
 
 import pytest
 
-from patchctl.testing.builders import git, write_tree
+from patchctl.testing.builders import git
 from patchctl.testing.cli import run_json
-from patchctl.testing.nightly_index import WHEEL_TAG, NightlyIndex, build_dev_wheel, release_files, touched_paths
+from patchctl.testing.nightly_index import (
+    WHEEL_TAG,
+    NightlyIndex,
+    build_dev_wheel,
+    release_files,
+    sglang_layout_repo,
+    touched_paths,
+)
 
 pytestmark = pytest.mark.network
 
@@ -228,20 +235,9 @@ root = ".."
 def sglang_repo(tmp_path_factory) -> tuple[Path, str]:
     """SGLang's layout (the package under python/, version.py holding setuptools-scm's fallback, the
     version from v* tags), with the real 0.5.9 files the series touches; two commits after v0.5.9."""
-    files = {f"python/{p}": d for p, d in release_files("sglang", "0.5.9", touched_paths(STORE, "sglang")).items()}
-    files["python/sglang/version.py"] = b'__version__ = "0.0.0.dev0"\n'
-    files["python/pyproject.toml"] = PYPROJECT.encode()
-    repo = tmp_path_factory.mktemp("sglang") / "repo"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    write_tree(repo, files)
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "v0.5.9")
-    git(repo, "tag", "v0.5.9")
-    for i in range(2):
-        write_tree(repo, {"README.md": f"commit {i}\n"})
-        git(repo, "add", "-A")
-        git(repo, "commit", "-q", "-m", f"after {i}")
+    files = release_files("sglang", "0.5.9", touched_paths(STORE, "sglang"))
+    files["pyproject.toml"] = PYPROJECT.encode()
+    repo = sglang_layout_repo(tmp_path_factory.mktemp("sglang") / "repo", files, tag="v0.5.9")
     return repo, git(repo, "rev-parse", "HEAD").strip()
 
 
