@@ -9,7 +9,10 @@ direction to one shared link of the given rate (a FIFO bottleneck, as a real acc
 each direction by half the RTT; a tunnel's set-up costs one RTT more (the TCP handshake to the
 server). The index is the one pip is configured with, as patchctl reads it.
 
-Both paths run as fresh processes with a fresh cache, so both pay an interpreter's start:
+Both paths run as fresh processes with a fresh cache, so both pay an interpreter's start, with their
+modules' bytecode as an installed tool has it (pip compiles it at install; here a PYTHONPYCACHEPREFIX
+under the run's temporary folder, even where PYTHONDONTWRITEBYTECODE is set, as on this machine);
+a first round of both paths fills it (and the index's own caches) and is not counted:
 - check: `python -m patchctl.cli check ENGINE@VERSION --json`;
 - naive: a Python script with requests: the index page, the release's smallest artifact whole (the
   sdist; a wheel where there is none, as for SGLang >= 0.5.11), its sha256, extracted, then
@@ -193,7 +196,7 @@ def run_naive(spec: str, index: str, proxy: str, work: Path) -> tuple[float, dic
     version = spec.partition("@")[2]
     package = get_engine(spec.partition("@")[0]).packages[0]
     work.mkdir(parents=True)
-    env = dict(os.environ, HTTPS_PROXY=proxy, HTTP_PROXY=proxy)
+    env = _child_env(proxy)
     start, cpu = time.perf_counter(), _children_cpu()
     proc = subprocess.run([sys.executable, "-c", NAIVE, index, dist, version, str(work), layout, package,
                            json.dumps(paths)], env=env, capture_output=True, text=True)
@@ -205,7 +208,7 @@ def run_naive(spec: str, index: str, proxy: str, work: Path) -> tuple[float, dic
 
 
 def run_check(spec: str, proxy: str, cache: Path) -> tuple[float, dict]:
-    env = dict(os.environ, HTTPS_PROXY=proxy, HTTP_PROXY=proxy, PATCHCTL_CACHE_DIR=str(cache))
+    env = dict(_child_env(proxy), PATCHCTL_CACHE_DIR=str(cache))
     env.pop("PATCHCTL_INDEX_MAX_AGE", None)
     start, cpu = time.perf_counter(), _children_cpu()
     proc = subprocess.run([sys.executable, "-m", "patchctl.cli", "check", spec, "--json"], env=env,
@@ -215,6 +218,17 @@ def run_check(spec: str, proxy: str, cache: Path) -> tuple[float, dict]:
     if proc.returncode not in (0, 1):
         raise SystemExit(f"check failed for {spec}: {proc.stdout[-2000:]} {proc.stderr[-2000:]}")
     return seconds, json.loads(proc.stdout)
+
+
+PYCACHE: Path | None = None  # set by main: the bytecode both paths' processes share
+
+
+def _child_env(proxy: str) -> dict:
+    env = dict(os.environ, HTTPS_PROXY=proxy, HTTP_PROXY=proxy)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    if PYCACHE is not None:
+        env["PYTHONPYCACHEPREFIX"] = str(PYCACHE)
+    return env
 
 
 CPU: dict[str, list[float]] = {}  # CPU seconds (user + sys) of each child: the start-up floor under load
@@ -244,11 +258,18 @@ def main() -> None:
     index = resolve_index().url
     times: dict[tuple[float, str, str], list[float]] = {}
     info: dict[tuple[float, str, str], dict] = {}
+    global PYCACHE
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
+        PYCACHE = work / "pycache"
         for speed in args.speeds:
             proxy = Proxy(speed, args.rtt, work)
             try:
+                if speed == args.speeds[0]:  # the warm-up round: bytecode, the index's caches
+                    for spec in args.engines:
+                        run_check(spec, proxy.url, work / f"cache-warmup-{spec}")
+                        run_naive(spec, index, proxy.url, work / f"naive-warmup-{spec}")
+                    CPU.clear()
                 for r in range(args.rounds):
                     for spec in args.engines:
                         cell = f"{speed:g}-{spec}-{r}"

@@ -183,14 +183,23 @@ def apply_hunks(text: str | None, fp: FilePatch, *, reverse: bool = False, max_f
 
 
 def _find(lines: list[str], pattern: tuple[str, ...], expected: int, floor: int) -> int | None:
+    """Where the hunk's old lines are, nearest to `expected` (the lower one on a tie), at or after
+    `floor`, no farther than the file's length; None when they are nowhere."""
     n, m = len(lines), len(pattern)
     if m == 0:
         return max(min(expected, n), floor)
-    first = pattern[0]
-    for distance in range(0, n + 1):
-        for pos in (expected - distance, expected + distance) if distance else (expected,):
-            if floor <= pos <= n - m and lines[pos] == first and tuple(lines[pos : pos + m]) == pattern:
-                return pos
-        if expected - distance < floor and expected + distance > n - m:
+    first, last = pattern[0], n - m
+    candidates = []
+    pos = max(floor, 0)
+    while pos <= last:  # list.index scans in C: a hunk that matches nowhere reads the file once
+        try:
+            pos = lines.index(first, pos, last + 1)
+        except ValueError:
             break
+        if abs(pos - expected) <= n:
+            candidates.append(pos)
+        pos += 1
+    for pos in sorted(candidates, key=lambda p: (abs(p - expected), p)):
+        if tuple(lines[pos : pos + m]) == pattern:
+            return pos
     return None

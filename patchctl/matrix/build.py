@@ -47,10 +47,12 @@ def versions_for(engine: str, store: Store, ctx: fetch.SourceContext, since: Ver
 
 
 def check_one(engine: str, version: Version, store: Store, ctx: fetch.SourceContext, smoke=None,
-              upstream: fetch.Upstream | None = None) -> dict:
+              upstream: fetch.Upstream | None = None, fingerprints: dict | None = None) -> dict:
     """smoke(engine, version, ref) -> {patch: result dict}: the CPU checks, when the caller asks for
-    them (ref: the nightly's own EngineRef, None for a release)."""
+    them (ref: the nightly's own EngineRef, None for a release). fingerprints: one build's memo of
+    checked_fingerprint (a patch's checks are read once per matrix, not once per release)."""
     eng = get_engine(engine)
+    fingerprints = {} if fingerprints is None else fingerprints
     start = time.monotonic()
     try:
         source = upstream.source if upstream else fetch.release(eng, version, ctx)
@@ -68,7 +70,10 @@ def check_one(engine: str, version: Version, store: Store, ctx: fetch.SourceCont
     for patch, outcome in zip(store.series(engine).patches, result.outcomes, strict=False):
         entry = {"outcome": outcome.outcome, "variant": outcome.variant}
         if outcome.variant:
-            entry["checked"] = checked_fingerprint(patch, outcome.variant)
+            key = (str(patch.directory), outcome.variant)
+            if key not in fingerprints:
+                fingerprints[key] = checked_fingerprint(patch, outcome.variant)
+            entry["checked"] = fingerprints[key]
         moved = [h for h in outcome.hunks if h.status in ("offset", "fuzz")]
         if moved:
             entry["hunks_moved"] = len(moved)
@@ -123,7 +128,9 @@ def build(store: Store, ctx: fetch.SourceContext, *, engines: list[str] | None =
     rows: dict[tuple[str, str], dict] = {}
     # Smoke runs build trees and venvs: one at a time; the sparse checks run in parallel.
     with concurrent.futures.ThreadPoolExecutor(max_workers=1 if smoke else workers) as pool:
-        futures = {pool.submit(check_one, e, v, store, ctx, smoke): (e, v) for e, v in jobs}
+        fingerprints: dict = {}
+        futures = {pool.submit(check_one, e, v, store, ctx, smoke, fingerprints=fingerprints): (e, v)
+                   for e, v in jobs}
         for future in concurrent.futures.as_completed(futures):
             e, v = futures[future]
             rows[(e, str(v))] = future.result()

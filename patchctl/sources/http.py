@@ -125,14 +125,19 @@ def _connect(key: tuple) -> http.client.HTTPConnection:
     return http.client.HTTPConnection(host, port, timeout=TIMEOUT)
 
 
+def _pool_key(url: str) -> tuple[urllib.parse.SplitResult, tuple]:
+    """The URL's parts and the pool its connections live in: (scheme, host, port, proxy)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise NetworkError(f"cannot fetch {url}: not an http(s) URL")
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return parts, (parts.scheme, parts.hostname, port, _proxy_for(parts.scheme, parts.hostname))
+
+
 def _request(method: str, url: str, headers: dict, stream: bool) -> Response:
     for _redirect in range(6):
-        parts = urllib.parse.urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise NetworkError(f"cannot fetch {url}: not an http(s) URL")
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        proxy = _proxy_for(parts.scheme, parts.hostname)
-        key = (parts.scheme, parts.hostname, port, proxy)
+        parts, key = _pool_key(url)
+        proxy = key[3]
         target = url.split("#", 1)[0] if proxy and parts.scheme == "http" else \
             urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
         send = {"User-Agent": "patchctl", "Accept-Encoding": "identity" if stream or "Range" in headers else "gzip",
@@ -249,9 +254,15 @@ def _read(response: Response, what: str) -> bytes:
 
 
 def warm(url: str, connections: int) -> int:
-    """Open up to `connections` pooled connections to url's host (a HEAD each), to run alongside
-    another request: the requests that follow then skip the handshakes. Returns the bytes received
+    """Have `connections` pooled connections to url's host, opening the missing ones (a HEAD each),
+    alongside another request: the requests that follow then skip the handshakes. Returns the bytes received
     (none: HEAD answers have no body); failures are left to the requests that follow."""
+    try:
+        key = _pool_key(url)[1]
+    except (NetworkError, ValueError):
+        return 0
+    with _lock:  # connections an earlier read left in the pool need no warming (the matrix)
+        connections = min(connections, FETCH_POOL) - len(_idle.get(key) or ())
     if connections <= 0:
         return 0
     from concurrent.futures import ThreadPoolExecutor

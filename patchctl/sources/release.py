@@ -167,7 +167,7 @@ def _record_tail(cache_root: Path, project: str, version, need: int) -> None:
         needs = {str(v): n for v, n in _read_tails(cache_root, project).items()}
         if needs.get(str(version)) != need:
             needs[str(version)] = need
-            write_atomic(_tails_file(cache_root, project), json.dumps(needs, sort_keys=True).encode())
+            write_atomic(_tails_file(cache_root, project), json.dumps(needs, sort_keys=True).encode(), durable=False)
 
 
 class ReleaseSource:
@@ -270,11 +270,12 @@ class ReleaseSource:
     def _store(self, path: str, data: bytes | None) -> None:
         self._verified[path] = data
         if data is None:
-            write_atomic(self._absent_file(path), b"")
+            write_atomic(self._absent_file(path), b"", durable=False)
             return
-        # One file, its sha256 first: each write_atomic costs two fsyncs (~8 ms each here), and the
-        # matrix writes a few hundred members.
-        write_atomic(self._member_file(path), hashlib.sha256(data).hexdigest().encode() + b"\n" + data)
+        # One file, its sha256 first, which every read checks (_cached_ok): so not fsynced (two
+        # fsyncs, ~16 ms here, per member, and the matrix writes a few hundred).
+        write_atomic(self._member_file(path), hashlib.sha256(data).hexdigest().encode() + b"\n" + data,
+                     durable=False)
 
     def _archive_name(self, path: str) -> str:
         return self.engine.layout_prefix(self.artifact.kind) + path
@@ -313,7 +314,7 @@ class ReleaseSource:
                 tail_start, tail = self._tail
             cd = tail[where.offset - tail_start : where.offset - tail_start + where.size]
             entries = zipread.parse_central_directory(cd)
-        write_atomic(cd_file, json.dumps([list(e) for e in entries.values()]).encode())
+        write_atomic(cd_file, json.dumps(list(entries.values())).encode(), durable=False)  # schema-checked on read
         _record_tail(self.cache_root, project, self.artifact.version, zipread.tail_need(size, entries, where.offset))
         self._entries = entries
         return entries
@@ -377,7 +378,7 @@ class ReleaseSource:
         if self._record is not None:
             return self._record
         entries = self._central_directory()
-        record_name = next((n for n in entries if n.endswith(".dist-info/RECORD")), None)
+        record_name = zipread.record_name(list(entries))
         hashes: dict[str, str] = {}
         if record_name:
             hashes = self._parse_record(record_name, self._read_member(entries[record_name]))
@@ -515,11 +516,7 @@ class ReleaseSource:
                             found[wanted[name]] = zf.read(name)
                     if self.artifact.kind == "wheel":
                         # The same check as a sparse read: each member against the wheel's RECORD.
-                        record_name = next((n for n in zf.namelist() if n.endswith(".dist-info/RECORD")), None)
-                        if record_name is None and self.unhashed:
-                            raise NetworkError(f"{self.artifact.filename}: the index publishes no sha256 and "
-                                               "the wheel has no RECORD: nothing vouches for its files")
-                        record = self._parse_record(record_name, zf.read(record_name)) if record_name else {}
+                        record = self._zip_record(zf)
                         for name, path in wanted.items():
                             if path in found:
                                 self._check_record(name, found[path], record)
@@ -562,7 +559,7 @@ class ReleaseSource:
             else:
                 with tarfile.open(archive) as tf:
                     names = [p for p in (self.engine.sdist_member_path(m.name) for m in tf if m.isfile()) if p]
-        write_atomic(names_file, json.dumps(names).encode())
+        write_atomic(names_file, json.dumps(names).encode(), durable=False)  # checked on read
         return names
 
     def extract(self, prefixes: tuple[str, ...], dest: Path) -> list[str]:
@@ -600,7 +597,7 @@ class ReleaseSource:
         return written
 
     def _zip_record(self, zf: zipfile.ZipFile) -> dict[str, str]:
-        record_name = next((n for n in zf.namelist() if n.endswith(".dist-info/RECORD")), None)
+        record_name = zipread.record_name(zf.namelist())
         if record_name is None and self.unhashed:
             raise NetworkError(f"{self.artifact.filename}: the index publishes no sha256 and "
                                "the wheel has no RECORD: nothing vouches for its files")

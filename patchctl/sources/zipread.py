@@ -4,7 +4,7 @@ payload from its local header, inflating and CRC-checking it, and the sha256s a 
 No I/O here: `release.py` fetches the byte ranges these ask for."""
 from __future__ import annotations
 
-import base64
+import binascii
 import csv
 import io
 import struct
@@ -53,8 +53,8 @@ class CentralDirectoryLocation(NamedTuple):
 def tail_need(size: int, entries: dict[str, ZipEntry], cd_offset: int) -> int:
     """What a tail read of this wheel had to hold: from RECORD's local header (or the central
     directory, without RECORD) to the end."""
-    record = next((e for n, e in entries.items() if n.endswith(".dist-info/RECORD")), None)
-    start = min(cd_offset, record.header_offset) if record is not None else cd_offset
+    name = record_name(list(entries))
+    start = min(cd_offset, entries[name].header_offset) if name is not None else cd_offset
     return size - start
 
 
@@ -90,21 +90,38 @@ def zip64_location(record: bytes) -> CentralDirectoryLocation:
     return CentralDirectoryLocation(cd_offset, cd_size, None)
 
 
+# One central-directory entry's fixed 46 bytes, the fields read: signature, method, CRC-32, sizes,
+# the three variable lengths, the local header's offset. One unpack per entry (a wheel has thousands).
+_CD_ENTRY = struct.Struct("<4s6xH4xIIIHHH8xI")
+
+
+_new_entry = tuple.__new__  # a ZipEntry without NamedTuple's generated __new__ (a third of the loop)
+
+
 def parse_central_directory(cd: bytes) -> dict[str, ZipEntry]:
     entries: dict[str, ZipEntry] = {}
-    pos = 0
-    while pos + 46 <= len(cd) and cd[pos : pos + 4] == b"PK\x01\x02":
-        (method,) = struct.unpack("<H", cd[pos + 10 : pos + 12])
-        crc, csize, usize = struct.unpack("<III", cd[pos + 16 : pos + 28])
-        name_len, extra_len, comment_len = struct.unpack("<HHH", cd[pos + 28 : pos + 34])
-        (offset,) = struct.unpack("<I", cd[pos + 42 : pos + 46])
-        name = cd[pos + 46 : pos + 46 + name_len].decode("utf-8")
-        extra = cd[pos + 46 + name_len : pos + 46 + name_len + extra_len]
-        if 0xFFFFFFFF in (csize, usize, offset):
-            usize, csize, offset = zip64_extra(extra, usize, csize, offset)
-        entries[name] = ZipEntry(name, offset, csize, usize, method, crc)
-        pos += 46 + name_len + extra_len + comment_len
+    unpack = _CD_ENTRY.unpack_from
+    pos, end = 0, len(cd)
+    while pos + 46 <= end:
+        sig, method, crc, csize, usize, name_len, extra_len, comment_len, offset = unpack(cd, pos)
+        if sig != b"PK\x01\x02":
+            break
+        name_end = pos + 46 + name_len
+        name = cd[pos + 46 : name_end].decode("utf-8")
+        if csize == 0xFFFFFFFF or usize == 0xFFFFFFFF or offset == 0xFFFFFFFF:
+            usize, csize, offset = zip64_extra(cd[name_end : name_end + extra_len], usize, csize, offset)
+        entries[name] = _new_entry(ZipEntry, (name, offset, csize, usize, method, crc))
+        pos = name_end + extra_len + comment_len
     return entries
+
+
+def record_name(names) -> str | None:
+    """The wheel's own RECORD (`<name>-<version>.dist-info/RECORD` at the top, not a vendored
+    package's), looked for from the end: the build tools write it last."""
+    for name in reversed(names):
+        if name.endswith(".dist-info/RECORD") and name.count("/") == 1:
+            return name
+    return None
 
 
 def zip64_extra(extra: bytes, usize: int, csize: int, offset: int) -> tuple[int, int, int]:
@@ -159,9 +176,18 @@ def inflate(entry: ZipEntry, payload: bytes) -> bytes:
 
 
 def record_hashes(raw: bytes) -> dict[str, str]:
-    """path -> sha256 hex from a wheel's RECORD (rows without a sha256 are left out)."""
+    """path -> sha256 hex from a wheel's RECORD (rows without a sha256 are left out). Rows are split
+    on commas directly unless the text needs the csv module's rules (a quoted path, a CR, a NUL,
+    which csv refuses): RECORD files run to tens of thousands of rows, read on `ensure`'s path."""
+    text = raw.decode("utf-8")
+    if '"' in text or "\r" in text or "\0" in text:
+        rows = csv.reader(io.StringIO(text))
+    else:
+        rows = (line.split(",") for line in text.split("\n"))
     hashes: dict[str, str] = {}
-    for row in csv.reader(io.StringIO(raw.decode("utf-8"))):
+    for row in rows:
         if len(row) >= 2 and row[1].startswith("sha256="):
-            hashes[row[0]] = base64.urlsafe_b64decode(row[1][7:] + "==").hex()
+            # base64.urlsafe_b64decode, without its per-call wrappers (non-base64 characters are
+            # dropped as it drops them; a non-ASCII one is a ValueError as there)
+            hashes[row[0]] = binascii.a2b_base64(row[1][7:].replace("-", "+").replace("_", "/") + "==").hex()
     return hashes
