@@ -12,12 +12,17 @@ from patchctl.spec import parse_spec
 
 
 def run(spec: str, store, ctx, options, *, only: tuple[str, ...] = ()) -> tuple[dict, int]:
-    from patchctl.engine.evaluate import evaluate
+    from patchctl.engine.evaluate import evaluate, needed_paths
     from patchctl.sources import fetch
 
     ref = parse_spec(spec)
-    upstream = fetch.open_upstream(ref, ctx)
+    # The index answers (its connection's handshakes included) while the series and its variants are
+    # read here: the two are independent, and a cold check is its round trips plus this CPU.
+    upstream_when_ready = fetch.open_upstream_soon(ref, ctx)
     patches = tuple(p for p in store.series(ref.engine.name).patches if not only or p.name in only)
+    if ref.version is not None:
+        needed_paths(patches, ref.version, options.allow_modified)  # parses (and keeps) the variants
+    upstream = upstream_when_ready()
     result = evaluate(patches, upstream.version, upstream.source, options=options,
                       base_files=fetch.base_files_for(ref.engine, ctx))
     code = EXIT_OK if result.ok else EXIT_PATCH_FAILED

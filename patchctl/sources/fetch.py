@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import functools
 import re
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -89,6 +91,30 @@ def base_files_for(engine, ctx: SourceContext):
         return cache[version]
 
     return read_release
+
+
+def open_upstream_soon(ref: EngineRef, ctx: SourceContext) -> Callable[[], Upstream]:
+    """open_upstream on a thread of its own, so that the caller's work runs while the network
+    answers; the returned function waits for it and raises what it raised. A daemon thread: a
+    caller that fails first (a damaged store) exits at once, not after the network's timeout."""
+    outcome: dict = {}
+
+    def work() -> None:
+        try:
+            outcome["upstream"] = open_upstream(ref, ctx)
+        except BaseException as exc:  # noqa: BLE001  (handed to the caller, which raises it)
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=work, name="open-upstream", daemon=True)
+    thread.start()
+
+    def result() -> Upstream:
+        thread.join()
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome["upstream"]
+
+    return result
 
 
 def open_upstream(ref: EngineRef, ctx: SourceContext) -> Upstream:
