@@ -43,11 +43,11 @@ def needed_bytes(doc: dict, cache: Path) -> int:
             folder = cache / "artifacts" / str(row.get("sha256"))
             if not row.get("bytes_fetched") or not folder.is_dir():
                 continue
-            cd_file = folder / "central-directory.json"
+            cd_file = folder / "central-directory.bin"  # the sha256 line, then the zip's own bytes
             if not cd_file.is_file():  # read whole (an sdist)
                 total += row["bytes_fetched"]
                 continue
-            entries = {r[0]: zipread.ZipEntry(*r) for r in json.loads(cd_file.read_text())}
+            entries = zipread.parse_central_directory(cd_file.read_bytes().split(b"\n", 1)[1])
             record = zipread.record_name(list(entries))  # in the tail
             tails = json.loads((cache / "tails" / f"{get_engine(engine).dist}.json").read_text())
             total += tails[row["version"]]

@@ -85,11 +85,13 @@ def dump_json(doc) -> bytes:
     return json.dumps(doc).encode()
 
 
+BYTE_DAMAGE = ("truncate", "flip", "replace-bytes")
+
+
 @st.composite
-def damaged(draw, doc, dump):
-    """`doc` serialized by `dump`, then damaged one way."""
-    raw = dump(doc)
-    how = draw(st.sampled_from(["truncate", "flip", "replace-bytes", "retype", "delete-key"]))
+def damaged_bytes(draw, raw: bytes, how: str | None = None):
+    """`raw` damaged at the byte level: cut short, bits flipped, or a few bytes replaced."""
+    how = how or draw(st.sampled_from(BYTE_DAMAGE))
     if how == "truncate":
         return raw[: draw(st.integers(0, len(raw) - 1))]
     if how == "flip":
@@ -97,10 +99,18 @@ def damaged(draw, doc, dump):
         for _ in range(draw(st.integers(1, 4))):
             out[draw(st.integers(0, len(out) - 1))] ^= draw(st.integers(1, 255))
         return bytes(out)
-    if how == "replace-bytes":
-        start = draw(st.integers(0, len(raw)))
-        end = draw(st.integers(start, min(len(raw), start + 8)))
-        return raw[:start] + draw(st.binary(max_size=8)) + raw[end:]
+    start = draw(st.integers(0, len(raw)))
+    end = draw(st.integers(start, min(len(raw), start + 8)))
+    return raw[:start] + draw(st.binary(max_size=8)) + raw[end:]
+
+
+@st.composite
+def damaged(draw, doc, dump):
+    """`doc` serialized by `dump`, then damaged one way."""
+    raw = dump(doc)
+    how = draw(st.sampled_from([*BYTE_DAMAGE, "retype", "delete-key"]))
+    if how in BYTE_DAMAGE:
+        return draw(damaged_bytes(raw, how))
     doc = copy.deepcopy(doc)
     if how == "retype":
         path = draw(st.sampled_from(list(_paths(doc))))
@@ -328,7 +338,7 @@ def test_damaged_pep691_response_reads_or_is_a_network_error(page, data):
 
 @pytest.fixture(scope="module")
 def wheel_index(tmp_path_factory):
-    """One real wheel on a local index, its index page and central directory as patchctl caches them."""
+    """One real wheel on a local index, its index page and central directory (the cache file's bytes)."""
     from patchctl.sources.index import PackageIndex
 
     files = tmp_path_factory.mktemp("files")
@@ -338,7 +348,7 @@ def wheel_index(tmp_path_factory):
         project = PackageIndex(server.url, cache).project("vllm")
         source = release_source(project, cache, offline=False)
         source.read("vllm/loader.py")
-        cd = json.loads((source.dir / "central-directory.json").read_text())
+        cd = (source.dir / "central-directory.bin").read_bytes()
         yield server, project, cd
 
 
@@ -356,14 +366,19 @@ def test_damaged_central_directory_cache_reads_or_is_an_error(wheel_index, data,
     with tempfile.TemporaryDirectory() as tmp:
         source = release_source(project, Path(tmp), offline=offline)
         source.dir.mkdir(parents=True)
-        (source.dir / "central-directory.json").write_bytes(data.draw(damaged(cd, dump_json)))
+        damage = data.draw(damaged_bytes(cd))
+        (source.dir / "central-directory.bin").write_bytes(damage)
 
         def read():
-            source.files_under("vllm/")
+            assert "vllm/loader.py" in source.files_under("vllm/")
             for path in ("vllm/loader.py", "vllm/utils.py", "vllm/absent.py"):
-                source.read(path)
+                assert source.read(path) == (PRISTINE[path].encode() if path in PRISTINE else None)
 
-        reads_or_says_why(read)
+        if offline:
+            reads_or_says_why(read)
+        else:  # the sha256 the file starts with catches any damage, and the network reads the list again
+            read()
+            assert (source.dir / "central-directory.bin").read_bytes() == cd
 
 
 @PROPERTY
@@ -422,7 +437,7 @@ def test_the_undamaged_documents_read(store_copy, page, wheel_index, tmp_path, m
     _, project, cd = wheel_index
     source = release_source(project, tmp_path / "cache3", offline=True)
     source.dir.mkdir(parents=True)
-    (source.dir / "central-directory.json").write_bytes(dump_json(cd))
+    (source.dir / "central-directory.bin").write_bytes(cd)
     assert "vllm/loader.py" in source.files_under("vllm/")
     (tmp_path / "m.yaml").write_bytes(dump_yaml(small_matrix()))
     assert matrix.load(tmp_path / "m.yaml") == small_matrix()
@@ -539,12 +554,13 @@ def test_damaged_index_cache_with_the_index_down_is_deleted(index, store, fresh_
 def test_truncated_central_directory_cache_is_read_again(index, store, fresh_cache):
     run_json("check", "vllm@1.0", "--index-url", index.url, "--store", str(store), expect=0)
     (artifact,) = artifact_dirs(fresh_cache)
-    cd_file = artifact / "central-directory.json"
-    cd_file.write_bytes(cd_file.read_bytes()[:100])
+    cd_file = artifact / "central-directory.bin"
+    whole = cd_file.read_bytes()
+    cd_file.write_bytes(whole[:100])
     shutil.rmtree(artifact / "members")  # so that the members must be read again, through the list
     doc = run_json("check", "vllm@1.0", "--index-url", index.url, "--store", str(store), expect=0)
     assert doc["patches"][0]["outcome"] == "clean"
-    assert json.loads(cd_file.read_text())  # whole again
+    assert cd_file.read_bytes() == whole  # whole again
 
 
 def test_truncated_central_directory_cache_offline_says_to_refresh_it(index, store, fresh_cache):
@@ -552,7 +568,7 @@ def test_truncated_central_directory_cache_offline_says_to_refresh_it(index, sto
 
     run_json("check", "vllm@1.0", "--index-url", index.url, "--store", str(store), expect=0)
     (artifact,) = artifact_dirs(fresh_cache)
-    cd_file = artifact / "central-directory.json"
+    cd_file = artifact / "central-directory.bin"
     cd_file.write_bytes(cd_file.read_bytes()[:100])
     source = release_source(PackageIndex(index.url, fresh_cache, offline=True).project("vllm"), fresh_cache, offline=True)
     with pytest.raises(EnvironmentProblem) as raised:

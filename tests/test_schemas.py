@@ -26,7 +26,7 @@ COMMITTED = (
 
 
 def test_the_documents_patchctl_reads_have_schemas():
-    assert {"series", "patch", "index-cache", "pep691", "central-directory", "matrix", "config"} <= set(SCHEMAS)
+    assert {"series", "patch", "index-cache", "pep691", "matrix", "config"} <= set(SCHEMAS)
 
 
 @pytest.mark.parametrize("name", SCHEMAS)
@@ -61,7 +61,6 @@ VALUES = st.recursive(
 
 
 def _valid_examples() -> dict[str, list]:
-    cd = [["vllm/__init__.py", 0, 2, 0, 8, 0], ["vllm/loader.py", 60, 120, 300, 8, 12345]]
     return {
         "series": [load_yaml(p.read_text()) for n, p in COMMITTED if n == "series"],
         "patch": [load_yaml(p.read_text()) for n, p in COMMITTED if n == "patch"],
@@ -74,7 +73,6 @@ def _valid_examples() -> dict[str, list]:
         "index-cache": [{"name": "vllm", "fetched_at": 1, "files": [["vllm-1.0.tar.gz", "http://x/v.tar.gz", None, 3, False]]}],
         "pep691": [{"meta": {"api-version": "1.0"}, "name": "vllm", "files": [
             {"filename": "vllm-1.0.tar.gz", "url": "/v.tar.gz", "hashes": {"sha256": "a" * 64}, "size": 3, "yanked": "bad"}]}],
-        "central-directory": [cd],
         "config": [{"index_url": "https://m/simple", "nightly": {"vllm": {"url": "https://n", "kind": "wheel-index"}}}],
     }
 
