@@ -1,6 +1,6 @@
 """Cold `patchctl check` through a throttled link, against the naive path, in one run.
 
-    python benchmarks/throttled_check.py                      10, 50, 200 MB/s; 20 ms RTT; 3 rounds
+    python benchmarks/throttled_check.py                      10, 50, 200 MB/s; 20 ms RTT; 5 rounds
     python benchmarks/throttled_check.py --speeds 50 --rounds 1 --engines vllm@0.23.0
 
 A proxy on 127.0.0.1 (a separate process) carries every request of both paths: HTTPS through CONNECT
@@ -246,7 +246,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--speeds", type=float, nargs="+", default=[10, 50, 200], help="MB/s")
     parser.add_argument("--rtt", type=float, default=20, help="ms")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--engines", nargs="+", default=list(DEFAULT_ENGINES))
     parser.add_argument("--proxy", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -253,26 +253,33 @@ def _read(response: Response, what: str) -> bytes:
         raise NetworkError(f"{what}: the answer broke off ({_short(exc)})") from None
 
 
-def warm(url: str, connections: int) -> int:
-    """Have `connections` pooled connections to url's host, opening the missing ones (a HEAD each),
-    alongside another request: the requests that follow then skip the handshakes. Returns the bytes received
-    (none: HEAD answers have no body); failures are left to the requests that follow."""
+def warm(url: str, connections: int) -> None:
+    """Have `connections` pooled connections to url's host, opening the missing ones (TCP, the proxy's
+    CONNECT, TLS: no request), alongside another request, so that the requests that follow skip
+    the handshakes. Failures are left to the requests that follow."""
     try:
         key = _pool_key(url)[1]
     except (NetworkError, ValueError):
-        return 0
+        return
     with _lock:  # connections an earlier read left in the pool need no warming (the matrix)
         connections = min(connections, FETCH_POOL) - len(_idle.get(key) or ())
     if connections <= 0:
-        return 0
+        return
     from concurrent.futures import ThreadPoolExecutor
 
-    def one(_) -> int:
+    def one(_) -> None:
+        conn = _connect(key)
         try:
-            head(url)
-        except (OSError, http.client.HTTPException, NetworkError):
-            pass
-        return 0
+            conn.connect()
+        except (OSError, http.client.HTTPException):
+            conn.close()
+            return
+        with _lock:
+            pool = _idle.setdefault(key, [])
+            if len(pool) < FETCH_POOL:
+                pool.append(conn)
+                return
+        conn.close()
 
     with ThreadPoolExecutor(max_workers=connections) as pool:
-        return sum(pool.map(one, range(connections)))
+        list(pool.map(one, range(connections)))

@@ -297,10 +297,21 @@ class ReleaseSource:
         project = canonicalize_name(self.engine.dist)
         measured = tail_estimate(self.cache_root, project, self.artifact.version)
         with ThreadPoolExecutor(max_workers=1) as pool:
-            # The members come next, on other connections: open them while the tail is on its way.
-            warmed = pool.submit(http.warm, self.artifact.url, self._warm_connections)
+            # The members come next, on other connections: open them while the tail is on its way
+            # (and while it is parsed: the block ends, waiting for them, only after).
+            pool.submit(http.warm, self.artifact.url, self._warm_connections)
             tail_start, size = self._read_tail(measured)
-            self._count(warmed.result())
+            entries, where, cd = self._parse_tail(tail_start)
+        # Kept as the zip's own bytes (parsed again on a warm read as fast as JSON would load, and
+        # a tenth of the CPU to write): the matrix caches ~180k entries cold.
+        write_atomic(cd_file, _framed(cd), durable=False)
+        _record_tail(self.cache_root, project, self.artifact.version, zipread.tail_need(size, entries, where.offset))
+        self._entries = entries
+        return entries
+
+    def _parse_tail(self, tail_start: int) -> tuple[dict[str, ZipEntry], zipread.CentralDirectoryLocation, bytes]:
+        """The central directory (its entries, where it is, its bytes) from the tail read, with one
+        more read when the tail fell short."""
         tail = self._tail[1] if self._tail else b""
         with self._zip_errors():
             where = zipread.locate_central_directory(tail, tail_start)
@@ -312,13 +323,7 @@ class ReleaseSource:
                 self._tail = (missing[0], more + tail)
                 tail_start, tail = self._tail
             cd = tail[where.offset - tail_start : where.offset - tail_start + where.size]
-            entries = zipread.parse_central_directory(cd)
-        # Kept as the zip's own bytes (parsed again on a warm read as fast as JSON would load, and
-        # a tenth of the CPU to write): the matrix caches ~180k entries cold.
-        write_atomic(cd_file, _framed(cd), durable=False)
-        _record_tail(self.cache_root, project, self.artifact.version, zipread.tail_need(size, entries, where.offset))
-        self._entries = entries
-        return entries
+            return zipread.parse_central_directory(cd), where, cd
 
     _warm_connections = 0  # _fetch_sparse: one per member to fetch, up to the pool
 
