@@ -147,6 +147,23 @@ def test_central_directory_and_record_come_in_one_range_read(files, store, fresh
     assert gets[0][1].endswith(f"-{wheel.stat().st_size - 1}")
 
 
+def test_the_members_connections_are_opened_without_a_request_of_their_own(files, builder, fresh_cache):
+    """Two members to read: their connections are opened while the tail is on its way (http.warm),
+    with no request (a HEAD, as before, cost a round trip of its own): the wire carries the index
+    page, the tail and the two members, nothing else."""
+    patched = {"vllm/loader.py": loader_with({10: "ten\n"}), "vllm/utils.py": PRISTINE["vllm/utils.py"] + "X = 1\n"}
+    builder.add("vllm", "two", variants={"1.0": builder.variant(PRISTINE, patched)})
+    wheel = build_wheel(files, "vllm", "1.0", dict(PRISTINE, **BIG))
+    with IndexServer(files) as server:
+        server.add("vllm", wheel)
+        doc = check(server, builder.root)
+        gets = file_gets(server)
+    assert doc["source"]["read"] == "ranges"
+    assert server.heads == []
+    assert len(gets) == 3, gets  # the tail, then the two members
+    assert [p for p, _ in server.requests if not p.startswith("/files/")] == ["/simple/vllm/"]
+
+
 def test_a_tail_that_falls_short_costs_one_more_read_and_the_next_release_none(files, store, fresh_cache):
     """12k members: central directory + RECORD ~1.6 MB, more than the default first read. The miss
     costs one read (the rest of the central directory and RECORD together); what it took is kept in
