@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import http.client
 import os
+import socket
 import threading
 import time
 import urllib.parse
@@ -110,7 +111,36 @@ def _proxy_for(scheme: str, host: str) -> str | None:
     return urllib.request.getproxies().get(scheme)
 
 
+_addresses: dict[tuple[str, int], list[tuple]] = {}
+
+
+def _create_connection(address: tuple[str, int], timeout=None, source_address=None) -> socket.socket:
+    """socket.create_connection with the host looked up once per process. A matrix opens dozens of
+    connections to one host, and a resolver that now and then waits out its 5 s timeout (as this
+    machine's did, about one lookup in sixty) stalled a whole release each time."""
+    host, port = address
+    with _lock:
+        found = _addresses.get((host, port))
+    if found is None:
+        found = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
+        with _lock:
+            _addresses[(host, port)] = found
+    error: OSError | None = None
+    for *_, sockaddr in found:
+        try:
+            return socket.create_connection(sockaddr[:2], timeout, source_address)
+        except OSError as exc:
+            error = exc
+    raise error or OSError(f"{host} resolves to no address")
+
+
 def _connect(key: tuple) -> http.client.HTTPConnection:
+    conn = _new_connection(key)
+    conn._create_connection = _create_connection  # type: ignore[attr-defined]  (http.client's own seam)
+    return conn
+
+
+def _new_connection(key: tuple) -> http.client.HTTPConnection:
     scheme, host, port, proxy = key
     if proxy:
         p = urllib.parse.urlsplit(proxy)
@@ -255,19 +285,16 @@ def _read(response: Response, what: str) -> bytes:
 
 def warm(url: str, connections: int) -> None:
     """Have `connections` pooled connections to url's host, opening the missing ones (TCP, the proxy's
-    CONNECT, TLS: no request), alongside another request, so that the requests that follow skip
-    the handshakes. Failures are left to the requests that follow."""
+    CONNECT, TLS: no request) on daemon threads, and return at once: the requests that follow find
+    them open, or (when a handshake is slow) open their own. Failures are left to those requests."""
     try:
         key = _pool_key(url)[1]
     except (NetworkError, ValueError):
         return
     with _lock:  # connections an earlier read left in the pool need no warming (the matrix)
         connections = min(connections, FETCH_POOL) - len(_idle.get(key) or ())
-    if connections <= 0:
-        return
-    from concurrent.futures import ThreadPoolExecutor
 
-    def one(_) -> None:
+    def one() -> None:
         conn = _connect(key)
         try:
             conn.connect()
@@ -281,5 +308,5 @@ def warm(url: str, connections: int) -> None:
                 return
         conn.close()
 
-    with ThreadPoolExecutor(max_workers=connections) as pool:
-        list(pool.map(one, range(connections)))
+    for _ in range(max(0, connections)):
+        threading.Thread(target=one, name="http-warm", daemon=True).start()

@@ -296,12 +296,10 @@ class ReleaseSource:
         self._need_network("the wheel's file list")
         project = canonicalize_name(self.engine.dist)
         measured = tail_estimate(self.cache_root, project, self.artifact.version)
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            # The members come next, on other connections: open them while the tail is on its way
-            # (and while it is parsed: the block ends, waiting for them, only after).
-            pool.submit(http.warm, self.artifact.url, self._warm_connections)
-            tail_start, size = self._read_tail(measured)
-            entries, where, cd = self._parse_tail(tail_start)
+        # The members come next, on other connections: open them while the tail is on its way.
+        http.warm(self.artifact.url, self._warm_connections)
+        tail_start, size = self._read_tail(measured)
+        entries, where, cd = self._parse_tail(tail_start)
         # Kept as the zip's own bytes (parsed again on a warm read as fast as JSON would load, and
         # a tenth of the CPU to write): the matrix caches ~180k entries cold.
         write_atomic(cd_file, _framed(cd), durable=False)
