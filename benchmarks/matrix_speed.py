@@ -48,7 +48,7 @@ def needed_bytes(doc: dict, cache: Path) -> int:
                 total += row["bytes_fetched"]
                 continue
             entries = zipread.parse_central_directory(cd_file.read_bytes().split(b"\n", 1)[1])
-            record = zipread.record_name(list(entries))  # in the tail
+            record = zipread.record_name(entries)  # in the tail
             tails = json.loads((cache / "tails" / f"{get_engine(engine).dist}.json").read_text())
             total += tails[row["version"]]
             members = {p.name for p in (folder / "members").iterdir()} if (folder / "members").is_dir() else set()

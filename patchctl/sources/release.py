@@ -303,6 +303,7 @@ class ReleaseSource:
         # Kept as the zip's own bytes (parsed again on a warm read as fast as JSON would load, and
         # a tenth of the CPU to write): the matrix caches ~180k entries cold.
         write_atomic(cd_file, _framed(cd), durable=False)
+        (self.dir / "central-directory.json").unlink(missing_ok=True)  # an older patchctl's form of it
         _record_tail(self.cache_root, project, self.artifact.version, zipread.tail_need(size, entries, where.offset))
         self._entries = entries
         return entries
@@ -383,7 +384,7 @@ class ReleaseSource:
         if self._record is not None:
             return self._record
         entries = self._central_directory()
-        record_name = zipread.record_name(list(entries))
+        record_name = zipread.record_name(entries)
         hashes: dict[str, str] = {}
         if record_name:
             hashes = self._parse_record(record_name, self._read_member(entries[record_name]))

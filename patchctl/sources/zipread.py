@@ -9,6 +9,7 @@ import csv
 import io
 import struct
 import zlib
+from collections.abc import Reversible
 from typing import NamedTuple
 
 # The first tail read of a wheel should hold the end record, the central directory and RECORD (the
@@ -53,7 +54,7 @@ class CentralDirectoryLocation(NamedTuple):
 def tail_need(size: int, entries: dict[str, ZipEntry], cd_offset: int) -> int:
     """What a tail read of this wheel had to hold: from RECORD's local header (or the central
     directory, without RECORD) to the end."""
-    name = record_name(list(entries))
+    name = record_name(entries)
     start = min(cd_offset, entries[name].header_offset) if name is not None else cd_offset
     return size - start
 
@@ -115,7 +116,7 @@ def parse_central_directory(cd: bytes) -> dict[str, ZipEntry]:
     return entries
 
 
-def record_name(names) -> str | None:
+def record_name(names: Reversible[str]) -> str | None:
     """The wheel's own RECORD (`<name>-<version>.dist-info/RECORD` at the top, not a vendored
     package's), looked for from the end: the build tools write it last."""
     for name in reversed(names):
