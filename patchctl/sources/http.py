@@ -179,7 +179,7 @@ def _request(method: str, url: str, headers: dict, stream: bool) -> Response:
             if response.status_code == 303:
                 method = "GET"
             continue
-        if not stream and method != "HEAD":
+        if not stream:
             response.content  # noqa: B018
         return response
     raise NetworkError(f"{url}: too many redirects")
@@ -211,12 +211,7 @@ def _send(method: str, key: tuple, target: str, headers: dict, url: str) -> Resp
                 time.sleep(0.5 * 2 ** attempt)
                 attempt += 1
                 continue
-            if method == "HEAD":
-                raw.read()
-            response = Response(conn, raw, url, key)
-            if method == "HEAD":
-                response._release()
-            return response
+            return Response(conn, raw, url, key)
         if attempt >= RETRIES or isinstance(exc_to_raise, (TimeoutError, http.client.HTTPException)):
             raise exc_to_raise
         time.sleep(0.5 * 2 ** attempt)
@@ -228,10 +223,6 @@ def get(url: str, *, headers: dict | None = None, stream: bool = False, what: st
         return _request("GET", url, dict(headers or {}), stream)
     except (OSError, http.client.HTTPException, EOFError, ValueError) as exc:  # ValueError: a bad port
         raise NetworkError(f"cannot reach {what or url}: {_short(exc)}") from None
-
-
-def head(url: str) -> Response:
-    return _request("HEAD", url, {}, False)
 
 
 def _short(exc: Exception) -> str:
