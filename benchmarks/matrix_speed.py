@@ -33,8 +33,10 @@ from patchctl.store import Store
 
 def needed_bytes(doc: dict, cache: Path) -> int:
     """The lower bound described in the module docstring, for the rows of a cold run."""
+    from patchctl.atomic import read_verified
     from patchctl.engines import get_engine
     from patchctl.sources import zipread
+    from patchctl.sources.release import CENTRAL_DIRECTORY_FILE
 
     total = 0
     for engine, data in doc["engines"].items():
@@ -43,11 +45,11 @@ def needed_bytes(doc: dict, cache: Path) -> int:
             folder = cache / "artifacts" / str(row.get("sha256"))
             if not row.get("bytes_fetched") or not folder.is_dir():
                 continue
-            cd_file = folder / "central-directory.bin"  # the sha256 line, then the zip's own bytes
-            if not cd_file.is_file():  # read whole (an sdist)
+            cd = read_verified(folder / CENTRAL_DIRECTORY_FILE)
+            if cd is None:  # read whole (an sdist)
                 total += row["bytes_fetched"]
                 continue
-            entries = zipread.parse_central_directory(cd_file.read_bytes().split(b"\n", 1)[1])
+            entries = zipread.parse_central_directory(cd)
             record = zipread.record_name(entries)  # in the tail
             tails = json.loads((cache / "tails" / f"{get_engine(engine).dist}.json").read_text())
             total += tails[row["version"]]

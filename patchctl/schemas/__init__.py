@@ -1,7 +1,7 @@
 """JSON Schema documents for every file patchctl reads that a person, a crash or a full disk may have
 damaged: the store (series.yaml, patch.yaml), a target's state record and journal, the download cache's
 index pages, index responses and the matrix (the cache's binary files carry their own sha256 instead:
-sources/release.py `_framed`). One schema file per
+atomic.write_verified). One schema file per
 document kind (`<name>.json` beside this module), validated with fastjsonschema, which compiles a schema
 to plain Python: about 10 ms of import on the hot path, against 150-220 ms for pydantic or jsonschema
 (`ensure` runs before every service start). Tests cross-check the schemas with the jsonschema package.
@@ -29,40 +29,38 @@ def _validator(name: str) -> Callable[[Any], Any]:
     cache (<cache>/validators/, keyed by the schema's bytes, fastjsonschema's and Python's versions)
     and loads in a fraction of a millisecond. A cached file is checked by its sha256 before it is
     loaded; a damaged or unwritable cache only means generating the code again."""
-    import fastjsonschema
-
-    code = _cached_validator_code(name, fastjsonschema)
+    code = _cached_validator_code(name)
     namespace: dict[str, Any] = {}
     exec(code, namespace)  # noqa: S102  (code fastjsonschema generated from our own schema)
     return namespace["validate"]
 
 
-def _cached_validator_code(name: str, fastjsonschema: Any) -> Any:
+def _cached_validator_code(name: str) -> Any:
     import hashlib
     import marshal
     import sys
 
+    import fastjsonschema
+
     from patchctl import config
-    from patchctl.atomic import write_atomic
+    from patchctl.atomic import read_verified, write_verified
 
     raw = resources.files("patchctl.schemas").joinpath(f"{name}.json").read_bytes()
     key = hashlib.sha256(b"\0".join((raw, fastjsonschema.VERSION.encode(), sys.version.encode()))).hexdigest()[:16]
     file = config.cache_dir() / "validators" / f"{name}-{key}.marshal"
     try:
-        data = file.read_bytes()
-    except OSError:
-        data = b""
-    digest, payload = data[:32], data[32:]
-    if payload and hashlib.sha256(payload).digest() == digest:
+        payload = read_verified(file)
+    except OSError:  # e.g. an unreadable cache folder
+        payload = None
+    if payload:
         try:
             return marshal.loads(payload)
         except (EOFError, ValueError, TypeError):
             pass
     # compile_to_code is what fastjsonschema.compile executes, as text; `validate` is the root schema's function.
     code = compile(fastjsonschema.compile_to_code(schema(name)), f"<schema {name}>", "exec")
-    payload = marshal.dumps(code)
     try:
-        write_atomic(file, hashlib.sha256(payload).digest() + payload, durable=False)
+        write_verified(file, marshal.dumps(code))
     except OSError:
         pass  # a read-only or full cache: the next run generates the code again
     return code

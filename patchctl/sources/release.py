@@ -30,7 +30,7 @@ from typing import NamedTuple
 
 from packaging.utils import canonicalize_name
 
-from patchctl.atomic import write_atomic
+from patchctl.atomic import read_verified, write_atomic, write_verified
 from patchctl.engines import Engine
 from patchctl.errors import EnvironmentProblem, NetworkError, UsageError
 from patchctl.sources import http, zipread
@@ -256,15 +256,11 @@ class ReleaseSource:
         if self._absent_file(path).is_file():
             self._verified[path] = None
             return True
-        try:
-            raw = member.read_bytes()
-        except (FileNotFoundError, NotADirectoryError):
-            return False
-        data = _unframed(raw)
+        data = read_verified(member)
         if data is not None:
             self._verified[path] = data
             return True
-        member.unlink()  # corrupt (or an older cache's layout): fetch again
+        member.unlink(missing_ok=True)  # corrupt (or an older cache's layout): fetch again
         return False
 
     def _store(self, path: str, data: bytes | None) -> None:
@@ -272,9 +268,9 @@ class ReleaseSource:
         if data is None:
             write_atomic(self._absent_file(path), b"", durable=False)
             return
-        # One file, its sha256 first, which every read checks (_cached_ok): so not fsynced (two
-        # fsyncs, ~16 ms here, per member, and the matrix writes a few hundred).
-        write_atomic(self._member_file(path), _framed(data), durable=False)
+        # Its sha256 first, which every read checks (_cached_ok): so not fsynced (two fsyncs, ~16 ms
+        # here, per member, and the matrix writes a few hundred).
+        write_verified(self._member_file(path), data)
 
     def _archive_name(self, path: str) -> str:
         return self.engine.layout_prefix(self.artifact.kind) + path
@@ -302,7 +298,7 @@ class ReleaseSource:
         entries, where, cd = self._parse_tail(tail_start)
         # Kept as the zip's own bytes (parsed again on a warm read as fast as JSON would load, and
         # a tenth of the CPU to write): the matrix caches ~180k entries cold.
-        write_atomic(cd_file, _framed(cd), durable=False)
+        write_verified(cd_file, cd)
         (self.dir / "central-directory.json").unlink(missing_ok=True)  # an older patchctl's form of it
         _record_tail(self.cache_root, project, self.artifact.version, zipread.tail_need(size, entries, where.offset))
         self._entries = entries
@@ -344,21 +340,18 @@ class ReleaseSource:
     def _cached_central_directory(self, cd_file: Path) -> dict[str, ZipEntry] | None:
         """The cached file list, or None when there is none. A damaged one is deleted when the network
         can read the list again; offline, it is an error that says how to refresh it."""
-        try:
-            raw = cd_file.read_bytes()
-        except (FileNotFoundError, NotADirectoryError):
+        if not cd_file.is_file():
             return None
-        cd = _unframed(raw)
-        wrong = "its bytes do not match the sha256 it starts with" if cd is None else None
+        cd = read_verified(cd_file)
+        wrong = "its bytes do not match the sha256 it starts with"
         if cd is not None:
             try:
                 entries = zipread.parse_central_directory(cd)
-            except (zipread.ZipFormatError, struct.error, UnicodeDecodeError) as exc:
-                wrong = f"not a central directory ({exc})"
-            else:
                 if entries or not cd:
                     return entries
                 wrong = "not a central directory"
+            except (zipread.ZipFormatError, struct.error, UnicodeDecodeError) as exc:
+                wrong = f"not a central directory ({exc})"
         if self.offline:
             raise EnvironmentProblem(f"cache file {cd_file} is damaged; run once without --offline "
                                      f"to refresh it ({wrong})")
@@ -643,21 +636,8 @@ def _stat_key(path: Path, sha256: str) -> str:
     return f"{st.st_size} {st.st_mtime_ns} {st.st_ino} {sha256}"
 
 
-# A wheel's central directory as the cache keeps it (framed as the members are).
+# A wheel's central directory as the cache keeps it (atomic.write_verified, as the members are).
 CENTRAL_DIRECTORY_FILE = "central-directory.bin"
-
-
-def _framed(data: bytes) -> bytes:
-    """A cache file that vouches for itself: the sha256 of its bytes, a newline, the bytes."""
-    return hashlib.sha256(data).hexdigest().encode() + b"\n" + data
-
-
-def _unframed(raw: bytes) -> bytes | None:
-    """The bytes of a _framed file; None when they are not what was written (truncated, damaged)."""
-    expected, data = raw[:64], raw[65:]
-    if raw[64:65] == b"\n" and hashlib.sha256(data).hexdigest().encode() == expected:
-        return data
-    return None
 
 
 def _starts_with(path: Path, magic: bytes) -> bool:
