@@ -19,8 +19,8 @@ from pathlib import Path
 from packaging.version import Version
 
 from patchctl.config import resolve_index
-from patchctl.engine import evaluate as engine_apply
 from patchctl.engines import get_engine
+from patchctl.patching import evaluate
 from patchctl.sources import http
 from patchctl.sources.index import PackageIndex
 from patchctl.sources.release import ReleaseSource, choose_artifact
@@ -32,7 +32,7 @@ def sparse(version: Version, cache: Path, patches) -> tuple[float, int, int, lis
     index = PackageIndex(resolve_index().url, cache)
     artifact = choose_artifact(index.project("vllm"), version)
     source = ReleaseSource(get_engine("vllm"), artifact, cache)
-    result = engine_apply.evaluate(patches, version, source)
+    result = evaluate.evaluate(patches, version, source)
     return time.perf_counter() - start, source.bytes_fetched, artifact.size, [o.outcome for o in result.outcomes]
 
 

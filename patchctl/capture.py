@@ -160,7 +160,7 @@ def _refuse_binary(files: FileEdits) -> None:
 def verify(data: bytes, files: FileEdits, where: str) -> None:
     """The variant, parsed as every command parses it, turns each before into its after exactly and
     with every hunk clean (no offset, no fuzz): what `check` will find on the release."""
-    from patchctl.engine.hunks import apply_hunks, parse_variant
+    from patchctl.patching.hunks import apply_hunks, parse_variant
 
     parsed = parse_variant(data, where)
     if set(parsed.paths) != {p for p, (before, after) in files.items() if before != after}:

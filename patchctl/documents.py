@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from patchctl.errors import PatchctlError
 
 if TYPE_CHECKING:  # the apply engine is not imported by `status` and `revert`
-    from patchctl.engine.evaluate import PatchOutcome, SeriesResult
+    from patchctl.patching.evaluate import PatchOutcome, SeriesResult
 
 SCHEMA = "patchctl/1"
 

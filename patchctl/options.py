@@ -158,7 +158,7 @@ def apply_options(f: F) -> F:
     """--strict, --allow-modified → `options` (the apply engine's Options)."""
 
     def build(strict: bool, allow_modified: bool) -> Any:
-        from patchctl.engine.evaluate import Options
+        from patchctl.patching.evaluate import Options
 
         return Options(strict=strict, allow_modified=allow_modified)
 
@@ -175,7 +175,7 @@ def write_options(f: F) -> F:
     are — a hunk that only applies with reduced context is refused unless --allow-fuzz. → `options`."""
 
     def build(allow_fuzz: bool, strict: bool, allow_modified: bool) -> Any:
-        from patchctl.engine.evaluate import Options
+        from patchctl.patching.evaluate import Options
 
         return Options(strict=not allow_fuzz, allow_modified=allow_modified,
                        fuzz_refusal="apply refuses fuzz by default: review the hunks with `patchctl check`, "
@@ -192,7 +192,7 @@ def write_options(f: F) -> F:
 
 
 def _target_spec(**flags: Any) -> Any:
-    from patchctl.target.find import TargetSpec
+    from patchctl.tree.find import TargetSpec
 
     return TargetSpec(**flags)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING
 
-from patchctl.sources.base import NoProgress
+from patchctl.sources.files import NoProgress
 
 if TYPE_CHECKING:
     from rich.progress import Progress

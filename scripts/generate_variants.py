@@ -14,7 +14,7 @@ a different source per release family (ByTree: the recipe reads the pristine tre
 
 For every release a patch claims (its applies_to, among the releases on the package index;
 ascending) the recipe is applied to that release's pristine files (patchctl's cached pristine tree,
-patchctl.sources.fetch + patchctl.checks.trees) in a scratch git repository, committed and exported
+patchctl.sources.fetch + patchctl.smoketest.trees) in a scratch git repository, committed and exported
 with patchctl.gitutil (fixed identity and dates: same trees + same sources -> same bytes). A new
 variant file is made only where the newest variant so far does not give the release exactly the
 files the recipe gives it; the store keeps as few variants as the code history needs. Variant files
@@ -455,7 +455,7 @@ def pristine_tree(patch: Patch, version: Version, ctx, pristine_root: Path | Non
     engine = get_engine(patch.engine)
     if pristine_root:
         return pristine_root / f"{engine.dist}-{version}-sdist"
-    from patchctl.checks import trees
+    from patchctl.smoketest import trees
     from patchctl.sources import fetch
 
     return trees.pristine_tree(fetch.release(engine, version, ctx, prefer_sdist=True))

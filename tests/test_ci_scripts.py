@@ -355,7 +355,7 @@ def replay_module():
 def rebase_doc(tmp_path, builder, fresh_cache):
     """The local-index rebase fixture of tests/rebase/test_replay.py (`setup`): on 1.1, `shift` is
     refreshed and `clash` conflicts. Returns the real `patchctl rebase --json` document's path."""
-    from patchctl.testing.cli import run_json
+    from patchctl.testing.invoke import run_json
 
     replay = replay_module()
     files = tmp_path / "files"

@@ -30,9 +30,9 @@ from hypothesis import strategies as st
 
 from patchctl.errors import EnvironmentProblem, PatchctlError
 from patchctl.testing.builders import build_wheel
-from patchctl.testing.cli import run_json
 from patchctl.testing.fixtures import PRISTINE, loader_with
 from patchctl.testing.index_server import IndexServer
+from patchctl.testing.invoke import run_json
 
 REPO = Path(__file__).resolve().parent.parent
 PROPERTY = settings(max_examples=100, deadline=None, database=None,

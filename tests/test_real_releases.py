@@ -7,7 +7,7 @@ from patchctl.engines import get_engine
 from patchctl.sources.fetch import SourceContext, release
 from patchctl.store import Store
 from patchctl.testing.builders import write_tree
-from patchctl.testing.cli import run_json
+from patchctl.testing.invoke import run_json
 
 pytestmark = pytest.mark.network
 

@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from patchctl.testing.builders import install_fake_dist
-from patchctl.testing.cli import run_json
 from patchctl.testing.fixtures import PRISTINE, loader_with
+from patchctl.testing.invoke import run_json
 
 HEAVY = ("requests", "git", "rich", "matplotlib", "urllib3")
 

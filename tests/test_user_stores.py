@@ -8,8 +8,8 @@ import yaml
 
 from patchctl.bundled import bundled_store
 from patchctl.testing.builders import StoreBuilder
-from patchctl.testing.cli import run_json
 from patchctl.testing.fixtures import PRISTINE, loader_with
+from patchctl.testing.invoke import run_json
 
 
 @pytest.fixture(autouse=True)

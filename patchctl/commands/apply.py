@@ -4,8 +4,8 @@ from __future__ import annotations
 import click
 
 from patchctl import outcomes as O
-from patchctl.commands.base import patchctl_command
 from patchctl.commands.check import moved_warnings
+from patchctl.commands.framework import patchctl_command
 from patchctl.commands.text import print_outcomes
 from patchctl.documents import document, series_json
 from patchctl.errors import EXIT_OK, EXIT_PATCH_FAILED
@@ -19,8 +19,8 @@ def run(spec: str, store, ctx, options, where, *, install: bool = False, keep_go
     """`name` is the document's command: ensure runs this, stopping early on an intact target."""
     from patchctl.engines import get_engine
     from patchctl.sources import installed as inst
-    from patchctl.target import find
-    from patchctl.target.operations import Target
+    from patchctl.tree import find
+    from patchctl.tree.operations import Target
 
     ref = parse_spec(spec)
     if no_deps and not install:
@@ -66,8 +66,8 @@ def _build_line(build) -> str:
 
 def _apply_one(target, *, store, ctx, options, keep_going, dry_run, wait, force, name, python) -> dict:
     from patchctl.sources.fetch import base_files_for
-    from patchctl.target import operations as tgt
-    from patchctl.target.find import requirement_warnings
+    from patchctl.tree import operations as tgt
+    from patchctl.tree.find import requirement_warnings
 
     ensure = name == "ensure"
     fields = dict(engine=target.engine.name, version=str(target.version), target=str(target.root),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from patchctl.commands.base import patchctl_command
+from patchctl.commands.framework import patchctl_command
 from patchctl.documents import document
 from patchctl.errors import EXIT_OK, UsageError
 from patchctl.options import ENGINE, checks_python_option, source_options, store_option
@@ -16,7 +16,7 @@ def run(engine: str, patch_name: str, store, ctx, *, good: str, bad: str, smoke:
 
     from patchctl import config
     from patchctl.engines import get_engine
-    from patchctl.rebase import bisect as bisect_mod
+    from patchctl.rebase import first_break
 
     eng = get_engine(engine)
     series = store.series(engine).patches
@@ -29,7 +29,7 @@ def run(engine: str, patch_name: str, store, ctx, *, good: str, bad: str, smoke:
         git_repo = open_repo(ctx.repo, config.cache_dir(), offline=ctx.offline)
         commits = git_repo.git.rev_list("--reverse", "--first-parent", f"{good}..{bad}").split()
         points = [git_repo.commit(good).hexsha] + commits
-        predicate = bisect_mod.commit_predicate(patch, series, git_repo, eng, ctx.version_override)
+        predicate = first_break.commit_predicate(patch, series, git_repo, eng, ctx.version_override)
     else:
         try:
             lo, hi = Version(good), Version(bad)
@@ -39,14 +39,14 @@ def run(engine: str, patch_name: str, store, ctx, *, good: str, bad: str, smoke:
         points = [str(v) for v in ctx.index().project(eng.dist).versions() if lo <= v <= hi]
         gate = None
         if smoke:
-            from patchctl.checks.smoke import cpu_gate
+            from patchctl.smoketest.suite import cpu_gate
 
             cpu = cpu_gate(store, ctx, python)
 
             def gate(version):
                 return cpu(patch, version)
-        predicate = bisect_mod.release_predicate(patch, series, ctx, eng, gate)
-    result = bisect_mod.bisect(points, predicate)
+        predicate = first_break.release_predicate(patch, series, ctx, eng, gate)
+    result = first_break.bisect(points, predicate)
     return document("bisect", EXIT_OK, patch=patch_name, engine=engine, first_bad=result.first_bad,
                     last_good=result.last_good, steps=[s._asdict() for s in result.steps],
                     message=f"{patch_name} first breaks at {result.first_bad} (last good {result.last_good}, "

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from patchctl.commands.base import patchctl_command
+from patchctl.commands.framework import patchctl_command
 from patchctl.commands.text import print_outcomes
 from patchctl.documents import document, series_json
 from patchctl.errors import EXIT_OK, EXIT_PATCH_FAILED
@@ -12,7 +12,7 @@ from patchctl.spec import parse_spec
 
 
 def run(spec: str, store, ctx, options, *, only: tuple[str, ...] = ()) -> tuple[dict, int]:
-    from patchctl.engine.evaluate import evaluate, needed_paths
+    from patchctl.patching.evaluate import evaluate, needed_paths
     from patchctl.sources import fetch
 
     ref = parse_spec(spec)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from patchctl.commands.base import patchctl_command
+from patchctl.commands.framework import patchctl_command
 from patchctl.documents import document
 from patchctl.errors import EXIT_OK
 from patchctl.options import ENGINE, fetch_options, target_options
@@ -14,8 +14,8 @@ from patchctl.spec import parse_spec
 def run(engine: str, where, ctx, *, files: tuple[str, ...] = ()) -> tuple[dict, int]:
     from patchctl import capture
     from patchctl.sources import fetch
-    from patchctl.target import edits as ed
-    from patchctl.target.find import find_target
+    from patchctl.tree import edits as ed
+    from patchctl.tree.find import find_target
 
     target = find_target(parse_spec(engine), where)
     scan = ed.scan(target, ctx=ctx, files=files)

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import click
 
-from patchctl.commands.base import patchctl_command
+from patchctl.commands.framework import patchctl_command
 from patchctl.documents import document
 from patchctl.errors import EXIT_OK
 from patchctl.options import ENGINE, source_options, store_option
 
 
 def run(store, ctx, engines: tuple[str, ...] = ()) -> tuple[dict, int]:
-    from patchctl.engine.evaluate import evaluate
     from patchctl.engines import get_engine
+    from patchctl.patching.evaluate import evaluate
     from patchctl.sources import fetch
     from patchctl.store import drop_rule_met
 

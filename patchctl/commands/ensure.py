@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from patchctl.commands import apply as apply_command
-from patchctl.commands.base import patchctl_command
+from patchctl.commands.framework import patchctl_command
 from patchctl.errors import EXIT_OK
 from patchctl.options import writer_options
 

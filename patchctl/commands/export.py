@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from patchctl.commands.base import patchctl_command
+from patchctl.commands.framework import patchctl_command
 from patchctl.commands.text import print_outcomes
 from patchctl.documents import document, series_json
 from patchctl.errors import EXIT_OK, EXIT_PATCH_FAILED, UsageError
@@ -17,9 +17,9 @@ from patchctl.spec import parse_spec
 
 
 def run(spec: str, dest: Path, store, ctx, options, *, full: bool = False) -> tuple[dict, int]:
-    from patchctl.engine.evaluate import evaluate
+    from patchctl.patching.evaluate import evaluate
     from patchctl.sources import fetch
-    from patchctl.sources.base import DirectorySource
+    from patchctl.sources.files import DirectorySource
     from patchctl.sources.release import ReleaseSource
 
     ref = parse_spec(spec)
@@ -82,7 +82,7 @@ def _installable(engine, version, ctx, chosen):
 
 
 def _copy_tree(source, engine, dest: Path) -> None:
-    from patchctl.sources.base import DirectorySource
+    from patchctl.sources.files import DirectorySource
 
     if isinstance(source, DirectorySource):
         for package in engine.packages:

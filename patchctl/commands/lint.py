@@ -1,7 +1,7 @@
 """`patchctl lint`: validate the store: schema, pinned hashes, that every variant parses, sane ranges."""
 from __future__ import annotations
 
-from patchctl.commands.base import patchctl_command
+from patchctl.commands.framework import patchctl_command
 from patchctl.documents import document
 from patchctl.errors import EXIT_OK, EXIT_USAGE, StoreError
 from patchctl.options import store_option
@@ -30,8 +30,8 @@ def run(store) -> tuple[dict, int]:
 
 
 def _lint_one(store, envs: set[str]) -> tuple[dict, int]:
-    from patchctl.engine.hunks import parse_variant
     from patchctl.engines import get_engine
+    from patchctl.patching.hunks import parse_variant
 
     problems: list[dict] = []
     checked = 0
@@ -93,7 +93,7 @@ def _unfinished(patch, where: str, problem) -> None:
     """The placeholders `patchctl new` writes without --title / --why ("TODO: ..."), in patch.yaml and in
     the variants' subjects: a patch nobody can review yet."""
     from patchctl.capture import is_placeholder
-    from patchctl.engine.hunks import parse_variant
+    from patchctl.patching.hunks import parse_variant
 
     for key in ("title", "why"):
         if is_placeholder(getattr(patch, key)):

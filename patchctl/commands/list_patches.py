@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from patchctl.commands.base import patchctl_command
+from patchctl.commands.framework import patchctl_command
 from patchctl.commands.text import table
 from patchctl.documents import document
 from patchctl.errors import EXIT_OK

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
-from patchctl.commands.base import examples, run_and_exit
-from patchctl.commands.base import patchctl_command as subcommand
+from patchctl.commands.framework import examples, run_and_exit
+from patchctl.commands.framework import patchctl_command as subcommand
 from patchctl.documents import document
 from patchctl.errors import EXIT_OK, EXIT_PATCH_FAILED, UsageError
 from patchctl.options import ENGINE, checks_python_option, json_option, source_options, store_option
@@ -27,8 +27,8 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
 
 def smoke_runner(store, ctx, python: str | None):
     """(engine, version) -> {patch: smoke result}, for matrix cells that claim more than 'applies'."""
-    from patchctl.checks.smoke import run_smoke
     from patchctl.engines import get_engine
+    from patchctl.smoketest.suite import run_smoke
     from patchctl.spec import EngineRef
 
     def run_cells(engine, version, ref=None):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import click
 
-from patchctl.commands.base import patchctl_command
+from patchctl.commands.framework import patchctl_command
 from patchctl.documents import document
 from patchctl.errors import EXIT_OK, UsageError
 from patchctl.options import ENGINE, fetch_options, target_options, wait_option
@@ -21,8 +21,8 @@ def run(engine: str, name: str, where, store_dir: str | None, ctx, *, files: tup
         title: str | None = None, why: str | None = None, wait: float = 0.0) -> tuple[dict, int]:
     from patchctl import capture
     from patchctl.sources import fetch
-    from patchctl.target import edits as ed
-    from patchctl.target.find import find_target
+    from patchctl.tree import edits as ed
+    from patchctl.tree.find import find_target
 
     store_root = capture.writable_store(store_dir)
     capture.check_new_name(store_root, engine, name)
@@ -77,7 +77,7 @@ def run(engine: str, name: str, where, store_dir: str | None, ctx, *, files: tup
 
 
 def _named(target, files: tuple[str, ...]) -> list[str]:
-    from patchctl.target.edits import inside_engine
+    from patchctl.tree.edits import inside_engine
 
     return [inside_engine(target, f) for f in files]
 

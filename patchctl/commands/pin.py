@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from packaging.version import Version
 
-from patchctl.commands.base import patchctl_command
+from patchctl.commands.framework import patchctl_command
 from patchctl.documents import document
 from patchctl.errors import EXIT_OK
 from patchctl.options import store_option

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from patchctl.commands.base import patchctl_command
+from patchctl.commands.framework import patchctl_command
 from patchctl.commands.text import Literal, coloured, print_lines, table
 from patchctl.documents import document
 from patchctl.errors import EXIT_OK, EXIT_PATCH_FAILED
@@ -45,8 +45,8 @@ def verify_with_smoke(store, ctx, python: str | None):
     with an unpinned file (a kill during the checks would leave one behind)."""
 
     def verify(patch, version, new_variant: bytes) -> tuple[bool, str]:
-        from patchctl.checks.smoke import cpu_gate
-        from patchctl.engine.evaluate import Options
+        from patchctl.patching.evaluate import Options
+        from patchctl.smoketest.suite import cpu_gate
         from patchctl.store import Store
 
         if (patch.directory / f"{version}.patch").exists():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from patchctl.commands.base import patchctl_command
+from patchctl.commands.framework import patchctl_command
 from patchctl.documents import document
 from patchctl.errors import EXIT_OK, UsageError
 from patchctl.options import ENGINE, fetch_options, target_options, wait_option
@@ -17,12 +17,12 @@ REFRESHED, ADDED, UNCHANGED = "refreshed", "added", "unchanged"
 def run(engine: str, name: str, where, store_dir: str | None, ctx, *, files: tuple[str, ...] = (),
         wait: float = 0.0) -> tuple[dict, int]:
     from patchctl import capture
-    from patchctl.engine.evaluate import load_variant
+    from patchctl.patching.evaluate import load_variant
     from patchctl.sources import fetch
     from patchctl.store import Store, choose_variant
-    from patchctl.target import edits as ed
-    from patchctl.target.find import find_target
-    from patchctl.target.journal import sha256
+    from patchctl.tree import edits as ed
+    from patchctl.tree.find import find_target
+    from patchctl.tree.journal import sha256
 
     store_root = capture.writable_store(store_dir)
     store = Store.open(store_root)
@@ -90,7 +90,7 @@ def _base_files(target, series, patch, version, release, paths, pristine) -> dic
     """What the patch's change is the difference from: the release's files with the applied patches
     that come before it in the series (the tree's record says which). A later applied patch touching
     the same file is refused: only the topmost patch of a file can be refreshed (quilt's rule)."""
-    from patchctl.engine.evaluate import Options, evaluate, load_variant
+    from patchctl.patching.evaluate import Options, evaluate, load_variant
     from patchctl.store import choose_variant
 
     record = target.state().load()
@@ -122,7 +122,7 @@ def _base_files(target, series, patch, version, release, paths, pristine) -> dic
 
 def _gives(parsed, changed: dict) -> bool:
     """The parsed variant turns each base into the edited bytes exactly (clean or at an offset)."""
-    from patchctl.engine.hunks import apply_hunks
+    from patchctl.patching.hunks import apply_hunks
 
     for fp in parsed.files:
         before, after = changed[fp.path]
@@ -135,7 +135,7 @@ def _gives(parsed, changed: dict) -> bool:
 
 
 def unmanaged_besides(target, paths) -> list[str]:
-    from patchctl.target.edits import unmanaged
+    from patchctl.tree.edits import unmanaged
 
     try:
         return [p for p in unmanaged(target) if p not in paths]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from patchctl.commands.base import patchctl_command
+from patchctl.commands.framework import patchctl_command
 from patchctl.documents import document
 from patchctl.errors import EXIT_OK
 from patchctl.options import ENGINE, VERSION, store_option

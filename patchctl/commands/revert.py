@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from patchctl.commands.base import patchctl_command
+from patchctl.commands.framework import patchctl_command
 from patchctl.documents import document
 from patchctl.errors import EXIT_OK
 from patchctl.options import fetch_options, store_option, target_options, wait_option
@@ -12,8 +12,8 @@ from patchctl.spec import parse_spec
 
 
 def run(spec: str, where, *, force: bool = False, wait: float = 0.0) -> tuple[dict, int]:
-    from patchctl.target import operations as tgt
-    from patchctl.target.find import find_target
+    from patchctl.tree import operations as tgt
+    from patchctl.tree.find import find_target
 
     target = find_target(parse_spec(spec), where)
     rep = tgt.revert(target, force=force, wait=wait)
@@ -25,9 +25,9 @@ def run_from_release(spec: str, where, store, ctx, *, wait: float = 0.0) -> tupl
     can touch at this version, and every file the dist-info RECORD says differs, gets the release's
     own bytes (read from its artifact, checked against the wheel's RECORD)."""
     from patchctl.sources import fetch
-    from patchctl.target import operations as tgt
-    from patchctl.target.edits import record_mismatches
-    from patchctl.target.find import find_target
+    from patchctl.tree import operations as tgt
+    from patchctl.tree.edits import record_mismatches
+    from patchctl.tree.find import find_target
 
     target = find_target(parse_spec(spec), where)
     # Changed or missing files RECORD hashes (not files it does not list: the release has no bytes for them).
@@ -39,7 +39,7 @@ def run_from_release(spec: str, where, store, ctx, *, wait: float = 0.0) -> tupl
 
 
 def series_paths(store, engine: str, version) -> list[str]:
-    from patchctl.engine.evaluate import load_variant
+    from patchctl.patching.evaluate import load_variant
     from patchctl.store import choose_variant
 
     paths = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from patchctl.commands.base import patchctl_command
+from patchctl.commands.framework import patchctl_command
 from patchctl.commands.text import Literal, coloured, table
 from patchctl.documents import document
 from patchctl.errors import EXIT_OK, EXIT_PATCH_FAILED
@@ -14,7 +14,7 @@ from patchctl.spec import parse_spec
 
 def run(spec: str, store, ctx, *, only: tuple[str, ...] = (), tier: str = "cpu", python: str | None = None,
         notify=None) -> tuple[dict, int]:
-    from patchctl.checks.smoke import run_smoke
+    from patchctl.smoketest.suite import run_smoke
 
     done = run_smoke(parse_spec(spec), store, ctx, only=only, tier=tier, python=python, notify=notify)
     code = EXIT_PATCH_FAILED if done.failed else EXIT_OK

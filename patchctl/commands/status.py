@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from patchctl.commands.base import patchctl_command
+from patchctl.commands.framework import patchctl_command
 from patchctl.documents import document
 from patchctl.errors import EXIT_OK, EXIT_PATCH_FAILED
 from patchctl.options import target_options
@@ -14,8 +14,8 @@ EXIT_BY_STATE = {"intact": EXIT_OK, "not-applied": EXIT_OK, "wiped": EXIT_PATCH_
 
 
 def run(spec: str, where, *, wait: float = 30.0) -> tuple[dict, int]:
-    from patchctl.target import operations as tgt
-    from patchctl.target.find import find_target
+    from patchctl.tree import operations as tgt
+    from patchctl.tree.find import find_target
 
     target = find_target(parse_spec(spec), where)
     st, recovered = tgt.checked_status(target, wait)
@@ -44,7 +44,7 @@ def _unmanaged(target) -> tuple[list[str], list[str]]:
     """Hand edits: .py files of the engine's packages that differ from the dist-info RECORD and that no
     applied patch wrote. RECORD only (no network; a tree without one says nothing), and never a
     reason to change the exit code: an intact patch set with a hand edit beside it is still intact."""
-    from patchctl.target.edits import unmanaged
+    from patchctl.tree.edits import unmanaged
 
     try:
         return unmanaged(target), []

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from patchctl.commands.base import patchctl_command
+from patchctl.commands.framework import patchctl_command
 from patchctl.commands.text import Literal, coloured, print_lines, table
 from patchctl.documents import document
 from patchctl.errors import EXIT_OK, EXIT_PATCH_FAILED, UsageError
@@ -68,8 +68,8 @@ def run(
 
     from patchctl.serve.outputs import write_outputs
     from patchctl.serve.process import url_from_command
-    from patchctl.serve.runner import ServeConfig, run_serve_smoke, run_with_server
     from patchctl.serve.throughput import resolve_prompt
+    from patchctl.serve.validation import ServeConfig, run_validate, run_with_server
 
     ref = parse_spec(engine)
     if not url and not start:
@@ -114,7 +114,7 @@ def run(
     if argv:
         report = run_with_server(config, argv, ready_timeout_s=ready_timeout, progress=progress)
     else:
-        report = run_serve_smoke(config, progress)
+        report = run_validate(config, progress)
     warnings: list[str] = list(report.warnings)
     files = None
     if out is not None:
@@ -140,8 +140,8 @@ def served_patch_set(ref, *, python: str | None = None, target_dir: str | None =
     if python is None and target_dir is None:
         return "unknown", "unknown", None
     from patchctl.serve.baseline import applied_patch_set
-    from patchctl.target.find import TargetSpec, find_target
-    from patchctl.target.operations import status
+    from patchctl.tree.find import TargetSpec, find_target
+    from patchctl.tree.operations import status
 
     tree = find_target(ref, TargetSpec(python, target_dir, as_version))
     current = status(tree)

@@ -13,9 +13,9 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from patchctl import outcomes as O
-from patchctl.engine import evaluate as engine_apply
 from patchctl.engines import get_engine
 from patchctl.errors import PatchctlError, UsageError
+from patchctl.patching import evaluate
 from patchctl.sources import fetch
 from patchctl.store import Store, drop_rule_met
 from patchctl.yamlio import dump_yaml, load_yaml
@@ -56,7 +56,7 @@ def check_one(engine: str, version: Version, store: Store, ctx: fetch.SourceCont
     start = time.monotonic()
     try:
         source = upstream.source if upstream else fetch.release(eng, version, ctx)
-        result = engine_apply.evaluate(store.series(engine).patches, version, source)
+        result = evaluate.evaluate(store.series(engine).patches, version, source)
     except PatchctlError as exc:
         return {"version": str(version), "error": exc.message, "patches": {}}
     smoke_results = {}

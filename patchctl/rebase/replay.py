@@ -16,15 +16,15 @@ from packaging.version import Version
 
 from patchctl import gitutil
 from patchctl import outcomes as O
-from patchctl.engine import evaluate as engine_apply
-from patchctl.engine import relocate as relocate
-from patchctl.engine.hunks import parse_variant
 from patchctl.engines import get_engine
 from patchctl.errors import UsageError
 from patchctl.gitutil import git
+from patchctl.patching import evaluate
+from patchctl.patching import relocate as relocate
+from patchctl.patching.hunks import parse_variant
 from patchctl.rebase.rerere import rerere_dir
 from patchctl.sources import fetch
-from patchctl.sources.base import DirectorySource
+from patchctl.sources.files import DirectorySource
 from patchctl.store import Patch, Store, Variant, choose_variant, write_variant
 
 UNCHANGED, REFRESHED, CONFLICT, UPSTREAMED, OBSOLETE = "unchanged", "refreshed", "conflict", "upstreamed", "obsolete"
@@ -97,7 +97,7 @@ def rebase(engine_name: str, store: Store, new: Version, ctx: fetch.SourceContex
     items: list[RebaseItem] = []
     targets: list[tuple[Patch, Variant]] = []
     # What each patch is on the new version, as `check` would say it: the patches after it see it.
-    on_new: dict[str, engine_apply.PatchOutcome] = {}
+    on_new: dict[str, evaluate.PatchOutcome] = {}
     past: dict[str, str] = {}  # name -> the applies_to that excludes `new` (--past-applies-to)
     for patch in series.patches:
         choice = choose_variant(patch, new)
@@ -113,7 +113,7 @@ def rebase(engine_name: str, store: Store, new: Version, ctx: fetch.SourceContex
             kind, outcome, why = UPSTREAMED, O.UPSTREAMED, f"upstreamed_in {patch.upstreamed_in} covers {new}"
         else:
             kind, outcome, why = OBSOLETE, O.OBSOLETE, choice.reason
-        on_new[patch.name] = engine_apply.PatchOutcome(patch.name, outcome, None, why)
+        on_new[patch.name] = evaluate.PatchOutcome(patch.name, outcome, None, why)
         items.append(RebaseItem(patch.name, kind, None, None, why))
     if not targets:
         return RebaseReport(engine_name, str(old or ""), str(new), tuple(items), None)
@@ -145,11 +145,11 @@ def rebase(engine_name: str, store: Store, new: Version, ctx: fetch.SourceContex
     old_commit = gitutil.commit_all(repo, f"upstream {old}")
     git(repo, "checkout", "-q", "-b", "patches")
     commits: dict[str, str] = {}
-    on_old: dict[str, engine_apply.PatchOutcome] = {}
+    on_old: dict[str, evaluate.PatchOutcome] = {}
     for plan in plans:
         if plan.source is None:
             continue
-        result = engine_apply.evaluate((plan.patch,), old, DirectorySource(repo), earlier=on_old)
+        result = evaluate.evaluate((plan.patch,), old, DirectorySource(repo), earlier=on_old)
         on_old[plan.patch.name] = outcome = result.outcomes[0]
         if outcome.outcome in O.WRITES:
             _apply_changes(repo, result.changes)
@@ -182,11 +182,11 @@ def rebase(engine_name: str, store: Store, new: Version, ctx: fetch.SourceContex
     def fail(plan: _Plan, classification: str, old_variant: str | None, reason: str, **extra) -> None:
         failed.add(plan.patch.name)
         outcome = O.OBSOLETE if classification == OBSOLETE else O.CONFLICT
-        on_new[plan.patch.name] = engine_apply.PatchOutcome(plan.patch.name, outcome, None, reason)
+        on_new[plan.patch.name] = evaluate.PatchOutcome(plan.patch.name, outcome, None, reason)
         items.append(marked(RebaseItem(plan.patch.name, classification, old_variant, None, reason, **extra)))
 
     def carried(plan: _Plan, item: RebaseItem) -> None:
-        on_new[plan.patch.name] = engine_apply.PatchOutcome(plan.patch.name, O.CLEAN, item.new_variant, item.reason)
+        on_new[plan.patch.name] = evaluate.PatchOutcome(plan.patch.name, O.CLEAN, item.new_variant, item.reason)
         items.append(marked(item))
 
     for plan in plans:
@@ -200,7 +200,7 @@ def rebase(engine_name: str, store: Store, new: Version, ctx: fetch.SourceContex
             fail(plan, CONFLICT, (source or target).filename, f"depends on {blocked[0]}, which did not carry over")
             continue
         # As `patchctl check` sees it: the variant the new version gets, on the new tree.
-        direct = engine_apply.evaluate((patch,), new, DirectorySource(repo), earlier=on_new)
+        direct = evaluate.evaluate((patch,), new, DirectorySource(repo), earlier=on_new)
         outcome = direct.outcomes[0]
         if outcome.outcome == O.CLEAN:
             _commit(repo, direct.changes, target)
@@ -258,7 +258,7 @@ def rebase(engine_name: str, store: Store, new: Version, ctx: fetch.SourceContex
         if not git(repo, "diff", "--name-only", "HEAD~1", "HEAD").stdout.strip():
             items.append(marked(RebaseItem(patch.name, UPSTREAMED, source.filename, None,
                                            f"replaying it onto {new} changes nothing: the patched result is identical")))
-            on_new[patch.name] = engine_apply.PatchOutcome(patch.name, O.UPSTREAMED, None, "")
+            on_new[patch.name] = evaluate.PatchOutcome(patch.name, O.UPSTREAMED, None, "")
             continue
         new_bytes = gitutil.format_patch(repo)
         if resolution == "reused" and verify is not None:

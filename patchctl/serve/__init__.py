@@ -2,7 +2,7 @@
 throughput and a per-deployment baseline — and returns data; the command line and the text live in
 patchctl/commands/validate.py.
 
-    runner     ServeConfig, run_serve_smoke(config), run_with_server(config, command) for --start
+    validation ServeConfig, run_validate(config), run_with_server(config, command) for --start
     report     ServeReport: the result, plain immutable data, JSON-able
     client     the timing OpenAI-compatible HTTP client; sse: the stream parser under it
     answers    coherence mode `answers`: prompts whose replies a program checks

@@ -21,7 +21,7 @@ from patchctl.atomic import write_atomic
 from patchctl.errors import UsageError
 
 if TYPE_CHECKING:
-    from patchctl.target.journal import StateRecord
+    from patchctl.tree.journal import StateRecord
 
 FORMAT = 1
 DEFAULT_THRESHOLD = 0.05

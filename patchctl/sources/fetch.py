@@ -13,7 +13,7 @@ from packaging.version import InvalidVersion, Version
 from patchctl import config
 from patchctl.engines import NightlySource
 from patchctl.errors import NetworkError, UsageError, plain_network_reason
-from patchctl.sources.base import DirectorySource, FileSource, ProgressSink
+from patchctl.sources.files import DirectorySource, FileSource, ProgressSink
 from patchctl.sources.installed import version_of_tree
 from patchctl.spec import EngineRef
 

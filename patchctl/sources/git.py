@@ -10,7 +10,7 @@ from pathlib import Path
 import git
 
 from patchctl.errors import NetworkError, UsageError
-from patchctl.sources.base import Provenance
+from patchctl.sources.files import Provenance
 
 
 def _is_local(repo: str) -> bool:

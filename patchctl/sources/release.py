@@ -34,7 +34,7 @@ from patchctl.atomic import read_verified, write_atomic, write_verified
 from patchctl.engines import Engine
 from patchctl.errors import EnvironmentProblem, NetworkError, UsageError
 from patchctl.sources import http, zipread
-from patchctl.sources.base import NoProgress, ProgressSink, Provenance, resolve_inside
+from patchctl.sources.files import NoProgress, ProgressSink, Provenance, resolve_inside
 from patchctl.sources.index import IndexFile, IndexProject
 from patchctl.sources.zipread import ZipEntry, tail_guess
 

@@ -17,8 +17,8 @@ from click.testing import CliRunner
 
 from patchctl.cli import main
 from patchctl.testing.builders import install_fake_dist, write_tree
-from patchctl.testing.cli import run_json
 from patchctl.testing.fixtures import PRISTINE, four_release_index, loader_with
+from patchctl.testing.invoke import run_json
 from patchctl.yamlio import load_yaml
 
 # engine, version, the installed files (a handful of the release's), the file edited first, the second
@@ -348,8 +348,8 @@ def test_status_without_record_says_nothing_and_with_one_keeps_its_exit_code(tre
 
 def test_revert_from_release_uses_the_shared_scan(tmp_path):
     from patchctl.engines import get_engine
-    from patchctl.target.edits import record_mismatches
-    from patchctl.target.operations import Target
+    from patchctl.tree.edits import record_mismatches
+    from patchctl.tree.operations import Target
 
     site = tmp_path / "site"
     install_fake_dist(site, "vllm", "1.0", PRISTINE)

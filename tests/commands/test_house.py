@@ -77,7 +77,7 @@ def test_bisect_with_non_versions_is_a_usage_error(builder):
 def test_status_wait_is_honoured(tree):
     """Was: --wait accepted and ignored (the lock wait was hard-coded to 30 s)."""
     from patchctl.engines import get_engine
-    from patchctl.target.operations import Target
+    from patchctl.tree.operations import Target
 
     target = Target(get_engine("vllm"), tree, None, "test")
     with target.state().locked():
@@ -111,8 +111,8 @@ def test_python_help_says_what_python_is_for():
 
 def test_rebase_verification_never_writes_the_reviewed_store(builder, monkeypatch):
     """Was: the candidate variant was written into patches/ while its checks ran."""
-    from patchctl.checks import smoke
     from patchctl.commands.rebase import verify_with_smoke
+    from patchctl.smoketest import suite as smoke
     from patchctl.sources.fetch import SourceContext
     from patchctl.store import Store
 
@@ -140,9 +140,9 @@ def test_rebase_verification_never_writes_the_reviewed_store(builder, monkeypatc
 
 def test_bisect_smoke_gate_is_called_per_release(monkeypatch, builder):
     """Was: bisect --smoke called the gate with the wrong arguments (a TypeError at the first release)."""
-    from patchctl.checks import smoke
     from patchctl.commands import bisect
-    from patchctl.rebase import bisect as bisect_mod
+    from patchctl.rebase import first_break
+    from patchctl.smoketest import suite as smoke
 
     calls = []
 
@@ -161,8 +161,8 @@ def test_bisect_smoke_gate_is_called_per_release(monkeypatch, builder):
     builder.add("vllm", "p", applies_to=">=1.0",
                 variants={"1.0": builder.variant(PRISTINE, {"vllm/loader.py": loader_with({3: "x\n"})})})
     monkeypatch.setattr(smoke, "cpu_gate", fake_gate)
-    monkeypatch.setattr(bisect_mod, "release_predicate", fake_predicate)
-    monkeypatch.setattr(bisect_mod, "bisect", lambda points, predicate: bisect_mod.BisectResult("1.1", "1.0", ()))
+    monkeypatch.setattr(first_break, "release_predicate", fake_predicate)
+    monkeypatch.setattr(first_break, "bisect", lambda points, predicate: first_break.BisectResult("1.1", "1.0", ()))
 
     class Index:
         def project(self, name):

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from patchctl.engine import relocate
-from patchctl.engine.hunks import parse_variant
+from patchctl.patching import relocate
+from patchctl.patching.hunks import parse_variant
 from patchctl.sources.release import ReleaseSource
 from patchctl.testing.builders import build_wheel
-from patchctl.testing.cli import run_json
 from patchctl.testing.fixtures import PRISTINE, loader_with
 from patchctl.testing.index_server import IndexServer
+from patchctl.testing.invoke import run_json
 
 REPO = Path(__file__).resolve().parents[2]
 HEADER = "# a header upstream added\n"

@@ -13,7 +13,7 @@ from patchctl.serve.baseline import (
     not_compared,
     workload_differences,
 )
-from patchctl.target.journal import FileRecord, PatchRecord, StateRecord
+from patchctl.tree.journal import FileRecord, PatchRecord, StateRecord
 
 DEP = Deployment("Qwen/Qwen3-8B", "0.20.1", "abc123")
 

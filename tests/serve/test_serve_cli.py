@@ -11,8 +11,8 @@ from click.testing import CliRunner
 
 from patchctl.cli import main
 from patchctl.serve.outputs import PLOT_NEEDS_EXTRA
-from patchctl.testing.cli import run_json
 from patchctl.testing.fixtures import PRISTINE, loader_with
+from patchctl.testing.invoke import run_json
 
 SHAPE = str(Path(__file__).with_name("shape_server.py"))
 QUICK = ("--concurrency", "1", "--requests", "1", "--max-tokens", "4")

@@ -23,8 +23,8 @@ from patchctl.serve import golden as golden_mod
 from patchctl.serve.client import OpenAIClient
 from patchctl.serve.outputs import write_outputs
 from patchctl.serve.process import ServerProcess
-from patchctl.serve.runner import ServeConfig, run_serve_smoke, run_with_server
-from patchctl.testing.cli import run_json
+from patchctl.serve.validation import ServeConfig, run_validate, run_with_server
+from patchctl.testing.invoke import run_json
 
 from .text import validate_text
 
@@ -93,7 +93,7 @@ def small_config(url: str, tmp_path: Path, **kw) -> ServeConfig:
 
 def test_whole_tier_against_llama_cpp(llama_url, tmp_path):
     golden_path = tmp_path / "golden.json"
-    recorded = run_serve_smoke(small_config(llama_url, tmp_path, golden_path=golden_path, record_golden=True,
+    recorded = run_validate(small_config(llama_url, tmp_path, golden_path=golden_path, record_golden=True,
                                             update_baseline=True))
     assert recorded.deployment.model == ALIAS
     # Every check ran and said why it passed or failed.
@@ -115,7 +115,7 @@ def test_whole_tier_against_llama_cpp(llama_url, tmp_path):
     assert any("counted by chunks" in n for n in recorded.notes)
 
     # Second run: same greedy outputs, compared against the baseline just taken.
-    again = run_serve_smoke(small_config(llama_url, tmp_path, golden_path=golden_path, answers=False, threshold=0.99))
+    again = run_validate(small_config(llama_url, tmp_path, golden_path=golden_path, answers=False, threshold=0.99))
     assert again.golden.mode == "compared"
     assert again.golden.diffs and all(d.matched for d in again.golden.diffs), again.golden.diffs
     assert again.baseline.status == "compared" and len(again.baseline.checks) == 2
@@ -156,7 +156,7 @@ def test_validate_command_against_llama_cpp(llama_url, tmp_path):
 
 def test_non_streaming_measures_only_what_it_can(llama_url, tmp_path):
     cfg = small_config(llama_url, tmp_path, answers=False, concurrency=(1,), requests_per_level=2, stream=False)
-    (lv,) = run_serve_smoke(cfg).throughput.levels
+    (lv,) = run_validate(cfg).throughput.levels
     assert lv.failed == 0
     assert lv.ttft_ms is None and lv.tpot_ms is None and lv.itl_ms is None
     assert lv.token_count_method == "usage" and 0 < lv.output_tokens <= 2 * 16
@@ -179,12 +179,12 @@ def test_golden_catches_a_shifted_token_in_real_output(llama_url, tmp_path):
 
 def test_baseline_drop_is_a_failure_naming_numbers(llama_url, tmp_path):
     cfg = small_config(llama_url, tmp_path, answers=False, concurrency=(1,), requests_per_level=2)
-    first = run_serve_smoke(replace(cfg, update_baseline=True))
+    first = run_validate(replace(cfg, update_baseline=True))
     path = Path(first.baseline.path)
     data = json.loads(path.read_text())
     data["levels"]["1"]["output_tok_s"] *= 100  # far beyond the noise of a shared CI machine
     path.write_text(json.dumps(data))
-    report = run_serve_smoke(cfg)
+    report = run_validate(cfg)
     assert not report.ok
     (msg,) = [f for f in report.failures if f.startswith("baseline")]
     assert "c=1 output_tok_s" in msg and "vs baseline" in msg and "REGRESSED" in msg

@@ -4,7 +4,7 @@ from dataclasses import replace
 
 from patchctl.serve.outputs import write_outputs
 from patchctl.serve.report import ServeReport
-from patchctl.serve.runner import ServeConfig, run_serve_smoke
+from patchctl.serve.validation import ServeConfig, run_validate
 
 from .text import validate_text
 
@@ -25,7 +25,7 @@ def config(server, tmp_path, **kw):
 
 
 def test_reasoning_model_streams_are_measured_and_answers_checked(shape_server, tmp_path):
-    report = run_serve_smoke(config(shape_server, tmp_path))
+    report = run_validate(config(shape_server, tmp_path))
     assert report.ok, report.failures
     assert [a.passed for a in report.answers] == [True] * 4
     assert all(a.reasoning_chars > 0 for a in report.answers)
@@ -45,7 +45,7 @@ def test_reasoning_model_streams_are_measured_and_answers_checked(shape_server, 
 
 def test_without_usage_tokens_are_counted_from_chunks_and_said(shape_server, tmp_path):
     shape_server.settings["usage"] = False
-    report = run_serve_smoke(config(shape_server, tmp_path, answers=False))
+    report = run_validate(config(shape_server, tmp_path, answers=False))
     lv = report.throughput.levels[0]
     assert lv.token_count_method == "chunks"
     assert lv.output_tokens == 4 * 24  # role-only and finish chunks are not tokens
@@ -53,31 +53,31 @@ def test_without_usage_tokens_are_counted_from_chunks_and_said(shape_server, tmp
 
 
 def test_completions_api_streams_too(shape_server, tmp_path):
-    report = run_serve_smoke(config(shape_server, tmp_path, answers=False, throughput_api="completions"))
+    report = run_validate(config(shape_server, tmp_path, answers=False, throughput_api="completions"))
     assert report.ok, report.failures
     assert [lv.output_tokens for lv in report.throughput.levels] == [4 * 24, 4 * 24]
 
 
 def test_non_streaming_reports_only_what_it_can_measure(shape_server, tmp_path):
-    report = run_serve_smoke(config(shape_server, tmp_path, answers=False, stream=False))
+    report = run_validate(config(shape_server, tmp_path, answers=False, stream=False))
     lv = report.throughput.levels[0]
     assert lv.ttft_ms is None and lv.tpot_ms is None and lv.itl_ms is None
     assert lv.e2e_ms.p50 > 0 and lv.output_tok_s > 0
     assert "-" in validate_text(report)  # shown as not measured, never as 0 or negative
 
     shape_server.settings["usage"] = False
-    report = run_serve_smoke(config(shape_server, tmp_path, answers=False, stream=False))
+    report = run_validate(config(shape_server, tmp_path, answers=False, stream=False))
     assert report.throughput.levels[0].output_tok_s is None
 
 
 def test_wrong_answers_and_golden_drift_fail_with_reasons(shape_server, tmp_path):
     golden = tmp_path / "golden.json"
-    rec = run_serve_smoke(config(shape_server, tmp_path, answers=False, throughput=False, golden_path=golden,
+    rec = run_validate(config(shape_server, tmp_path, answers=False, throughput=False, golden_path=golden,
                                  record_golden=True))
     assert rec.golden.mode == "recorded" and golden.exists()
 
     shape_server.settings.update(wrong=True, shift_at=3)
-    report = run_serve_smoke(config(shape_server, tmp_path, throughput=False, golden_path=golden))
+    report = run_validate(config(shape_server, tmp_path, throughput=False, golden_path=golden))
     assert not report.ok
     failures = "\n".join(report.failures)
     for name in ("fact", "arithmetic", "counting", "code"):
@@ -88,7 +88,7 @@ def test_wrong_answers_and_golden_drift_fail_with_reasons(shape_server, tmp_path
 
 
 def test_missing_golden_file_fails(shape_server, tmp_path):
-    report = run_serve_smoke(config(shape_server, tmp_path, answers=False, throughput=False,
+    report = run_validate(config(shape_server, tmp_path, answers=False, throughput=False,
                                     golden_path=tmp_path / "nope.json"))
     assert report.golden.mode == "missing" and not report.ok
 
@@ -98,7 +98,7 @@ def test_golden_from_another_model_is_refused(shape_server, tmp_path):
 
     other = GoldenRecord("other-model", "1.0", "completions", 4, (GoldenEntry("p", "t", None),))
     path = other.save(tmp_path / "g.json")
-    report = run_serve_smoke(config(shape_server, tmp_path, answers=False, throughput=False, golden_path=path))
+    report = run_validate(config(shape_server, tmp_path, answers=False, throughput=False, golden_path=path))
     assert report.golden.mode == "wrong-model"
     assert any("recorded from model 'other-model'" in f for f in report.failures)
 
@@ -119,11 +119,11 @@ def test_reasoning_only_reply_is_not_an_answer(shape_server, tmp_path):
 
 def test_baseline_record_then_regression_names_the_numbers(shape_server, tmp_path):
     cfg = config(shape_server, tmp_path, answers=False)
-    recorded = run_serve_smoke(replace(cfg, update_baseline=True))
+    recorded = run_validate(replace(cfg, update_baseline=True))
     assert recorded.baseline.status == "recorded"
     path = recorded.baseline.path
 
-    ok = run_serve_smoke(cfg)
+    ok = run_validate(cfg)
     assert ok.baseline.status == "compared"
     assert {c.concurrency for c in ok.baseline.checks} == {1, 4}
 
@@ -133,21 +133,21 @@ def test_baseline_record_then_regression_names_the_numbers(shape_server, tmp_pat
     for level in data["levels"].values():
         level["output_tok_s"] *= 100
     open(path, "w").write(json.dumps(data))
-    bad = run_serve_smoke(cfg)
+    bad = run_validate(cfg)
     assert not bad.ok
     msg = [f for f in bad.failures if f.startswith("baseline")]
     assert len(msg) == 2 and "REGRESSED" in msg[0] and "vs baseline" in msg[0] and "threshold 5%" in msg[0]
     assert ServeReport.from_json(json.loads(json.dumps(bad.to_json()))) == bad
 
     # A different patch set is a different deployment: no baseline for it yet.
-    other = run_serve_smoke(replace(cfg, patch_set="p2"))
+    other = run_validate(replace(cfg, patch_set="p2"))
     assert other.baseline.status == "missing"
 
 
 def test_failed_requests_fail_the_run_and_never_become_a_baseline(shape_server, tmp_path):
     shape_server.settings["fail"] = True
     cfg = config(shape_server, tmp_path, answers=False, concurrency=(1,), warmup_requests=0, update_baseline=True)
-    report = run_serve_smoke(cfg)
+    report = run_validate(cfg)
     (lv,) = report.throughput.levels
     assert (lv.requests, lv.failed, lv.output_tok_s) == (4, 4, None)
     assert any("4/4 requests failed" in f and "HTTP 500" in f for f in report.failures)
@@ -157,7 +157,7 @@ def test_failed_requests_fail_the_run_and_never_become_a_baseline(shape_server, 
 
 def test_streams_cut_short_are_failures_not_fast_requests(shape_server, tmp_path):
     shape_server.settings["truncate_after"] = 6
-    report = run_serve_smoke(config(shape_server, tmp_path, answers=False, concurrency=(2,), warmup_requests=0))
+    report = run_validate(config(shape_server, tmp_path, answers=False, concurrency=(2,), warmup_requests=0))
     (lv,) = report.throughput.levels
     assert lv.failed == lv.requests == 4
     assert lv.errors == ("TruncatedStream: stream ended without a finish_reason after 6 chunks",)
@@ -166,7 +166,7 @@ def test_streams_cut_short_are_failures_not_fast_requests(shape_server, tmp_path
 
 def test_extra_body_reaches_every_request(shape_server, tmp_path):
     extra = {"chat_template_kwargs": {"enable_thinking": False}}
-    run_serve_smoke(config(shape_server, tmp_path, concurrency=(1,), requests_per_level=1, extra_body=extra,
+    run_validate(config(shape_server, tmp_path, concurrency=(1,), requests_per_level=1, extra_body=extra,
                            golden_path=tmp_path / "g.json", record_golden=True))
     posts = shape_server.requests
     assert len(posts) >= 4 + 4 + 2  # answers, golden, warm-up + throughput
@@ -174,7 +174,7 @@ def test_extra_body_reaches_every_request(shape_server, tmp_path):
 
 
 def test_renderers(shape_server, tmp_path):
-    report = run_serve_smoke(config(shape_server, tmp_path, golden_path=tmp_path / "g.json", record_golden=True))
+    report = run_validate(config(shape_server, tmp_path, golden_path=tmp_path / "g.json", record_golden=True))
     table = validate_text(report)
     for needle in ("coherence: answers", "PASS", "throughput", "TTFT", "tok/s", "OK"):
         assert needle in table
@@ -192,8 +192,8 @@ def test_renderers(shape_server, tmp_path):
 
 def test_reports_stored_before_the_added_keys_still_load(shape_server, tmp_path):
     cfg = config(shape_server, tmp_path, concurrency=(1,), requests_per_level=2)
-    run_serve_smoke(replace(cfg, update_baseline=True, answers=False))
-    report = run_serve_smoke(cfg)
+    run_validate(replace(cfg, update_baseline=True, answers=False))
+    report = run_validate(cfg)
     obj = json.loads(json.dumps(report.to_json()))
     assert obj["throughput"]["single_request"]["output_tok_s"] == obj["throughput"]["levels"][0]["output_tok_s"]
     # Format 1 as first written: none of the keys added since.

@@ -16,9 +16,9 @@ from packaging.version import Version
 
 from patchctl.sources import fetch
 from patchctl.testing.builders import build_wheel
-from patchctl.testing.cli import run_json
 from patchctl.testing.fixtures import PRISTINE, loader_with
 from patchctl.testing.index_server import IndexServer
+from patchctl.testing.invoke import run_json
 
 
 def filler(count: int, size: int, seed: int = 0) -> dict[str, str]:

@@ -5,9 +5,9 @@ import sys
 import pytest
 
 from patchctl.testing.builders import build_wheel, git, install_fake_dist, write_tree
-from patchctl.testing.cli import run_json
 from patchctl.testing.fixtures import PRISTINE, loader_with
 from patchctl.testing.index_server import IndexServer
+from patchctl.testing.invoke import run_json
 
 run = run_json
 

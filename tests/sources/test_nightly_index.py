@@ -11,7 +11,7 @@ from packaging.version import Version
 from patchctl.engines import get_engine
 from patchctl.sources.fetch import SourceContext, release
 from patchctl.testing.builders import git, write_tree
-from patchctl.testing.cli import run_json
+from patchctl.testing.invoke import run_json
 from patchctl.testing.nightly_index import NightlyIndex, build_dev_wheel, release_files, sglang_layout_repo, touched_paths
 
 pytestmark = pytest.mark.network

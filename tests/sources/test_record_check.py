@@ -9,9 +9,9 @@ import pytest
 
 from patchctl.errors import NetworkError
 from patchctl.testing.builders import build_wheel
-from patchctl.testing.cli import run_json
 from patchctl.testing.fixtures import PRISTINE, loader_with
 from patchctl.testing.index_server import IndexServer
+from patchctl.testing.invoke import run_json
 
 
 def tamper(wheel, member: str, data: bytes) -> None:

@@ -7,9 +7,9 @@ import tarfile
 import pytest
 
 from patchctl.testing.builders import build_wheel
-from patchctl.testing.cli import run_json
 from patchctl.testing.fixtures import PRISTINE, loader_with
 from patchctl.testing.index_server import IndexServer
+from patchctl.testing.invoke import run_json
 
 # Incompressible filler so that the wheel (~6 MB) is much larger than what a sparse read needs, and
 # than the first tail read (1 MB for a project patchctl has not measured yet).

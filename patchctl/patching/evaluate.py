@@ -16,9 +16,9 @@ from typing import NamedTuple
 from packaging.version import Version
 
 from patchctl import outcomes as O
-from patchctl.engine.hunks import FilePatch, FileResult, Hunk, ParsedVariant, apply_hunks, parse_variant
 from patchctl.errors import StoreError
-from patchctl.sources.base import FileSource
+from patchctl.patching.hunks import FilePatch, FileResult, Hunk, ParsedVariant, apply_hunks, parse_variant
+from patchctl.sources.files import FileSource
 from patchctl.store import Patch, Variant, choose_variant
 
 

@@ -7,8 +7,8 @@ from typing import NamedTuple
 from packaging.version import Version
 
 from patchctl import outcomes as O
-from patchctl.engine import evaluate as engine_apply
 from patchctl.errors import UsageError
+from patchctl.patching import evaluate
 from patchctl.sources import fetch
 from patchctl.store import Patch
 
@@ -54,7 +54,7 @@ def release_predicate(patch: Patch, series: tuple[Patch, ...], ctx: fetch.Source
     def is_good(point: str) -> tuple[bool, str]:
         version = Version(point)
         source = fetch.release(engine, version, ctx)
-        outcome = engine_apply.evaluate(upto, version, source).outcome_of(patch.name)
+        outcome = evaluate.evaluate(upto, version, source).outcome_of(patch.name)
         if outcome.outcome not in O.SATISFIED:
             return False, f"{outcome.outcome}: {outcome.reason}"
         if smoke is not None and outcome.outcome in O.WRITES:
@@ -72,7 +72,7 @@ def commit_predicate(patch: Patch, series: tuple[Patch, ...], repo, engine, vers
 
     def is_good(commit: str) -> tuple[bool, str]:
         source = GitSource(repo, commit, engine.layout_prefix("git"), "repo")
-        outcome = engine_apply.evaluate(upto, version, source).outcome_of(patch.name)
+        outcome = evaluate.evaluate(upto, version, source).outcome_of(patch.name)
         return outcome.outcome in O.SATISFIED, outcome.outcome
 
     return is_good

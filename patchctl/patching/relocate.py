@@ -9,7 +9,7 @@ import difflib
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from patchctl.engine.hunks import FilePatch, Hunk, ParsedVariant, apply_hunks
+from patchctl.patching.hunks import FilePatch, Hunk, ParsedVariant, apply_hunks
 
 if TYPE_CHECKING:
     from patchctl.engines import Engine

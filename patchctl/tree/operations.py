@@ -18,7 +18,7 @@ from patchctl import config
 from patchctl import outcomes as O
 from patchctl.engines import Engine
 from patchctl.errors import EnvironmentProblem, PatchFailed, UsageError
-from patchctl.target.journal import (
+from patchctl.tree.journal import (
     BuildRecord,
     Change,
     FileRecord,
@@ -32,8 +32,8 @@ from patchctl.target.journal import (
 if TYPE_CHECKING:
     # The apply engine (and unidiff, the store, packaging.requirements under it) is imported by
     # apply() only: status and revert read the state record and hash files, nothing more.
-    from patchctl.engine.evaluate import BaseFiles, Options, SeriesResult
-    from patchctl.sources.base import FileSource, Provenance
+    from patchctl.patching.evaluate import BaseFiles, Options, SeriesResult
+    from patchctl.sources.files import FileSource, Provenance
     from patchctl.store import Patch
 
 
@@ -147,7 +147,7 @@ def apply(target: Target, patches: Callable[[], tuple[Patch, ...]], *, options: 
 def _apply_locked(target: Target, st: TargetState, current: TargetStatus, patches: tuple[Patch, ...], *,
                   options: Options, base_files: BaseFiles | None, keep_going: bool, dry_run: bool,
                   recovered: bool, fingerprint: str | None) -> ApplyReport:
-    from patchctl.engine import evaluate as engine_apply
+    from patchctl.patching import evaluate
 
     record = current.record
     leftovers: frozenset[str] = frozenset()
@@ -161,7 +161,7 @@ def _apply_locked(target: Target, st: TargetState, current: TargetStatus, patche
         carried = tuple(f for f in record.files if f.path in leftovers)
         record = record._replace(files=carried, patches=()) if carried else None
     applied = frozenset(p.name for p in record.patches) if record else frozenset()
-    result = engine_apply.evaluate(patches, target.version, _TreeSource(target.root, leftovers),
+    result = evaluate.evaluate(patches, target.version, _TreeSource(target.root, leftovers),
                                    options=options._replace(applied=applied), base_files=base_files)
     if not result.ok and not keep_going:
         raise _failed(result, [o for o in result.outcomes if o.outcome == O.CONFLICT])
@@ -184,7 +184,7 @@ class _TreeSource:
     """The target's files as the apply engine reads them, with the patches' own leftovers absent."""
 
     def __init__(self, root: Path, absent: frozenset[str]):
-        from patchctl.sources.base import DirectorySource
+        from patchctl.sources.files import DirectorySource
 
         self._tree = DirectorySource(root)
         self._absent = absent

@@ -17,8 +17,8 @@ from patchctl.errors import UsageError
 from patchctl.interpreter import dist_versions
 from patchctl.sources import installed as inst
 from patchctl.spec import EngineRef
-from patchctl.target.journal import BuildRecord
-from patchctl.target.operations import Target
+from patchctl.tree.journal import BuildRecord
+from patchctl.tree.operations import Target
 
 if TYPE_CHECKING:
     from patchctl.sources.fetch import SourceContext, Upstream

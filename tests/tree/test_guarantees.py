@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from patchctl.testing.builders import install_fake_dist, write_tree
-from patchctl.testing.cli import run_json
 from patchctl.testing.fixtures import PRISTINE, four_release_index, loader_with
+from patchctl.testing.invoke import run_json
 
 PATCHED_LOADER = loader_with({10: "ten\n"})
 PATCHED_UTILS = PRISTINE["vllm/utils.py"].replace("return 2", "return 3")
@@ -174,7 +174,7 @@ def test_an_edited_record_fails_its_checksum(store, site):
 
 def test_a_path_outside_the_target_is_refused_even_with_a_valid_checksum(store, site, tmp_path):
     """Was: an absolute path in a journal entry made recovery write engine content outside the target."""
-    from patchctl.target.journal import JOURNAL_SCHEMA, _sealed
+    from patchctl.tree.journal import JOURNAL_SCHEMA, _sealed
 
     cli("apply", "vllm", "--target", str(site), "--store", str(store), expect=0)
     outside = tmp_path / "outside.py"
@@ -214,7 +214,7 @@ def test_randomly_damaged_records_and_journals_give_a_patchctl_error(store, site
     """Any damage to state.json or journal.json: a patchctl error (exit 3) or, where the damage left
     a valid document, a working status; never another exception."""
     from patchctl.errors import PatchctlError
-    from patchctl.target.journal import TargetState
+    from patchctl.tree.journal import TargetState
 
     cli("apply", "vllm", "--target", str(site), "--store", str(store), expect=0)
     which = data.draw(st.sampled_from(["state.json", "journal.json"]))
@@ -273,7 +273,7 @@ def test_another_data_dir_or_path_finds_the_same_record_and_lock(store, site, tm
     from packaging.version import Version
 
     from patchctl.engines import get_engine
-    from patchctl.target.operations import Target
+    from patchctl.tree.operations import Target
 
     with Target(get_engine("vllm"), site, Version("1.0"), "t").state().locked():
         doc = cli("apply", "vllm", "--target", str(link), "--store", str(store), expect=3)
@@ -294,7 +294,7 @@ def test_a_bind_mount_of_the_tree_sees_the_same_record_and_lock(store, site, tmp
         from packaging.version import Version
 
         from patchctl.engines import get_engine
-        from patchctl.target.operations import Target
+        from patchctl.tree.operations import Target
 
         with Target(get_engine("vllm"), site, Version("1.0"), "t").state().locked():
             doc = cli("revert", "vllm", "--target", str(mnt), expect=3)

@@ -136,7 +136,7 @@ def differing(a: dict[str, bytes], b: dict[str, bytes]) -> list[str]:
 
 
 def invoke(*args: str) -> tuple[int, dict]:
-    """`patchctl ARGS --json` in-process (patchctl.testing.cli.run_json, keeping the exit code)."""
+    """`patchctl ARGS --json` in-process (patchctl.testing.invoke.run_json, keeping the exit code)."""
     from patchctl.cli import main
 
     result = CliRunner().invoke(main, [*args, "--json"], catch_exceptions=False)

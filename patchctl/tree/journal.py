@@ -236,7 +236,7 @@ class TargetState:
 
     def inside(self, rel: str, where: Path) -> Path:
         """root/rel, for a path read from a record or journal: relative and resolved inside the target."""
-        from patchctl.sources.base import resolve_inside
+        from patchctl.sources.files import resolve_inside
 
         try:
             return resolve_inside(self.root, rel)

@@ -1,4 +1,4 @@
-"""pytest plugin loaded into smoke-check runs (`pytest -p patchctl.checks.pytest_plugin`).
+"""pytest plugin loaded into smoke-check runs (`pytest -p patchctl.smoketest.pytest_plugin`).
 
 It must import nothing but the standard library, pytest and packaging: it runs inside the smoke
 environment, which does not have patchctl's own dependencies installed.

@@ -5,8 +5,8 @@ import pytest
 from packaging.version import Version
 
 from patchctl import outcomes as O
-from patchctl.engine.evaluate import Options, evaluate
-from patchctl.sources.base import DirectorySource
+from patchctl.patching.evaluate import Options, evaluate
+from patchctl.sources.files import DirectorySource
 from patchctl.store import Store, choose_variant
 from patchctl.testing.builders import write_tree
 from patchctl.testing.fixtures import PRISTINE, loader_with

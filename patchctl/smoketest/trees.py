@@ -18,11 +18,11 @@ from packaging.version import Version
 
 from patchctl import config
 from patchctl.atomic import write_atomic
-from patchctl.engine import evaluate as engine_apply
 from patchctl.engines import Engine
 from patchctl.errors import PatchFailed, UsageError
+from patchctl.patching import evaluate
 from patchctl.sources import fetch
-from patchctl.sources.base import DirectorySource
+from patchctl.sources.files import DirectorySource
 from patchctl.sources.release import ReleaseSource
 from patchctl.store import Patch
 
@@ -36,7 +36,7 @@ class Trees(NamedTuple):
     patched: Path
     artifact: str
     artifact_sha256: str
-    result: engine_apply.SeriesResult
+    result: evaluate.SeriesResult
 
 
 TREE_FORMAT = "2"  # 2: file modes kept (vLLM ships some sources executable; git diffs record modes)
@@ -93,7 +93,7 @@ def _extract_tar(tf: tarfile.TarFile, dest_root: Path, path_of: Callable[[str], 
         os.chmod(dest, member.mode & 0o777)
 
 
-_DEFAULT_OPTIONS = engine_apply.Options()
+_DEFAULT_OPTIONS = evaluate.Options()
 
 
 def git_tree(source: GitSource, engine: Engine) -> Path:
@@ -121,7 +121,7 @@ def git_tree(source: GitSource, engine: Engine) -> Path:
 
 
 def build_trees(engine: Engine, version: Version, patches: tuple[Patch, ...], ctx: fetch.SourceContext,
-                options: engine_apply.Options = _DEFAULT_OPTIONS, upstream: fetch.Upstream | None = None) -> Trees:
+                options: evaluate.Options = _DEFAULT_OPTIONS, upstream: fetch.Upstream | None = None) -> Trees:
     """upstream: a resolved nightly, commit or git ref (its own wheel or commit); a release's
     trees are built from its sdist when it has one."""
     from patchctl.sources.git import GitSource  # GitPython: imported only where a git ref is built
@@ -143,8 +143,8 @@ def build_trees(engine: Engine, version: Version, patches: tuple[Patch, ...], ct
 
 
 def _with_patched(engine: Engine, version: Version, patches: tuple[Patch, ...], pristine: Path, artifact: str,
-                  artifact_sha256: str, options: engine_apply.Options) -> Trees:
-    result = engine_apply.evaluate(patches, version, DirectorySource(pristine), options=options)
+                  artifact_sha256: str, options: evaluate.Options) -> Trees:
+    result = evaluate.evaluate(patches, version, DirectorySource(pristine), options=options)
     if not result.ok:
         bad = ", ".join(o.name for o in result.outcomes if o.outcome == "conflict")
         raise PatchFailed(f"cannot build the patched tree of {engine.name} {version}: {bad} do not apply")

@@ -1,5 +1,5 @@
 """The serve tier's one entry point: coherence, throughput and baseline against one running server
-(run_serve_smoke), or against a server it starts and stops (run_with_server, for --start).
+(run_validate), or against a server it starts and stops (run_with_server, for --start).
 
 Errors are patchctl's: bad input (a golden or baseline file that is not one, impossible settings) is a
 UsageError, exit 2, raised before any server is started or asked; a server that does not answer, or
@@ -92,7 +92,7 @@ def check_config(config: ServeConfig) -> None:
         _golden.GoldenRecord.load(Path(golden))
 
 
-def run_serve_smoke(config: ServeConfig, progress: Progress | None = None) -> ServeReport:
+def run_validate(config: ServeConfig, progress: Progress | None = None) -> ServeReport:
     check_config(config)
     say = progress or (lambda _msg: None)
     t0 = time.monotonic()
@@ -324,4 +324,4 @@ def run_with_server(
     say(f"starting {' '.join(server.argv)} (log: {server.log_path})")
     with server:
         say(f"server ready after {server.startup_s:.1f}s")
-        return run_serve_smoke(config, progress)
+        return run_validate(config, progress)

@@ -60,7 +60,7 @@ def run_checks(patch: Patch, tier: str, python: str, *, engine: str, version: st
         })
         env.update({k: v.format(tmp=tmp) for k, v in get_engine(engine).smoke_env.items()})
         env.update(extra_env or {})
-        cmd = [python, "-m", "pytest", "-q", "-p", "patchctl.checks.pytest_plugin", "-p", "no:cacheprovider",
+        cmd = [python, "-m", "pytest", "-q", "-p", "patchctl.smoketest.pytest_plugin", "-p", "no:cacheprovider",
                "-m", TIER_MARKERS[tier] + (UPSTREAM_PROOF if upstream_proof else ""), f"--junitxml={junit}",
                "--rootdir", str(checks), str(checks)]
         start = time.monotonic()

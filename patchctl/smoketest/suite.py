@@ -1,5 +1,5 @@
 """Smoke checks of a release: which patches can be checked there, the pristine and patched trees,
-the patch's environment, and each patch's pytest run (checks/runner.py). The core behind `smoke`,
+the patch's environment, and each patch's pytest run (smoketest/pytest_run.py). The core behind `smoke`,
 the matrix's smoke cells and rebase's verification gate."""
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import os
 from collections.abc import Callable
 from typing import NamedTuple
 
-from patchctl.checks import runner, trees
-from patchctl.checks.envs import ensure_env, env_ready
-from patchctl.checks.runner import CheckResult
-from patchctl.engine.evaluate import Options, evaluate
 from patchctl.errors import UsageError
+from patchctl.patching.evaluate import Options, evaluate
+from patchctl.smoketest import pytest_run, trees
+from patchctl.smoketest.envs import ensure_env, env_ready
+from patchctl.smoketest.pytest_run import CheckResult
 from patchctl.sources import fetch
 from patchctl.spec import EngineRef, parse_spec
 from patchctl.store import Store
@@ -76,7 +76,7 @@ def run_smoke(ref: EngineRef, store: Store, ctx: fetch.SourceContext, *, only: t
             say(f"building smoke environment {profile!r} (once; a few minutes)")
         env_python = python or ensure_env(envs_store, profile)
         say(f"{patch.name}: running its {tier} checks")
-        results.append(runner.run_checks(patch, tier, env_python, engine=ref.engine.name, version=version,
+        results.append(pytest_run.run_checks(patch, tier, env_python, engine=ref.engine.name, version=version,
                                          patched=built.pristine if upstream_proof else built.patched,
                                          pristine=built.pristine, upstream_proof=upstream_proof,
                                          extra_env=companion_trees(patch, ctx)))

@@ -1,7 +1,7 @@
 import pytest
 
-from patchctl.engine.hunks import apply_hunks, parse_variant
 from patchctl.errors import StoreError
+from patchctl.patching.hunks import apply_hunks, parse_variant
 from patchctl.testing.builders import make_variant
 from patchctl.testing.fixtures import PRISTINE, loader_with
 

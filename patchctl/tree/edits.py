@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from patchctl import outcomes as O
 from patchctl.errors import EnvironmentProblem, PatchctlError, UsageError
-from patchctl.target.journal import FileRecord, PatchRecord, StateRecord, sha256
-from patchctl.target.operations import Target
+from patchctl.tree.journal import FileRecord, PatchRecord, StateRecord, sha256
+from patchctl.tree.operations import Target
 
 if TYPE_CHECKING:
     from patchctl.sources.fetch import SourceContext

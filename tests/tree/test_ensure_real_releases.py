@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from patchctl.testing.builders import install_fake_dist
-from patchctl.testing.cli import run_json
+from patchctl.testing.invoke import run_json
 
 pytestmark = pytest.mark.network
 
@@ -24,8 +24,8 @@ def releases():
 def test_ensure_writes_nothing_on_an_intact_tree_for_every_claimed_release(tmp_path):
     from packaging.version import Version
 
-    from patchctl.engine.evaluate import evaluate
     from patchctl.engines import get_engine
+    from patchctl.patching.evaluate import evaluate
     from patchctl.sources.fetch import SourceContext, release
     from patchctl.store import Store
 

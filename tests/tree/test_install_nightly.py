@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from patchctl.testing.builders import git
-from patchctl.testing.cli import run_json
+from patchctl.testing.invoke import run_json
 from patchctl.testing.nightly_index import (
     WHEEL_TAG,
     NightlyIndex,
@@ -186,8 +186,8 @@ def test_the_installed_version_must_be_the_resolved_one(index, tmp_path, monkeyp
     from patchctl.errors import EnvironmentProblem
     from patchctl.sources.fetch import SourceContext
     from patchctl.spec import parse_spec
-    from patchctl.target.find import check_installed, plan_install
     from patchctl.testing.builders import install_fake_dist
+    from patchctl.tree.find import check_installed, plan_install
 
     plan = plan_install(parse_spec("vllm@nightly"), sys.executable, SourceContext(nightly_source=index.url))
     assert plan.requirement == f"vllm @ {index.root}/{COMMIT}/vllm-0.23.1.dev12%2Bg1234abcd5-{WHEEL_TAG}.whl"
@@ -270,7 +270,7 @@ def test_sglang_install_argv_pins_the_commit(sglang_repo, tmp_path, use_pip):
     python/ subdirectory, a local repository as a file:// URL."""
     from patchctl.sources.fetch import SourceContext
     from patchctl.spec import parse_spec
-    from patchctl.target.find import plan_install
+    from patchctl.tree.find import plan_install
 
     repo, head = sglang_repo
     plan = plan_install(parse_spec("sglang@git:v0.5.9"), sys.executable, SourceContext(repo=str(repo)))
@@ -285,7 +285,7 @@ def test_the_wheel_for_the_targets_machine(tmp_path, vllm_files):
 
     from patchctl.sources.fetch import SourceContext
     from patchctl.spec import parse_spec
-    from patchctl.target.find import plan_install
+    from patchctl.tree.find import plan_install
 
     machine = platform.machine()
     other = "aarch64" if machine != "aarch64" else "x86_64"

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from patchctl.testing.builders import install_fake_dist
-from patchctl.testing.cli import run_json
 from patchctl.testing.fixtures import PRISTINE, loader_with
+from patchctl.testing.invoke import run_json
 
 PATCHED_LOADER = loader_with({10: "ten\n"})
 PATCHED_UTILS = PRISTINE["vllm/utils.py"].replace("return 2", "return 3")
@@ -86,7 +86,7 @@ def test_second_apply_fails_clearly_while_locked(store, tree):
     from packaging.version import Version
 
     from patchctl.engines import get_engine
-    from patchctl.target.operations import Target
+    from patchctl.tree.operations import Target
 
     target = Target(get_engine("vllm"), tree.resolve(), Version("1.0"), "test")
     with target.state().locked():
@@ -124,7 +124,7 @@ def test_read_only_target(store, tree):
 
 def test_read_only_target_as_root_via_immutable_check(store, tree, monkeypatch):
     """As root, permissions do not stop writes; simulate the failed write itself and check rollback."""
-    from patchctl.target.journal import TargetState
+    from patchctl.tree.journal import TargetState
 
     before = snapshot(tree)
     real_put = TargetState._put
@@ -207,7 +207,7 @@ def test_leftover_corrupt_journal_is_never_trusted(store, tree):
     from packaging.version import Version
 
     from patchctl.engines import get_engine
-    from patchctl.target.operations import Target
+    from patchctl.tree.operations import Target
 
     st = Target(get_engine("vllm"), tree.resolve(), Version("1.0"), "t").state()
     st.dir.mkdir(parents=True, exist_ok=True)
