@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING
 from patchctl.sources.files import NoProgress
 
 if TYPE_CHECKING:
-    from rich.progress import Progress
+    from rich.progress import Progress, TaskID
 
 
 class RichProgress:
-    def __init__(self):
+    def __init__(self) -> None:
         self._progress: Progress | None = None
-        self._task = None
+        self._task: TaskID | None = None
 
     def start(self, label: str, total: int | None) -> None:
         from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
@@ -28,7 +28,7 @@ class RichProgress:
         self._task = self._progress.add_task(label, total=total)
 
     def advance(self, amount: int) -> None:
-        if self._progress is not None:
+        if self._progress is not None and self._task is not None:
             self._progress.advance(self._task, amount)
 
     def finish(self) -> None:
@@ -37,6 +37,6 @@ class RichProgress:
             self._progress = None
 
 
-def progress_for():
+def progress_for() -> RichProgress | NoProgress:
     # On stderr, so it never mixes into --json output on stdout.
     return RichProgress() if sys.stderr.isatty() else NoProgress()

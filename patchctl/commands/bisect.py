@@ -2,6 +2,8 @@
 with --smoke, where its CPU checks start failing."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from patchctl.commands.framework import patchctl_command
@@ -9,8 +11,16 @@ from patchctl.documents import document
 from patchctl.errors import EXIT_OK, UsageError
 from patchctl.options import ENGINE, checks_python_option, source_options, store_option
 
+if TYPE_CHECKING:
+    from packaging.version import Version
 
-def run(engine: str, patch_name: str, store, ctx, *, good: str, bad: str, smoke: bool = False,
+    from patchctl.commands.text import Console
+    from patchctl.sources.fetch import SourceContext
+    from patchctl.store import Store
+
+
+
+def run(engine: str, patch_name: str, store: Store, ctx: SourceContext, *, good: str, bad: str, smoke: bool = False,
         python: str | None = None) -> tuple[dict, int]:
     from packaging.version import InvalidVersion, Version
 
@@ -43,7 +53,7 @@ def run(engine: str, patch_name: str, store, ctx, *, good: str, bad: str, smoke:
 
             cpu = cpu_gate(store, ctx, python)
 
-            def gate(version):
+            def gate(version: Version) -> tuple[bool, str]:
                 return cpu(patch, version)
         predicate = first_break.release_predicate(patch, series, ctx, eng, gate)
     result = first_break.bisect(points, predicate)
@@ -53,7 +63,7 @@ def run(engine: str, patch_name: str, store, ctx, *, good: str, bad: str, smoke:
                             f"{len(result.steps)} evaluations of {len(points)} points)"), EXIT_OK
 
 
-def render(doc: dict, out, err) -> None:
+def render(doc: dict, out: Console, err: Console) -> None:
     for step in doc.get("steps", []):
         out.print(f"  {'good' if step['good'] else 'bad ':<4} {step['point']}  {step['detail']}",
                   markup=False, highlight=False)
@@ -72,7 +82,8 @@ def render(doc: dict, out, err) -> None:
 @checks_python_option
 @store_option
 @source_options
-def command(names, engine_flag, good, bad, smoke, python, store, ctx):
+def command(names: tuple[str, ...], engine_flag: str | None, good: str, bad: str, smoke: bool, python: str | None,
+            store: Store, ctx: SourceContext) -> tuple[dict, int]:
     """Find the first release (or commit) where PATCH stops applying or its smoke fails."""
     if len(names) == 2:
         engine, patch = ENGINE.convert(names[0], None, None), names[1]

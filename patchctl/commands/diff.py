@@ -2,6 +2,8 @@
 against its pristine release (`git diff` form: `git apply` or `patch -p1` in the import root take it)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from patchctl.commands.framework import patchctl_command
@@ -10,8 +12,14 @@ from patchctl.errors import EXIT_OK
 from patchctl.options import ENGINE, fetch_options, target_options
 from patchctl.spec import parse_spec
 
+if TYPE_CHECKING:
+    from patchctl.commands.text import Console
+    from patchctl.sources.fetch import SourceContext
+    from patchctl.tree.find import TargetSpec
 
-def run(engine: str, where, ctx, *, files: tuple[str, ...] = ()) -> tuple[dict, int]:
+
+
+def run(engine: str, where: TargetSpec, ctx: SourceContext, *, files: tuple[str, ...] = ()) -> tuple[dict, int]:
     from patchctl import capture
     from patchctl.sources import fetch
     from patchctl.tree import edits as ed
@@ -21,7 +29,7 @@ def run(engine: str, where, ctx, *, files: tuple[str, ...] = ()) -> tuple[dict, 
     scan = ed.scan(target, ctx=ctx, files=files)
     label = f"{target.engine.name} {target.version}"
     text = ""
-    warnings = []
+    warnings: list[str] = []
     if scan.edits:
         release = fetch.release(target.engine, target.version, ctx)
         pristine = ed.pristine_bytes(target, release, scan.edits)
@@ -45,7 +53,7 @@ def run(engine: str, where, ctx, *, files: tuple[str, ...] = ()) -> tuple[dict, 
     ), EXIT_OK
 
 
-def render(doc: dict, out, err) -> None:
+def render(doc: dict, out: Console, err: Console) -> None:
     # stdout carries the diff alone (`patchctl diff vllm > my.patch`); the summary goes to stderr.
     if doc.get("diff"):
         out.print(doc["diff"], markup=False, highlight=False, end="")
@@ -62,7 +70,7 @@ def render(doc: dict, out, err) -> None:
 @click.option("--file", "files", multiple=True, metavar="PATH",
               help="Only this file (relative to the import root, or a path into the tree; repeatable).")
 @fetch_options
-def command(engine, where, files, ctx):
+def command(engine: str, where: TargetSpec, files: tuple[str, ...], ctx: SourceContext) -> tuple[dict, int]:
     """The hand edits of ENGINE that belong to no patch, as a unified diff against its release.
 
     Files are found by the dist-info RECORD's sha256s (a wheel install), else against the release on

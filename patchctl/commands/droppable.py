@@ -2,6 +2,8 @@
 deleted once no supported deployment runs an older version."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from patchctl.commands.framework import patchctl_command
@@ -9,8 +11,14 @@ from patchctl.documents import document
 from patchctl.errors import EXIT_OK
 from patchctl.options import ENGINE, source_options, store_option
 
+if TYPE_CHECKING:
+    from patchctl.commands.text import Console
+    from patchctl.sources.fetch import SourceContext
+    from patchctl.store import Store
 
-def run(store, ctx, engines: tuple[str, ...] = ()) -> tuple[dict, int]:
+
+
+def run(store: Store, ctx: SourceContext, engines: tuple[str, ...] = ()) -> tuple[dict, int]:
     from patchctl.engines import get_engine
     from patchctl.patching.evaluate import evaluate
     from patchctl.sources import fetch
@@ -40,7 +48,7 @@ def run(store, ctx, engines: tuple[str, ...] = ()) -> tuple[dict, int]:
     return document("droppable", EXIT_OK, patches=rows, message=message), EXIT_OK
 
 
-def render(doc: dict, out, err) -> None:
+def render(doc: dict, out: Console, err: Console) -> None:
     for row in doc.get("patches", []):
         mark = "drop" if row["droppable"] else "keep"
         out.print(f"  {mark}  {row['engine']}/{row['patch']}  drop_when={row['drop_when']}",
@@ -54,6 +62,6 @@ def render(doc: dict, out, err) -> None:
 @click.argument("engines", nargs=-1, type=ENGINE, metavar="[ENGINE]...")
 @store_option
 @source_options
-def command(engines, store, ctx):
+def command(engines: tuple[str, ...], store: Store, ctx: SourceContext) -> tuple[dict, int]:
     """Evaluate drop_when rules on the newest release: which patches can be deleted."""
     return run(store, ctx, engines)

@@ -1,6 +1,8 @@
 """`patchctl list`: the series of each engine, and which variant a given version would get and why."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from patchctl.commands.framework import patchctl_command
@@ -9,8 +11,13 @@ from patchctl.documents import document
 from patchctl.errors import EXIT_OK
 from patchctl.options import store_option
 
+if TYPE_CHECKING:
+    from patchctl.commands.text import Console
+    from patchctl.store import Store
 
-def run(store, spec: str | None = None) -> tuple[dict, int]:
+
+
+def run(store: Store, spec: str | None = None) -> tuple[dict, int]:
     from patchctl.spec import parse_spec
     from patchctl.store import choose_variant, drop_rule_met
 
@@ -45,7 +52,7 @@ def _dist(engine: str) -> str:
     return get_engine(engine).dist
 
 
-def render(doc: dict, out, err) -> None:
+def render(doc: dict, out: Console, err: Console) -> None:
     versioned = bool(doc.get("version"))
     columns = ["engine", "#", "patch", "applies_to", "variants"] + (["chosen", "why"] if versioned else [])
     t = table("series" + (f" for {doc['engine']} {doc['version']}" if versioned else ""), columns)
@@ -63,6 +70,6 @@ def render(doc: dict, out, err) -> None:
 ))
 @click.argument("spec", metavar="[ENGINE[@VERSION]]", required=False)
 @store_option
-def command(spec, store):
+def command(spec: str | None, store: Store) -> tuple[dict, int]:
     """The series, and which variant would be chosen for ENGINE@VERSION and why."""
     return run(store, spec)

@@ -1,6 +1,8 @@
 """`patchctl pin`: record the sha256 of every variant file in series.yaml, once a person reviewed them."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from packaging.version import Version
 
 from patchctl.commands.framework import patchctl_command
@@ -8,8 +10,12 @@ from patchctl.documents import document
 from patchctl.errors import EXIT_OK
 from patchctl.options import store_option
 
+if TYPE_CHECKING:
+    from patchctl.store import Store
 
-def run(store) -> tuple[dict, int]:
+
+
+def run(store: Store) -> tuple[dict, int]:
     """Rewrite series.yaml pins from the variant files on disk (after a human reviewed them)."""
     import hashlib
 
@@ -39,7 +45,7 @@ def run(store) -> tuple[dict, int]:
                     message=f"pins updated for {len(changed)} patch(es)" if changed else "pins already current"), EXIT_OK
 
 
-def _version_key(filename: str):
+def _version_key(filename: str) -> Version:
     return Version(filename.removesuffix(".patch"))
 
 
@@ -47,6 +53,6 @@ def _version_key(filename: str):
     "patchctl pin && git diff patches/    after reviewing a refreshed variant",
 ))
 @store_option
-def command(store):
+def command(store: Store) -> tuple[dict, int]:
     """Record the sha256 of every variant file in series.yaml (after reviewing them)."""
     return run(store)

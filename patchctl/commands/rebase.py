@@ -5,8 +5,10 @@ from __future__ import annotations
 import shutil
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
+from packaging.version import Version
 
 from patchctl.commands.framework import patchctl_command
 from patchctl.commands.text import Literal, coloured, print_lines, table
@@ -14,17 +16,25 @@ from patchctl.documents import document
 from patchctl.errors import EXIT_OK, EXIT_PATCH_FAILED
 from patchctl.options import ENGINE, VERSION, VERSION_OR_LATEST, checks_python_option, source_options, store_option
 
+if TYPE_CHECKING:
+    from patchctl.commands.text import Console
+    from patchctl.rebase.replay import Verifier
+    from patchctl.sources.fetch import SourceContext
+    from patchctl.store import Patch, Store
+
+
 COLOURS = {"unchanged": "green", "refreshed": "green", "upstreamed": "cyan", "obsolete": "dim",
            "conflict": "bold red"}
 
 
-def run(engine: str, store, ctx, *, onto, old=None, workdir: Path | None = None, write: bool = True,
-        python: str | None = None, past_applies_to: bool = False) -> tuple[dict, int]:
+def run(engine: str, store: Store, ctx: SourceContext, *, onto: Version | str, old: Version | None = None,
+        workdir: Path | None = None, write: bool = True, python: str | None = None,
+        past_applies_to: bool = False) -> tuple[dict, int]:
     from patchctl.engines import get_engine
     from patchctl.rebase import replay
     from patchctl.sources.fetch import latest_release
 
-    new = latest_release(get_engine(engine), ctx) if onto == "latest" else onto
+    new = onto if isinstance(onto, Version) else latest_release(get_engine(engine), ctx)  # the word "latest"
     rep = replay.rebase(engine, store, new, ctx, old=old, workdir=workdir, write=write,
                         verify=verify_with_smoke(store, ctx, python), past_applies_to=past_applies_to)
     code = EXIT_PATCH_FAILED if any(i.classification == replay.CONFLICT for i in rep.items) else EXIT_OK
@@ -39,12 +49,12 @@ def run(engine: str, store, ctx, *, onto, old=None, workdir: Path | None = None,
                     items=[i._asdict() for i in rep.items], message=message), code
 
 
-def verify_with_smoke(store, ctx, python: str | None):
+def verify_with_smoke(store: Store, ctx: SourceContext, python: str | None) -> Verifier:
     """A reused resolution becomes a variant only if the patch's checks pass with it. The candidate is
     checked in a temporary copy of the engine's store folder: the reviewed store is never written
     with an unpinned file (a kill during the checks would leave one behind)."""
 
-    def verify(patch, version, new_variant: bytes) -> tuple[bool, str]:
+    def verify(patch: Patch, version: Version, new_variant: bytes) -> tuple[bool, str]:
         from patchctl.patching.evaluate import Options
         from patchctl.smoketest.suite import cpu_gate
         from patchctl.store import Store
@@ -70,7 +80,7 @@ def verify_with_smoke(store, ctx, python: str | None):
     return verify
 
 
-def render(doc: dict, out, err) -> None:
+def render(doc: dict, out: Console, err: Console) -> None:
     t = table(f"rebase {doc.get('engine')} {doc.get('old')} -> {doc.get('new')}",
               ["patch", "classification", "old variant", "new variant", "detail"])
     for item in doc["items"]:
@@ -103,7 +113,8 @@ def render(doc: dict, out, err) -> None:
 @checks_python_option
 @store_option
 @source_options
-def command(engine, onto, old, workdir, no_write, past_applies_to, python, store, ctx):
+def command(engine: str, onto: Version | str, old: Version | None, workdir: Path | None, no_write: bool,
+            past_applies_to: bool, python: str | None, store: Store, ctx: SourceContext) -> tuple[dict, int]:
     """Carry the series onto a new version: unchanged, refreshed, conflict, upstreamed, obsolete."""
     return run(engine, store, ctx, onto=onto, old=old, workdir=workdir, write=not no_write, python=python,
                past_applies_to=past_applies_to)

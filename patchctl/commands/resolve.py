@@ -3,6 +3,7 @@ the patch's new variant."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -11,8 +12,14 @@ from patchctl.documents import document
 from patchctl.errors import EXIT_OK
 from patchctl.options import ENGINE, VERSION, store_option
 
+if TYPE_CHECKING:
+    from packaging.version import Version
 
-def run(engine: str, store, workdir: Path, patch: str, onto) -> tuple[dict, int]:
+    from patchctl.store import Store
+
+
+
+def run(engine: str, store: Store, workdir: Path, patch: str, onto: Version) -> tuple[dict, int]:
     from patchctl.rebase.rerere import record_resolution
 
     filename = record_resolution(store, engine, workdir, patch, onto)
@@ -32,6 +39,6 @@ def run(engine: str, store, workdir: Path, patch: str, onto) -> tuple[dict, int]
               help="The patch whose conflict worktree a person resolved.")
 @click.option("--onto", required=True, type=VERSION, help="The version the rebase was onto.")
 @store_option
-def command(engine, workdir, patch, onto, store):
+def command(engine: str, workdir: Path, patch: str, onto: Version, store: Store) -> tuple[dict, int]:
     """Record a person's conflict resolution (versioned rerere) and write the new variant."""
     return run(engine, store, workdir, patch, onto)

@@ -2,6 +2,8 @@
 The serve tier is `patchctl validate`; `smoke --serve/--start` remain for one release as its alias."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from patchctl.commands.framework import patchctl_command
@@ -11,9 +13,17 @@ from patchctl.errors import EXIT_OK, EXIT_PATCH_FAILED
 from patchctl.options import checks_python_option, only_option, source_options, store_option
 from patchctl.spec import parse_spec
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
-def run(spec: str, store, ctx, *, only: tuple[str, ...] = (), tier: str = "cpu", python: str | None = None,
-        notify=None) -> tuple[dict, int]:
+    from patchctl.commands.text import Console
+    from patchctl.sources.fetch import SourceContext
+    from patchctl.store import Store
+
+
+
+def run(spec: str, store: Store, ctx: SourceContext, *, only: tuple[str, ...] = (), tier: str = "cpu", python: str | None = None,
+        notify: Callable[[str], None] | None = None) -> tuple[dict, int]:
     from patchctl.smoketest.suite import run_smoke
 
     done = run_smoke(parse_spec(spec), store, ctx, only=only, tier=tier, python=python, notify=notify)
@@ -22,7 +32,7 @@ def run(spec: str, store, ctx, *, only: tuple[str, ...] = (), tier: str = "cpu",
                     results=[r._asdict() for r in done.results]), code
 
 
-def render(doc: dict, out, err) -> None:
+def render(doc: dict, out: Console, err: Console) -> None:
     if doc.get("command") == "validate":  # from the deprecated `smoke --serve/--start` alias
         from patchctl.commands import validate
 
@@ -61,7 +71,8 @@ def _notify(text: str) -> None:
 @source_options
 @click.option("--serve", "serve_url", hidden=True, help="Deprecated: `patchctl validate --url URL`.")
 @click.option("--start", "start_cmd", hidden=True, help="Deprecated: `patchctl validate --start CMD`.")
-def command(spec, only, tier, python, store, ctx, serve_url, start_cmd):
+def command(spec: str, only: tuple[str, ...], tier: str, python: str | None, store: Store, ctx: SourceContext,
+            serve_url: str | None, start_cmd: str | None) -> tuple[dict, int]:
     """Run the patches' smoke checks against the patched tree of ENGINE@VERSION.
 
     A running server is validated by `patchctl validate`.

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Iterable
 from typing import Any, TextIO
 
 from patchctl import outcomes as O
@@ -28,7 +29,8 @@ class Table:
     """Rows to show under a title; rendered by whichever console prints it."""
 
     def __init__(self, title: str, columns: list[str]):
-        self.title, self.columns, self.rows = title, columns, []
+        self.title, self.columns = title, columns
+        self.rows: list[tuple[str, ...]] = []
 
     def add_row(self, *cells: str) -> None:
         self.rows.append(cells)
@@ -121,7 +123,7 @@ def print_outcomes(out: Console, doc: dict) -> None:
                 out.print(h["context"], markup=False, highlight=False)
 
 
-def print_lines(out: Console, lines) -> None:
+def print_lines(out: Console, lines: Iterable[str]) -> None:
     for line in lines:
         out.print(line, markup=False, highlight=False)
 

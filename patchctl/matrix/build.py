@@ -187,7 +187,7 @@ def nightly_failed(doc: dict) -> list[str]:
             if (data.get("versions", {}).get("nightly") or {}).get("outcome") == NIGHTLY_FAILED]
 
 
-def _version_key(version: str):
+def _version_key(version: str) -> tuple[int, Version]:
     return (1, Version("0")) if version == "nightly" else (0, Version(version))
 
 

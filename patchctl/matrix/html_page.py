@@ -68,11 +68,11 @@ main { max-width: 1560px; }
 """
 
 
-def esc(value) -> str:
+def esc(value: object) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
 
-def style_key(outcome) -> str:
+def style_key(outcome: object) -> str:
     if outcome in STYLE:
         return outcome
     return UNKNOWN
@@ -87,7 +87,7 @@ def outcome_css() -> str:
                      for k, (bg, fg, _) in STYLE.items())
 
 
-def _text(value) -> str:
+def _text(value: object) -> str:
     """Evidence or details may be a string or any YAML structure; show structures as JSON."""
     if isinstance(value, str):
         return value
@@ -166,7 +166,7 @@ def render_engine(engine: str, data: dict) -> str:
     # Newest first: the nightly, then releases from the newest down (a nightly report is read top down).
     from patchctl.matrix.build import _version_key
 
-    def newest_first(version):
+    def newest_first(version: str) -> tuple[int, object]:
         try:
             return _version_key(version)
         except Exception:

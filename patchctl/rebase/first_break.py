@@ -2,15 +2,22 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from packaging.version import Version
 
 from patchctl import outcomes as O
+from patchctl.engines import Engine
 from patchctl.errors import UsageError
 from patchctl.patching import evaluate
 from patchctl.sources import fetch
 from patchctl.store import Patch
+
+if TYPE_CHECKING:
+    from git import Repo
+
+# point (a version or a commit) -> (good, what was seen there)
+Predicate = Callable[[str], tuple[bool, str]]
 
 
 class BisectStep(NamedTuple):
@@ -47,8 +54,8 @@ def bisect(points: list[str], is_good: Callable[[str], tuple[bool, str]]) -> Bis
     return BisectResult(points[hi], points[lo], tuple(steps))
 
 
-def release_predicate(patch: Patch, series: tuple[Patch, ...], ctx: fetch.SourceContext, engine,
-                      smoke: Callable[[Version], tuple[bool, str]] | None = None):
+def release_predicate(patch: Patch, series: tuple[Patch, ...], ctx: fetch.SourceContext, engine: Engine,
+                      smoke: Callable[[Version], tuple[bool, str]] | None = None) -> Predicate:
     upto = series[: [p.name for p in series].index(patch.name) + 1]
 
     def is_good(point: str) -> tuple[bool, str]:
@@ -65,7 +72,7 @@ def release_predicate(patch: Patch, series: tuple[Patch, ...], ctx: fetch.Source
     return is_good
 
 
-def commit_predicate(patch: Patch, series: tuple[Patch, ...], repo, engine, version: Version):
+def commit_predicate(patch: Patch, series: tuple[Patch, ...], repo: Repo, engine: Engine, version: Version) -> Predicate:
     from patchctl.sources.git import GitSource
 
     upto = series[: [p.name for p in series].index(patch.name) + 1]

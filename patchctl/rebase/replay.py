@@ -8,8 +8,9 @@ import email
 import json
 import shutil
 import tempfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
@@ -58,9 +59,14 @@ def variant_message(data: bytes) -> str:
     head = text.split("\ndiff --git ", 1)[0]
     message = email.message_from_string(head)
     subject = " ".join(str(message.get("Subject", "patch")).split()).removeprefix("[PATCH] ")
-    body = message.get_payload() if isinstance(message.get_payload(), str) else ""
+    payload = message.get_payload()
+    body = payload if isinstance(payload, str) else ""
     body = body.split("\n---\n", 1)[0].strip()
     return subject + ("\n\n" + body if body else "")
+
+
+# verify(patch, version, the variant made for it) -> (ok, reason): the smoke checks gating a reused resolution.
+Verifier = Callable[[Patch, Version, bytes], tuple[bool, str]]
 
 
 class _Plan(NamedTuple):
@@ -82,8 +88,9 @@ def without_upper_bound(patch: Patch) -> Patch:
 
 
 def rebase(engine_name: str, store: Store, new: Version, ctx: fetch.SourceContext, *, old: Version | None = None,
-           workdir: Path | None = None, write: bool = True, verify=None, past_applies_to: bool = False) -> RebaseReport:
-    """verify(patch, version) -> (ok, reason): smoke checks that gate a reused resolution.
+           workdir: Path | None = None, write: bool = True, verify: Verifier | None = None,
+           past_applies_to: bool = False) -> RebaseReport:
+    """verify(patch, version, variant bytes) -> (ok, reason): smoke checks that gate a reused resolution.
     past_applies_to: also replay the patches whose applies_to ends below `new` (an upper bound is
     often just the last release looked at), to show whether their code carries; they are never written.
 
@@ -110,10 +117,10 @@ def rebase(engine_name: str, store: Store, new: Version, ctx: fetch.SourceContex
             targets.append((patch, choice.variant))
             continue
         if patch.upstreamed_at(new):  # as check says it: upstream behaves as patched (upstreamed_in)
-            kind, outcome, why = UPSTREAMED, O.UPSTREAMED, f"upstreamed_in {patch.upstreamed_in} covers {new}"
+            kind, verdict, why = UPSTREAMED, O.UPSTREAMED, f"upstreamed_in {patch.upstreamed_in} covers {new}"
         else:
-            kind, outcome, why = OBSOLETE, O.OBSOLETE, choice.reason
-        on_new[patch.name] = evaluate.PatchOutcome(patch.name, outcome, None, why)
+            kind, verdict, why = OBSOLETE, O.OBSOLETE, choice.reason
+        on_new[patch.name] = evaluate.PatchOutcome(patch.name, verdict, None, why)
         items.append(RebaseItem(patch.name, kind, None, None, why))
     if not targets:
         return RebaseReport(engine_name, str(old or ""), str(new), tuple(items), None)
@@ -130,7 +137,7 @@ def rebase(engine_name: str, store: Store, new: Version, ctx: fetch.SourceContex
     new_src.prefetch(paths)
 
     keep = workdir is not None
-    root = Path(workdir) if keep else Path(tempfile.mkdtemp(prefix="patchctl-rebase-"))
+    root = workdir if workdir is not None else Path(tempfile.mkdtemp(prefix="patchctl-rebase-"))
     if root.exists() and any(root.iterdir()):
         raise UsageError(f"--workdir {root} is not empty")
     repo = root / "repo"
@@ -167,7 +174,7 @@ def rebase(engine_name: str, store: Store, new: Version, ctx: fetch.SourceContex
         data = DirectorySource(repo).read(path)  # the new version with the patches carried so far
         return None if data is None else data.decode("utf-8", errors="replace")
 
-    def relocations(variant: Variant, files: list[str]) -> tuple[dict, ...]:
+    def relocations(variant: Variant, files: list[str]) -> tuple[dict[str, Any], ...]:
         return tuple(relocate.propose(parsed[variant.path], new_src, engine, files, tree_file))
 
     failed: set[str] = set()
@@ -179,7 +186,8 @@ def rebase(engine_name: str, store: Store, new: Version, ctx: fetch.SourceContex
         return item._replace(outside_applies_to=outside, reason=f"{new} is outside applies_to {outside}; "
                              f"as if it were not: {item.reason}")
 
-    def fail(plan: _Plan, classification: str, old_variant: str | None, reason: str, **extra) -> None:
+    def fail(plan: _Plan, classification: str, old_variant: str | None, reason: str,
+             **extra: Any) -> None:
         failed.add(plan.patch.name)
         outcome = O.OBSOLETE if classification == OBSOLETE else O.CONFLICT
         on_new[plan.patch.name] = evaluate.PatchOutcome(plan.patch.name, outcome, None, reason)
@@ -297,7 +305,7 @@ def _refreshed(store: Store, patch: Patch, variant: Variant, new: Version, data:
                       resolution)
 
 
-def _commit(repo: Path, changes, variant: Variant) -> None:
+def _commit(repo: Path, changes: Sequence[evaluate.FileChange], variant: Variant) -> None:
     _apply_changes(repo, changes)
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "--allow-empty", "-m", variant_message(variant.path.read_bytes()))
@@ -314,7 +322,7 @@ def _write(repo: Path, files: dict[str, bytes | None], paths: list[str]) -> None
             target.write_bytes(data)
 
 
-def _apply_changes(repo: Path, changes) -> None:
+def _apply_changes(repo: Path, changes: Sequence[evaluate.FileChange]) -> None:
     _write(repo, {c.path: c.after for c in changes}, [c.path for c in changes])
 
 

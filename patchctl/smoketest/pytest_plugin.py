@@ -9,6 +9,7 @@ import os
 import pathlib
 
 import pytest
+from packaging.version import Version
 
 
 def _required(var: str) -> str:
@@ -29,9 +30,7 @@ def pristine_tree() -> pathlib.Path:
 
 
 @pytest.fixture(scope="session")
-def engine_version():
-    from packaging.version import Version
-
+def engine_version() -> Version:
     return Version(_required("PATCHCTL_ENGINE_VERSION"))
 
 

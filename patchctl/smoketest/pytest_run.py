@@ -109,10 +109,11 @@ def _checklib_path(store_root: Path, tmp: Path) -> list[str]:
     return [str(root)]
 
 
-def _parse_junit(path: Path):
+def _parse_junit(path: Path) -> tuple[int, int, int, list[str], list[str]]:
     root = ET.parse(path).getroot()
     passed = failed = skipped = 0
-    failures, skip_reasons = [], []
+    failures: list[str] = []
+    skip_reasons: list[str] = []
     for case in root.iter("testcase"):
         name = f"{case.get('classname', '')}::{case.get('name', '')}"
         problem = case.find("failure")

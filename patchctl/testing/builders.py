@@ -4,6 +4,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
 
 import yaml
@@ -15,7 +16,7 @@ def git(cwd: Path, *args: str) -> str:
     return gitutil.git(cwd, *args).stdout
 
 
-def write_tree(root: Path, files: dict[str, str | bytes]) -> Path:
+def write_tree(root: Path, files: Mapping[str, str | bytes]) -> Path:
     for rel, content in files.items():
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -76,7 +77,7 @@ class StoreBuilder:
         return make_variant(self.root.parent / f".scratch-{self._scratch}", pristine, patched, subject)
 
 
-def build_wheel(dest: Path, dist: str, version: str, files: dict[str, str | bytes]) -> Path:
+def build_wheel(dest: Path, dist: str, version: str, files: Mapping[str, str | bytes]) -> Path:
     """A real wheel (zip + dist-info with METADATA, WHEEL and a RECORD of sha256s)."""
     norm = dist.replace("-", "_")
     path = dest / f"{norm}-{version}-py3-none-any.whl"

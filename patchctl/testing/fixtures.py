@@ -3,6 +3,7 @@ conflicts, upstreamed patches) tested against real wheels on a real local index,
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
 from patchctl.testing.builders import StoreBuilder, build_wheel
@@ -23,7 +24,7 @@ def loader_with(changes: dict[int, str], base: str = PRISTINE["vllm/loader.py"])
 
 
 @contextlib.contextmanager
-def four_release_index(tmp_path: Path, builder: StoreBuilder):
+def four_release_index(tmp_path: Path, builder: StoreBuilder) -> Iterator[IndexServer]:
     """Four real wheels of vllm on a local index and one patch, `loader`, that is clean on 1.0,
     applies at an offset on 1.1, conflicts on 1.2 and is upstreamed on 1.3. Yields the server."""
     files = tmp_path / "files"
