@@ -39,6 +39,7 @@ SECTIONS: dict[str, dict[str, CommandInfo]] = {
         "diff": CommandInfo("diff", "Hand edits that belong to no patch, as a diff to the release."),
         "refresh": CommandInfo("refresh", "Rewrite a patch's variant from the edited tree (quilt refresh)."),
         "list": CommandInfo("list_patches", "The series, and which variant a version gets and why."),
+        "show": CommandInfo("show", "One patch whole: why, upstream links, variant chosen, evidence, store."),
         "lint": CommandInfo("lint", "Validate the store: schema, pins, that every variant parses."),
         "pin": CommandInfo("pin", "Record the sha256 of every variant file in series.yaml."),
         "rebase": CommandInfo("rebase", "Carry the series onto a new upstream version."),

@@ -8,22 +8,30 @@ import click
 from patchctl.commands.framework import patchctl_command
 from patchctl.commands.text import table
 from patchctl.documents import document
-from patchctl.errors import EXIT_OK
-from patchctl.options import store_option
+from patchctl.errors import EXIT_OK, UsageError
+from patchctl.options import source_options, store_option
 
 if TYPE_CHECKING:
     from patchctl.commands.text import Console
+    from patchctl.sources.fetch import SourceContext
     from patchctl.store import Store
 
 
 
-def run(store: Store, spec: str | None = None) -> tuple[dict, int]:
+def run(store: Store, spec: str | None = None, ctx: SourceContext | None = None) -> tuple[dict, int]:
     from patchctl.spec import parse_spec
     from patchctl.store import choose_variant, drop_rule_met
 
     ref = parse_spec(spec) if spec else None
     engine = ref.engine.name if ref else None
     version = ref.version if ref and ref.kind == "exact" else None
+    if ref is not None and ref.kind == "latest":  # was ignored: `list vllm@latest` showed no version
+        from patchctl.sources.fetch import SourceContext, latest_release
+
+        version = latest_release(ref.engine, ctx or SourceContext())
+    elif ref is not None and ref.kind not in ("exact", "installed"):
+        raise UsageError(f"list takes ENGINE, ENGINE@VERSION or ENGINE@latest, not {ref}",
+                         hint=f"patchctl check {ref} says which variant that upstream gets")
     rows = []
     for name in [engine] if engine else store.engines():
         dist = ref.engine.dist if ref else _dist(name)
@@ -67,9 +75,11 @@ def render(doc: dict, out: Console, err: Console) -> None:
 @patchctl_command("list", render=render, example=(
     "patchctl list                     every engine's series",
     "patchctl list vllm@0.23.0         which variant each vLLM patch uses on 0.23.0, and why",
+    "patchctl list sglang@latest       the same for the newest release on the index",
 ))
 @click.argument("spec", metavar="[ENGINE[@VERSION]]", required=False)
 @store_option
-def command(spec: str | None, store: Store) -> tuple[dict, int]:
-    """The series, and which variant would be chosen for ENGINE@VERSION and why."""
-    return run(store, spec)
+@source_options
+def command(spec: str | None, store: Store, ctx: SourceContext) -> tuple[dict, int]:
+    """The series, and which variant would be chosen for ENGINE@VERSION (or @latest) and why."""
+    return run(store, spec, ctx)
