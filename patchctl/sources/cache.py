@@ -96,6 +96,12 @@ class ArtifactCache:
         """The folder of what range reads of `url` gave (and an unhashed index's whole artifact)."""
         return self.root / "artifacts" / f"{claimed_sha256 or 'unhashed'}-{url_key(url)}"
 
+    def unverified_of(self, claimed_sha256: str) -> list[Path]:
+        """Every URL's range-read folder of an artifact an index claimed to have this sha256 (for
+        measurements of the cache; a read goes through `unverified`, by URL)."""
+        folder = self.root / "artifacts"
+        return sorted(folder.glob(f"{claimed_sha256}-*")) if folder.is_dir() else []
+
     def verified(self, sha256: str) -> Path:
         """The folder of a whole artifact checked against the index's sha256, and what was taken from it."""
         return self.root / "verified" / sha256
