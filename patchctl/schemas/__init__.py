@@ -1,7 +1,7 @@
 """JSON Schema documents for every file patchctl reads that a person, a crash or a full disk may have
 damaged: the store (series.yaml, patch.yaml), a target's state record and journal, the download cache's
 index pages, index responses and the matrix (the cache's binary files carry their own sha256 instead:
-atomic.write_verified). One schema file per document kind (`<name>.json` beside this module), validated
+sources/cache.framed). One schema file per document kind (`<name>.json` beside this module), validated
 with fastjsonschema, which compiles a schema to plain Python, generated into the package at build time
 (compiled/): about 10 ms of import on the hot path, against 150-220 ms for pydantic or jsonschema
 (`ensure` runs before every service start). Tests cross-check the schemas with the jsonschema package.
