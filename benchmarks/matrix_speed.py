@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import json
 import os
 import tempfile
@@ -33,31 +32,34 @@ from patchctl.store import Store
 
 def needed_bytes(doc: dict, cache: Path) -> int:
     """The lower bound described in the module docstring, for the rows of a cold run."""
-    from patchctl.atomic import read_verified
     from patchctl.engines import get_engine
     from patchctl.sources import zipread
+    from patchctl.sources.cache import ArtifactCache, member_key, unframe
     from patchctl.sources.release import CENTRAL_DIRECTORY_FILE
 
+    artifacts = ArtifactCache(cache)
     total = 0
     for engine, data in doc["engines"].items():
         prefix = get_engine(engine).layout_prefix("wheel")
         for row in data["versions"].values():
-            folder = cache / "artifacts" / str(row.get("sha256"))
-            if not row.get("bytes_fetched") or not folder.is_dir():
+            folders = artifacts.unverified_of(str(row.get("sha256")))
+            whole = artifacts.verified(str(row.get("sha256"))).is_dir()
+            if not row.get("bytes_fetched") or not (folders or whole):
                 continue
-            cd = read_verified(folder / CENTRAL_DIRECTORY_FILE)
+            folder = folders[0] if folders else artifacts.verified(str(row.get("sha256")))
+            cd = unframe(artifacts.read_file(folder / CENTRAL_DIRECTORY_FILE))
             if cd is None:  # read whole (an sdist)
                 total += row["bytes_fetched"]
                 continue
             entries = zipread.parse_central_directory(cd)
             record = zipread.record_name(entries)  # in the tail
-            tails = json.loads((cache / "tails" / f"{get_engine(engine).dist}.json").read_text())
+            tails = json.loads(artifacts.read_file(artifacts.tails(get_engine(engine).dist)) or b"{}")
             total += tails[row["version"]]
             members = {p.name for p in (folder / "members").iterdir()} if (folder / "members").is_dir() else set()
             for name, entry in entries.items():
                 if name == record or not name.startswith(prefix):
                     continue
-                if hashlib.sha256(name[len(prefix):].encode()).hexdigest()[:32] in members:
+                if member_key(name[len(prefix):]) in members:
                     total += 30 + len(name.encode()) + entry.compressed_size
     return total
 

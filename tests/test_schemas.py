@@ -117,3 +117,67 @@ def test_fastjsonschema_and_jsonschema_agree(case):
     name, doc = case
     expected = jsonschema.Draft7Validator(schema(name)).is_valid(doc)
     assert (problem(name, doc) is None) == expected, (name, doc)
+
+
+# The validators generated into the package ---------------------------------------------------------
+
+@pytest.mark.parametrize("name", SCHEMAS)
+def test_the_generated_validator_is_the_schemas_own(name):
+    """scripts/compile_schemas.py was run after the last schema edit (else patchctl compiles in memory)."""
+    from patchctl.schemas import generated_module, module_name
+
+    generated = REPO / "patchctl" / "schemas" / "compiled" / f"{module_name(name)}.py"
+    assert generated.read_text(encoding="utf-8") == generated_module(name), "run scripts/compile_schemas.py"
+
+
+def test_no_validator_code_is_read_from_the_cache(fresh_cache):
+    """Code planted in the cache as an older patchctl kept its compiled validators there
+    (<cache>/validators/<name>-<key>.marshal, framed with their own sha256) is never executed."""
+    import hashlib
+    import marshal
+    import subprocess
+    import sys
+
+    from patchctl.atomic import write_verified
+
+    marker = fresh_cache / "ran"
+    planted = compile(f"open({str(marker)!r}, 'w').close()\ndef validate(data):\n    return data\n", "<planted>", "exec")
+    for name in SCHEMAS:
+        raw = (REPO / "patchctl" / "schemas" / f"{name}.json").read_bytes()
+        key = hashlib.sha256(b"\0".join((raw, fastjsonschema.VERSION.encode(), sys.version.encode()))).hexdigest()[:16]
+        write_verified(fresh_cache / "validators" / f"{name}-{key}.marshal", marshal.dumps(planted))
+    code = ("import sys; from patchctl.schemas import problem; "
+            "print(problem('series', {'engine': 'vllm'}) is not None); "
+            "print(any(m == 'patchctl.config' for m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=fresh_cache.parent).stdout.split()  # (not the checkout: PYTHONPATH names the tree)
+    assert not marker.exists()  # the planted code did not run
+    assert out == ["True", "False"]  # the schema check is on, and config was not imported (no cycle)
+
+
+def test_a_stale_generated_validator_is_not_used(monkeypatch):
+    import patchctl.schemas as schemas
+
+    schemas._validator.cache_clear()
+    monkeypatch.setattr(hashlib_module(), "sha256", _always("0" * 64))
+    try:
+        assert schemas.problem("series", {"engine": 1}) is not None  # compiled in memory, still checks
+    finally:
+        schemas._validator.cache_clear()
+
+
+def hashlib_module():
+    import patchctl.schemas as schemas
+
+    return schemas.hashlib
+
+
+class _always:
+    def __init__(self, digest: str) -> None:
+        self.digest = digest
+
+    def __call__(self, *_args: object) -> _always:
+        return self
+
+    def hexdigest(self) -> str:
+        return self.digest

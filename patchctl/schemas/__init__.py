@@ -1,14 +1,16 @@
 """JSON Schema documents for every file patchctl reads that a person, a crash or a full disk may have
 damaged: the store (series.yaml, patch.yaml), a target's state record and journal, the download cache's
 index pages, index responses and the matrix (the cache's binary files carry their own sha256 instead:
-atomic.write_verified). One schema file per
-document kind (`<name>.json` beside this module), validated with fastjsonschema, which compiles a schema
-to plain Python: about 10 ms of import on the hot path, against 150-220 ms for pydantic or jsonschema
+sources/cache.framed). One schema file per document kind (`<name>.json` beside this module), validated
+with fastjsonschema, which compiles a schema to plain Python, generated into the package at build time
+(compiled/): about 10 ms of import on the hot path, against 150-220 ms for pydantic or jsonschema
 (`ensure` runs before every service start). Tests cross-check the schemas with the jsonschema package.
 """
 from __future__ import annotations
 
 import functools
+import hashlib
+import importlib
 import json
 from collections.abc import Callable
 from importlib import resources
@@ -24,46 +26,46 @@ def schema(name: str) -> dict[str, Any]:
 
 @functools.cache
 def _validator(name: str) -> Callable[[Any], Any]:
-    """The schema compiled to a Python function. Generating that code costs 6-20 ms a schema, and a
-    `check` reads four kinds of document, `ensure` as many: the compiled code object is kept in the
-    cache (<cache>/validators/, keyed by the schema's bytes, fastjsonschema's and Python's versions)
-    and loads in a fraction of a millisecond. A cached file is checked by its sha256 before it is
-    loaded; a damaged or unwritable cache only means generating the code again."""
-    code = _cached_validator_code(name)
+    """The schema compiled to a Python function. Generating and compiling that code costs 10-30 ms a
+    schema, and `ensure` reads five kinds of document before every service start: so the code is
+    generated when the package is built (scripts/compile_schemas.py writes patchctl/schemas/compiled/,
+    which Python imports like any module of the package, from the package's own bytecode). Nothing
+    executable is read from the download cache, which other users may write. A generated module that
+    does not match its schema's bytes (a schema edited without running the script) is not used: the
+    code is then generated in memory, for this process only (tests/test_schemas.py fails on it)."""
+    raw = resources.files("patchctl.schemas").joinpath(f"{name}.json").read_bytes()
+    try:
+        module = importlib.import_module(f"patchctl.schemas.compiled.{module_name(name)}")
+    except ImportError:
+        module = None
+    if module is not None and getattr(module, "SCHEMA_SHA256", None) == hashlib.sha256(raw).hexdigest():
+        validate: Callable[[Any], Any] = module.validate
+        return validate
     namespace: dict[str, Any] = {}
-    exec(code, namespace)  # noqa: S102  (code fastjsonschema generated from our own schema)
+    exec(compile(generated_code(name), f"<schema {name}>", "exec"), namespace)  # noqa: S102  (our own schema)
     return namespace["validate"]
 
 
-def _cached_validator_code(name: str) -> Any:
-    import hashlib
-    import marshal
-    import sys
+def module_name(name: str) -> str:
+    """The generated module of schema `name` (`index-cache` → `index_cache`)."""
+    return name.replace("-", "_")
 
+
+def generated_code(name: str) -> str:
+    """fastjsonschema's code for schema `name` (what fastjsonschema.compile executes, as text; `validate`
+    is the root schema's function)."""
     import fastjsonschema
 
-    from patchctl import config
-    from patchctl.atomic import read_verified, write_verified
+    return str(fastjsonschema.compile_to_code(schema(name)))
 
+
+def generated_module(name: str) -> str:
+    """The text of patchctl/schemas/compiled/<module_name(name)>.py: the generated code, headed by the
+    sha256 of the schema file it was generated from."""
     raw = resources.files("patchctl.schemas").joinpath(f"{name}.json").read_bytes()
-    key = hashlib.sha256(b"\0".join((raw, fastjsonschema.VERSION.encode(), sys.version.encode()))).hexdigest()[:16]
-    file = config.cache_dir() / "validators" / f"{name}-{key}.marshal"
-    try:
-        payload = read_verified(file)
-    except OSError:  # e.g. an unreadable cache folder
-        payload = None
-    if payload:
-        try:
-            return marshal.loads(payload)
-        except (EOFError, ValueError, TypeError):
-            pass
-    # compile_to_code is what fastjsonschema.compile executes, as text; `validate` is the root schema's function.
-    code = compile(fastjsonschema.compile_to_code(schema(name)), f"<schema {name}>", "exec")
-    try:
-        write_verified(file, marshal.dumps(code))
-    except OSError:
-        pass  # a read-only or full cache: the next run generates the code again
-    return code
+    return (f'"""Validator of {name}.json, generated by scripts/compile_schemas.py: do not edit."""\n'
+            "# ruff: noqa\n# mypy: ignore-errors\n"
+            f'SCHEMA_SHA256 = "{hashlib.sha256(raw).hexdigest()}"\n' + generated_code(name))
 
 
 def problem(name: str, document: Any) -> str | None:

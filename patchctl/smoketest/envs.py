@@ -4,7 +4,6 @@ extracted tree, never installed)."""
 from __future__ import annotations
 
 import hashlib
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 from patchctl import config
 from patchctl.atomic import write_atomic
 from patchctl.errors import EnvironmentProblem, UsageError
+from patchctl.sources.cache import ArtifactCache, Damaged
 
 BASE_REQUIREMENTS = ("pytest", "packaging")
 
@@ -26,12 +26,17 @@ def requirements_file(store_root: Path, profile: str) -> Path:
 def _venv(store_root: Path, profile: str) -> Path:
     reqs = requirements_file(store_root, profile)
     digest = hashlib.sha256(reqs.read_bytes() + "\n".join(BASE_REQUIREMENTS).encode()).hexdigest()[:12]
-    return config.cache_dir() / "envs" / f"{profile}-{digest}"
+    return ArtifactCache(config.cache_dir()).env(f"{profile}-{digest}")
 
 
 def env_ready(store_root: Path, profile: str) -> bool:
     venv = _venv(store_root, profile)
-    return (venv / ".complete").is_file() and (venv / "bin" / "python").exists()
+    try:
+        # The marker read without following a symlink; the venv's python is a symlink by design.
+        complete = ArtifactCache(config.cache_dir()).exists(venv / ".complete")
+    except Damaged:
+        return False
+    return complete and (venv / "bin" / "python").exists()
 
 
 def ensure_env(store_root: Path, profile: str, log=None) -> str:
@@ -43,7 +48,9 @@ def ensure_env(store_root: Path, profile: str, log=None) -> str:
         return str(python)
     # Built in place (venvs are not relocatable); `.complete` is written last, so an interrupted
     # build is simply started again.
-    shutil.rmtree(venv, ignore_errors=True)
+    cache = ArtifactCache(config.cache_dir())
+    cache.remove(venv)
+    cache.make_dirs(venv.parent)
     _run([sys.executable, "-m", "venv", str(venv)], f"create the {profile} venv", log)
     _run([str(python), "-m", "pip", "install", "-q", "-r", str(reqs), *BASE_REQUIREMENTS],
          f"install the {profile} requirements ({reqs})", log)

@@ -8,9 +8,6 @@ import json
 import os
 import shutil
 import subprocess
-import tarfile
-import zipfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -21,7 +18,8 @@ from patchctl.atomic import write_atomic
 from patchctl.engines import Engine
 from patchctl.errors import PatchFailed, UsageError
 from patchctl.patching import evaluate
-from patchctl.sources import fetch
+from patchctl.sources import archive, fetch
+from patchctl.sources.cache import ArtifactCache, Damaged
 from patchctl.sources.files import DirectorySource
 from patchctl.sources.release import ReleaseSource
 from patchctl.store import Patch
@@ -50,47 +48,39 @@ def pristine_tree(source: ReleaseSource) -> Path:
         source.sparse = False
         source.download_full()
         key = source.provenance().sha256
-    root = config.cache_dir() / "trees" / str(key) / "pristine"
-    marker = root / ".complete"
-    if marker.is_file() and marker.read_text().startswith(f"format {TREE_FORMAT}\n"):
+    cache = ArtifactCache(config.cache_dir())
+    root = cache.tree(str(key)) / "pristine"
+    if _complete(cache, root, f"format {TREE_FORMAT}\n"):
         return root
     source.sparse = False
-    archive = source.download_full()
-    tmp = root.with_name(f"pristine.{os.getpid()}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    tmp = _fresh(cache, root.with_name(f"pristine.{os.getpid()}.tmp"))
     engine = source.engine
     wanted = tuple(p + "/" for p in engine.packages)
-    if zipfile.is_zipfile(archive):
-        with zipfile.ZipFile(archive) as zf:
-            for info in zf.infolist():
-                if info.filename.startswith(wanted) and not info.filename.endswith("/"):
-                    extracted = zf.extract(info, tmp)
-                    mode = (info.external_attr >> 16) & 0o777
-                    if mode:
-                        os.chmod(extracted, mode)
-    else:
-        with tarfile.open(archive) as tf:
-            _extract_tar(tf, tmp, lambda name: (inner if (inner := engine.sdist_member_path(name))
-                                                and inner.startswith(wanted) else None))
+    with source.open_artifact() as f, archive.errors_named(source.artifact.filename):
+        if archive.is_zip(f):
+            archive.extract(f, tmp, lambda name: name if name.startswith(wanted) else None)
+        else:
+            archive.extract(f, tmp, lambda name: (inner if (inner := engine.sdist_member_path(name))
+                                                  and inner.startswith(wanted) else None))
     write_atomic(tmp / ".complete", f"format {TREE_FORMAT}\n{source.artifact.filename}\n".encode())
-    shutil.rmtree(root, ignore_errors=True)
+    cache.remove(root)
     os.replace(tmp, root)
     return root
 
 
-def _extract_tar(tf: tarfile.TarFile, dest_root: Path, path_of: Callable[[str], str | None]) -> None:
-    """Every regular file whose member name path_of maps to a path (relative to dest_root), with
-    its mode (vLLM ships some sources executable; git diffs record modes)."""
-    for member in tf:
-        inner = path_of(member.name) if member.isfile() else None
-        if not inner:
-            continue
-        dest = dest_root / inner
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        with tf.extractfile(member) as src, open(dest, "wb") as out:  # type: ignore[union-attr]
-            shutil.copyfileobj(src, out)
-        os.chmod(dest, member.mode & 0o777)
+def _complete(cache: ArtifactCache, root: Path, starts: str = "") -> bool:
+    """Whether the tree at root was built whole (its .complete marker, read without following a link)."""
+    try:
+        marker = cache.read_file(root / ".complete")
+    except Damaged:
+        return False
+    return marker is not None and marker.startswith(starts.encode())
+
+
+def _fresh(cache: ArtifactCache, tmp: Path) -> Path:
+    cache.remove(tmp)
+    cache.make_dirs(tmp)
+    return tmp
 
 
 _DEFAULT_OPTIONS = evaluate.Options()
@@ -99,23 +89,23 @@ _DEFAULT_OPTIONS = evaluate.Options()
 def git_tree(source: GitSource, engine: Engine) -> Path:
     """The pristine tree of a git commit (SGLang main, ENGINE@git:REF): its packages exported with
     `git archive`, cached by commit (a commit names its content)."""
-    root = config.cache_dir() / "trees" / f"git-{source.commit}" / "pristine"
-    if (root / ".complete").is_file():
+    cache = ArtifactCache(config.cache_dir())
+    root = cache.tree(f"git-{source.commit}") / "pristine"
+    if _complete(cache, root):
         return root
-    tmp = root.with_name(f"pristine.{os.getpid()}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    tmp = _fresh(cache, root.with_name(f"pristine.{os.getpid()}.tmp"))
     paths = [f"{source.prefix}{p}" for p in engine.packages]
-    archive = subprocess.run(["git", "-C", source.repo.git_dir, "archive", "--format=tar", source.commit, *paths],
-                             capture_output=True)
-    if archive.returncode != 0:
-        shutil.rmtree(tmp, ignore_errors=True)
+    exported = subprocess.run(["git", "-C", source.repo.git_dir, "archive", "--format=tar", source.commit, *paths],
+                              capture_output=True)
+    if exported.returncode != 0:
+        cache.remove(tmp)
         raise UsageError(f"{source.description}@{source.commit[:12]}: cannot export "
-                         f"{', '.join(paths)}: {archive.stderr.decode(errors='replace').strip()[:300]}")
-    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tf:
-        _extract_tar(tf, tmp, lambda name: name[len(source.prefix):] if name.startswith(source.prefix) else None)
+                         f"{', '.join(paths)}: {exported.stderr.decode(errors='replace').strip()[:300]}")
+    with archive.errors_named(f"git archive of {source.commit[:12]}"):
+        archive.extract(io.BytesIO(exported.stdout), tmp,
+                        lambda name: name[len(source.prefix):] if name.startswith(source.prefix) else None)
     write_atomic(tmp / ".complete", f"format {TREE_FORMAT}\n{source.description}@{source.commit}\n".encode())
-    shutil.rmtree(root, ignore_errors=True)
+    cache.remove(root)
     os.replace(tmp, root)
     return root
 
@@ -151,7 +141,7 @@ def _with_patched(engine: Engine, version: Version, patches: tuple[Patch, ...], 
     digest = hashlib.sha256(json.dumps(
         [[c.path, hashlib.sha256(c.after or b"").hexdigest()] for c in result.changes]).encode()).hexdigest()[:16]
     patched = pristine.parent / f"patched-{digest}"
-    if not (patched / ".complete").is_file():
+    if not _complete(ArtifactCache(config.cache_dir()), patched):
         tmp = patched.with_name(f"{patched.name}.{os.getpid()}.tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.copytree(pristine, tmp, symlinks=True)

@@ -2,7 +2,6 @@
 partially (blobs fetched on demand), into the cache."""
 from __future__ import annotations
 
-import hashlib
 import subprocess
 from collections.abc import Iterable
 from pathlib import Path
@@ -10,6 +9,7 @@ from pathlib import Path
 import git
 
 from patchctl.errors import NetworkError, UsageError
+from patchctl.sources.cache import ArtifactCache, Damaged
 from patchctl.sources.files import Provenance
 
 
@@ -23,11 +23,18 @@ def open_repo(repo: str, cache_root: Path, *, offline: bool = False, fetch: bool
             return git.Repo(Path(repo).expanduser(), search_parent_directories=False)
         except (git.InvalidGitRepositoryError, git.NoSuchPathError):
             raise UsageError(f"{repo} is not a git repository") from None
-    clone = cache_root / "git" / hashlib.sha256(repo.encode()).hexdigest()[:16]
+    cache = ArtifactCache(cache_root)
+    clone = cache.git_clone(repo)
     try:
-        if not clone.is_dir():
+        try:
+            cloned = cache.is_dir(clone)
+        except Damaged:  # a symlink or a file in place of the clone: never followed, cloned again
+            cache.remove(clone)
+            cloned = False
+        if not cloned:
             if offline:
                 raise NetworkError(f"offline, and {repo} was never cloned into the cache")
+            cache.make_dirs(clone.parent)
             git.Repo.clone_from(repo, clone, bare=True, multi_options=["--filter=blob:none"])
         elif fetch and not offline:
             git.Repo(clone).git.fetch("origin", "+refs/heads/*:refs/heads/*", "--tags", "--prune")

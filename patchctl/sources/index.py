@@ -17,9 +17,9 @@ from typing import NamedTuple
 from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from patchctl.atomic import write_atomic
 from patchctl.errors import EnvironmentProblem, NetworkError, UsageError
 from patchctl.sources import http
+from patchctl.sources.cache import ArtifactCache, Damaged
 
 JSON_ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
 MAX_AGE_ENV = "PATCHCTL_INDEX_MAX_AGE"
@@ -80,11 +80,11 @@ class PackageIndex:
         self.cache_root = cache_root
         self.offline = offline
         self.origin = origin
+        self._cache = ArtifactCache(cache_root)
         self._projects: dict[str, IndexProject] = {}
 
     def _cache_file(self, name: str) -> Path:
-        key = re.sub(r"[^A-Za-z0-9]+", "_", self.url)[-80:]
-        return self.cache_root / "index" / key / f"{name}.json"
+        return self._cache.index_page(self.url, name)
 
     def project(self, name: str) -> IndexProject:
         name = canonicalize_name(name)
@@ -102,7 +102,7 @@ class PackageIndex:
             else:
                 try:
                     project = self._fetch(name, cached)  # after a 304, the cached page: fresh again
-                    write_atomic(cache_file, json.dumps(_to_json(project)).encode(), durable=False)  # schema-checked on read
+                    self._cache.write(cache_file, json.dumps(_to_json(project)).encode())  # schema-checked on read
                 except NetworkError as exc:
                     error = exc
         if project is None:
@@ -130,14 +130,17 @@ class PackageIndex:
         """The cached page and when it was fetched (or revalidated), or None when there is none. A
         damaged one (truncated by a full disk, edited) is deleted when the network can refill it;
         offline, it is an error that says how to refresh."""
-        if not cache_file.is_file():
-            return None, None
         from patchctl.schemas import problem
 
         try:
-            data = json.loads(cache_file.read_bytes().decode("utf-8"))
+            raw = self._cache.read_file(cache_file)
+            if raw is None:
+                return None, None
+            data = json.loads(raw.decode("utf-8"))
+        except Damaged as exc:
+            wrong: str | None = exc.why
         except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-            wrong: str | None = f"not JSON: {exc}"
+            wrong = f"not JSON: {exc}"
         else:
             wrong = problem("index-cache", data)
             if wrong is None and data["name"] != name:
@@ -147,7 +150,7 @@ class PackageIndex:
         if self.offline:
             raise EnvironmentProblem(f"cache file {cache_file} is damaged; run once without --offline "
                                      f"to refresh it ({wrong})")
-        cache_file.unlink(missing_ok=True)
+        self._cache.remove(cache_file)
         return None, None
 
     def _fetch(self, name: str, cached: IndexProject | None = None) -> IndexProject:

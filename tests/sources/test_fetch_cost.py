@@ -280,10 +280,11 @@ def test_export_full_streams_the_tree_keeps_modes_and_reports_bytes(files, store
     assert (out / "vllm/loader.py").read_text() == loader_with({10: "ten\n"})
     assert doc["source"]["bytes_fetched"] >= wheel.stat().st_size and "whole" in doc["source"]["read"]
     # One cached copy: the artifact; the exported members are not copied into the member cache.
-    (artifact_dir,) = (fresh_cache / "artifacts").iterdir()
+    # A whole artifact checked against the index's sha256 is kept by that hash (cache.py's layout).
+    (artifact_dir,) = (fresh_cache / "verified").iterdir()
+    assert artifact_dir.name == hashlib.sha256(wheel.read_bytes()).hexdigest()
     assert (artifact_dir / "artifact").stat().st_size == wheel.stat().st_size
-    cached_members = [p for p in (artifact_dir / "members").glob("*") if p.suffix == ""] \
-        if (artifact_dir / "members").is_dir() else []
+    cached_members = [p for p in fresh_cache.glob("*/*/members/*") if p.suffix == ""]
     assert len(cached_members) <= 1  # at most what the check itself read (loader.py)
     assert not list(tmp_path.glob(".out.patchctl-*"))
 
