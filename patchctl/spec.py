@@ -1,7 +1,7 @@
 """`ENGINE[@VERSION]` → EngineRef.
 
-VERSION is an exact PEP 440 version, `latest`, `nightly`, `git:REF`, `commit:SHA` or a local
-directory (anything containing a path separator, or starting with
+VERSION is an exact PEP 440 version, `latest`, `nightly`, `git:REF`, `commit:SHA`, `file:PATH` (a
+wheel or sdist on disk) or a local directory (anything containing a path separator, or starting with
 `.` or `~`). Each is a kind of upstream (patchctl/sources/kinds/), tried in the order of
 patchctl/sources/registry.py.
 
@@ -27,7 +27,7 @@ class EngineRef(NamedTuple):
     kind: str  # one of KINDS; "installed" when no VERSION was given
     version: Version | None = None  # for "exact"
     git_ref: str | None = None  # for "git"; the commit for "commit"
-    path: str | None = None  # for "path"
+    path: str | None = None  # for "path" (a directory) and "file" (a wheel or sdist)
 
     def __str__(self) -> str:
         return self.engine.name + registry.kind_named(self.kind).suffix(self)

@@ -57,6 +57,6 @@ def render(doc: dict, out, err) -> None:
 def command(spec, only, store, ctx, options):
     """Dry-run the patch series on the pristine files of ENGINE@VERSION (no install, no GPU).
 
-    VERSION is X.Y.Z, latest, nightly, commit:SHA, git:REF or a directory.
+    VERSION is X.Y.Z, latest, nightly, commit:SHA, git:REF, file:PATH (a wheel or sdist) or a directory.
     """
     return run(spec, store, ctx, options, only=only)

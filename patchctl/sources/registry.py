@@ -11,6 +11,7 @@ from patchctl.errors import UsageError
 from patchctl.sources.kinds import Parsed, UpstreamKind
 from patchctl.sources.kinds.commit import COMMIT
 from patchctl.sources.kinds.directory import DIRECTORY
+from patchctl.sources.kinds.file import FILE
 from patchctl.sources.kinds.git import GIT
 from patchctl.sources.kinds.installed import INSTALLED
 from patchctl.sources.kinds.nightly import NIGHTLY
@@ -27,6 +28,7 @@ KINDS: tuple[UpstreamKind, ...] = (
     NIGHTLY,
     GIT,
     COMMIT,
+    FILE,
     DIRECTORY,
     EXACT,
 )

@@ -15,9 +15,9 @@ if TYPE_CHECKING:
     from patchctl.sources.index import IndexFile
     from patchctl.spec import EngineRef
 
-INSTALL_HINT = "name a version, nightly, commit:SHA or git:REF"
+INSTALL_HINT = "name a version, nightly, commit:SHA, git:REF or file:PATH"
 SMOKE_WHAT = ("smoke checks need a release or a build: ENGINE@X.Y.Z, @latest, @nightly, "
-              "@commit:SHA or @git:REF")
+              "@commit:SHA, @git:REF or @file:PATH")
 FULL_WHAT = "--full needs a release or a directory as the source"
 
 
