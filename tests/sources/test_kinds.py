@@ -258,3 +258,16 @@ def test_apply_install_installs_the_wheel_into_a_fresh_venv(wheel, store, tmp_pa
     code, status = invoke("status", "vllm", "--python", python)
     assert code == 0 and status["state"] == "intact"
     assert status["build"]["kind"] == "file" and status["build"]["version"] == "1.1"
+
+
+def test_config_imports_nothing_from_the_sources_layer():
+    """config.py is ground: pip's settings are read by sources/fetch.resolve_index, which asks config
+    for the config file's index (imports inside functions count too)."""
+    import ast
+
+    import patchctl.config
+
+    tree = ast.parse(Path(patchctl.config.__file__).read_text())
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    assert not {m for m in imported if m.startswith("patchctl.sources")}, imported
