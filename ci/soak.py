@@ -42,7 +42,19 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-ENGINE = "vllm"
+
+
+def soak_engine():
+    """Any engine serves (the soak exercises the writer, not an engine): the first engines.yaml names."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from patchctl.engines import all_engines
+
+    return next(iter(all_engines().values()))
+
+
+ENGINE = soak_engine().name
+PACKAGE = soak_engine().version_package  # the package the fake tree holds
 SPEC = f"{ENGINE}@1.0"
 COMMANDS = ("apply", "revert")
 FOLLOW_UPS = ("status", "apply", "revert", "ensure")
@@ -54,7 +66,7 @@ def is_temp(name: str) -> bool:
 
 
 def pristine_files(count: int, size: int) -> dict[str, str]:
-    files = {f"{ENGINE}/__init__.py": ""}
+    files = {f"{PACKAGE}/__init__.py": ""}
     for n in range(count):
         lines, total, i = [], 0, 0
         while total < size:
@@ -63,7 +75,7 @@ def pristine_files(count: int, size: int) -> dict[str, str]:
             lines.append(line)
             total += len(line)
             i += 1
-        files[f"{ENGINE}/mod_{n:02d}.py"] = "".join(lines)
+        files[f"{PACKAGE}/mod_{n:02d}.py"] = "".join(lines)
     return files
 
 

@@ -1,4 +1,6 @@
-"""Where things live and which index to ask: flags > environment > config file > pip's own settings."""
+"""Where things live, and what the config file says (which index, which nightly source): flags >
+environment > config file. pip's own settings come after these, read by the sources layer
+(sources/fetch.resolve_index), which knows pip."""
 from __future__ import annotations
 
 import os
@@ -6,10 +8,11 @@ from pathlib import Path
 from typing import NamedTuple
 
 from patchctl.errors import UsageError
+from patchctl.schemas import validate
 from patchctl.yamlio import YAMLError, load_yaml
 
-# platformdirs and pip's configuration are imported only when asked: with PATCHCTL_DATA_DIR (and
-# the others) set, as a unit may do, `ensure` needs neither.
+# platformdirs is imported only when asked: with PATCHCTL_DATA_DIR (and
+# the others) set, as a unit may do, `ensure` needs none of it.
 
 
 def _platformdirs():
@@ -47,8 +50,6 @@ def load_config() -> dict:
         raise UsageError(f"config file {path} is not valid YAML: {exc}") from None
     if not isinstance(data, dict):
         raise UsageError(f"config file {path} must hold a mapping")
-    from patchctl.schemas import validate
-
     return validate("config", data, f"config file {path}", error=UsageError,
                     hint="keys: index_url, index_max_age, stores, nightly.<engine>.{url, ref, kind, variant} "
                          "(README, Configuration)")
@@ -59,16 +60,14 @@ class IndexChoice(NamedTuple):
     origin: str  # where the URL came from, for error messages
 
 
-def resolve_index(flag: str | None = None) -> IndexChoice:
+def configured_index(flag: str | None = None) -> IndexChoice | None:
+    """The index named by --index-url or the config file's index_url; None when neither names one."""
     if flag:
         return IndexChoice(flag.rstrip("/"), "--index-url")
     config = load_config()
     if config.get("index_url"):
         return IndexChoice(str(config["index_url"]).rstrip("/"), f"index_url in {config_file()}")
-    from patchctl.sources import pip_config
-
-    url, origin = pip_config.configured_index_url()
-    return IndexChoice(url.rstrip("/"), origin)
+    return None
 
 
 def nightly_override(engine: str) -> dict:

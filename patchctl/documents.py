@@ -65,7 +65,7 @@ class SourceDoc(TypedDict, total=False):
 class BuildDoc(TypedDict):
     """Which build of an engine: a nightly's version and commit, and where it was installed from."""
 
-    kind: str  # wheel, git, release, installed
+    kind: str  # wheel, git, release, file, installed
     version: str
     commit: str | None
     url: str | None

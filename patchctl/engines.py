@@ -7,7 +7,8 @@ from typing import NamedTuple
 
 from packaging.version import Version
 
-from patchctl.errors import UsageError
+from patchctl.errors import EnvironmentProblem, UsageError
+from patchctl.schemas import validate
 from patchctl.yamlio import load_yaml
 
 
@@ -30,6 +31,9 @@ class NightlyDefaults(NamedTuple):
     url: str | None
     ref: str | None
     variant: str | None
+    # Where one commit's wheels are ({root}: the nightly URL less /nightly, {commit}: the sha), for a
+    # wheel index that publishes per-commit builds (vLLM's <root>/<SHA>/); None: it publishes none.
+    commit_layout: str | None = None
 
 
 class Engine(NamedTuple):
@@ -41,6 +45,14 @@ class Engine(NamedTuple):
     nightly: NightlyDefaults
     moved_to: tuple[Move, ...]
     smoke_env: dict[str, str] = {}
+    version_package: str = ""  # the package whose version file carries the version
+    version_files: tuple[str, ...] = ()  # its version files, in the order they are read
+    index_url: str | None = None  # the engine's own package index (None: the configured one)
+    kinds: tuple[str, ...] | None = None  # the upstream kinds it supports (None: every kind)
+
+    def version_paths(self) -> tuple[str, ...]:
+        """The files (relative to the import root) whose `__version__` names the version."""
+        return tuple(f"{self.version_package}/{name}" for name in self.version_files)
 
     def layout_prefix(self, tree_kind: str) -> str:
         return self.layouts.get(tree_kind, "")
@@ -60,7 +72,10 @@ class Engine(NamedTuple):
 
 @functools.cache
 def all_engines() -> dict[str, Engine]:
-    raw = load_yaml(resources.files("patchctl").joinpath("engines.yaml").read_text())
+    """engines.yaml, checked against patchctl/schemas/engines.json (a broken one is a bug: exit 3)."""
+    text = resources.files("patchctl").joinpath("engines.yaml").read_text()
+    raw = validate("engines", load_yaml(text), "patchctl/engines.yaml", error=EnvironmentProblem,
+                   hint="reinstall patchctl, or fix engines.yaml (README, Configuration)")
     engines = {}
     for name, data in raw.items():
         nightly = data.get("nightly") or {"kind": "none"}
@@ -70,11 +85,16 @@ def all_engines() -> dict[str, Engine]:
             packages=tuple(data["packages"]),
             layouts=dict(data.get("layouts") or {}),
             git_url=data.get("git_url"),
-            nightly=NightlyDefaults(nightly["kind"], nightly.get("url"), nightly.get("ref"), nightly.get("variant")),
+            nightly=NightlyDefaults(nightly["kind"], nightly.get("url"), nightly.get("ref"), nightly.get("variant"),
+                                    nightly.get("commit_layout")),
             moved_to=tuple(
                 Move(Version(m["from"]), m["engine"], m["what"]) for m in data.get("moved_to") or ()
             ),
             smoke_env=dict(data.get("smoke_env") or {}),
+            version_package=data["version"]["package"],
+            version_files=tuple(data["version"]["files"]),
+            index_url=data.get("index_url"),
+            kinds=tuple(data["kinds"]) if data.get("kinds") is not None else None,
         )
     return engines
 

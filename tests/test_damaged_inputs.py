@@ -407,13 +407,14 @@ def test_damaged_config_reads_or_is_a_usage_error(monkeypatch, data):
     from patchctl import config
     from patchctl.engines import get_engine
     from patchctl.sources import fetch
+    from patchctl.sources.kinds.nightly import nightly_source
 
     monkeypatch.setenv("PIP_INDEX_URL", "https://pip.example/simple")  # where no index_url is configured
     Path(config.config_file()).write_bytes(data.draw(damaged(CONFIG, dump_yaml)))
 
-    reads_or_says_why(config.resolve_index, None)
+    reads_or_says_why(fetch.resolve_index, None)
     for engine in ("vllm", "sglang", "vllm-gguf-plugin"):
-        reads_or_says_why(fetch.nightly_source, get_engine(engine), None)
+        reads_or_says_why(nightly_source, get_engine(engine), None)
 
 
 def test_the_undamaged_documents_read(store_copy, page, wheel_index, tmp_path, monkeypatch):
@@ -423,6 +424,7 @@ def test_the_undamaged_documents_read(store_copy, page, wheel_index, tmp_path, m
     from patchctl.matrix import build as matrix
     from patchctl.sources import fetch
     from patchctl.sources.index import PackageIndex
+    from patchctl.sources.kinds.nightly import nightly_source
 
     for engine in ("vllm", "sglang", "vllm-gguf-plugin"):
         read_store(store_copy, engine)
@@ -442,8 +444,8 @@ def test_the_undamaged_documents_read(store_copy, page, wheel_index, tmp_path, m
     (tmp_path / "m.yaml").write_bytes(dump_yaml(small_matrix()))
     assert matrix.load(tmp_path / "m.yaml") == small_matrix()
     Path(config.config_file()).write_bytes(dump_yaml(CONFIG))
-    assert config.resolve_index(None).url == "https://mirror.example/simple"
-    assert fetch.nightly_source(get_engine("sglang"), None).kind == "git"
+    assert fetch.resolve_index(None).url == "https://mirror.example/simple"
+    assert nightly_source(get_engine("sglang"), None).kind == "git"
 
 
 # Regression tests: each input that escaped as a traceback, through the CLI -----------------------

@@ -84,7 +84,7 @@ def test_uv_tool_install(dist, tmp_path):
     tools = fresh_venv(tmp_path / "uv-venv")
     if subprocess.run([str(tools / "pip"), "install", "-q", "uv"], capture_output=True).returncode != 0:
         pytest.skip("uv cannot be installed from the package index here")
-    from patchctl.config import resolve_index
+    from patchctl.sources.fetch import resolve_index
 
     (wheel,) = dist.glob("patchctl-*.whl")
     env = dict(os.environ, UV_TOOL_DIR=str(tmp_path / "tools"), UV_TOOL_BIN_DIR=str(tmp_path / "bin"),

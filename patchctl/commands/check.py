@@ -13,12 +13,12 @@ from patchctl.spec import parse_spec
 
 def run(spec: str, store, ctx, options, *, only: tuple[str, ...] = ()) -> tuple[dict, int]:
     from patchctl.patching.evaluate import evaluate, needed_paths
-    from patchctl.sources import fetch
+    from patchctl.sources import fetch, registry
 
     ref = parse_spec(spec)
     # The index answers (its connection's handshakes included) while the series and its variants are
     # read here: the two are independent, and a cold check is its round trips plus this CPU.
-    upstream_when_ready = fetch.open_upstream_soon(ref, ctx)
+    upstream_when_ready = registry.open_upstream_soon(ref, ctx)
     patches = tuple(p for p in store.series(ref.engine.name).patches if not only or p.name in only)
     if ref.version is not None:
         needed_paths(patches, ref.version, options.allow_modified)  # parses (and keeps) the variants
@@ -57,6 +57,6 @@ def render(doc: dict, out, err) -> None:
 def command(spec, only, store, ctx, options):
     """Dry-run the patch series on the pristine files of ENGINE@VERSION (no install, no GPU).
 
-    VERSION is X.Y.Z, latest, nightly, git:REF or a directory.
+    VERSION is X.Y.Z, latest, nightly, commit:SHA, git:REF, file:PATH (a wheel or sdist) or a directory.
     """
     return run(spec, store, ctx, options, only=only)

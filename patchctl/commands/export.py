@@ -18,19 +18,15 @@ from patchctl.spec import parse_spec
 
 def run(spec: str, dest: Path, store, ctx, options, *, full: bool = False) -> tuple[dict, int]:
     from patchctl.patching.evaluate import evaluate
-    from patchctl.sources import fetch
-    from patchctl.sources.files import DirectorySource
-    from patchctl.sources.release import ReleaseSource
+    from patchctl.sources import fetch, registry
 
     ref = parse_spec(spec)
     if dest.exists() and any(dest.iterdir()):
         raise UsageError(f"{dest} exists and is not empty")
-    upstream = fetch.open_upstream(ref, ctx)
-    source = upstream.source
-    if full and not isinstance(source, (ReleaseSource, DirectorySource)):
-        raise UsageError("--full needs a release or a directory as the source")
-    if full and isinstance(source, ReleaseSource) and source.artifact.kind != "wheel" and ref.kind in ("exact", "latest"):
-        source = _installable(ref.engine, upstream.version, ctx, source)
+    upstream = registry.open_upstream(ref, ctx)
+    # --full: the ref's kind says what the whole package is copied from (a release's wheel, where
+    # `check` would read its sdist; a nightly's wheel; a file on disk; a directory).
+    source = registry.kind_named(ref.kind).full_source(upstream, ctx) if full else upstream.source
     result = evaluate(store.series(ref.engine.name).patches, upstream.version, source,
                       options=options, base_files=fetch.base_files_for(ref.engine, ctx))
     fields = dict(engine=ref.engine.name, version=str(upstream.version), patches=series_json(result),
@@ -66,19 +62,6 @@ def run(spec: str, dest: Path, store, ctx, options, *, full: bool = False) -> tu
     # The provenance after the copy: its bytes_fetched counts the download of the whole artifact.
     return document("export", EXIT_OK, written=written, note=f"wrote {len(written)} patched file(s) to {dest}",
                     source=source.provenance()._asdict(), **fields), EXIT_OK
-
-
-def _installable(engine, version, ctx, chosen):
-    """For --full, the release's wheel (compiled parts included) when `check` would read its sdist
-    (a small sdist is cheaper to check from, but it is not the installed package)."""
-    from patchctl import config
-    from patchctl.sources.release import ReleaseSource, choose
-
-    choice = choose(ctx.index().project(engine.dist), version, installable=True)
-    if choice.file.kind != "wheel":
-        return chosen
-    return ReleaseSource(engine, choice.file, config.cache_dir(), offline=ctx.offline, progress=ctx.progress,
-                         whole=True, reason=choice.reason + " (--full)")
 
 
 def _copy_tree(source, engine, dest: Path) -> None:

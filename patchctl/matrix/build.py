@@ -42,7 +42,7 @@ def versions_for(engine: str, store: Store, ctx: fetch.SourceContext, since: Ver
     patches = series.patches
     since = (since or series.matrix_since or lowest_claimed(p.applies_to for p in patches)
              or min(v.base for p in patches for v in p.variants))
-    released = ctx.index().project(get_engine(engine).dist).versions()
+    released = ctx.index(get_engine(engine)).project(get_engine(engine).dist).versions()
     return [v for v in released if v >= since]
 
 
@@ -155,20 +155,20 @@ NIGHTLY_FAILED = "failed"  # the `outcome` of a nightly row whose build could no
 def _nightly_disabled(engine: str) -> bool:
     """An engine whose nightly kind is `none` (engines.yaml, or the config file) publishes none:
     leaving it out is deliberate, not a failure."""
-    from patchctl import config
+    from patchctl.sources.kinds.nightly import publishes_nightly
 
-    kind = config.nightly_override(engine).get("kind", get_engine(engine).nightly.kind)
-    return kind == "none"
+    return not publishes_nightly(get_engine(engine))
 
 
 def _nightly_row(engine: str, store: Store, ctx: fetch.SourceContext, smoke=None) -> tuple[dict, str]:
     """The nightly build is part of the matrix whenever it is enabled. One that cannot be resolved
     (no source configured, unreachable, no builds) is a failed row, `outcome: failed` with the
     reason in `error`, and `patchctl matrix` exits 1: a nightly is never a silent gap."""
+    from patchctl.sources import registry
     from patchctl.spec import EngineRef
 
     try:
-        upstream = fetch.open_upstream(EngineRef(get_engine(engine), "nightly"), ctx)
+        upstream = registry.open_upstream(EngineRef(get_engine(engine), "nightly"), ctx)
     except PatchctlError as exc:
         # The row is read by people deciding what to do: the reason, then the way out.
         why = f"{exc.message}; {exc.hint}" if exc.hint else exc.message

@@ -12,13 +12,12 @@ from patchctl.patching.evaluate import Options, evaluate
 from patchctl.smoketest import pytest_run, trees
 from patchctl.smoketest.envs import ensure_env, env_ready
 from patchctl.smoketest.pytest_run import CheckResult
-from patchctl.sources import fetch
+from patchctl.sources import fetch, registry
+from patchctl.sources.kinds.common import SMOKE_WHAT
 from patchctl.spec import EngineRef, parse_spec
 from patchctl.store import Store
 
 RUNNABLE = ("clean", "offset", "fuzz", "three-way")
-# A release is built from its sdist; a nightly, commit or git ref from its own wheel or commit.
-SMOKEABLE = ("exact", "latest", "nightly", "commit", "git")
 
 
 class SmokeRun(NamedTuple):
@@ -38,10 +37,12 @@ def run_smoke(ref: EngineRef, store: Store, ctx: fetch.SourceContext, *, only: t
               notify: Callable[[str], None] | None = None) -> SmokeRun:
     """notify(text): progress for people (environment builds, each patch's run); None is silent."""
     say = notify or (lambda text: None)
-    if ref.kind not in SMOKEABLE:
-        raise UsageError("smoke checks need a release or a build: ENGINE@X.Y.Z, @latest, @nightly, "
-                         "@commit:SHA or @git:REF")
-    upstream = fetch.open_upstream(ref, ctx)
+    # The kind says what trees are built from (a release's sdist, a build's own wheel or commit, a
+    # file's archive); one with none (the installed engine, a directory) is refused before any fetch.
+    kind = registry.kind_named(ref.kind)
+    if kind.smoke_label is None:
+        raise UsageError(SMOKE_WHAT)
+    upstream = registry.open_upstream(ref, ctx)
     series = store.series(ref.engine.name)
     patches = tuple(p for p in series.patches if not only or p.name in only)
     unknown = set(only) - {p.name for p in series.patches}
@@ -58,8 +59,7 @@ def run_smoke(ref: EngineRef, store: Store, ctx: fetch.SourceContext, *, only: t
         return SmokeRun(ref.engine.name, version, tier, upstream.source.provenance()._asdict(),
                         [not_run(p, f"patch is {quick.outcome_of(p.name).outcome} on {version}") for p in patches])
     say(f"building the pristine and patched trees of {ref.engine.name} {version}")
-    built = trees.build_trees(ref.engine, upstream.version, series.patches, ctx, options,
-                              upstream=None if ref.kind in ("exact", "latest") else upstream)
+    built = trees.build_trees(ref.engine, upstream.version, series.patches, ctx, options, upstream=upstream)
     results = []
     for patch in patches:
         outcome = built.result.outcome_of(patch.name).outcome
@@ -80,9 +80,9 @@ def run_smoke(ref: EngineRef, store: Store, ctx: fetch.SourceContext, *, only: t
                                          patched=built.pristine if upstream_proof else built.patched,
                                          pristine=built.pristine, upstream_proof=upstream_proof,
                                          extra_env=companion_trees(patch, ctx)))
-    kind = "release" if ref.kind in ("exact", "latest") else ref.kind
     return SmokeRun(ref.engine.name, version, tier,
-                    {"kind": kind, "description": built.artifact, "sha256": built.artifact_sha256}, results)
+                    {"kind": kind.smoke_label, "description": built.artifact, "sha256": built.artifact_sha256},
+                    results)
 
 
 def envs_root(store: Store, patch, profile: str):
@@ -108,7 +108,7 @@ def companion_trees(patch, ctx: fetch.SourceContext) -> dict[str, str]:
     env = {}
     for text in patch.smoke.get("with") or ():
         ref = parse_spec(text)
-        if ref.kind != "exact":
+        if ref.version is None:
             raise UsageError(f"{patch.engine}/{patch.name}: smoke.with {text!r} must name an exact version")
         tree = trees.pristine_tree(fetch.release(ref.engine, ref.version, ctx, prefer_sdist=True))
         key = f"PATCHCTL_{ref.engine.name.upper().replace('-', '_')}_TREE"

@@ -20,7 +20,7 @@ from patchctl.errors import PatchFailed, UsageError
 from patchctl.patching import evaluate
 from patchctl.sources import archive, fetch
 from patchctl.sources.cache import ArtifactCache, Damaged
-from patchctl.sources.files import DirectorySource
+from patchctl.sources.files import DirectorySource, FileSource
 from patchctl.sources.release import ReleaseSource
 from patchctl.store import Patch
 
@@ -112,21 +112,22 @@ def git_tree(source: GitSource, engine: Engine) -> Path:
 
 def build_trees(engine: Engine, version: Version, patches: tuple[Patch, ...], ctx: fetch.SourceContext,
                 options: evaluate.Options = _DEFAULT_OPTIONS, upstream: fetch.Upstream | None = None) -> Trees:
-    """upstream: a resolved nightly, commit or git ref (its own wheel or commit); a release's
-    trees are built from its sdist when it has one."""
+    """upstream: the resolved ref, whose kind names the archive or commit the trees are built from
+    (a release's sdist when it has one, a nightly's or a file's own wheel, a git commit); without
+    one, the release `version` of the package index."""
+    from patchctl.sources import registry
     from patchctl.sources.git import GitSource  # GitPython: imported only where a git ref is built
 
-    if upstream is not None and isinstance(upstream.source, GitSource):
-        pristine = git_tree(upstream.source, engine)
-        provenance = upstream.source.provenance()
-        return _with_patched(engine, version, patches, pristine, provenance.description,
-                             upstream.source.commit, options)
-    if upstream is not None and isinstance(upstream.source, ReleaseSource):
-        source = upstream.source
-    elif upstream is not None:
-        raise UsageError(f"{upstream.label}: smoke checks need a release, a nightly, a commit or a git ref")
+    if upstream is None:
+        source: FileSource = fetch.release(engine, version, ctx, prefer_sdist=True)
     else:
-        source = fetch.release(engine, version, ctx, prefer_sdist=True)
+        source = registry.kind_named(upstream.ref.kind).tree_source(upstream, ctx)
+    # Two ways to hold a package tree: an archive (a wheel or an sdist) and a git commit.
+    if isinstance(source, GitSource):
+        pristine = git_tree(source, engine)
+        return _with_patched(engine, version, patches, pristine, source.provenance().description,
+                             source.commit, options)
+    assert isinstance(source, ReleaseSource)  # what every kind's tree_source gives but git's
     pristine = pristine_tree(source)
     return _with_patched(engine, version, patches, pristine, source.artifact.filename,
                          source.artifact.sha256 or str(source.provenance().sha256), options)

@@ -47,7 +47,7 @@ def default_python() -> str:
 
 
 def find_installed(engine: Engine, python: str | None = None) -> Installed | None:
-    info = probe(python or default_python(), _PROBE, engine.dist, engine.packages[0])
+    info = probe(python or default_python(), _PROBE, engine.dist, engine.version_package)
     if not info["found"]:
         return None
     return Installed(engine, Version(info["version"]), Path(info["root"]), info["python"])
@@ -88,7 +88,7 @@ def version_of_tree(engine: Engine, root: Path) -> Version | None:
         name = (message.get("Name") or "").replace("_", "-").lower()
         if name == engine.dist and message.get("Version"):
             return Version(message["Version"])
-    for rel in (f"{engine.packages[0]}/_version.py", f"{engine.packages[0]}/version.py"):
+    for rel in engine.version_paths():
         file = root / rel
         if file.is_file():
             import re

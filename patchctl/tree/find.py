@@ -21,8 +21,7 @@ from patchctl.tree.journal import BuildRecord
 from patchctl.tree.operations import Target
 
 if TYPE_CHECKING:
-    from patchctl.sources.fetch import SourceContext, Upstream
-    from patchctl.sources.index import IndexFile
+    from patchctl.sources.fetch import SourceContext
     from patchctl.store import Patch
 
 
@@ -44,24 +43,23 @@ def find_target(ref: EngineRef, where: TargetSpec, *, install: bool = False,
                          hint="pass --python PATH (the environment's interpreter) instead of --target")
     if where.target_dir:
         root = Path(where.target_dir).resolve()
-        prefix = engine.layout_prefix("git")
-        if prefix and not (root / engine.packages[0]).is_dir() and (root / prefix / engine.packages[0]).is_dir():
+        prefix, package = engine.layout_prefix("git"), engine.version_package
+        if prefix and not (root / package).is_dir() and (root / prefix / package).is_dir():
             root = root / prefix
-        if not (root / engine.packages[0]).is_dir():
-            raise UsageError(f"{where.target_dir} does not contain the {engine.packages[0]}/ package")
+        if not (root / package).is_dir():
+            raise UsageError(f"{where.target_dir} does not contain the {package}/ package")
         # The tree's own metadata wins over the spec: patching 0.5.9 files as 0.5.13 would pick the
         # wrong variants. --as-version is the explicit override (a tree whose metadata is wrong).
         found = tree_version(engine, root) or tree_version(engine, root.parent)
         if where.as_version is not None:
             version = where.as_version
         elif found is not None:
-            if ref.kind == "exact" and ref.version != found:
+            if ref.version is not None and ref.version != found:
                 raise UsageError(f"{root} holds {engine.dist} {found}, not {ref.version}",
                                  hint=f"drop the version ({engine.name}), or pass --as-version {ref.version} if the "
                                       f"tree's metadata is wrong")
             version = found
-        elif ref.kind == "exact":
-            assert ref.version is not None  # parse_spec gives every "exact" ref its version
+        elif ref.version is not None:  # an exact release named
             version = ref.version
         else:
             raise UsageError(f"cannot tell the {engine.name} version of {root}",
@@ -81,7 +79,7 @@ def find_target(ref: EngineRef, where: TargetSpec, *, install: bool = False,
     # importlib.metadata reports the first dist-info it meets; with two (pip left the old one) the
     # one whose RECORD matches the files is the installed version.
     installed = installed._replace(version=tree_version(engine, installed.root) or installed.version)
-    if ref.kind == "exact" and installed.version != ref.version:
+    if ref.version is not None and installed.version != ref.version:
         raise UsageError(
             f"{engine.dist} {installed.version} is installed in {installed.python}, not {ref.version}",
             hint=f"pass --install to install {engine.dist}=={ref.version} first, or drop the version",
@@ -158,40 +156,15 @@ class InstallPlan(NamedTuple):
 
 
 def plan_install(ref: EngineRef, python: str, ctx: SourceContext) -> InstallPlan:
-    """Resolve the ref the way `check` does and name exactly that build. A wheel index (vLLM's
-    nightlies) is installed by the wheel's own URL: with `--extra-index-url` the installer takes the
-    highest version on any index, which may be another build (vLLM's docs say so, and recommend the
-    full URL). A git build (SGLang's main) is installed from its pinned commit."""
-    from patchctl.sources import fetch
-    from patchctl.sources.git import GitSource
+    """Resolve the ref the way `check` does and name exactly that build: the ref's kind says which
+    (sources/kinds/: a release by ENGINE==VERSION, a nightly wheel by its URL, a git build by its
+    commit, a file on disk by its path)."""
+    from patchctl.sources import fetch, registry
 
-    engine = ref.engine
-    index_url = _index_for_installer(ctx)
-    if ref.kind in ("exact", "latest", "installed"):
-        version = ref.version if ref.kind == "exact" else fetch.latest_release(engine, ctx)
-        assert version is not None  # parse_spec gives every "exact" ref its version
-        return InstallPlan(f"{engine.dist}=={version}", version,
-                           BuildRecord("release", str(version), fetch.commit_of(version), index_url=index_url,
-                                       spec=str(ref)), index_url)
-    if ref.kind not in ("nightly", "commit", "git"):
-        raise UsageError(f"--install cannot install {ref}", hint="name a version, nightly, commit:SHA or git:REF")
-    upstream = fetch.open_upstream(ref, ctx)
-    source = upstream.source
-    if isinstance(source, GitSource):
-        url = _git_url(source.description)
-        prefix = engine.layout_prefix("git").rstrip("/")
-        requirement = f"{engine.dist} @ git+{url}@{source.commit}" + (f"#subdirectory={prefix}" if prefix else "")
-        build = BuildRecord("git", str(upstream.version), source.commit, f"git+{url}@{source.commit}",
-                            spec=str(ref))
-        return InstallPlan(requirement, upstream.version, build, index_url)
-    wheel = _wheel_for_machine(upstream, python)
-    prov = dict(source.provenance()._asdict())
-    checked = getattr(source, "artifact", None)
-    same = checked is not None and checked.filename == wheel.filename
-    build = BuildRecord("wheel", str(upstream.version), fetch.commit_of(upstream.version), wheel.url, wheel.filename,
-                        wheel.sha256 or (prov.get("sha256") if same else None),
-                        prov.get("record_sha256") if same else None, prov.get("index"), str(ref))
-    return InstallPlan(f"{engine.dist} @ {wheel.url}", upstream.version, build, index_url)
+    pin = registry.kind_named(ref.kind).pin(ref, python, ctx)
+    build = BuildRecord(pin.kind, str(pin.version), pin.commit, pin.url, pin.artifact, pin.sha256,
+                        pin.record_sha256, pin.index_url, str(ref))
+    return InstallPlan(pin.requirement, pin.version, build, fetch.installer_index(ctx, ref.engine))
 
 
 def run_install(plan: InstallPlan, python: str, *, no_deps: bool = False) -> BuildRecord:
@@ -233,50 +206,12 @@ def check_installed(plan: InstallPlan, engine: Engine, python: str) -> inst.Inst
 def _same_build(a: Version, b: Version) -> bool:
     """One commit's build under two abbreviations of its sha (setuptools-scm before and after it cut
     nodes to 9 hex digits): the same public version and commits that are prefixes of each other."""
-    from patchctl.sources.fetch import commit_of
+    from patchctl.sources.fetch import commit_of, same_commit
 
     ca, cb = commit_of(a), commit_of(b)
     if ca is None or cb is None:
         return False
-    return a.public == b.public and (ca.startswith(cb) or cb.startswith(ca))
-
-
-def _index_for_installer(ctx: SourceContext) -> str | None:
-    """The index patchctl reads, passed on explicitly only when someone configured it (--index-url,
-    the config file, PIP_INDEX_URL, pip config): uv reads no pip configuration, so it would not see it."""
-    from patchctl import config
-
-    if ctx.index_url:
-        return ctx.index_url
-    choice = config.resolve_index(None)
-    return None if choice.origin == "pip's default index" else choice.url
-
-
-def _git_url(url: str) -> str:
-    """A repository as pip and uv take it after `git+`: a local path becomes a file://localhost/ URL
-    (the packaging that pip 23 vendors refuses a PEP 508 URL without a host, file:///path)."""
-    path = Path(url).expanduser()
-    return "file://localhost" + path.resolve().as_posix() if path.exists() else url
-
-
-_MACHINE = "import json, platform; print(json.dumps(platform.machine()))"
-
-
-def _wheel_for_machine(upstream: Upstream, python: str) -> IndexFile:
-    """The build's wheel for the target interpreter's machine (vLLM publishes x86_64 and aarch64)."""
-    from patchctl.interpreter import probe
-
-    wheels = [f for f in upstream.files if f.kind == "wheel" and not f.yanked]
-    if len(wheels) == 1 or not wheels:
-        if wheels:
-            return wheels[0]
-        raise UsageError(f"{upstream.label} has no wheel to install")
-    machine = probe(python, _MACHINE)
-    fitting = [f for f in wheels if "none-any" in f.tags or machine in f.tags]
-    if not fitting:
-        raise UsageError(f"{upstream.ref} has no wheel for {machine}: "
-                         + ", ".join(f.filename for f in wheels))
-    return sorted(fitting, key=lambda f: ("none-any" in f.tags, f.filename))[0]
+    return a.public == b.public and same_commit(ca, cb)
 
 
 def _run_installer(cmd: list[str], name: str) -> None:

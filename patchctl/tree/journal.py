@@ -61,8 +61,10 @@ class PatchRecord(NamedTuple):
 class BuildRecord(NamedTuple):
     """Which build of the engine the patches were applied to: enough to tell one nightly from another.
     kind: `wheel` (a wheel URL from a wheel index: vLLM's nightlies), `git` (a commit built from its
-    repository: SGLang's main), `release` (ENGINE==VERSION from the package index), `installed` (found
-    installed, not installed by patchctl: what its dist-info says)."""
+    repository: SGLang's main), `release` (ENGINE==VERSION from the package index), `file` (a wheel or
+    sdist on disk, ENGINE@file:PATH), `installed` (found installed, not installed by patchctl: what its
+    dist-info says). The kinds of upstream
+    (sources/kinds/) say which, in PinnedBuild.kind."""
 
     kind: str
     version: str

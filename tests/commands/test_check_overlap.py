@@ -1,4 +1,4 @@
-"""`check` asks the index on a thread of its own while it reads the series (fetch.open_upstream_soon):
+"""`check` asks the index on a thread of its own while it reads the series (registry.open_upstream_soon):
 what either side raises still reaches the user, and a store error does not wait for the network."""
 import json
 import os
@@ -11,7 +11,7 @@ import time
 import pytest
 
 from patchctl.errors import NetworkError
-from patchctl.sources import fetch
+from patchctl.sources import fetch, registry
 from patchctl.spec import parse_spec
 
 
@@ -58,6 +58,6 @@ def test_a_damaged_store_is_reported_without_waiting_for_the_index(tmp_path, sil
 
 def test_what_the_index_thread_raises_is_raised_by_the_caller(tmp_path):
     ctx = fetch.SourceContext(index_url="http://127.0.0.1:9/simple")  # port 9: nothing listens
-    result = fetch.open_upstream_soon(parse_spec("vllm@0.23.0"), ctx)
+    result = registry.open_upstream_soon(parse_spec("vllm@0.23.0"), ctx)
     with pytest.raises(NetworkError, match="cannot read vllm from the package index"):
         result()

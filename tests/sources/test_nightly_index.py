@@ -112,7 +112,7 @@ def test_variant_subfolder_by_config(tmp_path, vllm_files, monkeypatch):
 
 
 def test_vllm_nightly_defaults_to_wheels_vllm_ai(monkeypatch):
-    from patchctl.sources.fetch import nightly_source
+    from patchctl.sources.kinds.nightly import nightly_source
 
     monkeypatch.setenv("PATCHCTL_CONFIG", "/nonexistent/config.yaml")
     vllm = nightly_source(get_engine("vllm"), None)
@@ -156,11 +156,11 @@ def test_sglang_version_py_fallback_is_never_a_version(tmp_path):
 
 
 def test_next_version_like_setuptools_scm():
-    from patchctl.sources.fetch import _next_version
+    from patchctl.sources.kinds.git import next_version
 
-    assert _next_version(Version("0.5.23")) == "0.5.24"
-    assert _next_version(Version("0.5.10rc0")) == "0.5.10rc1"
-    assert _next_version(Version("1.0.dev3")) == "1.0"
+    assert next_version(Version("0.5.23")) == "0.5.24"
+    assert next_version(Version("0.5.10rc0")) == "0.5.10rc1"
+    assert next_version(Version("1.0.dev3")) == "1.0"
 
 
 def test_an_sdist_without_an_index_hash_is_refused():
