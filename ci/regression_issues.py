@@ -69,8 +69,9 @@ def rebase_commands(diff: dict, base: str = "rebase") -> list[str]:
     """One `patchctl rebase` per regressed (engine, first bad version): the fix to try."""
     seen: list[str] = []
     for issue in issues_for(diff):
+        # --store patches: the workflow runs in the checkout, and rebase writes the bundled set only when named.
         command = (f"patchctl rebase {issue['engine']} --onto {issue['first_bad_version']} "
-                   f"--workdir {workdir_for(base, issue['engine'], issue['first_bad_version'])} --json")
+                   f"--workdir {workdir_for(base, issue['engine'], issue['first_bad_version'])} --store patches --json")
         if command not in seen:
             seen.append(command)
     return seen

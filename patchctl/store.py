@@ -131,6 +131,11 @@ class Store(NamedTuple):
 
     root: Path
     layers: tuple[Path, ...] = ()
+    # The layers a command may write into (rebase, resolve, pin, new, refresh): the stores the user
+    # named. None: every layer (a Store built directly, for a root its caller chose). The bundled patch
+    # set is never one of them inside an installed package (pip does not know files written there), and
+    # in a source checkout only when named (--store <checkout>/patches).
+    writable: tuple[Path, ...] | None = None
 
     @classmethod
     def open(cls, root: str | Path | None = None) -> Store:
@@ -140,7 +145,8 @@ class Store(NamedTuple):
                 f"patch store {path} does not exist",
                 hint="pass --store DIR or set PATCHCTL_STORE",
             )
-        return cls(path, (path,))
+        named = (path,) if root and _may_write(path) else ()
+        return cls(path, (path,), named)
 
     @classmethod
     def layered(cls, flags: list[str] | tuple[str, ...] = (), *, bundled: bool = True) -> Store:
@@ -154,10 +160,31 @@ class Store(NamedTuple):
         keep_bundled = bundled and os.environ.get("PATCHCTL_BUNDLED", "1") != "0"
         layers = users + ([default_store_dir()] if keep_bundled or not users else [])
         layers = list(dict.fromkeys(p.resolve() for p in layers))
-        return cls(layers[0], tuple(layers))
+        named = tuple(p for p in dict.fromkeys(u.resolve() for u in users) if _may_write(p))
+        return cls(layers[0], tuple(layers), named)
 
     def single_layers(self) -> list[Store]:
         return [Store(layer, (layer,)) for layer in (self.layers or (self.root,))]
+
+    def may_write(self, root: Path) -> bool:
+        """Whether commands may write into the store at root (see `writable`)."""
+        if self.writable is None:
+            return _may_write(root)
+        return any(_same_dir(root, w) for w in self.writable)
+
+    def home_for_writing(self, patch: Patch) -> Patch:
+        """The patch as it lives in a store commands may write: itself, when its store is one; else a
+        copy in the user's first writable store that overrides it (`overrides: true`, its patch.yaml
+        and pinned variants copied), so a rebased bundled patch lands beside the user's own patches."""
+        if self.may_write(self.store_of(patch)):
+            return patch
+        users = [w for w in (self.writable or ())]
+        if not users:
+            raise StoreError(
+                f"{patch.engine}/{patch.name} is in {_describe(self.store_of(patch))}, which patchctl does not write",
+                hint="name a store of yours: --store DIR (it is created) or PATCHCTL_STORE; in a source checkout, "
+                     "--store <checkout>/patches writes the bundled patch set itself")
+        return _override_copy(users[0], patch)
 
     def store_of(self, patch: Patch) -> Path:
         """The store a patch comes from."""
@@ -407,8 +434,58 @@ def drop_rule_met(patch: Patch, dist: str, version: Version) -> bool | None:
     return req.specifier.contains(version, prereleases=True)
 
 
+def _same_dir(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.abspath(a) == os.path.abspath(b)
+
+
+def _installed_bundled(root: Path) -> bool:
+    """The bundled patch set inside an installed patchctl (patchctl/bundled/): pip owns those files."""
+    from patchctl.bundled import bundled_store
+
+    found = bundled_store()
+    return found is not None and found.name == "bundled" and _same_dir(root, found)
+
+
+def _may_write(root: Path) -> bool:
+    return not _installed_bundled(root)
+
+
+def _describe(root: Path) -> str:
+    from patchctl.bundled import bundled_store
+
+    found = bundled_store()
+    if found is not None and _same_dir(root, found):
+        return f"the bundled patch set ({root})"
+    return str(root)
+
+
+def _override_copy(user_root: Path, patch: Patch) -> Patch:
+    """patch copied into user_root as an override of the original (idempotent: an existing copy is used)."""
+    folder = user_root / patch.engine / patch.name
+    series_file = user_root / patch.engine / "series.yaml"
+    if not (folder / "patch.yaml").is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        meta = load_yaml((patch.directory / "patch.yaml").read_text())
+        meta["overrides"] = True
+        write_atomic(folder / "patch.yaml", dump_yaml(meta, sort_keys=False).encode())
+        for variant in patch.variants:
+            write_atomic(folder / variant.filename, variant.path.read_bytes())
+    doc = load_yaml(series_file.read_text()) if series_file.is_file() else {"engine": patch.engine, "patches": []}
+    if not any(entry["name"] == patch.name for entry in doc["patches"]):
+        doc["patches"].append({"name": patch.name, "variants": {
+            v.filename: hashlib.sha256(v.path.read_bytes()).hexdigest() for v in patch.variants}})
+        write_atomic(series_file, dump_yaml(doc, sort_keys=False).encode())
+    return patch._replace(directory=folder, overrides=True,
+                          variants=tuple(v._replace(path=folder / v.filename) for v in patch.variants))
+
+
 def write_variant(store: Store, patch: Patch, filename: str, data: bytes) -> None:
-    """Add (or replace) a variant file of a patch and pin its sha256 in the series."""
+    """Add (or replace) a variant file of a patch and pin its sha256 in the series — in a store
+    commands may write (Store.home_for_writing: a bundled patch goes to the user's store as an override)."""
+    patch = store.home_for_writing(patch)
     write_atomic(patch.directory / filename, data)
     series_file = patch.directory.parent / "series.yaml"  # the patch's own store
     doc = load_yaml(series_file.read_text())

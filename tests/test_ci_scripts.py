@@ -385,7 +385,8 @@ def test_regressions_become_rebase_commands_pr_variants_and_conflict_issues(reba
     diff.write_text(result.output)
     # the command the workflow runs, once per (engine, first bad version)
     assert regression_issues.main([str(diff), "--rebase-commands", "rebase"]) == 0
-    assert capsys.readouterr().out.splitlines() == ["patchctl rebase vllm --onto 1.1 --workdir rebase/vllm-1.1 --json"]
+    assert capsys.readouterr().out.splitlines() == [
+        "patchctl rebase vllm --onto 1.1 --workdir rebase/vllm-1.1 --store patches --json"]
     # and from its real JSON document
     assert regression_issues.main([str(diff), "--rebase-dir", str(rebase_doc.parent), "--dry-run"]) == 0
     issues = {i["patch"]: i for i in json.loads(capsys.readouterr().out)}

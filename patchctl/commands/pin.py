@@ -7,7 +7,7 @@ from packaging.version import Version
 
 from patchctl.commands.framework import patchctl_command
 from patchctl.documents import document
-from patchctl.errors import EXIT_OK
+from patchctl.errors import EXIT_OK, UsageError
 from patchctl.options import store_option
 
 if TYPE_CHECKING:
@@ -24,9 +24,13 @@ def run(store: Store) -> tuple[dict, int]:
     from patchctl.yamlio import dump_yaml, load_yaml
 
     changed = []
-    layers = store.single_layers()
-    if len(layers) > 1:
-        layers = layers[:-1]  # the user's stores: the bundled patch set is pinned where it is developed
+    # The stores the user named: the bundled patch set is pinned where it is developed, by naming it
+    # (--store <checkout>/patches), never inside an installed patchctl.
+    layers = [layer for layer in store.single_layers() if store.may_write(layer.root)]
+    if not layers:
+        raise UsageError("pin rewrites the series of a store you name; none was named",
+                         hint="pass --store DIR (or PATCHCTL_STORE); in a source checkout, --store patches pins the "
+                              "bundled patch set")
     for layer, engine_name in [(lay, e) for lay in layers for e in lay.engines()]:
         path = layer.root / engine_name / "series.yaml"
         # Its shape is checked (a damaged series.yaml is a StoreError, not a traceback); its pins are
@@ -50,7 +54,8 @@ def _version_key(filename: str) -> Version:
 
 
 @patchctl_command("pin", example=(
-    "patchctl pin && git diff patches/    after reviewing a refreshed variant",
+    "patchctl pin --store ~/patches                after reviewing a refreshed variant of yours",
+    "patchctl pin --store patches && git diff patches/   in a source checkout: the bundled set",
 ))
 @store_option
 def command(store: Store) -> tuple[dict, int]:
