@@ -3,10 +3,14 @@ the requirements' hash, reused across engine versions (the engine itself is impo
 extracted tree, never installed)."""
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from patchctl import config
@@ -34,6 +38,21 @@ def env_ready(store_root: Path, profile: str) -> bool:
     return (venv / ".complete").is_file() and (venv / "bin" / "python").exists()
 
 
+@contextlib.contextmanager
+def building(path: Path) -> Iterator[None]:
+    """Held while one process builds a cache entry (a venv, an extracted tree) in place: parallel
+    test workers and parallel matrix shards share the cache, and the second builder waits for the
+    first instead of deleting its half-built tree."""
+    locks = config.cache_dir() / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    fd = os.open(locks / f"{path.parent.name}-{path.name}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the flock
+
+
 def ensure_env(store_root: Path, profile: str, log=None) -> str:
     """Path of the profile's python, creating the venv the first time."""
     reqs = requirements_file(store_root, profile)
@@ -41,6 +60,14 @@ def ensure_env(store_root: Path, profile: str, log=None) -> str:
     python = venv / "bin" / "python"
     if env_ready(store_root, profile):
         return str(python)
+    with building(venv):
+        if env_ready(store_root, profile):  # built by another process while this one waited
+            return str(python)
+        return _build(reqs, venv, profile, log)
+
+
+def _build(reqs: Path, venv: Path, profile: str, log) -> str:
+    python = venv / "bin" / "python"
     # Built in place (venvs are not relocatable); `.complete` is written last, so an interrupted
     # build is simply started again.
     shutil.rmtree(venv, ignore_errors=True)

@@ -21,6 +21,7 @@ from patchctl.atomic import write_atomic
 from patchctl.engines import Engine
 from patchctl.errors import PatchFailed, UsageError
 from patchctl.patching import evaluate
+from patchctl.smoketest.envs import building
 from patchctl.sources import fetch
 from patchctl.sources.files import DirectorySource
 from patchctl.sources.release import ReleaseSource
@@ -51,9 +52,20 @@ def pristine_tree(source: ReleaseSource) -> Path:
         source.download_full()
         key = source.provenance().sha256
     root = config.cache_dir() / "trees" / str(key) / "pristine"
-    marker = root / ".complete"
-    if marker.is_file() and marker.read_text().startswith(f"format {TREE_FORMAT}\n"):
+    if _complete(root):
         return root
+    with building(root):
+        if not _complete(root):  # another process may have built it while this one waited
+            _extract_release(source, root)
+    return root
+
+
+def _complete(root: Path) -> bool:
+    marker = root / ".complete"
+    return marker.is_file() and marker.read_text().startswith(f"format {TREE_FORMAT}\n")
+
+
+def _extract_release(source: ReleaseSource, root: Path) -> None:
     source.sparse = False
     archive = source.download_full()
     tmp = root.with_name(f"pristine.{os.getpid()}.tmp")
@@ -76,7 +88,6 @@ def pristine_tree(source: ReleaseSource) -> Path:
     write_atomic(tmp / ".complete", f"format {TREE_FORMAT}\n{source.artifact.filename}\n".encode())
     shutil.rmtree(root, ignore_errors=True)
     os.replace(tmp, root)
-    return root
 
 
 def _extract_tar(tf: tarfile.TarFile, dest_root: Path, path_of: Callable[[str], str | None]) -> None:
@@ -102,6 +113,13 @@ def git_tree(source: GitSource, engine: Engine) -> Path:
     root = config.cache_dir() / "trees" / f"git-{source.commit}" / "pristine"
     if (root / ".complete").is_file():
         return root
+    with building(root):
+        if not (root / ".complete").is_file():
+            _export_git(source, engine, root)
+    return root
+
+
+def _export_git(source: GitSource, engine: Engine, root: Path) -> None:
     tmp = root.with_name(f"pristine.{os.getpid()}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -117,7 +135,6 @@ def git_tree(source: GitSource, engine: Engine) -> Path:
     write_atomic(tmp / ".complete", f"format {TREE_FORMAT}\n{source.description}@{source.commit}\n".encode())
     shutil.rmtree(root, ignore_errors=True)
     os.replace(tmp, root)
-    return root
 
 
 def build_trees(engine: Engine, version: Version, patches: tuple[Patch, ...], ctx: fetch.SourceContext,
@@ -152,16 +169,22 @@ def _with_patched(engine: Engine, version: Version, patches: tuple[Patch, ...], 
         [[c.path, hashlib.sha256(c.after or b"").hexdigest()] for c in result.changes]).encode()).hexdigest()[:16]
     patched = pristine.parent / f"patched-{digest}"
     if not (patched / ".complete").is_file():
-        tmp = patched.with_name(f"{patched.name}.{os.getpid()}.tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.copytree(pristine, tmp, symlinks=True)
-        for change in result.changes:
-            file = tmp / change.path
-            if change.after is None:
-                file.unlink(missing_ok=True)
-            else:
-                file.parent.mkdir(parents=True, exist_ok=True)
-                file.write_bytes(change.after)
-        shutil.rmtree(patched, ignore_errors=True)
-        os.replace(tmp, patched)
+        with building(patched):
+            if not (patched / ".complete").is_file():
+                _write_patched(pristine, patched, result)
     return Trees(version, pristine, patched, artifact, artifact_sha256, result)
+
+
+def _write_patched(pristine: Path, patched: Path, result: evaluate.SeriesResult) -> None:
+    tmp = patched.with_name(f"{patched.name}.{os.getpid()}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(pristine, tmp, symlinks=True)
+    for change in result.changes:
+        file = tmp / change.path
+        if change.after is None:
+            file.unlink(missing_ok=True)
+        else:
+            file.parent.mkdir(parents=True, exist_ok=True)
+            file.write_bytes(change.after)
+    shutil.rmtree(patched, ignore_errors=True)
+    os.replace(tmp, patched)
