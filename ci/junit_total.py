@@ -7,24 +7,26 @@ import xml.etree.ElementTree as ET
 
 
 def totals(paths: list[str]) -> dict[str, int]:
-    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    """tests, failures, errors and skipped over every report; `unread`: reports that could not be read
+    (a stream that died before writing one), each counted as a failure."""
+    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0, "unread": 0}
     for path in paths:
         try:
             root = ET.parse(path).getroot()
         except (OSError, ET.ParseError) as exc:
             print(f"junit_total: cannot read {path}: {exc}", file=sys.stderr)
-            counts["errors"] += 1
+            counts["unread"] += 1
             continue
         for suite in root.iter("testsuite"):
-            for key in counts:
+            for key in ("tests", "failures", "errors", "skipped"):
                 counts[key] += int(suite.get(key, 0))
     return counts
 
 
 def main(argv: list[str]) -> int:
     c = totals(argv)
-    failed = c["failures"] + c["errors"]
-    passed = c["tests"] - failed - c["skipped"]
+    passed = c["tests"] - c["failures"] - c["errors"] - c["skipped"]
+    failed = c["failures"] + c["errors"] + c["unread"]
     print(f"{passed} passed, {failed} failed, {c['skipped']} skipped")
     return 0
 
