@@ -485,3 +485,18 @@ def test_install_scripts_are_valid_bash():
     for script in ("install_browser.sh", "install_lint.sh", "pip_index_env.sh", "gpu_smoke.sh"):
         result = subprocess.run(["bash", "-n", str(CI / script)], capture_output=True, text=True)
         assert result.returncode == 0, (script, result.stderr)
+
+
+def test_junit_total_sums_both_streams_and_counts_a_missing_report_as_a_failure(tmp_path, capsys):
+    """.ci/run runs the suite as two pytest processes; its closing line is their sum."""
+    for name, passed in (("a", 3), ("b", 2)):
+        test = tmp_path / f"test_{name}.py"
+        test.write_text("import pytest\n" + "".join(f"def test_{i}(): pass\n" for i in range(passed))
+                        + "def test_skip(): pytest.skip('why')\ndef test_fail(): assert False\n")
+        subprocess.run(["python3", "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test),
+                        f"--junitxml={tmp_path / name}.xml"], capture_output=True, check=False)
+    total = load_script("junit_total")
+    total.main([str(tmp_path / "a.xml"), str(tmp_path / "b.xml")])
+    assert capsys.readouterr().out.strip() == "5 passed, 2 failed, 2 skipped"
+    total.main([str(tmp_path / "a.xml"), str(tmp_path / "missing.xml")])
+    assert capsys.readouterr().out.strip() == "3 passed, 2 failed, 1 skipped"

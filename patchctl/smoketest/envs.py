@@ -46,6 +46,14 @@ def ensure_env(store_root: Path, profile: str, log=None) -> str:
     python = venv / "bin" / "python"
     if env_ready(store_root, profile):
         return str(python)
+    with ArtifactCache(config.cache_dir()).building(venv):
+        if env_ready(store_root, profile):  # built by another process while this one waited
+            return str(python)
+        return _build(reqs, venv, profile, log)
+
+
+def _build(reqs: Path, venv: Path, profile: str, log) -> str:
+    python = venv / "bin" / "python"
     # Built in place (venvs are not relocatable); `.complete` is written last, so an interrupted
     # build is simply started again.
     cache = ArtifactCache(config.cache_dir())

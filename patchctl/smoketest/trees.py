@@ -52,19 +52,22 @@ def pristine_tree(source: ReleaseSource) -> Path:
     root = cache.tree(str(key)) / "pristine"
     if _complete(cache, root, f"format {TREE_FORMAT}\n"):
         return root
-    source.sparse = False
-    tmp = _fresh(cache, root.with_name(f"pristine.{os.getpid()}.tmp"))
-    engine = source.engine
-    wanted = tuple(p + "/" for p in engine.packages)
-    with source.open_artifact() as f, archive.errors_named(source.artifact.filename):
-        if archive.is_zip(f):
-            archive.extract(f, tmp, lambda name: name if name.startswith(wanted) else None)
-        else:
-            archive.extract(f, tmp, lambda name: (inner if (inner := engine.sdist_member_path(name))
-                                                  and inner.startswith(wanted) else None))
-    write_atomic(tmp / ".complete", f"format {TREE_FORMAT}\n{source.artifact.filename}\n".encode())
-    cache.remove(root)
-    os.replace(tmp, root)
+    with cache.building(root):
+        if _complete(cache, root, f"format {TREE_FORMAT}\n"):  # built by another process while this one waited
+            return root
+        source.sparse = False
+        tmp = _fresh(cache, root.with_name(f"pristine.{os.getpid()}.tmp"))
+        engine = source.engine
+        wanted = tuple(p + "/" for p in engine.packages)
+        with source.open_artifact() as f, archive.errors_named(source.artifact.filename):
+            if archive.is_zip(f):
+                archive.extract(f, tmp, lambda name: name if name.startswith(wanted) else None)
+            else:
+                archive.extract(f, tmp, lambda name: (inner if (inner := engine.sdist_member_path(name))
+                                                      and inner.startswith(wanted) else None))
+        write_atomic(tmp / ".complete", f"format {TREE_FORMAT}\n{source.artifact.filename}\n".encode())
+        cache.remove(root)
+        os.replace(tmp, root)
     return root
 
 
@@ -93,20 +96,23 @@ def git_tree(source: GitSource, engine: Engine) -> Path:
     root = cache.tree(f"git-{source.commit}") / "pristine"
     if _complete(cache, root):
         return root
-    tmp = _fresh(cache, root.with_name(f"pristine.{os.getpid()}.tmp"))
-    paths = [f"{source.prefix}{p}" for p in engine.packages]
-    exported = subprocess.run(["git", "-C", source.repo.git_dir, "archive", "--format=tar", source.commit, *paths],
-                              capture_output=True)
-    if exported.returncode != 0:
-        cache.remove(tmp)
-        raise UsageError(f"{source.description}@{source.commit[:12]}: cannot export "
-                         f"{', '.join(paths)}: {exported.stderr.decode(errors='replace').strip()[:300]}")
-    with archive.errors_named(f"git archive of {source.commit[:12]}"):
-        archive.extract(io.BytesIO(exported.stdout), tmp,
-                        lambda name: name[len(source.prefix):] if name.startswith(source.prefix) else None)
-    write_atomic(tmp / ".complete", f"format {TREE_FORMAT}\n{source.description}@{source.commit}\n".encode())
-    cache.remove(root)
-    os.replace(tmp, root)
+    with cache.building(root):
+        if _complete(cache, root):  # built by another process while this one waited
+            return root
+        tmp = _fresh(cache, root.with_name(f"pristine.{os.getpid()}.tmp"))
+        paths = [f"{source.prefix}{p}" for p in engine.packages]
+        exported = subprocess.run(["git", "-C", source.repo.git_dir, "archive", "--format=tar", source.commit, *paths],
+                                  capture_output=True)
+        if exported.returncode != 0:
+            cache.remove(tmp)
+            raise UsageError(f"{source.description}@{source.commit[:12]}: cannot export "
+                             f"{', '.join(paths)}: {exported.stderr.decode(errors='replace').strip()[:300]}")
+        with archive.errors_named(f"git archive of {source.commit[:12]}"):
+            archive.extract(io.BytesIO(exported.stdout), tmp,
+                            lambda name: name[len(source.prefix):] if name.startswith(source.prefix) else None)
+        write_atomic(tmp / ".complete", f"format {TREE_FORMAT}\n{source.description}@{source.commit}\n".encode())
+        cache.remove(root)
+        os.replace(tmp, root)
     return root
 
 
@@ -142,17 +148,20 @@ def _with_patched(engine: Engine, version: Version, patches: tuple[Patch, ...], 
     digest = hashlib.sha256(json.dumps(
         [[c.path, hashlib.sha256(c.after or b"").hexdigest()] for c in result.changes]).encode()).hexdigest()[:16]
     patched = pristine.parent / f"patched-{digest}"
-    if not _complete(ArtifactCache(config.cache_dir()), patched):
-        tmp = patched.with_name(f"{patched.name}.{os.getpid()}.tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.copytree(pristine, tmp, symlinks=True)
-        for change in result.changes:
-            file = tmp / change.path
-            if change.after is None:
-                file.unlink(missing_ok=True)
-            else:
-                file.parent.mkdir(parents=True, exist_ok=True)
-                file.write_bytes(change.after)
-        shutil.rmtree(patched, ignore_errors=True)
-        os.replace(tmp, patched)
+    cache = ArtifactCache(config.cache_dir())
+    if not _complete(cache, patched):
+        with cache.building(patched):
+            if not _complete(cache, patched):  # another process may have built it while this one waited
+                tmp = patched.with_name(f"{patched.name}.{os.getpid()}.tmp")
+                shutil.rmtree(tmp, ignore_errors=True)
+                shutil.copytree(pristine, tmp, symlinks=True)
+                for change in result.changes:
+                    file = tmp / change.path
+                    if change.after is None:
+                        file.unlink(missing_ok=True)
+                    else:
+                        file.parent.mkdir(parents=True, exist_ok=True)
+                        file.write_bytes(change.after)
+                shutil.rmtree(patched, ignore_errors=True)
+                os.replace(tmp, patched)
     return Trees(version, pristine, patched, artifact, artifact_sha256, result)

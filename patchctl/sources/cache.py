@@ -31,6 +31,7 @@ size. What fails that is `Damaged`: callers fetch again online and say how to re
 from __future__ import annotations
 
 import errno
+import fcntl
 import hashlib
 import os
 import re
@@ -161,6 +162,25 @@ class ArtifactCache:
         fd = self._open_dir(folder.relative_to(self.root).parts, create=True)
         if fd is not None:
             os.close(fd)
+
+    @contextmanager
+    def building(self, entry: Path) -> Iterator[None]:
+        """Held while one process builds an entry in place (a venv, an extracted tree): parallel test
+        workers and matrix shards share the cache, and a second builder waits for the first instead of
+        deleting its half-built tree. The lock file is opened in <cache>/locks/ following no link."""
+        folder = self._open_dir(("locks",), create=True)
+        if folder is None:
+            raise EnvironmentProblem(f"cannot create {self.root / 'locks'}")
+        try:
+            name = f"{entry.parent.name}-{entry.name}.lock"
+            fd = os.open(name, os.O_RDWR | os.O_CREAT | _NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644, dir_fd=folder)
+        finally:
+            os.close(folder)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing releases the flock
 
     def remove(self, path: Path) -> None:
         """Remove a cache file or folder; a symlink is removed itself, never what it points to."""
