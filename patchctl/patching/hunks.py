@@ -74,6 +74,8 @@ def check_relative_path(path: str, where: str) -> str:
     norm = posixpath.normpath(path)
     if norm.startswith("..") or "/../" in f"/{path}/" or norm == ".":
         raise StoreError(f"{where}: refusing path {path!r}: it leaves the engine root")
+    if norm != path:  # `a/./b`, `a//b`, `a/`: git refuses some of these and reads others its own way
+        raise StoreError(f"{where}: refusing path {path!r}: not in its plain form ({norm!r})")
     return norm
 
 
