@@ -1,7 +1,8 @@
 """Variant files → per-file hunks, and applying hunks to text with offset and fuzz.
 
 The matcher is ours (not GNU patch) because files come from sparse sources as bytes in memory and
-every hunk's offset and fuzz must be reported, not just success.
+every hunk's offset and fuzz must be reported, not just success. With no fuzz it is `git apply`'s
+(tests/patching/test_differential_git.py); the variant is read by the strict reader (diffread).
 """
 from __future__ import annotations
 
