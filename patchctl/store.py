@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import stat
 import threading
 import time
 from pathlib import Path
@@ -18,9 +19,33 @@ from patchctl.atomic import write_atomic
 from patchctl.engines import all_engines, get_engine
 from patchctl.errors import StoreError
 from patchctl.schemas import validate
+from patchctl.versions import parse_specifier_set, parse_version
 from patchctl.yamlio import dump_yaml, load_yaml
 
 VARIANT_RE = re.compile(r"^(?P<base>.+)\.patch$")
+# The most a variant file may hold (README, Limits): the largest real variant is about 55 KB; a file
+# past this is refused before it is read whole, so a huge one costs no memory.
+PATCH_MAX_BYTES = 8 << 20
+
+
+def read_variant_bytes(path: Path) -> bytes:
+    """A variant file's bytes: a regular file of at most PATCH_MAX_BYTES (StoreError otherwise),
+    read through one descriptor so that what was checked is what is read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot read the variant: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise StoreError(f"{path}: a variant must be a regular file")
+        if st.st_size > PATCH_MAX_BYTES:
+            raise StoreError(f"{path}: {st.st_size} bytes, more than a patch file may have ({PATCH_MAX_BYTES} bytes)",
+                             hint="a variant this large is not a reviewable patch")
+        data = f.read(PATCH_MAX_BYTES + 1)
+    if len(data) > PATCH_MAX_BYTES:
+        raise StoreError(f"{path}: more than a patch file may have ({PATCH_MAX_BYTES} bytes)")
+    return data
 
 
 class Variant(NamedTuple):
@@ -33,7 +58,10 @@ class Variant(NamedTuple):
         return self.path.name
 
     def actual_sha256(self) -> str:
-        return hashlib.sha256(self.path.read_bytes()).hexdigest()
+        return hashlib.sha256(self.read_bytes()).hexdigest()
+
+    def read_bytes(self) -> bytes:
+        return read_variant_bytes(self.path)
 
 
 class Patch(NamedTuple):
@@ -262,7 +290,7 @@ class Store(NamedTuple):
             raise StoreError(f"{series_file}: patches listed twice: {', '.join(sorted(dupes))}")
         since = data.get("matrix_since")
         try:
-            since = Version(str(since)) if since else None
+            since = parse_version(str(since)) if since else None
         except InvalidVersion:
             raise StoreError(f"{series_file}: matrix_since {since!r} is not a version") from None
         return Series(engine, directory, tuple(patches), since)
@@ -341,25 +369,25 @@ def _load_patch(engine: str, directory: Path, pins: dict) -> Patch:
         )
     validate("patch", meta, str(meta_file), hint=_HINT)
     try:
-        applies_to = SpecifierSet(meta["applies_to"])
+        applies_to = parse_specifier_set(meta["applies_to"])
     except InvalidSpecifier:
         raise StoreError(f"{meta_file}: applies_to {meta['applies_to']!r} is not a PEP 440 specifier set") from None
     for req in meta.get("requires") or ():
         try:
-            Requirement(req)
-        except InvalidRequirement:
+            _requirement(req)
+        except (InvalidRequirement, InvalidSpecifier):
             raise StoreError(f"{meta_file}: requires entry {req!r} is not a valid requirement") from None
     upstreamed_in = None
     if meta.get("upstreamed_in"):
         try:
-            upstreamed_in = SpecifierSet(meta["upstreamed_in"])
+            upstreamed_in = parse_specifier_set(meta["upstreamed_in"])
         except InvalidSpecifier:
             raise StoreError(f"{meta_file}: upstreamed_in {meta['upstreamed_in']!r} is not a PEP 440 specifier set") from None
     variants = []
     for file in sorted(directory.glob("*.patch")):
         match = VARIANT_RE.match(file.name)
         try:
-            base = Version(match["base"]) if match else None
+            base = parse_version(match["base"]) if match else None
         except InvalidVersion:
             base = None
         if base is None:
@@ -398,8 +426,8 @@ def _drop_rule_ok(value) -> bool:
     if not isinstance(value, str):
         return False
     try:
-        req = Requirement(value)
-    except InvalidRequirement:
+        req = _requirement(value)
+    except (InvalidRequirement, InvalidSpecifier):
         return False
     return bool(req.specifier) and req.url is None and req.marker is None
 
@@ -422,6 +450,13 @@ def _generated_by(meta_file: Path, value) -> dict | None:
             or not all(isinstance(s, str) and s.strip() for s in sources)):
         raise StoreError(f"{meta_file}: generated_by.sources must list the files the variants are made from")
     return {"generator": generator, "sources": list(sources)}
+
+
+def _requirement(text: str) -> Requirement:
+    """Requirement(text) with its versions bounded (patchctl/versions.py)."""
+    req = Requirement(text)
+    parse_specifier_set(str(req.specifier))
+    return req
 
 
 def drop_rule_met(patch: Patch, dist: str, version: Version) -> bool | None:

@@ -1,6 +1,8 @@
 """`patchctl lint`: validate the store: schema, pinned hashes, that every variant parses, sane ranges."""
 from __future__ import annotations
 
+import hashlib
+
 from patchctl.commands.framework import patchctl_command
 from patchctl.documents import document
 from patchctl.errors import EXIT_OK, EXIT_USAGE, StoreError
@@ -65,14 +67,19 @@ def _lint_one(store, envs: set[str]) -> tuple[dict, int]:
             for variant in patch.variants:
                 checked += 1
                 vwhere = f"{where}/{variant.filename}"
+                try:
+                    data = variant.read_bytes()  # refused past store.PATCH_MAX_BYTES, unread
+                except StoreError as exc:
+                    problem(vwhere, exc.message)
+                    continue
                 if variant.pinned_sha256 is None:
                     problem(vwhere, "has no sha256 pin in series.yaml (run `patchctl pin`)")
-                elif variant.actual_sha256() != variant.pinned_sha256:
+                elif hashlib.sha256(data).hexdigest() != variant.pinned_sha256:
                     problem(vwhere, "does not match its sha256 pin (modified?)")
                 if not patch.in_range(variant.base):
                     problem(vwhere, f"base {variant.base} is outside applies_to {patch.applies_to}")
                 try:
-                    parsed = parse_variant(variant.path.read_bytes(), vwhere)
+                    parsed = parse_variant(data, vwhere)
                 except StoreError as exc:
                     problem(vwhere, exc.message)
                     continue
@@ -100,7 +107,7 @@ def _unfinished(patch, where: str, problem) -> None:
             problem(where, f"{key} is the placeholder {getattr(patch, key)!r}: unfinished (write it in patch.yaml)")
     for variant in patch.variants:
         try:
-            subject = parse_variant(variant.path.read_bytes(), variant.filename).subject
+            subject = parse_variant(variant.read_bytes(), variant.filename).subject
         except StoreError:
             continue  # reported above
         if is_placeholder(subject):

@@ -17,7 +17,7 @@ from packaging.version import Version
 
 from patchctl import outcomes as O
 from patchctl.errors import StoreError
-from patchctl.patching.hunks import FilePatch, FileResult, Hunk, ParsedVariant, apply_hunks, parse_variant
+from patchctl.patching.hunks import FilePatch, FileResult, Hunk, ParsedVariant, apply_hunks, parse_variant, split_lines
 from patchctl.sources.files import FileSource
 from patchctl.store import Patch, Variant, choose_variant
 
@@ -74,7 +74,7 @@ BaseFiles = Callable[[Version], FileSource]
 
 def load_variant(variant: Variant, allow_modified: bool) -> ParsedVariant:
     where = str(variant.path)
-    data = variant.path.read_bytes()
+    data = variant.read_bytes()  # refused past store.PATCH_MAX_BYTES before it is read
     if variant.pinned_sha256 is None:
         if not allow_modified:
             raise StoreError(f"{where} has no sha256 pin in series.yaml", hint="run `patchctl pin` after reviewing it")
@@ -85,7 +85,14 @@ def load_variant(variant: Variant, allow_modified: bool) -> ParsedVariant:
                 f"{where} was modified: sha256 {actual[:12]}… does not match the pin {variant.pinned_sha256[:12]}…",
                 hint="review the change, then `patchctl pin`; or pass --allow-modified",
             )
+    if len(data) > _CACHED_MAX_BYTES:
+        return parse_variant(data, where)
     return _parse_cached(data, where)
+
+
+# Only variants of a reviewable size are memoized: 256 entries of the largest allowed size would
+# hold 2 GB.
+_CACHED_MAX_BYTES = 1 << 20
 
 
 @functools.lru_cache(maxsize=256)
@@ -182,7 +189,9 @@ def _evaluate_one(
     parsed = load_variant(variant, options.allow_modified)
     outside_package(patch, variant, parsed)
     texts = {fp.path: read(fp.path) for fp in parsed.files}
-    gone = [fp.path for fp in parsed.files if not fp.is_new and texts[fp.path] is None]
+    # A file the patch deletes may be gone: that is the patch's own change, which the reverse check
+    # below recognises (upstreamed, or already-applied).
+    gone = [fp.path for fp in parsed.files if not fp.is_new and not fp.is_removed and texts[fp.path] is None]
     if gone:
         return PatchOutcome(patch.name, O.OBSOLETE, variant.filename,
                             f"target file gone in {version}: {', '.join(gone)}", files=parsed.paths), {}
@@ -245,7 +254,7 @@ def _failure_context(hunk: Hunk, text: str | None, line: int) -> str:
     wanted = "".join(hunk.old)
     around = ""
     if text:
-        lines = text.splitlines(keepends=True)
+        lines = split_lines(text)
         lo, hi = max(0, line - 4), min(len(lines), line + len(hunk.old) + 3)
         around = "".join(f"{n + 1:6d}  {lines[n]}" for n in range(lo, hi))
     return f"{hunk.header}\nexpected:\n{wanted}upstream near line {line}:\n{around}"

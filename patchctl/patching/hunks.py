@@ -1,7 +1,8 @@
 """Variant files → per-file hunks, and applying hunks to text with offset and fuzz.
 
 The matcher is ours (not GNU patch) because files come from sparse sources as bytes in memory and
-every hunk's offset and fuzz must be reported, not just success.
+every hunk's offset and fuzz must be reported, not just success. With no fuzz it is `git apply`'s
+(tests/patching/test_differential_git.py); the variant is read by the strict reader (diffread).
 """
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ import email
 import posixpath
 from typing import NamedTuple
 
-import unidiff
-
 from patchctl.errors import StoreError
+from patchctl.patching.diffread import RawHunk, read_diff
+from patchctl.store import PATCH_MAX_BYTES
 
 MAX_FUZZ = 2
 
@@ -23,6 +24,13 @@ class Hunk(NamedTuple):
     leading_context: int
     trailing_context: int
     header: str
+    # git's anchors (apply.c match_beginning / match_end): a hunk whose range starts at line 1 (or 0)
+    # matches only at the start of the file, one without trailing context only at its end, unless
+    # context is reduced (fuzz). new_starts_file is the start anchor when the hunk is applied in reverse.
+    starts_file: bool = False
+    new_starts_file: bool = False
+    ends_file: bool = False
+    target_start: int | None = None  # 1-based line in the post-image (None: as source_start)
 
 
 class FilePatch(NamedTuple):
@@ -62,20 +70,27 @@ def check_relative_path(path: str, where: str) -> str:
     """Refuse paths that could leave the engine root before anything is written."""
     if not path or path.startswith("/") or "\\" in path or posixpath.isabs(path):
         raise StoreError(f"{where}: refusing absolute or odd path {path!r}")
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in path):
+        raise StoreError(f"{where}: refusing path {path!r}: it holds control characters")
     norm = posixpath.normpath(path)
     if norm.startswith("..") or "/../" in f"/{path}/" or norm == ".":
         raise StoreError(f"{where}: refusing path {path!r}: it leaves the engine root")
+    if norm != path:  # `a/./b`, `a//b`, `a/`: git refuses some of these and reads others its own way
+        raise StoreError(f"{where}: refusing path {path!r}: not in its plain form ({norm!r})")
     return norm
 
 
 def parse_variant(data: bytes, where: str) -> ParsedVariant:
+    """A variant's subject and its file diffs, read strictly (patching/diffread.py: as `git apply`
+    reads them, refusing what patchctl cannot apply as git would)."""
+    if len(data) > PATCH_MAX_BYTES:
+        raise StoreError(f"{where}: {len(data)} bytes, more than a patch file may have ({PATCH_MAX_BYTES} bytes)",
+                         hint="a variant this large is not a reviewable patch")
     if b"\r\n" in data:
         raise StoreError(
             f"{where}: the variant has CRLF line endings (saved on Windows?); "
             "upstream files use LF: convert it with dos2unix and re-pin"
         )
-    if b"GIT binary patch" in data or b"\nBinary files " in data:
-        raise StoreError(f"{where}: binary patches are not supported")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
@@ -86,76 +101,113 @@ def parse_variant(data: bytes, where: str) -> ParsedVariant:
         message = email.message_from_string(text[:header_end])
         subject = " ".join(str(message.get("Subject", "")).split())
         subject = subject.removeprefix("[PATCH] ")
-    try:
-        patch_set = unidiff.PatchSet(text)
-    except unidiff.UnidiffParseError as exc:
-        raise StoreError(f"{where}: not a parseable diff: {exc}") from None
-    if not len(patch_set):
-        raise StoreError(f"{where}: contains no file diffs")
     files = []
-    for pf in patch_set:
-        if pf.is_binary_file:
-            raise StoreError(f"{where}: binary patches are not supported ({pf.path})")
-        if pf.is_rename:
-            raise StoreError(f"{where}: renames are not supported ({pf.source_file} -> {pf.target_file})")
-        raw = pf.target_file if not pf.is_removed_file else pf.source_file
-        path = raw[2:] if raw.startswith(("a/", "b/")) else raw
-        path = check_relative_path(path, where)
-        hunks = []
-        for h in pf:
-            lines, texts = _hunk_lines(h)
-            old = tuple(t for ln, t in zip(lines, texts, strict=False) if ln.is_context or ln.is_removed)
-            new = tuple(t for ln, t in zip(lines, texts, strict=False) if ln.is_context or ln.is_added)
-            changed = [i for i, ln in enumerate(lines) if not ln.is_context]
-            lead = changed[0] if changed else len(lines)
-            trail = len(lines) - 1 - changed[-1] if changed else 0
-            hunks.append(Hunk(h.source_start, old, new, lead, trail, str(h).splitlines()[0]))
-        files.append(FilePatch(path, pf.is_added_file, pf.is_removed_file, tuple(hunks)))
+    seen: dict[str, int] = {}
+    for raw in read_diff(data, where):
+        name = raw.new_path if raw.new_path is not None else raw.old_path
+        assert name is not None  # the reader never returns a diff without a name
+        path = check_relative_path(name, where)
+        if path in seen:
+            raise StoreError(f"{where}: line {raw.line_number}: {path} is diffed twice (first at line {seen[path]}); "
+                             "make it one diff")
+        seen[path] = raw.line_number
+        files.append(FilePatch(path, raw.old_path is None, raw.new_path is None,
+                               tuple(_hunk(h) for h in raw.hunks)))
     return ParsedVariant(subject, tuple(files))
 
 
-def _hunk_lines(hunk: unidiff.Hunk) -> tuple[list[unidiff.patch.Line], list[str]]:
-    """Lines of a hunk with exact text: a "\\ No newline at end of file" marker strips the newline
-    of the line before it (unidiff keeps the marker as a line of its own)."""
-    lines: list[unidiff.patch.Line] = []
-    texts: list[str] = []
-    for line in hunk:
-        if line.line_type == "\\":
-            if texts:
-                texts[-1] = texts[-1].rstrip("\n")
+def _hunk(raw: RawHunk) -> Hunk:
+    """A hunk's old and new lines with exact text: a "\\ No newline at end of file" line strips the
+    newline of the line before it; an empty context line so marked is no line at all (as in git)."""
+    old: list[str] = []
+    new: list[str] = []
+    body = raw.lines
+    for k, line in enumerate(body):
+        kind = line[:1]
+        if kind == b"\\":
             continue
-        lines.append(line)
-        texts.append(line.value)
-    return lines, texts
+        text = line[1:] if kind != b"\n" else b"\n"
+        if k + 1 < len(body) and body[k + 1][:1] == b"\\":
+            if kind == b"\n":
+                continue
+            text = text[:-1]
+        decoded = text.decode("utf-8")
+        if kind in (b" ", b"\n", b"-"):
+            old.append(decoded)
+        if kind in (b" ", b"\n", b"+"):
+            new.append(decoded)
+    return Hunk(raw.old_start, tuple(old), tuple(new), raw.leading, raw.trailing,
+                raw.header.decode("utf-8").rstrip("\n"),
+                starts_file=raw.old_start <= 1, new_starts_file=raw.new_start <= 1, ends_file=raw.trailing == 0,
+                target_start=raw.new_start)
+
+
+def split_lines(text: str) -> list[str]:
+    """Lines ending at "\\n" only, each with its ending (str.splitlines also splits at \\r, form feeds
+    and more, which git and every upstream file do not)."""
+    lines = text.split("\n")
+    last = lines.pop()
+    out = [line + "\n" for line in lines]
+    if last:
+        out.append(last)
+    return out
 
 
 def apply_hunks(text: str | None, fp: FilePatch, *, reverse: bool = False, max_fuzz: int = MAX_FUZZ) -> FileResult:
+    """Apply (or, reverse, take back) one file's hunks. With no fuzz this is `git apply`: each hunk's
+    old lines exactly, nearest to where it is expected (the later one on a tie), never on lines an
+    earlier hunk wrote, and at the start or end of the file where git anchors it; a created file is
+    the hunks applied to an empty one, a deleted file's hunks must take all of it."""
     adds, removes = (fp.is_removed, fp.is_new) if reverse else (fp.is_new, fp.is_removed)
     if adds:
-        created = "".join("".join(h.old if reverse else h.new) for h in fp.hunks)
+        created = _apply(split_lines(""), [], fp, reverse, 0)
+        if created is None or not created[1]:
+            results = created[0] if created is not None else ()
+            return FileResult(None, results, False, "hunks failed")
+        wanted = "".join(created[2])
         if text is None:
-            return FileResult(created, (HunkResult(1, "clean", 0, 0, 1),), True)
-        if text == created:  # the file already is what the patch wants
-            return FileResult(text, (HunkResult(1, "clean", 0, 0, 1),), True)
-        return FileResult(None, (HunkResult(1, "failed", 0, 0, 1),), False, "file already exists")
+            return FileResult(wanted, created[0], True)
+        if text == wanted and not reverse:  # the file already is what the patch wants
+            return FileResult(text, created[0], True)
+        return FileResult(None, (HunkResult(1, "failed", 0, 0, 1),), False,
+                          "file already exists" if not reverse else "the file the patch deletes is there")
     if text is None:
         return FileResult(None, (), False, "file is missing")
-    lines = text.splitlines(keepends=True)
+    lines = split_lines(text)
+    applied = _apply(lines, [False] * len(lines), fp, reverse, max_fuzz)
+    assert applied is not None
+    results, ok, lines = applied
+    if not ok:
+        return FileResult(None, results, False, "hunks failed")
+    result_text = "".join(lines)
+    if removes:
+        if result_text:
+            return FileResult(None, results, False, "file to delete has other content")
+        return FileResult(None, results, True)
+    return FileResult(result_text, results, True)
+
+
+def _apply(lines: list[str], patched: list[bool], fp: FilePatch, reverse: bool,
+           max_fuzz: int) -> tuple[tuple[HunkResult, ...], bool, list[str]] | None:
     results = []
-    delta = 0  # how far the file grew or shrank through earlier hunks
-    floor = 0  # hunks never match inside an earlier hunk's result
+    delta = 0  # how far the file grew or shrank through earlier hunks, and their offsets
     ok = True
     for index, hunk in enumerate(fp.hunks, start=1):
         old, new = (hunk.new, hunk.old) if reverse else (hunk.old, hunk.new)
-        expected = max(hunk.source_start - 1, 0) + delta
+        at_start = hunk.new_starts_file if reverse else hunk.starts_file
+        # Where the hunk's old lines begin in the file as it is now: its header's line on the side
+        # it is applied from, moved by what the earlier hunks changed and how far they were found off.
+        base = hunk.target_start if reverse and hunk.target_start is not None else hunk.source_start
+        expected = max(base - 1, 0) + delta
         found = None
         for fuzz in range(0, max_fuzz + 1):
-            cut_lead = min(fuzz, hunk.leading_context)
-            cut_trail = min(fuzz, hunk.trailing_context)
+            cut_lead = min(fuzz, hunk.leading_context, len(old))
+            cut_trail = min(fuzz, hunk.trailing_context, len(old) - cut_lead)
             if fuzz and not (cut_lead or cut_trail):
                 break
-            pattern = old[cut_lead : len(old) - cut_trail]
-            pos = _find(lines, pattern, expected + cut_lead, floor)
+            pattern = tuple(old[cut_lead: len(old) - cut_trail])
+            pos = _find(lines, patched, pattern, expected + cut_lead,
+                        at_start=at_start and not fuzz, at_end=hunk.ends_file and not fuzz)
             if pos is not None:
                 found = (pos - cut_lead, fuzz, cut_lead, cut_trail)
                 break
@@ -164,42 +216,47 @@ def apply_hunks(text: str | None, fp: FilePatch, *, reverse: bool = False, max_f
             results.append(HunkResult(index, "failed", 0, 0, expected + 1))
             continue
         start, fuzz, cut_lead, cut_trail = found
-        replacement = new[cut_lead : len(new) - cut_trail]
+        replacement = list(new[cut_lead: len(new) - cut_trail])
         at = start + cut_lead
-        lines[at : at + len(old) - cut_lead - cut_trail] = list(replacement)
+        width = len(old) - cut_lead - cut_trail
+        lines[at: at + width] = replacement
+        patched[at: at + width] = [True] * len(replacement)
         offset = start - expected
         status = "fuzz" if fuzz else ("offset" if offset else "clean")
         results.append(HunkResult(index, status, offset, fuzz, start + 1))
         delta += offset + len(new) - len(old)
-        floor = at + len(replacement)
-    if not ok:
-        return FileResult(None, tuple(results), False, "hunks failed")
-    result_text = "".join(lines)
-    if removes:
-        if result_text:
-            return FileResult(None, tuple(results), False, "file to delete has other content")
-        return FileResult(None, tuple(results), True)
-    return FileResult(result_text, tuple(results), True)
+    return tuple(results), ok, lines
 
 
-def _find(lines: list[str], pattern: tuple[str, ...], expected: int, floor: int) -> int | None:
-    """Where the hunk's old lines are, nearest to `expected` (the lower one on a tie), at or after
-    `floor`, no farther than the file's length; None when they are nowhere."""
+def _find(lines: list[str], patched: list[bool], pattern: tuple[str, ...], expected: int, *,
+          at_start: bool, at_end: bool) -> int | None:
+    """Where the hunk's old lines are, nearest to `expected` (the later one on a tie, as git's
+    find_pos), on no line an earlier hunk wrote; at 0 only when at_start, ending at the file's end
+    only when at_end; None when they are nowhere."""
     n, m = len(lines), len(pattern)
-    if m == 0:
-        return max(min(expected, n), floor)
-    first, last = pattern[0], n - m
-    candidates = []
-    pos = max(floor, 0)
-    while pos <= last:  # list.index scans in C: a hunk that matches nowhere reads the file once
-        try:
-            pos = lines.index(first, pos, last + 1)
-        except ValueError:
-            break
-        if abs(pos - expected) <= n:
+    if m > n:
+        return None
+    if at_start:
+        candidates = [0]
+    elif at_end:
+        candidates = [n - m]
+    elif m == 0:
+        return min(max(expected, 0), n)
+    else:
+        candidates = []
+        pos, last = 0, n - m
+        first = pattern[0]
+        while pos <= last:  # list.index scans in C: a hunk that matches nowhere reads the file once
+            try:
+                pos = lines.index(first, pos, last + 1)
+            except ValueError:
+                break
             candidates.append(pos)
-        pos += 1
-    for pos in sorted(candidates, key=lambda p: (abs(p - expected), p)):
-        if tuple(lines[pos : pos + m]) == pattern:
+            pos += 1
+        candidates.sort(key=lambda p: (abs(p - expected), -p))
+    for pos in candidates:
+        if at_end and pos + m != n:
+            continue
+        if tuple(lines[pos: pos + m]) == pattern and not any(patched[pos: pos + m]):
             return pos
     return None
