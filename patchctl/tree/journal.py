@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from patchctl.atomic import write_atomic
-from patchctl.errors import EnvironmentProblem, PatchctlError
+from patchctl.errors import EnvironmentProblem, PatchctlError, StateDamaged
+from patchctl.paths import resolve_inside
 
 STATE_SCHEMA = "patchctl-state/2"
 JOURNAL_SCHEMA = "patchctl-journal/2"
@@ -130,12 +131,6 @@ class Change(NamedTuple):
     after: bytes | None
     after_mtime_ns: int | None = None
     after_bytecode: tuple[tuple[str, str], ...] = ()
-
-
-class StateDamaged(EnvironmentProblem):
-    """The record or the journal cannot be trusted: patchctl does not guess what it did."""
-
-    kind = "state-damaged"
 
 
 def _crash_point(step: str) -> None:
@@ -236,8 +231,6 @@ class TargetState:
 
     def inside(self, rel: str, where: Path) -> Path:
         """root/rel, for a path read from a record or journal: relative and resolved inside the target."""
-        from patchctl.sources.files import resolve_inside
-
         try:
             return resolve_inside(self.root, rel)
         except PatchctlError as exc:
