@@ -210,3 +210,22 @@ def test_the_graph_reader_skips_only_type_checking_blocks(tmp_path, monkeypatch)
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from patchctl import cli\n"
         "else:\n    from patchctl import paths\n")}, monkeypatch)
     assert graph()["patchctl.errors"] == {"patchctl.paths"}
+
+
+def test_contributing_draws_these_layers():
+    """CONTRIBUTING.md's diagram names every module and package of LAYERS, in the same order."""
+    text = (ROOT.parent / "CONTRIBUTING.md").read_text()
+    diagram = text.split("## Layers", 1)[1].split("```", 2)[1]
+    lines = diagram.splitlines()
+
+    def line_of(name: str) -> int:
+        short = name.removeprefix("patchctl.").replace(".", "/")
+        for index, line in enumerate(lines):
+            words = line.replace(",", " ").split()
+            if any(w.rstrip("/") in (short, short + ".py", f"patchctl/{short}", f"patchctl/{short}.py") for w in words):
+                return index
+        raise AssertionError(f"{name} is not in CONTRIBUTING.md's layer diagram")
+
+    order = [[line_of(n) for n in names if n != "patchctl"] for _, names in LAYERS]
+    for lower, upper in zip(order, order[1:], strict=False):
+        assert min(lower) > max(upper), "the diagram draws the layers top (cli) to bottom (ground)"
