@@ -34,6 +34,8 @@ Renderer = Callable[[dict, Any, Any], None]
 def run_and_exit(name: str, as_json: bool, fn: Callable[[], tuple[dict, int]], render: Renderer | None) -> None:
     try:
         doc, code = fn()
+    except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+        raise  # click's own control flow (a usage error, ctx.exit): cli.py's Registry.main renders it
     except Exception as exc:  # KeyboardInterrupt and SystemExit pass: cli.py makes Ctrl-C exit 130
         doc, code = failure_document(name, exc)
     if as_json:

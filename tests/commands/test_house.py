@@ -347,3 +347,31 @@ def test_sigint_at_random_moments_is_130_without_a_traceback(tmp_path):
         seen[outcome] = seen.get(outcome, 0) + 1
     assert not failures, failures
     assert seen.get("130", 0) >= 8, seen  # most trials landed inside patchctl's run
+
+
+def test_matrix_files_are_written_atomically(tmp_path, monkeypatch):
+    """Was: compat_matrix.yaml written with a plain write_text (a full disk left half a file); now the
+    one atomic writer: a failed write keeps the old file whole and is exit 3."""
+    import errno
+    import os
+
+    from patchctl import atomic
+
+    shard = tmp_path / "shard.yaml"
+    shard.write_text("schema: patchctl-matrix/1\nengines: {}\n")
+    out, md = tmp_path / "compat_matrix.yaml", tmp_path / "compat_matrix.md"
+    out.write_text("the committed matrix\n")
+    md.write_text("the committed table\n")
+
+    def full_disk(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(atomic, "_os_write", full_disk)
+    result = invoke("matrix", "merge", str(shard), "-o", str(out), "--markdown", str(md), "--json")
+    doc = json.loads(result.stdout)
+    assert result.exit_code == 3 and "No space left" in doc["error"]["message"], result.output
+    assert out.read_text() == "the committed matrix\n" and md.read_text() == "the committed table\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["compat_matrix.md", "compat_matrix.yaml", "shard.yaml"]
+    monkeypatch.setattr(atomic, "_os_write", os.write)
+    assert invoke("matrix", "merge", str(shard), "-o", str(out), "--markdown", str(md)).exit_code == 0
+    assert "engines" in out.read_text()
