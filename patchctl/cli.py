@@ -34,7 +34,10 @@ def _interrupted_while_importing(signum: int, frame: FrameType | None) -> None:
 
 
 if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-    signal.signal(signal.SIGINT, _interrupted_while_importing)
+    try:
+        signal.signal(signal.SIGINT, _interrupted_while_importing)
+    except ValueError:  # imported first from a thread other than the main one: no handler to set
+        pass
 
 import functools  # noqa: E402  (after the handler, on purpose)
 import importlib  # noqa: E402

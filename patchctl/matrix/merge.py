@@ -1,4 +1,6 @@
-"""Merging a fresh check-only matrix into the committed compat_matrix.yaml without losing evidence
+"""A fresh matrix merged into the committed one, keeping its evidence.
+
+A fresh check-only matrix goes into the committed compat_matrix.yaml without losing evidence
 (ci/merge_matrix.py is its command line; the nightly workflow runs it).
 
 For every fresh row whose artifact sha256 equals the committed row's, each cell whose outcome,
