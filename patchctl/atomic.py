@@ -13,6 +13,8 @@ import os
 import threading
 from pathlib import Path
 
+from patchctl.errors import WriteError
+
 _os_write = os.write  # tests replace this to simulate short writes, ENOSPC, ...
 
 
@@ -88,14 +90,6 @@ def read_verified(path: str | os.PathLike) -> bytes | None:
     if raw[64:65] == b"\n" and hashlib.sha256(data).hexdigest().encode() == expected:
         return data
     return None
-
-
-class WriteError(OSError):
-    """A failed write_atomic: errno, strerror (the reason) and filename (the path written) as any
-    OSError; its message reads `cannot write PATH: REASON`."""
-
-    def __str__(self) -> str:
-        return f"cannot write {self.filename}: {self.strerror}"
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -6,13 +6,47 @@ and `patchctl --help` import none of the heavy libraries (requests, GitPython, r
 """
 from __future__ import annotations
 
-import importlib
+import os
+import signal
 import sys
-from typing import Any, NamedTuple
+from types import FrameType
 
-import click
+_IMPORTING = True  # this module's own imports are running
 
-from patchctl import __version__
+
+def _exit_interrupted(signum: int | None = None, frame: FrameType | None = None) -> None:
+    """Ctrl-C: exit 130 at once with nothing more printed (what was written so far is flushed)."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except Exception:  # a closed or broken pipe: there is nobody left to tell
+        pass
+    os._exit(130)  # errors.EXIT_INTERRUPTED, not imported yet: this runs before any other import
+
+
+def _interrupted_while_importing(signum: int, frame: FrameType | None) -> None:
+    """Ctrl-C while this module's imports run (click alone takes ~30 ms) ends the program as a Ctrl-C
+    later does, exit 130 and no traceback; once they are done, it is Python's KeyboardInterrupt again
+    (a program or test that imports the CLI keeps its Ctrl-C)."""
+    if _IMPORTING:
+        _exit_interrupted()
+    signal.default_int_handler(signum, frame)
+
+
+if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    try:
+        signal.signal(signal.SIGINT, _interrupted_while_importing)
+    except ValueError:  # imported first from a thread other than the main one: no handler to set
+        pass
+
+import functools  # noqa: E402  (after the handler, on purpose)
+import importlib  # noqa: E402
+from typing import Any, NamedTuple  # noqa: E402
+
+import click  # noqa: E402
+
+from patchctl import __version__  # noqa: E402
+from patchctl.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE  # noqa: E402
 
 
 class CommandInfo(NamedTuple):
@@ -71,7 +105,13 @@ class Registry(click.Group):
 
     def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
              standalone_mode: bool = True, **extra: Any) -> Any:
+        # Python's own handler from here: a Ctrl-C during a command unwinds it (locks released, temp
+        # files removed), and lands below as exit 130.
+        if signal.getsignal(signal.SIGINT) is _interrupted_while_importing:
+            _set_sigint(signal.default_int_handler)
+        entry = args is None  # the program itself (the console script), not a CliRunner in a test
         argv = list(sys.argv[1:] if args is None else args)
+        exit = functools.partial(_exit, entry=entry)
         try:
             rv = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
         except click.ClickException as exc:
@@ -79,22 +119,55 @@ class Registry(click.Group):
             if "--json" in argv:
                 from patchctl.documents import document, emit_json
 
-                name = next((a for a in argv if a in COMMANDS), "patchctl")
-                emit_json(document(name, exc.exit_code,
+                emit_json(document(_command_name(argv), exc.exit_code,
                                    error={"kind": "usage", "message": exc.format_message(), "hint": None}))
-                sys.exit(exc.exit_code)
+                exit(exc.exit_code)
             if not standalone_mode:
                 raise
             exc.show()
-            sys.exit(exc.exit_code)
-        except click.exceptions.Abort:
+            exit(exc.exit_code)
+        except click.exceptions.Abort as exc:
+            # click turns a Ctrl-C (and end of input at a prompt) into Abort; neither is exit 1,
+            # the code of a patch that failed.
             if not standalone_mode:
                 raise
-            click.echo("Aborted!", err=True)
-            sys.exit(1)
+            if isinstance(exc.__cause__, KeyboardInterrupt):
+                exit(EXIT_INTERRUPTED)
+            click.echo("error: end of input where an answer was expected", err=True)
+            exit(EXIT_USAGE)
+        except KeyboardInterrupt:
+            exit(EXIT_INTERRUPTED)
+        except Exception as exc:  # a bug outside any command's run (parsing, a command's import)
+            if not standalone_mode:
+                raise
+            from patchctl.commands.framework import internal_error_document, render_text
+            from patchctl.documents import emit_json
+
+            doc = internal_error_document(_command_name(argv), exc)
+            emit_json(doc) if "--json" in argv else render_text(doc, None)
+            exit(EXIT_INTERNAL)
         if standalone_mode:
-            sys.exit(rv if isinstance(rv, int) else 0)
+            exit(rv if isinstance(rv, int) else 0)
         return rv
+
+
+def _command_name(argv: list[str]) -> str:
+    return next((a for a in argv if a in COMMANDS), "patchctl")
+
+
+def _exit(code: int, *, entry: bool) -> None:
+    """sys.exit; in the program itself a Ctrl-C from here on (the output written, the interpreter
+    shutting down) still ends it with 130 and no traceback."""
+    if entry:
+        _set_sigint(_exit_interrupted)
+    sys.exit(code)
+
+
+def _set_sigint(handler: Any) -> None:
+    try:
+        signal.signal(signal.SIGINT, handler)
+    except ValueError:  # not the main thread (a test invoking the CLI from a worker): leave it be
+        pass
 
 
 @click.group(cls=Registry, context_settings={"help_option_names": ["-h", "--help"]})
@@ -102,7 +175,8 @@ class Registry(click.Group):
 def main() -> None:
     """Keep downstream patches to vLLM and SGLang alive across upstream releases.
 
-    Exit codes: 0 ok, 1 a patch failed to apply, 2 usage or bad input, 3 environment.
+    Exit codes: 0 ok, 1 a patch failed to apply, 2 usage or bad input, 3 environment,
+    4 internal error (a bug: a crash log names where to report it), 130 interrupted.
 
     \b
     Start here:
@@ -111,6 +185,8 @@ def main() -> None:
       patchctl COMMAND --help               every command's options and examples
     """
 
+
+_IMPORTING = False
 
 if __name__ == "__main__":
     main()

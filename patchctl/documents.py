@@ -18,7 +18,7 @@ SCHEMA = "patchctl/1"
 
 
 class ErrorDoc(TypedDict):
-    kind: str
+    kind: str  # a PatchctlError's kind (errors.py); `internal` for a bug, whose document adds `crash_log`
     message: str
     hint: str | None
 

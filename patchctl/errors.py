@@ -1,16 +1,33 @@
-"""Errors the core raises; each carries the documented exit code the CLI returns.
+"""Every error class patchctl raises, in one place; each `PatchctlError` carries the documented exit
+code the CLI returns and the `kind` of its JSON error document.
 
-0 ok · 1 a patch failed to apply (conflict, drift) · 2 usage or bad input · 3 environment
-(network, permissions, missing engine, lock held).
+Exit codes (README, "Exit codes"; docs/json-schema.md):
+0 ok · 1 a patch failed to apply (conflict, drift) · 2 usage or bad input · 3 environment (network,
+permissions, missing engine, lock held) · 4 internal error: a bug in patchctl (kind `internal`; the
+traceback is written to a crash log in the data dir) · 130 interrupted (Ctrl-C), at any moment.
+
+The other classes here (not PatchctlError) are signals between modules that their callers turn into
+one of the above; one that escapes is a bug, reported as an internal error.
 """
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # types of the payloads only; errors.py imports nothing of patchctl at run time
+    from patchctl.patching.evaluate import SeriesResult
+    from patchctl.tree.operations import TargetStatus
 
 EXIT_OK = 0
 EXIT_PATCH_FAILED = 1
 EXIT_USAGE = 2
 EXIT_ENVIRONMENT = 3
+EXIT_INTERNAL = 4
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a process Ctrl-C ended
+
+# Where a crash log tells the user to report it; the same URL as pyproject.toml's [project.urls]
+# (tests/test_errors.py holds them equal).
+ISSUES_URL = "https://github.com/patchctl/patchctl/issues"
 
 
 class PatchctlError(Exception):
@@ -68,3 +85,71 @@ def plain_network_reason(text: str) -> str:
 class PatchFailed(PatchctlError):
     exit_code = EXIT_PATCH_FAILED
     kind = "patch-failed"
+
+
+class InternalError(PatchctlError):
+    """An exception nobody anticipated (a bug): the CLI's catch-all reports it with this code and kind."""
+
+    exit_code = EXIT_INTERNAL
+    kind = "internal"
+
+
+# --- the tree (patchctl/tree/) ---
+
+class StateDamaged(EnvironmentProblem):
+    """The record or the journal cannot be trusted: patchctl does not guess what it did."""
+
+    kind = "state-damaged"
+
+
+class Drifted(PatchFailed):
+    """Patched files were changed by hand since patchctl wrote them: never written over unasked."""
+
+    def __init__(self, current: TargetStatus):
+        super().__init__(current.message, hint="inspect the files; `patchctl revert --force` restores them, "
+                                                "`patchctl apply --force` takes them as they are")
+        self.status = current
+
+
+class ConflictError(PatchFailed):
+    def __init__(self, message: str, result: SeriesResult, hint: str | None = None):
+        super().__init__(message, hint=hint)
+        self.result = result
+
+
+# --- writing files (patchctl/atomic.py) ---
+
+class WriteError(OSError):
+    """A failed write_atomic: errno, strerror (the reason) and filename (the path written) as any
+    OSError; its message reads `cannot write PATH: REASON`."""
+
+    def __str__(self) -> str:
+        return f"cannot write {self.filename}: {self.strerror}"
+
+
+# --- reading from the network and from archives (patchctl/sources/) ---
+
+class RangeNotSupported(Exception):
+    """The server answered a Range request with the whole file (200): the caller reads it whole."""
+
+
+class ZipFormatError(ValueError):
+    """The bytes are not the zip the central directory promised (a truncated or tampered artifact)."""
+
+
+# --- a served engine (patchctl/serve/) ---
+
+class ServerStartError(EnvironmentProblem):
+    """The server exited, or did not get ready in time; carries its log tail (exit code 3)."""
+
+
+class ServerError(RuntimeError):
+    """The server put an error object into the stream instead of a chunk."""
+
+
+class TruncatedStream(RuntimeError):
+    """The stream stopped before the server said it was done."""
+
+
+class PlotUnavailable(RuntimeError):
+    """matplotlib is not installed."""

@@ -1,20 +1,31 @@
 """What every command shares (pip's base_command): `--json`, turning errors into documents with their
 exit code, and rendering — the document as JSON on stdout, or the command's own text renderer.
 
+The catch-all lives here too: an exception nobody anticipated (a bug) becomes one `internal` error
+document (exit 4) whose message names a crash log with the traceback, written to the data dir, and
+where to report it; the user never sees a traceback.
+
 A command module defines `run(...) -> (document, exit code)`, a `render(doc, out, err)` for people,
 and its click command built with `@patchctl_command(...)`, whose callback returns what `run` returns.
 """
 from __future__ import annotations
 
 import functools
+import os
+import platform
+import re
 import sys
+import time
+import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
 
+from patchctl import __version__
 from patchctl.documents import document, emit_json, error_document
-from patchctl.errors import EXIT_ENVIRONMENT, PatchctlError
+from patchctl.errors import EXIT_ENVIRONMENT, EXIT_INTERNAL, ISSUES_URL, PatchctlError
 from patchctl.options import json_option
 
 Renderer = Callable[[dict, Any, Any], None]
@@ -23,18 +34,76 @@ Renderer = Callable[[dict, Any, Any], None]
 def run_and_exit(name: str, as_json: bool, fn: Callable[[], tuple[dict, int]], render: Renderer | None) -> None:
     try:
         doc, code = fn()
-    except PatchctlError as exc:
-        doc, code = error_document(name, exc), exc.exit_code
-    except KeyboardInterrupt:
-        raise
-    except OSError as exc:  # a disk or permission problem the core did not anticipate: still a document
-        code = EXIT_ENVIRONMENT
-        doc = document(name, code, error={"kind": "environment", "message": str(exc), "hint": None})
+    except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+        raise  # click's own control flow (a usage error, ctx.exit): cli.py's Registry.main renders it
+    except Exception as exc:  # KeyboardInterrupt and SystemExit pass: cli.py makes Ctrl-C exit 130
+        doc, code = failure_document(name, exc)
     if as_json:
         emit_json(doc)
     else:
         render_text(doc, render)
     sys.exit(code)
+
+
+def failure_document(name: str, exc: Exception) -> tuple[dict, int]:
+    """The document and exit code for an exception a command raised: its own for a PatchctlError,
+    `environment` (3) for a disk or permission problem the core did not anticipate, and `internal`
+    (4) with a crash log for anything else."""
+    if isinstance(exc, PatchctlError):
+        return error_document(name, exc), exc.exit_code
+    if isinstance(exc, OSError):
+        return document(name, EXIT_ENVIRONMENT, error={"kind": "environment", "message": str(exc), "hint": None}), \
+            EXIT_ENVIRONMENT
+    return internal_error_document(name, exc), EXIT_INTERNAL
+
+
+def internal_error_document(name: str, exc: BaseException) -> dict:
+    """A bug: the traceback goes to a crash log, the document says where it is and where to report it."""
+    what = f"{type(exc).__name__}: {_shorten(str(exc))}" if str(exc) else type(exc).__name__
+    try:
+        log: str | None = str(write_crash_log(exc))
+        where = f"the traceback is in {log}"
+    except OSError as write_exc:
+        log = None
+        where = f"the crash log could not be written ({write_exc})"
+    message = f"internal error in patchctl {__version__} ({what}): this is a bug; {where}"
+    hint = f"please report it at {ISSUES_URL}" + (", attaching the crash log" if log else "")
+    return document(name, EXIT_INTERNAL, error={"kind": "internal", "message": message, "hint": hint},
+                    crash_log=log)
+
+
+def crash_dir() -> Path:
+    from patchctl import config
+
+    return config.data_dir() / "crash"
+
+
+def write_crash_log(exc: BaseException) -> Path:
+    """<data dir>/crash/<UTC time>-<pid>.log: what ran, on what, and the traceback (written whole)."""
+    from patchctl.atomic import write_atomic
+
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    path = crash_dir() / f"{stamp}-{os.getpid()}.log"
+    body = "\n".join([
+        f"patchctl {__version__} crashed at {stamp}",
+        f"command: {' '.join(_redact(a) for a in sys.argv)}",
+        f"python: {sys.version.split()[0]} ({sys.executable}) on {platform.platform()}",
+        f"report: {ISSUES_URL}",
+        "",
+        "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+    ])
+    write_atomic(path, body.encode("utf-8", "backslashreplace"))
+    return path
+
+
+def _redact(arg: str) -> str:
+    """A URL's user and password (an index URL with a token) stay out of the log people attach."""
+    return re.sub(r"(://)[^/@\s]+@", r"\1***@", arg)
+
+
+def _shorten(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= 300 else text[:300] + "…"
 
 
 def render_text(doc: dict, render: Renderer | None) -> None:

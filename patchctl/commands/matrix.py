@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from patchctl.atomic import write_atomic
 from patchctl.commands.framework import examples, run_and_exit
 from patchctl.commands.framework import patchctl_command as subcommand
 from patchctl.documents import document
@@ -48,7 +49,7 @@ def run(store, ctx, *, engines: tuple[str, ...] = (), output: Path = Path("compa
     doc = matrix.build(store, ctx, engines=list(engines) or None, shard=parse_shard(shard), workers=workers,
                        smoke=smoke_runner(store, ctx, python) if smoke else None, nightly=nightly,
                        only_versions=set(versions) or None)
-    output.write_text(matrix.dump(doc))
+    write_atomic(output, matrix.dump(doc).encode())
     _renderings(doc, markdown, html)
     fields: dict = {"output": str(output), "versions": {e: len(d["versions"]) for e, d in doc["engines"].items()}}
     code = EXIT_OK
@@ -74,7 +75,7 @@ def merge(inputs: tuple[Path, ...], output: Path, markdown: Path | None = None,
     from patchctl.matrix import build as matrix
 
     merged = matrix.merge([matrix.load(p) for p in inputs])
-    output.write_text(matrix.dump(merged))
+    write_atomic(output, matrix.dump(merged).encode())
     _renderings(merged, markdown, html)
     return document("matrix-merge", EXIT_OK, output=str(output),
                     message=f"merged {len(inputs)} shard(s) into {output}"), EXIT_OK
@@ -95,11 +96,11 @@ def _renderings(doc: dict, markdown: Path | None, html: Path | None) -> None:
     from patchctl.matrix import build as matrix
 
     if markdown:
-        markdown.write_text(matrix.markdown(doc))
+        write_atomic(markdown, matrix.markdown(doc).encode())
     if html:
         from patchctl.matrix.html_page import render_html
 
-        html.write_text(render_html(doc), encoding="utf-8")
+        write_atomic(html, render_html(doc).encode("utf-8"))
 
 
 _OUT = click.Path(dir_okay=False, path_type=Path)

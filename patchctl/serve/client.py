@@ -12,15 +12,12 @@ from typing import Any, NamedTuple
 
 import requests
 
+from patchctl.errors import ServerError, TruncatedStream
 from patchctl.serve.metrics import RequestRecord
-from patchctl.serve.sse import ServerError, delta_from_object, iter_sse_data, parse_event
+from patchctl.serve.sse import delta_from_object, iter_sse_data, parse_event
 
 CHAT = "chat"
 COMPLETIONS = "completions"
-
-
-class TruncatedStream(RuntimeError):
-    """The stream stopped before the server said it was done."""
 
 
 class Completion(NamedTuple):

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from patchctl.atomic import write_atomic
+from patchctl.errors import PlotUnavailable
 from patchctl.serve.report import ServeReport
 
 PLOT_NEEDS_EXTRA = "the latency/throughput plot needs the plot extra: pip install 'patchctl[plot]'"
@@ -21,10 +22,6 @@ class Written(NamedTuple):
     json_path: Path
     png_path: Path | None  # None: no throughput data to plot, or no matplotlib
     warnings: tuple[str, ...]
-
-
-class PlotUnavailable(RuntimeError):
-    """matplotlib is not installed."""
 
 
 def write_outputs(report: ServeReport, json_path: Path) -> Written:

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 import requests
 
-from patchctl.errors import EnvironmentProblem, UsageError
+from patchctl.errors import ServerStartError, UsageError
 
 
 def url_from_command(command: str | Sequence[str], default_port: int = 8000) -> str:
@@ -43,10 +43,6 @@ def url_from_command(command: str | Sequence[str], default_port: int = 8000) -> 
     if host in ("0.0.0.0", "::", ""):
         host = "127.0.0.1"
     return f"http://{host}:{opts.get('--port', default_port)}"
-
-
-class ServerStartError(EnvironmentProblem):
-    """The server exited, or did not get ready in time; carries its log tail (exit code 3)."""
 
 
 def port_is_free(host: str, port: int) -> bool:

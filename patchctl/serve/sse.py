@@ -8,6 +8,8 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
+from patchctl.errors import ServerError
+
 DONE = "[DONE]"
 
 
@@ -65,10 +67,6 @@ def parse_event(payload: str) -> Delta | None:
     if isinstance(obj, dict) and "error" in obj and "choices" not in obj:
         raise ServerError(str(obj["error"]))
     return delta_from_object(obj)
-
-
-class ServerError(RuntimeError):
-    """The server put an error object into the stream instead of a chunk."""
 
 
 def delta_from_object(obj: dict[str, Any]) -> Delta:

@@ -1,12 +1,11 @@
 """The one interface the apply engine reads upstream files through."""
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
-from patchctl.errors import StoreError
+from patchctl.paths import resolve_inside
 
 
 class _ProvenanceFields(NamedTuple):
@@ -55,19 +54,6 @@ class NoProgress:
 
     def finish(self) -> None:
         pass
-
-
-def resolve_inside(root: Path, path: str) -> Path:
-    """root/path, refusing anything that escapes root: `..`, absolute paths, escaping symlinks."""
-    if os.path.isabs(path) or ".." in Path(path).parts:
-        raise StoreError(f"refusing path {path!r}: it leaves the engine root")
-    real_root = root.resolve()
-    candidate = real_root / path
-    # Resolve each existing ancestor: a symlinked directory inside the tree may point outside it.
-    resolved = candidate.resolve()
-    if resolved != real_root and real_root not in resolved.parents:
-        raise StoreError(f"refusing path {path!r}: it resolves to {resolved}, outside {real_root}")
-    return candidate
 
 
 class DirectorySource:

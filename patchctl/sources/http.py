@@ -17,7 +17,7 @@ import time
 import urllib.parse
 from collections.abc import Iterator
 
-from patchctl.errors import NetworkError
+from patchctl.errors import NetworkError, RangeNotSupported
 
 TIMEOUT = 60
 FETCH_POOL = 8
@@ -228,10 +228,6 @@ def get(url: str, *, headers: dict | None = None, stream: bool = False, what: st
 def _short(exc: Exception) -> str:
     text = str(exc) or type(exc).__name__
     return text if len(text) < 300 else text[:300] + "…"
-
-
-class RangeNotSupported(Exception):
-    pass
 
 
 def _get_partial(url: str, byte_range: str, what: str):

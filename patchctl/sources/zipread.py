@@ -12,6 +12,8 @@ import zlib
 from collections.abc import Reversible
 from typing import NamedTuple
 
+from patchctl.errors import ZipFormatError
+
 # The first tail read of a wheel should hold the end record, the central directory and RECORD (the
 # last member in every wheel the build tools write), so that one round trip gives the file list and
 # every member's sha256. What that takes, measured on the matrix (bytes from RECORD's local header to
@@ -30,10 +32,6 @@ def tail_guess(size: int, measured: int | None = None) -> int:
     than the file."""
     want = int(measured * TAIL_GROWTH) + TAIL_SLACK if measured else min(TAIL_DEFAULT, int(size * TAIL_SHARE))
     return min(size, max(TAIL_MIN, want))
-
-
-class ZipFormatError(ValueError):
-    """The bytes are not the zip the central directory promised (a truncated or tampered artifact)."""
 
 
 class ZipEntry(NamedTuple):

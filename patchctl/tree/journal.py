@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from patchctl.atomic import write_atomic
-from patchctl.errors import EnvironmentProblem, PatchctlError
+from patchctl.errors import EnvironmentProblem, PatchctlError, StateDamaged
+from patchctl.paths import resolve_inside
 
 STATE_SCHEMA = "patchctl-state/2"
 JOURNAL_SCHEMA = "patchctl-journal/2"
@@ -134,12 +135,6 @@ class Change(NamedTuple):
     after_bytecode: tuple[tuple[str, str], ...] = ()
 
 
-class StateDamaged(EnvironmentProblem):
-    """The record or the journal cannot be trusted: patchctl does not guess what it did."""
-
-    kind = "state-damaged"
-
-
 def _crash_point(step: str) -> None:
     """Tests kill a real apply at each write step: PATCHCTL_CRASH_AT=<step> sends SIGKILL to self."""
     if os.environ.get("PATCHCTL_CRASH_AT") == step:
@@ -238,8 +233,6 @@ class TargetState:
 
     def inside(self, rel: str, where: Path) -> Path:
         """root/rel, for a path read from a record or journal: relative and resolved inside the target."""
-        from patchctl.sources.files import resolve_inside
-
         try:
             return resolve_inside(self.root, rel)
         except PatchctlError as exc:

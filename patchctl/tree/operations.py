@@ -17,13 +17,12 @@ from packaging.version import Version
 from patchctl import config
 from patchctl import outcomes as O
 from patchctl.engines import Engine
-from patchctl.errors import EnvironmentProblem, PatchFailed, UsageError
+from patchctl.errors import ConflictError, Drifted, EnvironmentProblem, PatchFailed, StateDamaged, UsageError
 from patchctl.tree.journal import (
     BuildRecord,
     Change,
     FileRecord,
     PatchRecord,
-    StateDamaged,
     StateRecord,
     TargetState,
     sha256,
@@ -204,21 +203,6 @@ class _TreeSource:
 
     def provenance(self) -> Provenance:
         return self._tree.provenance()
-
-
-class Drifted(PatchFailed):
-    """Patched files were changed by hand since patchctl wrote them: never written over unasked."""
-
-    def __init__(self, current: TargetStatus):
-        super().__init__(current.message, hint="inspect the files; `patchctl revert --force` restores them, "
-                                                "`patchctl apply --force` takes them as they are")
-        self.status = current
-
-
-class ConflictError(PatchFailed):
-    def __init__(self, message: str, result: SeriesResult, hint: str | None = None):
-        super().__init__(message, hint=hint)
-        self.result = result
 
 
 def _failed(result: SeriesResult, bad: list) -> ConflictError:

@@ -3,6 +3,7 @@ errors, and the defects the redesign fixed (each reproduced first on the old cod
 import json
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -182,3 +183,195 @@ def test_bisect_smoke_gate_is_called_per_release(monkeypatch, builder):
     assert code == 0
     from packaging.version import Version
     assert captured["gate"](Version("1.1")) == (True, "passed") and calls == [("p", "1.1")]
+
+
+# --- the catch-all: a bug is one `internal` document (exit 4) and a crash log, never a traceback ---
+
+def _crash_in_list(monkeypatch):
+    from patchctl.commands import list_patches
+
+    def broken(store, spec=None):
+        raise RuntimeError("a bug the tests planted")
+
+    monkeypatch.setattr(list_patches, "run", broken)
+
+
+def test_a_bug_in_a_command_is_one_internal_document_and_a_crash_log(monkeypatch, tmp_path):
+    from patchctl.errors import EXIT_INTERNAL, ISSUES_URL
+
+    monkeypatch.setenv("PATCHCTL_DATA_DIR", str(tmp_path / "data"))
+    _crash_in_list(monkeypatch)
+    result = invoke("list", "--json")
+    doc = json.loads(result.stdout)  # exactly one document
+    assert result.exit_code == EXIT_INTERNAL == 4 and doc["exit_code"] == 4 and doc["ok"] is False
+    assert doc["command"] == "list" and doc["error"]["kind"] == "internal"
+    log = doc["crash_log"]
+    assert log and log in doc["error"]["message"] and ISSUES_URL in doc["error"]["hint"]
+    assert "RuntimeError: a bug the tests planted" in doc["error"]["message"]
+    assert str(tmp_path / "data" / "crash") in log
+    text = open(log).read()
+    assert "Traceback (most recent call last)" in text and "a bug the tests planted" in text
+    assert "list_patches.py" not in result.stdout and "Traceback" not in result.output
+
+
+def test_a_bug_in_text_mode_is_one_message_naming_the_log_and_where_to_report(monkeypatch, tmp_path):
+    from patchctl.errors import ISSUES_URL
+
+    monkeypatch.setenv("PATCHCTL_DATA_DIR", str(tmp_path / "data"))
+    _crash_in_list(monkeypatch)
+    result = invoke("list")
+    assert result.exit_code == 4
+    assert "error (internal)" in result.output and "this is a bug" in result.output
+    assert ISSUES_URL in result.output and str(tmp_path / "data" / "crash") in result.output
+    assert "Traceback" not in result.output
+    assert len(list((tmp_path / "data" / "crash").iterdir())) == 1
+
+
+def test_a_bug_outside_any_command_run_is_caught_too(monkeypatch, tmp_path):
+    """A command module that fails to import (a bug before any run) is still one document, exit 4."""
+    from patchctl import cli
+
+    monkeypatch.setenv("PATCHCTL_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setitem(cli.COMMANDS, "list", cli.CommandInfo("no_such_module_xyz", "broken"))
+    result = invoke("list", "--json")
+    doc = json.loads(result.stdout)
+    assert result.exit_code == 4 and doc["error"]["kind"] == "internal"
+    assert "ModuleNotFoundError" in doc["error"]["message"] and "Traceback" in open(doc["crash_log"]).read()
+
+
+def test_the_crash_log_that_cannot_be_written_is_said_so(monkeypatch, tmp_path):
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("PATCHCTL_DATA_DIR", str(tmp_path / "a-file"))  # its crash/ cannot be created
+    _crash_in_list(monkeypatch)
+    result = invoke("list", "--json")
+    doc = json.loads(result.stdout)
+    assert result.exit_code == 4 and doc["crash_log"] is None
+    assert "the crash log could not be written" in doc["error"]["message"]
+
+
+def test_the_crash_log_leaves_out_url_credentials(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATCHCTL_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setattr(sys, "argv", ["patchctl", "list", "--index-url", "https://me:s3cret@example.invalid/simple"])
+    _crash_in_list(monkeypatch)
+    doc = json.loads(invoke("list", "--json").stdout)
+    text = open(doc["crash_log"]).read()
+    assert "s3cret" not in text and "https://***@example.invalid/simple" in text
+
+
+def test_a_patchctl_error_keeps_its_own_code_and_an_oserror_is_environment(monkeypatch):
+    from patchctl.commands import list_patches
+    from patchctl.errors import StoreError
+
+    def store_error(store, spec=None):
+        raise StoreError("bad store")
+
+    monkeypatch.setattr(list_patches, "run", store_error)
+    doc = json.loads(invoke("list", "--json").stdout)
+    assert doc["exit_code"] == 2 and doc["error"]["kind"] == "store"
+
+    def disk(store, spec=None):
+        raise PermissionError(13, "Permission denied", "/x")
+
+    monkeypatch.setattr(list_patches, "run", disk)
+    doc = json.loads(invoke("list", "--json").stdout)
+    assert doc["exit_code"] == 3 and doc["error"]["kind"] == "environment"
+
+
+# --- Ctrl-C: exit 130 at any moment, no traceback, never click's "Aborted!" exit 1 ---
+
+def test_ctrl_c_in_a_command_is_130_not_aborted(monkeypatch):
+    """Was: click's Abort, printed as "Aborted!" with exit 1 (the code of a failed patch)."""
+    from patchctl.commands import list_patches
+
+    def interrupted(store, spec=None):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(list_patches, "run", interrupted)
+    for args in (["list"], ["list", "--json"]):
+        result = invoke(*args)
+        assert result.exit_code == 130, result.output
+        assert "Aborted" not in result.output and "Traceback" not in result.output
+
+
+ENTRY = "import re, sys\nfrom patchctl.cli import main\nsys.exit(main())\n"  # what the console script runs
+
+
+def _interpreter_only(stderr: str) -> bool:
+    """A traceback with no frame in patchctl's own files: the interrupt came during the interpreter's
+    start-up (site's .pth imports, finding the package), before any patchctl code ran."""
+    import patchctl
+
+    return "Traceback" in stderr and f'File "{Path(patchctl.__file__).parent}' not in stderr
+
+
+def test_sigint_at_random_moments_is_130_without_a_traceback(tmp_path):
+    """SIGINT sent at random moments of a whole run (start-up imports included): every run that
+    patchctl's code saw ends with 130 (or had already finished, with its whole document), never a
+    traceback or "Aborted!"; was 8 of 60 trials with a traceback."""
+    import os
+    import random
+    import signal
+    import subprocess
+
+    env = dict(os.environ)
+    cmd = [sys.executable, "-c", ENTRY, "list", "vllm", "--json"]
+    def duration(argv: list[str]) -> float:
+        start = time.monotonic()
+        subprocess.run(argv, capture_output=True, env=env, check=True)
+        return time.monotonic() - start
+
+    whole = duration(cmd)
+    bare = min(duration([sys.executable, "-c", "pass"]) for _ in range(3))  # the interpreter's own start-up
+    rng = random.Random(20261201)
+    seen: dict[str, int] = {}
+    failures = []
+    for trial in range(24):
+        # a quarter of the trials anywhere (the interpreter's start-up too), the rest once patchctl's
+        # imports can have begun
+        delay = rng.uniform(0, whole) if trial % 4 == 0 else rng.uniform(bare * 0.8, whole)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+        if proc.returncode == 130 and "Traceback" not in err and "Aborted" not in err:
+            outcome = "130"
+        elif proc.returncode == 0 and json.loads(out)["exit_code"] == 0:
+            outcome = "finished first"
+        elif proc.returncode == -signal.SIGINT and not err.strip():
+            outcome = "killed before Python's own handler"  # a shell reports 130 for this too
+        elif _interpreter_only(err):
+            outcome = "interpreter start-up"
+        else:
+            outcome = "failure"
+            failures.append((round(delay, 3), proc.returncode, err[-800:]))
+        seen[outcome] = seen.get(outcome, 0) + 1
+    assert not failures, failures
+    assert seen.get("130", 0) >= 8, seen  # most trials landed inside patchctl's run
+
+
+def test_matrix_files_are_written_atomically(tmp_path, monkeypatch):
+    """Was: compat_matrix.yaml written with a plain write_text (a full disk left half a file); now the
+    one atomic writer: a failed write keeps the old file whole and is exit 3."""
+    import errno
+    import os
+
+    from patchctl import atomic
+
+    shard = tmp_path / "shard.yaml"
+    shard.write_text("schema: patchctl-matrix/1\nengines: {}\n")
+    out, md = tmp_path / "compat_matrix.yaml", tmp_path / "compat_matrix.md"
+    out.write_text("the committed matrix\n")
+    md.write_text("the committed table\n")
+
+    def full_disk(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(atomic, "_os_write", full_disk)
+    result = invoke("matrix", "merge", str(shard), "-o", str(out), "--markdown", str(md), "--json")
+    doc = json.loads(result.stdout)
+    assert result.exit_code == 3 and "No space left" in doc["error"]["message"], result.output
+    assert out.read_text() == "the committed matrix\n" and md.read_text() == "the committed table\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["compat_matrix.md", "compat_matrix.yaml", "shard.yaml"]
+    monkeypatch.setattr(atomic, "_os_write", os.write)
+    assert invoke("matrix", "merge", str(shard), "-o", str(out), "--markdown", str(md)).exit_code == 0
+    assert "engines" in out.read_text()
