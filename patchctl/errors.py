@@ -12,6 +12,7 @@ one of the above; one that escapes is a bug, reported as an internal error.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # types of the payloads only; errors.py imports nothing of patchctl at run time
@@ -153,3 +154,13 @@ class TruncatedStream(RuntimeError):
 
 class PlotUnavailable(RuntimeError):
     """matplotlib is not installed."""
+
+
+class CacheFileDamaged(Exception):
+    """A cache file that is not what patchctl writes there: a symlink, a FIFO, too large, ... Not a
+    PatchctlError: the artifact cache catches it and fetches again (online) or says why (offline)."""
+
+    def __init__(self, path: Path, why: str):
+        super().__init__(f"cache file {path} {why}")
+        self.path = path
+        self.why = why

@@ -33,15 +33,20 @@ class EngineRef(NamedTuple):
         return self.engine.name + registry.kind_named(self.kind).suffix(self)
 
 
+def shown(text: str) -> str:
+    """The spec as a message quotes it: a runaway one (a 5000-digit version) shortened."""
+    return repr(text) if len(text) <= 100 else repr(text[:60] + "...") + f" ({len(text)} characters)"
+
+
 def parse_spec(text: str) -> EngineRef:
     name, sep, rest = text.strip().partition("@")
     if not name:
-        raise UsageError(f"bad spec {text!r}: expected ENGINE[@VERSION], e.g. vllm@0.23.0")
+        raise UsageError(f"bad spec {shown(text)}: expected ENGINE[@VERSION], e.g. vllm@0.23.0")
     engine = get_engine(name)
     if sep and not rest:
-        raise UsageError(f"bad spec {text!r}: nothing after '@'")
+        raise UsageError(f"bad spec {shown(text)}: nothing after '@'")
     try:
         kind, parsed = registry.parse(rest if sep else None, engine)
     except UsageError as exc:
-        raise UsageError(f"bad spec {text!r}: {exc.message}", hint=exc.hint) from None
+        raise UsageError(f"bad spec {shown(text)}: {exc.message}", hint=exc.hint) from None
     return EngineRef(engine, kind.name, *parsed)

@@ -21,10 +21,6 @@ import patchctl
 # checks. Remove an entry once its fix lands; test_known_exceptions_are_still_needed fails for an
 # entry that no longer occurs, so the list can only shrink.
 KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("patchctl.config", "patchctl.sources.pip_config"):
-        "config.resolve_index reaches up into sources/ for pip's index URL (helper `kinds`)",
-    ("patchctl.schemas", "patchctl.config"):
-        "schemas/__init__ asks config for the cache dir: the config <-> schemas cycle (helper `cache`)",
 }
 # ---------------------------------------------------------------------------------------------
 
@@ -35,8 +31,8 @@ ROOT = Path(patchctl.__file__).parent
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("ground", ("patchctl", "patchctl.errors", "patchctl.paths", "patchctl.atomic", "patchctl.yamlio",
                 "patchctl.config", "patchctl.schemas", "patchctl.outcomes", "patchctl.interpreter",
-                "patchctl.gitutil", "patchctl.engines", "patchctl.spec", "patchctl.bundled")),
-    ("sources and store", ("patchctl.sources", "patchctl.store")),
+                "patchctl.gitutil", "patchctl.engines", "patchctl.bundled", "patchctl.versions")),
+    ("sources and store", ("patchctl.sources", "patchctl.spec", "patchctl.store")),
     ("the work", ("patchctl.patching", "patchctl.tree", "patchctl.smoketest", "patchctl.serve",
                   "patchctl.matrix", "patchctl.rebase", "patchctl.capture")),
     ("commands", ("patchctl.commands", "patchctl.options", "patchctl.documents", "patchctl.progress")),

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from patchctl.atomic import write_atomic
+from patchctl.errors import CacheFileDamaged as Damaged
 from patchctl.errors import EnvironmentProblem
 
 FORMAT = 3
@@ -56,15 +57,6 @@ SMALL_FILE_LIMIT = 64 << 20
 ARTIFACT_LIMIT = 8 << 30
 
 _NOFOLLOW = os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-
-
-class Damaged(Exception):
-    """A cache file that is not what patchctl writes there: a symlink, a FIFO, too large, ..."""
-
-    def __init__(self, path: Path, why: str):
-        super().__init__(f"cache file {path} {why}")
-        self.path = path
-        self.why = why
 
 
 def url_key(url: str) -> str:

@@ -61,7 +61,8 @@ def parse(text: str | None, engine: Engine) -> tuple[UpstreamKind, Parsed]:
         return kind, parsed
     # The catch-all (an exact version) first, as people read it: "not a PEP 440 version, 'latest', ..."
     written = [k.syntax for k in (KINDS[-1], *KINDS[:-1]) if k is not INSTALLED]
-    raise UsageError(f"{text!r} is not {', '.join(written[:-1])} or {written[-1]}")
+    shown = repr(text) if len(text) <= 100 else repr(text[:60] + "...")
+    raise UsageError(f"{shown} is not {', '.join(written[:-1])} or {written[-1]}")
 
 
 def open_upstream(ref: EngineRef, ctx: SourceContext) -> Upstream:

@@ -8,6 +8,7 @@ from packaging.version import InvalidVersion, Version
 from patchctl import config
 from patchctl.sources import fetch
 from patchctl.sources.kinds import Parsed, PinnedBuild
+from patchctl.versions import parse_version
 
 if TYPE_CHECKING:
     from patchctl.engines import Engine
@@ -64,7 +65,7 @@ class Exact(_Release):
         if text is None:
             return None
         try:
-            return Parsed(version=Version(text))
+            return Parsed(version=parse_version(text))
         except InvalidVersion:
             return None
 
