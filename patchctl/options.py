@@ -15,6 +15,8 @@ from typing import Any, NamedTuple
 import click
 from packaging.version import InvalidVersion, Version
 
+from patchctl.versions import parse_version
+
 F = Callable[..., Any]
 
 
@@ -30,7 +32,7 @@ class VersionParam(click.ParamType):
         if isinstance(value, Version) or (self.allow_latest and value == "latest"):
             return value
         try:
-            return Version(str(value))
+            return parse_version(str(value))  # bounded: a 5000-digit version is a usage error, not a traceback
         except InvalidVersion:
             expected = "a PEP 440 version" + (" or 'latest'" if self.allow_latest else "")
             self.fail(f"{value!r} is not {expected} (e.g. 0.23.0)", param, ctx)
