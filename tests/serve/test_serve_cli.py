@@ -14,7 +14,7 @@ from patchctl.serve.outputs import PLOT_NEEDS_EXTRA
 from patchctl.testing.fixtures import PRISTINE, loader_with
 from patchctl.testing.invoke import run_json
 
-SHAPE = str(Path(__file__).with_name("shape_server.py"))
+SHAPE = "-m patchctl.testing.reasoner"  # the test server's reasoning model, as a process
 QUICK = ("--concurrency", "1", "--requests", "1", "--max-tokens", "4")
 
 
