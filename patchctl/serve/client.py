@@ -6,6 +6,7 @@ and it is already a patchctl dependency.
 """
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
@@ -47,8 +48,17 @@ class OpenAIClient:
         self.model = model
         self.timeout_s = timeout_s
         self._headers = {"Content-Type": "application/json"}
+        # One session per thread: its connection stays open between requests, so a timed request
+        # pays no TCP set-up and no per-call session (environment, netrc) before it is sent.
+        self._local = threading.local()
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
+
+    def _session(self) -> requests.Session:
+        session: requests.Session | None = getattr(self._local, "session", None)
+        if session is None:
+            session = self._local.session = requests.Session()
+        return session
 
     # -- discovery ---------------------------------------------------------------
 
@@ -150,7 +160,7 @@ class OpenAIClient:
         last_kind = ""
         reads: set[int] = set()
         try:
-            with requests.post(
+            with self._session().post(
                 self._url(api), json=body, headers=self._headers, timeout=self.timeout_s, stream=stream
             ) as resp:
                 if resp.status_code >= 400:

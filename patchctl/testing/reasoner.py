@@ -94,7 +94,8 @@ class Reasoner:
         delay = cycle[post % len(cycle)] if cycle else s["delay_s"]
         if s["fail"]:
             return json_reply({"error": {"message": "engine core died (pretend)"}}, 500)
-        max_tokens = int(body.get("max_tokens", 16))
+        # OpenAI's newer name first (SGLang's bench_serving sends it), as vLLM and SGLang accept both.
+        max_tokens = int(body.get("max_completion_tokens") or body.get("max_tokens", 16))
         if request.path == "/v1/chat/completions":
             return self._chat(body, max_tokens, delay)
         if request.path == "/v1/completions":
@@ -219,6 +220,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--exit", type=int, default=None, help="die at start-up with this code")
     p.add_argument("--child", default=None, help="fork a worker that ignores SIGTERM; write its pid here")
     p.add_argument("--ignore-term", action="store_true")
+    p.add_argument("--ttft", type=float, default=0.0, help="seconds before the first token (settings ttft_s)")
+    p.add_argument("--itl", type=float, default=None, help="seconds between tokens (settings delay_s)")
+    p.add_argument("--no-reasoning", action="store_true", help="answer without thinking first")
     args = p.parse_args(argv)
     print("starting", flush=True)
     if args.exit is not None:
@@ -232,7 +236,11 @@ def main(argv: list[str] | None = None) -> None:
         with open(args.child, "w") as f:
             f.write(str(child.pid))
     time.sleep(args.delay)
-    TestServer([Reasoner()], port=args.port).serve_forever()
+    model = Reasoner()
+    model.settings.update(ttft_s=args.ttft, reasoning=not args.no_reasoning)
+    if args.itl is not None:
+        model.settings["delay_s"] = args.itl
+    TestServer([model], port=args.port).serve_forever()
 
 
 if __name__ == "__main__":
