@@ -19,8 +19,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -33,6 +31,7 @@ from patchctl.testing.builders import build_wheel
 from patchctl.testing.fixtures import PRISTINE, loader_with
 from patchctl.testing.index_server import IndexServer
 from patchctl.testing.invoke import run_json
+from patchctl.testing.server import Reply, TestServer
 
 REPO = Path(__file__).resolve().parent.parent
 PROPERTY = settings(max_examples=100, deadline=None, database=None,
@@ -170,33 +169,19 @@ class Page:
     def __init__(self):
         self.body = b""
         self.ctype = "application/vnd.pypi.simple.v1+json"
-        page = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_GET(self):
-                self.send_response(200)
-                self.send_header("Content-Type", page.ctype)
-                self.send_header("Content-Length", str(len(page.body)))
-                self.end_headers()
-                self.wfile.write(page.body)
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self.server = TestServer([lambda request: Reply(200, self.body, {"Content-Type": self.ctype})],
+                                 protocol="HTTP/1.0")
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}/simple"
+        return f"{self.server.root}/simple"
 
     def __enter__(self) -> Page:
-        self._thread.start()
+        self.server.start()
         return self
 
     def __exit__(self, *exc) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self.server.stop()
 
 
 @pytest.fixture

@@ -159,11 +159,11 @@ def render(doc: dict, out, err) -> None:
     if rep is None:
         return
     d = rep["deployment"]
+    tp = rep.get("throughput")
+    if tp is not None:  # the headline first: TTFT and the decode rate of one request at a time
+        print_lines(out, [_single_request(tp)])
     print_lines(out, [f"validate {doc.get('engine')}: {rep['base_url']}",
                       f"  model {d['model']}  engine {d['engine_version']}  patch set {d['patch_set']}"])
-    tp = rep.get("throughput")
-    if tp is not None:
-        print_lines(out, [_single_request(tp)])
     if rep.get("answers") is not None:
         t = table("coherence: answers", ["check", "result", "why", "reply"])
         for a in rep["answers"]:
@@ -186,12 +186,16 @@ def render(doc: dict, out, err) -> None:
         how = "streaming" if tp["streamed"] else "non-streaming"
         prompt = f"{tp['prompt']} prompt, " if tp.get("prompt") else ""
         t = table(f"throughput ({how}, {tp['api']}, {prompt}max_tokens {tp['max_tokens']}; latencies are p50 ms; "
-                  "spread: per-request tok/s IQR, ± its median's 95% interval)",
-                  ["concurrency", "requests", "failed", "tok/s", "spread", "TTFT", "TPOT", "ITL", "E2E", "tokens by"])
+                  "decode: per-request 1/TPOT p50; tok/s: output tokens over the level's wall time; spread: "
+                  "per-request tok/s IQR, ± its median's 95% interval; reasoning/answer: tokens, from chunks)",
+                  ["concurrency", "requests", "failed", "TTFT", "TPOT", "decode tok/s", "ITL", "E2E", "tok/s",
+                   "req/s", "spread", "stream", "reasoning/answer", "tokens by"])
         for lv in tp["levels"]:
-            t.add_row(str(lv["concurrency"]), str(lv["requests"]), str(lv["failed"]), _num(lv["output_tok_s"]),
-                      _spread(lv.get("request_tok_s")), _ms(lv["ttft_ms"]), _ms(lv["tpot_ms"]), _ms(lv["itl_ms"]),
-                      _ms(lv["e2e_ms"]), lv["token_count_method"])
+            t.add_row(str(lv["concurrency"]), str(lv["requests"]), str(lv["failed"]), _ms(lv["ttft_ms"]),
+                      _ms(lv["tpot_ms"]), _p50(lv.get("decode_tok_s")), _ms(lv["itl_ms"]), _ms(lv["e2e_ms"]),
+                      _num(lv["output_tok_s"]), _num(lv.get("request_throughput"), 2),
+                      _spread(lv.get("request_tok_s")), lv.get("stream") or "-", _split(lv),
+                      lv["token_count_method"])
         out.print(t)
     b = rep.get("baseline")
     if b is not None:
@@ -211,15 +215,40 @@ def render(doc: dict, out, err) -> None:
 
 
 def _single_request(tp: dict) -> str:
-    """The figure people quote first: output tok/s of one request at a time, and its TTFT."""
+    """The figure people quote first, led by what a user feels: the time to the first token and the
+    decode rate after it (1/TPOT); output tokens over the whole request, prefill included, after."""
     one = tp.get("single_request")
     if one is None:
         return "single request: not measured (--concurrency has no 1)"
-    ttft = "" if one["ttft_ms"] is None else f", TTFT {one['ttft_ms']['p50']:.1f} ms"
-    tpot = "" if one["tpot_ms"] is None else f", TPOT {one['tpot_ms']['p50']:.1f} ms"
-    prompt = f", {tp['prompt']} prompt" if tp.get("prompt") else ""
-    return (f"single request: {_num(one['output_tok_s'])} output tok/s{ttft}{tpot} "
-            f"(concurrency 1, {one['requests']} requests{prompt}; p50 latencies)")
+    where = f"(concurrency 1, {one['requests']} requests" + (f", {tp['prompt']} prompt" if tp.get("prompt") else "")
+    overall = f"{_num(one['output_tok_s'])} output tok/s over E2E"
+    if one.get("latency_not_measured"):
+        return (f"single request: TTFT and decode rate not measured: {one['latency_not_measured']}; "
+                f"{overall} {where})")
+    if one["ttft_ms"] is None:  # not streamed
+        return f"single request: TTFT and decode rate not measured: not streamed; {overall} {where})"
+    parts = [f"TTFT {one['ttft_ms']['p50']:.1f} ms"]
+    if one.get("decode_tok_s") is not None:
+        parts.append(f"decode {one['decode_tok_s']['p50']:.1f} tok/s")
+    if one["tpot_ms"] is not None:
+        parts.append(f"TPOT {one['tpot_ms']['p50']:.1f} ms")
+    if one.get("itl_ms") is not None:
+        parts.append(f"ITL {one['itl_ms']['p50']:.1f} ms")
+    if one.get("e2e_ms") is not None:
+        parts.append(f"E2E {one['e2e_ms']['p50']:.0f} ms")
+    return f"single request: {', '.join(parts)}; {overall} {where}; p50)"
+
+
+def _p50(spread: dict | None) -> str:
+    return "-" if spread is None else f"{spread['p50']:.1f}"
+
+
+def _split(lv: dict) -> str:
+    """Reasoning and answer tokens, and how many requests ran out inside their reasoning."""
+    if lv.get("reasoning_tokens") is None:
+        return "-"
+    cut = f" ({lv['ended_in_reasoning']} cut in reasoning)" if lv.get("ended_in_reasoning") else ""
+    return f"{lv['reasoning_tokens']}/{lv['content_tokens']}{cut}"
 
 
 def _spread(spread: dict | None) -> str:
@@ -233,8 +262,8 @@ def _verdict(good: bool, yes: str, no: str) -> str:
     return coloured(yes, "green") if good else coloured(no, "bold red")
 
 
-def _num(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
+def _num(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
 
 
 def _ms(stats: dict | None) -> str:

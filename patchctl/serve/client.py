@@ -6,8 +6,9 @@ and it is already a patchctl dependency.
 """
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 import requests
@@ -44,8 +45,17 @@ class OpenAIClient:
         self.model = model
         self.timeout_s = timeout_s
         self._headers = {"Content-Type": "application/json"}
+        # One session per thread: its connection stays open between requests, so a timed request
+        # pays no TCP set-up and no per-call session (environment, netrc) before it is sent.
+        self._local = threading.local()
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
+
+    def _session(self) -> requests.Session:
+        session: requests.Session | None = getattr(self._local, "session", None)
+        if session is None:
+            session = self._local.session = requests.Session()
+        return session
 
     # -- discovery ---------------------------------------------------------------
 
@@ -142,29 +152,35 @@ class OpenAIClient:
         content: list[str] = []
         reasoning: list[str] = []
         usage: int | None = None
+        finish: str | None = None
+        reasoning_chunks = content_chunks = 0
+        last_kind = ""
+        reads: set[int] = set()
         try:
-            with requests.post(
+            with self._session().post(
                 self._url(api), json=body, headers=self._headers, timeout=self.timeout_s, stream=stream
             ) as resp:
                 if resp.status_code >= 400:
                     raise requests.HTTPError(f"HTTP {resp.status_code}: {resp.text[:200]}")
                 if stream:
-                    finished = False
-                    # chunk_size=None hands bytes over as they arrive; a fixed
-                    # size would hold early tokens back and inflate TTFT.
-                    for payload in iter_sse_data(resp.iter_content(chunk_size=None)):
+                    arrivals = Arrivals(resp)
+                    for payload in iter_sse_data(arrivals):
                         now = time.perf_counter()
                         delta = parse_event(payload)
                         if delta is None:
                             break
                         if delta.has_output:
                             chunk_times.append(now)
+                            reads.add(arrivals.count)
                             content.append(delta.content)
                             reasoning.append(delta.reasoning)
+                            reasoning_chunks += bool(delta.reasoning)
+                            content_chunks += bool(delta.content)
+                            last_kind = "content" if delta.content else "reasoning"
                         if delta.completion_tokens is not None:
                             usage = delta.completion_tokens
-                        finished = finished or delta.finish_reason is not None
-                    if not finished:
+                        finish = delta.finish_reason or finish
+                    if finish is None:
                         # Every complete OpenAI stream carries a finish_reason. A
                         # dropped one may still send [DONE]: llama-cpp-python,
                         # interrupting a stream for a newer request, sends the role
@@ -176,6 +192,8 @@ class OpenAIClient:
                     content.append(delta.content)
                     reasoning.append(delta.reasoning)
                     usage = delta.completion_tokens
+                    finish = delta.finish_reason
+                    last_kind = "content" if delta.content else ("reasoning" if delta.reasoning else "")
             error = None
         except (requests.RequestException, ServerError, TruncatedStream, ValueError) as exc:
             error = f"{type(exc).__name__}: {exc}"[:300]
@@ -190,7 +208,41 @@ class OpenAIClient:
             usage_tokens=usage,
             content="".join(content),
             reasoning="".join(reasoning),
+            finish_reason=finish,
+            reasoning_chunks=reasoning_chunks,
+            content_chunks=content_chunks,
+            reads=len(reads),
+            # max_tokens ran out while the model was still thinking: no answer was reached.
+            ended_in_reasoning=finish == "length" and last_kind == "reasoning",
         )
+
+
+class Arrivals:
+    """The bytes of a streamed body, handed over as they arrive; `count` is how many reads so far.
+
+    A chunked body comes one HTTP chunk at a time (urllib3 decodes the framing). A body without
+    chunks (close-delimited, or with a Content-Length) must not be read with a size: a sized read
+    waits until that many bytes came, and iter_content(None) on such a body reads it to the end, so
+    every token would seem to arrive at once. read1 returns whatever one read from the socket gave.
+    """
+
+    READ = 65536
+
+    def __init__(self, resp: requests.Response) -> None:
+        self.resp = resp
+        self.count = 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        raw = self.resp.raw
+        read1 = getattr(raw, "read1", None)  # urllib3 >= 2
+        if getattr(raw, "chunked", False) or read1 is None:
+            pieces: Iterable[bytes] = self.resp.iter_content(chunk_size=None)
+        else:
+            pieces = iter(lambda: read1(self.READ, decode_content=True), b"")
+        for piece in pieces:
+            if piece:
+                self.count += 1
+                yield piece
 
 
 def _tokens_of(obj: Mapping[str, Any]) -> tuple[str, ...] | None:

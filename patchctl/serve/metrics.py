@@ -1,15 +1,24 @@
 """Latency and throughput arithmetic over measured requests. No I/O here.
 
-Definitions follow vLLM's benchmark_serving so numbers compare with what people
-already quote:
+Names and definitions are the field's (vLLM's `vllm bench serve`, SGLang's `bench_serving`), so
+numbers compare with what people already quote:
 - TTFT: request sent -> first chunk carrying output (content or reasoning).
+- TPOT (excluding the first token): (last output chunk - first output chunk) / (output tokens - 1).
+  vLLM and SGLang compute (E2E - TTFT) / (output tokens - 1) with E2E ending at their last chunk (vLLM)
+  or at the stream's end (SGLang): the same but for the time after the last token. Undefined for fewer
+  than two tokens and without streaming (never derived from an E2E minus a TTFT we did not see: that
+  gave negative TPOT).
+- decode rate: one request's 1 / TPOT, in tokens per second: how fast it decoded once prefill was done.
 - ITL: gap between consecutive output-carrying chunks.
-- TPOT: (last output chunk - first output chunk) / (output tokens - 1); undefined
-  for fewer than two tokens, and undefined without streaming (we never derive it
-  from end-to-end latency minus a TTFT we did not see: that gave negative TPOT).
-- output tok/s: all output tokens of a level / wall time of the level.
-- per-request tok/s: one request's output tokens / its end-to-end time; their spread across a level
-  says how steady the level's figure is (Spread).
+- E2E: request sent -> stream ended.
+- output throughput: all output tokens of a level / wall time of the level; request throughput:
+  completed requests / wall time of the level.
+- per-request tok/s: one request's output tokens / its E2E (what `time curl` measures, prefill included);
+  their spread across a level says how steady the level's figure is (Spread).
+
+Latency figures need a stream that was really streamed: a request whose output chunks arrived all at
+once (a buffering proxy, a server that does not flush) is `buffered`, and a level of such requests
+reports no TTFT, TPOT, ITL or decode rate rather than the arrival time of one buffer.
 """
 from __future__ import annotations
 
@@ -31,6 +40,12 @@ class RequestRecord(NamedTuple):
     usage_tokens: int | None  # completion_tokens from the server's usage
     content: str
     reasoning: str
+    # Added with the stream check and the reasoning split; defaults keep older callers working.
+    finish_reason: str | None = None
+    reasoning_chunks: int = 0  # output chunks that carried reasoning_content
+    content_chunks: int = 0  # output chunks that carried content
+    reads: int = 0  # separate reads from the socket that brought output chunks
+    ended_in_reasoning: bool = False  # cut by max_tokens (finish_reason length) while still reasoning
 
     @property
     def chunk_tokens(self) -> int:
@@ -71,6 +86,27 @@ class RequestRecord(NamedTuple):
         return tuple(b - a for a, b in pairwise(t))
 
     @property
+    def buffered(self) -> bool:
+        """The output arrived at once, not as it was made: one read brought every chunk, or the chunks
+        came in the last few percent of the request's time with no gap between them. An honest fast
+        stream (2 ms between tokens) has gaps far above BUFFER_GAP_S; fewer than MIN_CHUNKS chunks
+        cannot tell."""
+        t = self.chunk_times
+        if not self.streamed or len(t) < MIN_CHUNKS:
+            return False
+        if self.reads == 1:
+            return True
+        gaps = sorted(self.itls)
+        span = t[-1] - t[0]
+        return span <= BUFFER_SPAN * self.e2e and percentile(gaps, 50) < BUFFER_GAP_S
+
+    @property
+    def decode_tok_s(self) -> float | None:
+        """1 / TPOT: tokens per second after the first."""
+        tpot = self.tpot
+        return 1.0 / tpot if tpot else None
+
+    @property
     def e2e(self) -> float:
         return self.end - self.start
 
@@ -79,6 +115,17 @@ class RequestRecord(NamedTuple):
         """This request's output tokens per second, end to end; None where its tokens are not known."""
         n = self.output_tokens
         return n / self.e2e if n is not None and self.e2e > 0 else None
+
+
+MIN_CHUNKS = 4  # fewer output chunks than this cannot show whether a stream was streamed
+BUFFER_SPAN = 0.05  # every chunk inside the last 5% of the request's time...
+BUFFER_GAP_S = 0.0005  # ...and half the gaps under 0.5 ms: what parsing one buffer takes, not decoding
+
+STREAMED = "streamed"
+BUFFERED = "buffered"
+NOT_STREAMED = "not streamed"
+TOO_SHORT = "too short to tell"
+NOT_MEASURED_BUFFERED = "the stream arrived buffered"
 
 
 class Stats(NamedTuple):
@@ -171,7 +218,15 @@ class LevelMetrics(NamedTuple):
     reasoning_requests: int  # requests that streamed any reasoning_content
     errors: tuple[str, ...]
     # Added after format 1 was first written; the default keeps older stored reports readable.
-    request_tok_s: Spread | None = None  # per-request output tok/s; None where tokens are not known
+    request_tok_s: Spread | None = None  # per-request output tok/s over E2E; None where tokens are not known
+    decode_tok_s: Spread | None = None  # per-request decode rate (1 / TPOT)
+    request_throughput: float | None = None  # completed requests per second
+    stream: str | None = None  # streamed | buffered | not streamed | too short to tell
+    latency_not_measured: str | None = None  # why TTFT/TPOT/ITL/decode rate are None, when they are
+    buffered_requests: int = 0
+    reasoning_tokens: int | None = None  # output tokens spent reasoning (counted from chunks)
+    content_tokens: int | None = None  # output tokens of the answer (counted from chunks)
+    ended_in_reasoning: int = 0  # requests cut by max_tokens while still reasoning
 
     def flat(self) -> dict[str, float]:
         """The scalar numbers a baseline stores (and can compare: baseline.HIGHER_IS_BETTER and
@@ -191,6 +246,16 @@ class LevelMetrics(NamedTuple):
         return out
 
 
+def stream_verdict(records: Sequence[RequestRecord], streamed: bool) -> str:
+    """The level's stream: buffered when most of its requests that could tell arrived buffered."""
+    if not streamed:
+        return NOT_STREAMED
+    telling = [r for r in records if len(r.chunk_times) >= MIN_CHUNKS]
+    if not telling:
+        return TOO_SHORT
+    return BUFFERED if 2 * sum(r.buffered for r in telling) > len(telling) else STREAMED
+
+
 def aggregate(
     concurrency: int, records: Sequence[RequestRecord], duration_s: float, streamed: bool
 ) -> LevelMetrics:
@@ -204,6 +269,10 @@ def aggregate(
         total = sum(c for c in counts if c is not None)
         tok_s = total / duration_s if duration_s > 0 else None
     method = methods.pop() if len(methods) == 1 else ("mixed" if methods else "unknown")
+    verdict = stream_verdict(ok, streamed)
+    # A buffered stream's chunk times are when one buffer was parsed: no latency was measured.
+    timed = [] if verdict == BUFFERED else ok
+    split = streamed and bool(ok)
     return LevelMetrics(
         concurrency=concurrency,
         requests=len(records),
@@ -213,11 +282,19 @@ def aggregate(
         output_tokens=total,
         output_tok_s=tok_s,
         token_count_method=method,
-        ttft_ms=summarize_ms(r.ttft for r in ok if r.ttft is not None),
-        tpot_ms=summarize_ms(r.tpot for r in ok if r.tpot is not None),
-        itl_ms=summarize_ms(x for r in ok for x in r.itls),
+        ttft_ms=summarize_ms(r.ttft for r in timed if r.ttft is not None),
+        tpot_ms=summarize_ms(r.tpot for r in timed if r.tpot is not None),
+        itl_ms=summarize_ms(x for r in timed for x in r.itls),
         e2e_ms=summarize_ms(r.e2e for r in ok),
         reasoning_requests=sum(1 for r in ok if r.reasoning),
         errors=tuple(sorted({r.error for r in records if r.error})),
         request_tok_s=spread_of(t for r in ok if (t := r.tok_s) is not None),
+        decode_tok_s=spread_of(d for r in timed if (d := r.decode_tok_s) is not None),
+        request_throughput=len(ok) / duration_s if duration_s > 0 and ok else None,
+        stream=verdict,
+        latency_not_measured=NOT_MEASURED_BUFFERED if verdict == BUFFERED else None,
+        buffered_requests=sum(1 for r in ok if r.buffered),
+        reasoning_tokens=sum(r.reasoning_chunks for r in ok) if split else None,
+        content_tokens=sum(r.content_chunks for r in ok) if split else None,
+        ended_in_reasoning=sum(1 for r in ok if r.ended_in_reasoning),
     )

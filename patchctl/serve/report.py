@@ -12,8 +12,10 @@ from patchctl.serve.metrics import LevelMetrics, Spread, Stats
 
 # Keys have been added to format 1 since it was first written (answers' reasoning_passed,
 # finish_reason and max_tokens; throughput's prompt, prompt_sha256, temperature, single_request and
-# each level's request_tok_s; baseline's not_compared and workload_changes; warnings), none renamed
-# or removed: a reader of format 1 keeps working, and older stored reports still load.
+# each level's request_tok_s, decode_tok_s, request_throughput, stream, latency_not_measured,
+# buffered_requests, reasoning_tokens, content_tokens, ended_in_reasoning; baseline's not_compared
+# and workload_changes; warnings), none renamed or removed: a reader of format 1 keeps working,
+# and older stored reports still load.
 FORMAT = 1
 
 
@@ -31,13 +33,20 @@ class GoldenReport:
 
 
 class SingleRequest(NamedTuple):
-    """The figure people quote: one request at a time (the concurrency-1 level)."""
+    """The figure people quote: one request at a time (the concurrency-1 level), led by what a user
+    feels: the time to the first token and the decode rate after it. output_tok_s is output tokens
+    over the requests' wall time, prefill included (what `time curl` gives), not the decode rate."""
 
     concurrency: int  # always 1
     requests: int
-    output_tok_s: float | None
     ttft_ms: Stats | None
+    decode_tok_s: Spread | None  # per-request 1 / TPOT
     tpot_ms: Stats | None
+    itl_ms: Stats | None
+    e2e_ms: Stats | None
+    output_tok_s: float | None
+    stream: str | None  # streamed | buffered | not streamed | too short to tell
+    latency_not_measured: str | None  # why the latency figures are None
 
 
 @dataclass(frozen=True)
@@ -55,7 +64,8 @@ class ThroughputReport:
     def __post_init__(self) -> None:
         one = next((lv for lv in self.levels if lv.concurrency == 1), None)
         if one is not None:
-            single = SingleRequest(1, one.requests, one.output_tok_s, one.ttft_ms, one.tpot_ms)
+            single = SingleRequest(1, one.requests, one.ttft_ms, one.decode_tok_s, one.tpot_ms, one.itl_ms,
+                                   one.e2e_ms, one.output_tok_s, one.stream, one.latency_not_measured)
             object.__setattr__(self, "single_request", single)
 
     @property
@@ -139,9 +149,8 @@ class ServeReport:
 
 def _level(obj: dict[str, Any]) -> LevelMetrics:
     stats = {k: None if obj[k] is None else Stats(**obj[k]) for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")}
-    spread = obj.get("request_tok_s")
-    return LevelMetrics(**{**obj, **stats, "errors": tuple(obj["errors"]),
-                           "request_tok_s": None if spread is None else Spread(**spread)})
+    spreads = {k: None if obj.get(k) is None else Spread(**obj[k]) for k in ("request_tok_s", "decode_tok_s")}
+    return LevelMetrics(**{**obj, **stats, **spreads, "errors": tuple(obj["errors"])})
 
 
 def _plain(obj: Any) -> Any:

@@ -22,6 +22,7 @@ from patchctl.serve import answers as _answers
 from patchctl.serve import baseline as _baseline
 from patchctl.serve import golden as _golden
 from patchctl.serve.client import CHAT, COMPLETIONS, OpenAIClient
+from patchctl.serve.metrics import BUFFERED
 from patchctl.serve.process import ServerProcess
 from patchctl.serve.report import BaselineReport, GoldenReport, ServeReport, ThroughputReport
 from patchctl.serve.throughput import (
@@ -156,6 +157,7 @@ def run_validate(config: ServeConfig, progress: Progress | None = None) -> Serve
                 notes.append(f"c={lv.concurrency}: output tokens counted by {methods}, not server usage")
             if not lv.streamed:
                 notes.append(f"c={lv.concurrency}: not streamed, so TTFT, TPOT and ITL are not measured")
+        warnings += level_warnings(throughput_report)
         baseline_report, base = _run_baseline(config, deployment, throughput_report)
         if baseline_report.status == "refused":
             failures.append(f"baseline not recorded: requests failed, so {baseline_report.path} keeps its numbers")
@@ -177,6 +179,31 @@ def run_validate(config: ServeConfig, progress: Progress | None = None) -> Serve
         notes=tuple(notes),
         warnings=tuple(warnings),
     )
+
+
+def level_warnings(tp: ThroughputReport) -> list[str]:
+    """Figures to distrust, per level: a stream that arrived buffered, requests that ran out of
+    max_tokens while still reasoning, token counts that come from chunks instead of server usage."""
+    warnings = []
+    for lv in tp.levels:
+        c = f"c={lv.concurrency}"
+        done = lv.requests - lv.failed
+        if lv.stream == BUFFERED:
+            warnings.append(
+                f"{c}: the stream arrived buffered ({lv.buffered_requests}/{done} requests got all their output "
+                "at once, at the end): TTFT, TPOT, ITL and the decode rate are not measured. Likely cause: a proxy "
+                "between patchctl and the server buffers the response (nginx: proxy_buffering off), or the server "
+                "does not stream it (no chunked encoding, no flush per event)")
+        if lv.ended_in_reasoning:
+            warnings.append(
+                f"{c}: {lv.ended_in_reasoning}/{done} requests ran out of max_tokens ({tp.max_tokens}) inside their "
+                f"reasoning (finish_reason length before any answer): the figures measure thinking only; raise "
+                "--max-tokens, or turn the model's thinking down (its setting, through the server's extra body)")
+        if lv.token_count_method in ("chunks", "mixed"):
+            warnings.append(
+                f"{c}: the server did not report usage, so output tokens were counted from chunks (one chunk taken as "
+                "one token; a chunk carrying several undercounts): tok/s, TPOT and the decode rate rest on that count")
+    return warnings
 
 
 def _run_golden(config: ServeConfig, path: Path, client: OpenAIClient, engine_version: str, extra,

@@ -1,16 +1,27 @@
-"""A real HTTP package index on 127.0.0.1 for tests: PEP 691 JSON pages and files with Range
-support (http.server has none), pages with an ETag and Last-Modified answered 304 when they did not
-change (as a real index's CDN does), with switches to simulate a server that ignores Range or
-validators, or that is down."""
+"""A package index on 127.0.0.1 for tests, as responders on the one test server: PEP 691 JSON (or
+PEP 503 HTML) project pages, files with Range support, pages with an ETag and Last-Modified
+answered 304 when they did not change (as a real index's CDN does), with switches to simulate a
+server that ignores Range or validators, or that is down."""
 from __future__ import annotations
 
 import hashlib
-import json
 import re
-import threading
 from email.utils import formatdate
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from types import TracebackType
+
+from patchctl.testing.server import (
+    Reply,
+    Request,
+    TestServer,
+    byte_range,
+    file_reply,
+    pep503_page,
+    pep691_page,
+    with_validators,
+)
+
+__all__ = ["IndexServer", "byte_range"]
 
 
 class IndexServer:
@@ -22,116 +33,56 @@ class IndexServer:
         self.validators = True  # send ETag / Last-Modified, answer 304 to a matching conditional request
         self.requests: list[tuple[str, str | None]] = []  # (path, Range header) of every GET
         self.heads: list[str] = []  # paths of HEAD requests (connections opened ahead of range reads)
-        self.answers: list[tuple[str, int]] = []  # (path, HTTP status) of every request
+        self.answers: list[tuple[str, int]] = []  # (path, HTTP status) of every page or file answered
         self.bytes_served = 0
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        # HTTP/1.0, as before: one connection per request.
+        self.server = TestServer([self._respond], protocol="HTTP/1.0")
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}/simple"
+        return f"{self.server.root}/simple"
 
     def add(self, project: str, path: Path) -> None:
         self.projects.setdefault(project, []).append(path)
 
     def __enter__(self) -> IndexServer:
-        self._thread.start()
+        self.server.start()
         return self
 
-    def __exit__(self, *exc) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.server.stop()
 
-    def _handler(self):
-        server = self
+    def _respond(self, request: Request) -> Reply | None:
+        if request.method == "HEAD":
+            self.heads.append(request.path)
+        else:
+            self.requests.append((request.path, request.headers.get("Range")))
+        m = re.fullmatch(r"/simple/([^/]+)/", request.path)
+        if m:
+            reply = self._page(m.group(1), request)
+        else:
+            m = re.fullmatch(r"/files/(.+)", request.path)
+            if not (m and (self.files_dir / m.group(1)).is_file()):
+                return None
+            reply = file_reply((self.files_dir / m.group(1)).read_bytes(), request, honour_range=self.honour_range)
+            if request.method != "HEAD":
+                self.bytes_served += len(reply.body)
+        if reply is not None:
+            self.answers.append((request.path, reply.status))
+        return reply
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_HEAD(self):
-                self._serve(head=True)
-
-            def do_GET(self):
-                self._serve(head=False)
-
-            def _serve(self, head: bool):
-                if head:
-                    server.heads.append(self.path)
-                else:
-                    server.requests.append((self.path, self.headers.get("Range")))
-                m = re.match(r"^/simple/([^/]+)/$", self.path)
-                if m:
-                    return self._page(m.group(1))
-                m = re.match(r"^/files/(.+)$", self.path)
-                if m and (server.files_dir / m.group(1)).is_file():
-                    return self._file(server.files_dir / m.group(1), head)
-                self.send_error(404)
-
-            def _page(self, project: str):
-                files = server.projects.get(project)
-                if files is None:
-                    return self.send_error(404)
-                entries = [{"filename": f.name, "url": f"/files/{f.name}", "size": f.stat().st_size,
-                            "hashes": {"sha256": hashlib.sha256(f.read_bytes()).hexdigest()}} for f in files]
-                if server.json_api:
-                    body = json.dumps({"meta": {"api-version": "1.0"}, "name": project, "files": entries}).encode()
-                    ctype = "application/vnd.pypi.simple.v1+json"
-                else:
-                    body = "".join(f'<a href="{e["url"]}#sha256={e["hashes"]["sha256"]}">{e["filename"]}</a>\n'
-                                   for e in entries).encode()
-                    ctype = "text/html"
-                etag = '"' + hashlib.sha256(body).hexdigest()[:20] + '"'
-                modified = formatdate(max((f.stat().st_mtime for f in files), default=0), usegmt=True)
-                if server.validators and (self.headers.get("If-None-Match") == etag
-                                          or (self.headers.get("If-Modified-Since") == modified
-                                              and self.headers.get("If-None-Match") is None)):
-                    server.answers.append((self.path, 304))
-                    self.send_response(304)
-                    self.send_header("ETag", etag)
-                    self.end_headers()
-                    return None
-                server.answers.append((self.path, 200))
-                self.send_response(200)
-                if server.validators:
-                    self.send_header("ETag", etag)
-                    self.send_header("Last-Modified", modified)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def _file(self, path: Path, head: bool):
-                data = path.read_bytes()
-                span = byte_range(self.headers.get("Range"), len(data)) if server.honour_range else None
-                if span is not None:
-                    start, end = span
-                    body = data[start : end + 1]
-                    server.answers.append((self.path, 206))
-                    self.send_response(206)
-                    self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
-                else:
-                    body = data
-                    server.answers.append((self.path, 200))
-                    self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.send_header("Accept-Ranges", "bytes")
-                self.end_headers()
-                if not head:
-                    self.wfile.write(body)
-                    server.bytes_served += len(body)
-
-        return Handler
-
-
-def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
-    """(start, end) of a `Range: bytes=START-[END]` or `bytes=-LENGTH` (the last LENGTH bytes) header,
-    clipped to the file; None without one. Shared by the test servers that answer range reads as a
-    real index does."""
-    suffix = re.match(r"bytes=-(\d+)$", header or "")
-    if suffix:
-        return max(0, size - int(suffix.group(1))), size - 1
-    m = re.match(r"bytes=(\d+)-(\d+)?$", header or "")
-    if not m:
-        return None
-    return int(m.group(1)), min(int(m.group(2)) if m.group(2) else size - 1, size - 1)
+    def _page(self, project: str, request: Request) -> Reply | None:
+        files = self.projects.get(project)
+        if files is None:
+            return None
+        digests = {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
+        if self.json_api:
+            reply = pep691_page(project, [{"filename": f.name, "url": f"/files/{f.name}", "size": f.stat().st_size,
+                                           "hashes": {"sha256": digests[f.name]}} for f in files])
+        else:
+            reply = pep503_page(project, ((f"/files/{f.name}#sha256={digests[f.name]}", f.name) for f in files))
+        if not self.validators:
+            return reply
+        modified = formatdate(max((f.stat().st_mtime for f in files), default=0), usegmt=True)
+        return with_validators(reply, request, modified)

@@ -1,19 +1,19 @@
 """vLLM's nightly wheel repository (https://wheels.vllm.ai) on 127.0.0.1, laid out exactly as upstream:
 PEP 503 HTML only, `/nightly/vllm/` for main, `/nightly/<variant>/vllm/` per build variant, `/<commit>/vllm/`
 per commit, wheels under `/<commit>/`, relative links (`../../<commit>/vllm-…%2Bg….whl`), the local version's
-`+` percent-encoded, and no `#sha256=`. A switch makes it ignore Range, as some mirrors do."""
+`+` percent-encoded, and no `#sha256=`. A switch makes it ignore Range, as some mirrors do. Responders on
+the one test server (patchctl.testing.server)."""
 from __future__ import annotations
 
 import base64
 import hashlib
 import re
-import threading
 import urllib.parse
 import zipfile
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from types import TracebackType
 
-from patchctl.testing.index_server import byte_range
+from patchctl.testing.server import Reply, Request, TestServer, file_reply, pep503_page, redirect
 
 WHEEL_TAG = "cp38-abi3-manylinux_2_31_x86_64"
 
@@ -43,7 +43,7 @@ def sglang_layout_repo(repo: Path, files: dict[str, bytes], *, tag: str, commits
     `commits_after` commits (main's version is then the next release .devN+g<sha>)."""
     from patchctl.testing.builders import git, write_tree
 
-    tree = {f"python/{p}": d for p, d in files.items()}
+    tree: dict[str, str | bytes] = {f"python/{p}": d for p, d in files.items()}
     tree.setdefault("python/sglang/version.py", b'__version__ = "0.0.0.dev0"\n')  # main's fallback
     repo.mkdir(parents=True)
     git(repo, "init", "-q", "-b", "main")
@@ -85,7 +85,8 @@ def build_dev_wheel(dest: Path, version: str, files: dict[str, bytes], *, dist: 
 
 class NightlyIndex:
     """`publish(commit, wheel, nightly=True, variant=None)` puts a build at /<commit>/ and, for main, on
-    /nightly/ (or /nightly/<variant>/). `url` is the nightly index (what --nightly-source takes)."""
+    /nightly/ (or /nightly/<variant>/). `url` is the nightly index (what --nightly-source takes).
+    Responders on the one test server."""
 
     def __init__(self, root_dir: Path):
         self.root_dir = root_dir
@@ -94,12 +95,11 @@ class NightlyIndex:
         self.honour_range = True
         self.requests: list[tuple[str, str | None]] = []  # (path, Range header), HEAD included
         self.full_downloads = 0  # GETs of a whole wheel (no Range, or Range ignored)
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self.server = TestServer([self._respond], protocol="HTTP/1.0")
 
     @property
     def root(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return self.server.root
 
     @property
     def url(self) -> str:
@@ -111,17 +111,17 @@ class NightlyIndex:
             self.nightly.setdefault(variant, []).append((commit, wheel))
 
     def __enter__(self) -> NightlyIndex:
-        self._thread.start()
+        self.server.start()
         return self
 
-    def __exit__(self, *exc) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.server.stop()
 
     def range_requests(self) -> int:
         return sum(1 for _, rng in self.requests if rng)
 
-    def _page(self, path: str) -> bytes | None:
+    def _page(self, path: str) -> Reply | None:
         """The HTML of a project page (links relative to it, as upstream writes them), or None."""
         parts = [p for p in path.split("/") if p]
         if len(parts) < 2 or parts[-1] != "vllm":
@@ -134,9 +134,7 @@ class NightlyIndex:
             links = [(f"../{w.name}", w.name) for w in self.builds[parts[0]]]
         else:
             return None
-        anchors = "".join(f'    <a href="{urllib.parse.quote(href)}">{urllib.parse.quote(name)}</a><br/>\n'
-                          for href, name in links)
-        return f"<!DOCTYPE html>\n<html>\n  <body>\n    <h1>Links for vllm</h1>\n{anchors}  </body>\n</html>\n".encode()
+        return pep503_page("vllm", ((urllib.parse.quote(href), urllib.parse.quote(name)) for href, name in links))
 
     def _file(self, path: str) -> Path | None:
         m = re.fullmatch(r"/([0-9a-f]+)/([^/]+\.whl)", path)
@@ -145,55 +143,19 @@ class NightlyIndex:
         name = urllib.parse.unquote(m.group(2))
         return next((w for w in self.builds.get(m.group(1), []) if w.name == name), None)
 
-    def _handler(self):
-        index = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_HEAD(self):
-                self._serve(head=True)
-
-            def do_GET(self):
-                self._serve(head=False)
-
-            def _serve(self, head: bool):
-                index.requests.append((self.path, self.headers.get("Range")))
-                path = self.path.split("?", 1)[0]
-                if not path.endswith("/") and not path.endswith(".whl"):
-                    self.send_response(301)  # as a static server does for a folder without its slash
-                    self.send_header("Location", path + "/")
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                    return
-                page = index._page(path)
-                if page is not None:
-                    return self._send(200, page, "text/html", head)
-                wheel = index._file(path)
-                if wheel is None:
-                    return self.send_error(404)
-                data = wheel.read_bytes()
-                span = byte_range(self.headers.get("Range"), len(data)) if index.honour_range else None
-                if span is not None:
-                    start, end = span
-                    self.send_response(206)
-                    self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
-                    self.send_header("Accept-Ranges", "bytes")
-                    return self._body(data[start : end + 1], "application/octet-stream", head)
-                if not head:
-                    index.full_downloads += 1
-                self._send(200, data, "application/octet-stream", head)
-
-            def _send(self, status: int, body: bytes, ctype: str, head: bool):
-                self.send_response(status)
-                self._body(body, ctype, head)
-
-            def _body(self, body: bytes, ctype: str, head: bool):
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                if not head:
-                    self.wfile.write(body)
-
-        return Handler
+    def _respond(self, request: Request) -> Reply | None:
+        self.requests.append((request.path + (f"?{request.query}" if request.query else ""),
+                              request.headers.get("Range")))
+        path = request.path
+        if not path.endswith("/") and not path.endswith(".whl"):
+            return redirect(path + "/")  # as a static server does for a folder without its slash
+        page = self._page(path)
+        if page is not None:
+            return page
+        wheel = self._file(path)
+        if wheel is None:
+            return None
+        reply = file_reply(wheel.read_bytes(), request, honour_range=self.honour_range)
+        if reply.status == 200 and request.method != "HEAD":
+            self.full_downloads += 1
+        return reply

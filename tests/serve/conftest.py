@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import pytest
 
-from .shape_server import ShapeServer
+from patchctl.testing.reasoner import ReasonerServer
 
 
 @pytest.fixture
 def shape_server():
-    with ShapeServer() as server:
+    with ReasonerServer() as server:
         yield server

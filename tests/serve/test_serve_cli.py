@@ -14,7 +14,7 @@ from patchctl.serve.outputs import PLOT_NEEDS_EXTRA
 from patchctl.testing.fixtures import PRISTINE, loader_with
 from patchctl.testing.invoke import run_json
 
-SHAPE = str(Path(__file__).with_name("shape_server.py"))
+SHAPE = "-m patchctl.testing.reasoner"  # the test server's reasoning model, as a process
 QUICK = ("--concurrency", "1", "--requests", "1", "--max-tokens", "4")
 
 
@@ -131,6 +131,8 @@ def test_patch_set_follows_what_is_applied_to_the_tree(shape_server, tree, build
 
 def test_out_without_matplotlib_writes_the_json_and_warns(shape_server, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` now fails
+    # No thinking: with QUICK's max_tokens 4 a reasoning model ends inside its reasoning, which warns too.
+    shape_server.settings["reasoning"] = False
     out = tmp_path / "r.json"
     result = validate("vllm", "--url", shape_server.base_url, "--no-answers", *QUICK, "--out", str(out), "--json")
     assert result.exit_code == 0, result.output

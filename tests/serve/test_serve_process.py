@@ -8,7 +8,8 @@ import pytest
 
 from patchctl.serve.process import ServerProcess, ServerStartError, group_alive, port_is_free, url_from_command
 
-SCRIPT = str(Path(__file__).with_name("tiny_server.py"))
+# The test server's model as a process, slow, broken or stubborn on demand (--delay, --exit, --child, --ignore-term).
+SERVER = [sys.executable, "-m", "patchctl.testing.reasoner"]
 
 
 def free_port() -> int:
@@ -29,7 +30,7 @@ def server(port, tmp_path, *extra, **kw):
     kw.setdefault("ready_timeout_s", 10)
     kw.setdefault("free_timeout_s", 5)
     kw.setdefault("stop_grace_s", 2)
-    return ServerProcess([sys.executable, SCRIPT, str(port), *extra], f"http://127.0.0.1:{port}", tmp_path, **kw)
+    return ServerProcess([*SERVER, "--port", str(port), *extra], f"http://127.0.0.1:{port}", tmp_path, **kw)
 
 
 def test_start_waits_for_readiness_and_stop_frees_the_port(tmp_path):

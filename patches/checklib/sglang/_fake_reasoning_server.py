@@ -1,13 +1,15 @@
-"""A local OpenAI-compatible + SGLang-native HTTP server that answers like a reasoning model.
+"""A local OpenAI-compatible + SGLang-native HTTP server that answers like a reasoning model:
+responders on patchctl's one test server (patchctl.testing.server), which the smoke environment
+imports (run_checks puts patchctl's own folder on its PYTHONPATH).
 
 Chat completions put the text in `reasoning_content` with `content: null` (streaming and not);
 /generate answers natively. Each completion is OUTPUT_WORDS words, one token each in the tiny
 WordLevel tokenizer that `make_tokenizer` saves; the server reports its directory as model path.
 """
 import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from patchctl.testing.server import Reply, Request, TestServer, json_reply, sse_reply
 
 SERVED_NAME = "glm-5-reasoning-served"
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"]
@@ -33,86 +35,56 @@ def make_tokenizer(directory):
     return directory
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    model_path = ""
-
-    def log_message(self, *a):
-        pass
-
-    def _json(self, obj, status=200):
-        body = json.dumps(obj).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def _sse(self, events):
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
-        for ev in events:
-            if isinstance(ev, float):
-                time.sleep(ev)
-                continue
-            data = b"data: " + (ev if isinstance(ev, bytes) else json.dumps(ev).encode()) + b"\n\n"
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-            self.wfile.flush()
-        self.wfile.write(b"0\r\n\r\n")
-        self.wfile.flush()
-
-    def do_GET(self):
-        if self.path.startswith("/v1/models"):
-            return self._json({"object": "list", "data": [
-                {"id": SERVED_NAME, "object": "model", "root": self.model_path, "owned_by": "test"}]})
-        if self.path.startswith(("/model_info", "/get_model_info")):
-            return self._json({"model_path": self.model_path, "tokenizer_path": self.model_path,
-                               "is_generation": True})
-        if self.path.startswith(("/get_server_info", "/server_info")):
-            return self._json({"internal_states": [{}]})
-        return self._json({})
-
-    def do_POST(self):
-        length = int(self.headers.get("Content-Length") or 0)
-        req = json.loads(self.rfile.read(length) or b"{}")
-        words = WORDS[:OUTPUT_WORDS]
-        if self.path.startswith("/v1/chat/completions"):
-            if req.get("stream"):
-                events = []
-                for w in words:
-                    events += [TOKEN_DELAY_S, {"id": "c", "object": "chat.completion.chunk", "choices": [
-                        {"index": 0, "delta": {"role": "assistant", "content": None,
-                                               "reasoning_content": w + " "}, "finish_reason": None}]}]
-                events += [{"id": "c", "object": "chat.completion.chunk", "choices": [
-                    {"index": 0, "delta": {"content": None}, "finish_reason": "length"}],
-                    "usage": {"prompt_tokens": 4, "completion_tokens": len(words), "total_tokens": 4 + len(words)}}]
-                events.append(b"[DONE]")
-                return self._sse(events)
-            time.sleep(TOKEN_DELAY_S * len(words))
-            return self._json({"id": "c", "object": "chat.completion", "model": SERVED_NAME, "choices": [
-                {"index": 0, "finish_reason": "length", "message": {
-                    "role": "assistant", "content": None, "reasoning_content": " ".join(words) + " "}}],
-                "usage": {"prompt_tokens": 4, "completion_tokens": len(words), "total_tokens": 4 + len(words)}})
-        if self.path.startswith("/generate"):
-            if req.get("stream"):
-                events = []
-                for i in range(len(words)):
-                    events += [TOKEN_DELAY_S, {"text": " ".join(words[: i + 1]) + " ", "meta_info": {
-                        "id": "g", "prompt_tokens": 4, "completion_tokens": i + 1}}]
-                events.append(b"[DONE]")
-                return self._sse(events)
-            time.sleep(TOKEN_DELAY_S * len(words))
-            return self._json({"text": " ".join(words) + " ", "meta_info": {
-                "id": "g", "prompt_tokens": 4, "completion_tokens": len(words),
-                "finish_reason": {"type": "length", "length": len(words)}}})
-        return self._json({})
+def _usage(n):
+    return {"prompt_tokens": 4, "completion_tokens": n, "total_tokens": 4 + n}
 
 
-def start(model_path):
-    handler = type("Handler", (_Handler,), {"model_path": str(model_path)})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    return server
+def _get(request, model_path):
+    if request.path.startswith("/v1/models"):
+        return json_reply({"object": "list", "data": [
+            {"id": SERVED_NAME, "object": "model", "root": model_path, "owned_by": "test"}]})
+    if request.path.startswith(("/model_info", "/get_model_info")):
+        return json_reply({"model_path": model_path, "tokenizer_path": model_path, "is_generation": True})
+    if request.path.startswith(("/get_server_info", "/server_info")):
+        return json_reply({"internal_states": [{}]})
+    return json_reply({})
+
+
+def _post(request):
+    req = request.json()
+    words = WORDS[:OUTPUT_WORDS]
+    if request.path.startswith("/v1/chat/completions"):
+        if req.get("stream"):
+            events = [(TOKEN_DELAY_S, {"id": "c", "object": "chat.completion.chunk", "choices": [
+                {"index": 0, "delta": {"role": "assistant", "content": None, "reasoning_content": w + " "},
+                 "finish_reason": None}]}) for w in words]
+            events.append((0.0, {"id": "c", "object": "chat.completion.chunk", "choices": [
+                {"index": 0, "delta": {"content": None}, "finish_reason": "length"}], "usage": _usage(len(words))}))
+            events.append((0.0, "[DONE]"))
+            return sse_reply(events)
+        time.sleep(TOKEN_DELAY_S * len(words))
+        return json_reply({"id": "c", "object": "chat.completion", "model": SERVED_NAME, "choices": [
+            {"index": 0, "finish_reason": "length", "message": {
+                "role": "assistant", "content": None, "reasoning_content": " ".join(words) + " "}}],
+            "usage": _usage(len(words))})
+    if request.path.startswith("/generate"):
+        if req.get("stream"):
+            events = [(TOKEN_DELAY_S, {"text": " ".join(words[: i + 1]) + " ", "meta_info": {
+                "id": "g", "prompt_tokens": 4, "completion_tokens": i + 1}}) for i in range(len(words))]
+            events.append((0.0, "[DONE]"))
+            return sse_reply(events)
+        time.sleep(TOKEN_DELAY_S * len(words))
+        return json_reply({"text": " ".join(words) + " ", "meta_info": {
+            "id": "g", "prompt_tokens": 4, "completion_tokens": len(words),
+            "finish_reason": {"type": "length", "length": len(words)}}})
+    return json_reply({})
+
+
+def start(model_path) -> TestServer:
+    """The server, started; `.root` is its URL, `.stop()` ends it."""
+    model_path = str(model_path)
+
+    def respond(request: Request) -> Reply:
+        return _post(request) if request.method == "POST" else _get(request, model_path)
+
+    return TestServer([respond]).start()

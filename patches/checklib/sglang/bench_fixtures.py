@@ -19,8 +19,8 @@ HERE = pathlib.Path(__file__).resolve().parent
 def reasoning_server(tmp_path_factory):
     model_dir = fake.make_tokenizer(tmp_path_factory.mktemp("tiny-tokenizer"))
     server = fake.start(model_dir)
-    yield {"base_url": f"http://127.0.0.1:{server.server_address[1]}", "model_path": str(model_dir)}
-    server.shutdown()
+    yield {"base_url": server.root, "model_path": str(model_dir)}
+    server.stop()
 
 
 NUM_PROMPTS = 3
