@@ -80,7 +80,21 @@ def locate_central_directory(tail: bytes, tail_start: int) -> CentralDirectoryLo
     if loc >= 0 and (cd_offset == 0xFFFFFFFF or cd_size == 0xFFFFFFFF):
         (z64_offset,) = struct.unpack("<Q", tail[loc + 8 : loc + 16])
         return CentralDirectoryLocation(cd_offset, cd_size, z64_offset)
+    # The central directory ends where the end record begins: one that claims more (a larger span
+    # to read, see missing_span) is not the zip the index served.
+    _check_directory_size(cd_size)
+    if cd_offset + cd_size > tail_start + eocd:
+        raise ZipFormatError(f"the central directory ({cd_size} bytes at {cd_offset}) overlaps its end record")
     return CentralDirectoryLocation(cd_offset, cd_size, None)
+
+
+MAX_CENTRAL_DIRECTORY_BYTES = 16 << 20  # vLLM's (5800 members) is ~0.5 MB
+
+
+def _check_directory_size(size: int) -> None:
+    if size > MAX_CENTRAL_DIRECTORY_BYTES:
+        raise ZipFormatError(f"a central directory of {size} bytes, more than the "
+                             f"{MAX_CENTRAL_DIRECTORY_BYTES >> 20} MiB one may be")
 
 
 def zip64_location(record: bytes) -> CentralDirectoryLocation:
@@ -88,6 +102,7 @@ def zip64_location(record: bytes) -> CentralDirectoryLocation:
     if record[:4] != b"PK\x06\x06" or len(record) < 56:
         raise ZipFormatError("bad zip64 end record")
     cd_size, cd_offset = struct.unpack("<QQ", record[40:56])
+    _check_directory_size(cd_size)
     return CentralDirectoryLocation(cd_offset, cd_size, None)
 
 
@@ -160,15 +175,40 @@ def payload_start(head: bytes, entry: ZipEntry) -> int:
     return 30 + name_len + extra_len
 
 
+# What one member may cost in memory (README, "Limits"): the largest member patchctl reads is a
+# module of ~320 KB (vLLM's gpu_model_runner.py), the highest real ratio above a MiB ~58:1 (a .hpp
+# of CUTLASS's, 603 KB). A zip bomb inflates ~1000:1.
+MAX_MEMBER_BYTES = 32 << 20
+MAX_RATIO = 100  # inflated : deflated, for members over RATIO_GRACE
+RATIO_GRACE = 1 << 20
+
+
+def check_member_size(name: str, compressed_size: int, size: int) -> None:
+    """Refuse, before inflating a byte, a member larger than MAX_MEMBER_BYTES or, above
+    RATIO_GRACE, inflating more than MAX_RATIO times its deflated size (as its central directory
+    states them; inflate holds the member to what it states)."""
+    if size > MAX_MEMBER_BYTES:
+        raise ZipFormatError(f"{name} is {size} bytes, more than the {MAX_MEMBER_BYTES >> 20} MiB a member may be")
+    if size > RATIO_GRACE and size > MAX_RATIO * compressed_size:
+        raise ZipFormatError(f"{name} would inflate {compressed_size} bytes to {size}, more than "
+                             f"{MAX_RATIO}:1 (a zip bomb?)")
+
+
 def inflate(entry: ZipEntry, payload: bytes) -> bytes:
-    """The member's bytes, checked against its CRC-32 and size."""
+    """The member's bytes, checked against its CRC-32 and size. Inflated in one bounded step: never
+    more than the size the central directory states (plus the one byte that shows a lie)."""
+    check_member_size(entry.name, entry.compressed_size, entry.size)
     if entry.method == 0:
         data = payload
     elif entry.method == 8:
+        inflater = zlib.decompressobj(-15)
         try:
-            data = zlib.decompress(payload, -15)
+            data = inflater.decompress(payload, entry.size + 1)
         except zlib.error as exc:
             raise ZipFormatError(f"{entry.name} is corrupt ({exc})") from None
+        if len(data) > entry.size:
+            raise ZipFormatError(f"{entry.name} inflates to more than the {entry.size} bytes its central "
+                                 "directory states")
     else:
         raise ZipFormatError(f"{entry.name} uses zip method {entry.method}")
     if zlib.crc32(data) & 0xFFFFFFFF != entry.crc or len(data) != entry.size:
