@@ -1,13 +1,15 @@
 """The zip format as far as sparse wheel reads need it, as pure functions over bytes: where the central
 directory is (from the end-of-central-directory record, zip64 included), its entries, a member's
 payload from its local header, inflating and CRC-checking it, and the sha256s a wheel's RECORD lists.
-No I/O here: `release.py` fetches the byte ranges these ask for."""
+No I/O here: `release.py` fetches the byte ranges these ask for (read_zip_member reads a member of
+an archive already open, under the same limits as inflate)."""
 from __future__ import annotations
 
 import binascii
 import csv
 import io
 import struct
+import zipfile
 import zlib
 from collections.abc import Reversible
 from typing import NamedTuple
@@ -214,6 +216,22 @@ def inflate(entry: ZipEntry, payload: bytes) -> bytes:
     if zlib.crc32(data) & 0xFFFFFFFF != entry.crc or len(data) != entry.size:
         raise ZipFormatError(f"{entry.name} failed its CRC-32 check")
     return data
+
+
+def read_zip_member(zf: zipfile.ZipFile, name: str) -> bytes:
+    """A member of a whole archive, under inflate's limits: refused before a byte is inflated when
+    its stated sizes are over them, and read in pieces that stop at its stated size (ZipFile.read
+    inflates the whole deflated stream in one call, whatever the central directory states)."""
+    info = zf.getinfo(name)
+    check_member_size(name, info.compress_size, info.file_size)
+    out = bytearray()
+    with zf.open(info) as src:
+        while piece := src.read(1 << 20):  # zipfile stops at file_size and then checks the CRC
+            out += piece
+            if len(out) > info.file_size:
+                raise ZipFormatError(f"{name} inflates to more than the {info.file_size} bytes its "
+                                     "central directory states")
+    return bytes(out)
 
 
 def record_hashes(raw: bytes) -> dict[str, str]:
