@@ -158,7 +158,8 @@ class Response:
         self.status_code = raw.status
         self.headers = raw.headers  # case-insensitive get()
         self.url = url
-        self._conn, self._raw, self._key = conn, raw, key
+        self._conn: http.client.HTTPConnection | None = conn
+        self._raw, self._key = raw, key
         self._content: bytes | None = None
         self._deadline = deadline
         # The most the body may hold (as sent, and decompressed): set by the request's kind.
@@ -320,7 +321,7 @@ def _create_connection(address: tuple[str, int], timeout=None, source_address=No
 
 def _connect(key: tuple) -> http.client.HTTPConnection:
     conn = _new_connection(key)
-    conn._create_connection = _create_connection  # type: ignore[attr-defined]  (http.client's own seam)
+    setattr(conn, "_create_connection", _create_connection)  # noqa: B010  (http.client's own seam, not in its stubs)
     return conn
 
 

@@ -168,6 +168,7 @@ class PackageIndex:
             raise NetworkError(f"the package index {self.url} answered HTTP {response.status_code} for {name}")
         ctype = response.headers.get("Content-Type", "")
         base = response.url
+        raw: list[_Row]
         if "json" in ctype:
             raw = [(f["filename"], _join(base, f["url"]), (f.get("hashes") or {}).get("sha256"),
                     f.get("size"), bool(f.get("yanked")))
@@ -253,8 +254,11 @@ def _anchors(text: str) -> list[tuple[str, bool]]:
     return parser.links
 
 
-def _parse_html(text: str, base: str) -> list[tuple[str, str, str | None, None, bool]]:
-    out = []
+_Row = tuple[str, str | None, str | None, int | None, bool]  # filename, url, sha256, size, yanked
+
+
+def _parse_html(text: str, base: str) -> list[_Row]:
+    out: list[_Row] = []
     for href, yanked in _anchors(text):
         url = _join(base, href)
         if url is None:

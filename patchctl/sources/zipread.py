@@ -11,7 +11,7 @@ import io
 import struct
 import zipfile
 import zlib
-from collections.abc import Reversible
+from collections.abc import Iterable, Reversible
 from typing import NamedTuple
 
 # The first tail read of a wheel should hold the end record, the central directory and RECORD (the
@@ -239,6 +239,7 @@ def record_hashes(raw: bytes) -> dict[str, str]:
     on commas directly unless the text needs the csv module's rules (a quoted path, a CR, a NUL,
     which csv refuses): RECORD files run to tens of thousands of rows, read on `ensure`'s path."""
     text = raw.decode("utf-8")
+    rows: Iterable[list[str]]
     if '"' in text or "\r" in text or "\0" in text:
         rows = csv.reader(io.StringIO(text))
     else:

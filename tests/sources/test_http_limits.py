@@ -21,7 +21,7 @@ import threading
 import time
 import zlib
 from collections.abc import Callable
-from functools import lru_cache
+from functools import cache, lru_cache
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -64,7 +64,7 @@ def deflate(data: bytes) -> bytes:
     return c.compress(data) + c.flush()
 
 
-@lru_cache(maxsize=None)
+@cache
 def deflated_zeros(n: int) -> bytes:
     """n zero bytes deflated (~1000:1), made in pieces."""
     c = zlib.compressobj(9, zlib.DEFLATED, -15)
@@ -73,7 +73,7 @@ def deflated_zeros(n: int) -> bytes:
     return b"".join(out)
 
 
-@lru_cache(maxsize=None)
+@cache
 def zeros_crc(n: int) -> int:
     crc = 0
     piece = bytes(MB)
@@ -82,7 +82,7 @@ def zeros_crc(n: int) -> int:
     return zlib.crc32(bytes(n % MB), crc) & 0xFFFFFFFF
 
 
-@lru_cache(maxsize=None)
+@cache
 def zeros_sha256(n: int) -> str:
     digest = hashlib.sha256()
     piece = bytes(MB)
@@ -548,3 +548,15 @@ def test_inflate_refuses_more_than_the_central_directory_states():
         zipread.inflate(ratio, deflated_zeros(4 * MB))
     small = zipread.ZipEntry("m.py", 0, len(deflated_zeros(MB)), MB, 8, zeros_crc(MB))
     assert zipread.inflate(small, deflated_zeros(MB)) == bytes(MB)  # within the grace: any ratio
+
+
+def test_the_readme_states_the_defaults():
+    from patchctl.sources import http, zipread
+
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    section = readme[readme.index("### Limits"):readme.index("## Smoke tests")]
+    stated = [f"(default {http.TIMEOUT:g})", f"{http.MIN_RATE >> 10} KiB/s", f"{http.PAGE_MAX_BYTES >> 20} MiB as sent",
+              f"{http.DOWNLOAD_MAX_BYTES >> 30} GiB", f"at most {zipread.MAX_MEMBER_BYTES >> 20} MiB",
+              f"{zipread.MAX_RATIO}:1", f"above {zipread.RATIO_GRACE >> 20} MiB",
+              f"{zipread.MAX_CENTRAL_DIRECTORY_BYTES >> 20} MiB"]
+    assert [s for s in stated if s not in section] == []
