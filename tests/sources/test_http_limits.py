@@ -17,6 +17,7 @@ import os
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import zlib
@@ -44,6 +45,7 @@ from patchctl.sources import http
 for name, value in json.loads(sys.argv[1]).items():
     setattr(http, name, value)
 sys.argv = ["patchctl"] + json.loads(sys.argv[2])
+sys.stderr.write("PROBE-FROM " + http.__file__ + "\n")
 code = None
 start = time.monotonic()
 try:
@@ -271,7 +273,9 @@ def run_case(klass: str, case: str, argv: list[str], settings: dict | None = Non
     cmd = [sys.executable, "-c", PROBE, json.dumps(settings or {}), json.dumps(argv)]
     start = time.monotonic()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=wait, env=env)
+        # From a folder of no checkout: the interpreter imports patchctl from $PYTHONPATH (with
+        # `python -c`, the current folder would come first).
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=wait, env=env, cwd=tempfile.gettempdir())
     except subprocess.TimeoutExpired:
         result: dict = {"outcome": "hang", "seconds": time.monotonic() - start}
     else:
