@@ -280,7 +280,7 @@ def run_case(klass: str, case: str, argv: list[str], settings: dict | None = Non
         result: dict = {"outcome": "hang", "seconds": time.monotonic() - start}
     else:
         probe = next((json.loads(line[6:]) for line in proc.stderr.splitlines() if line.startswith("PROBE ")), None)
-        result = dict(probe or {}, stderr=proc.stderr[-3000:])
+        result = dict(probe or {"seconds": time.monotonic() - start}, stderr=proc.stderr[-3000:])
         try:
             result["doc"] = json.loads(proc.stdout)
         except ValueError:
