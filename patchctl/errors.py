@@ -62,6 +62,10 @@ class NetworkError(EnvironmentProblem):
     kind = "network"
 
 
+class AnswerTooLarge(NetworkError):
+    """An answer past its limit (a range longer than asked, a page or download past its cap): exit 3."""
+
+
 # What a resolver, socket or git says, in words a user can act on (the raw text stays available
 # to anyone who runs the command with the network they have).
 _PLAIN = (

@@ -112,6 +112,24 @@ def store_option(f: F) -> F:
     )
 
 
+def _set_timeout(ctx: click.Context, param: click.Parameter, value: float | None) -> None:
+    """--timeout goes to the one module that talks to the network, process-wide (imported only when
+    given: `ensure` on an intact target never touches the network, nor imports it)."""
+    if value is None:
+        return
+    if not value > 0:  # also NaN
+        raise click.BadParameter(f"{value!r} is not a number of seconds > 0", ctx, param)
+    from patchctl.sources import http
+
+    http.set_timeout(value)
+
+
+timeout_option = click.option(
+    "--timeout", type=float, default=None, expose_value=False, callback=_set_timeout, metavar="SECONDS",
+    help="Deadline of each network request, connect to last byte [default: 60]; a whole download's "
+         "grows by its size at 256 KiB/s (README, Limits). Lock waits are --wait's.")
+
+
 class SourceFlags(NamedTuple):
     index_url: str | None = None
     offline: bool = False
@@ -136,6 +154,7 @@ def _fetch_flags(f: F, *, with_as_version: bool) -> F:
         return make_context(SourceFlags(**flags), progress=progress_for())
 
     declared = [
+        timeout_option,
         click.option("--index-url", help="Package index (default: pip's configuration, PIP_INDEX_URL)."),
         click.option("--offline", is_flag=True, help="Use only the cache; never touch the network."),
         click.option("--nightly-source", help="Where ENGINE@nightly comes from (wheel index URL or git URL)."),

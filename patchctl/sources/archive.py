@@ -17,16 +17,19 @@ from pathlib import Path
 from typing import IO, BinaryIO, NamedTuple
 
 from patchctl.errors import NetworkError
+from patchctl.sources import zipread
 from patchctl.sources.files import resolve_inside
 
 # What a damaged or hostile archive raises while it is read.
-ARCHIVE_ERRORS = (zipfile.BadZipFile, tarfile.TarError, zlib.error, EOFError, NotImplementedError)
+ARCHIVE_ERRORS = (zipfile.BadZipFile, tarfile.TarError, zlib.error, EOFError, NotImplementedError, zipread.ZipFormatError)
 
 
 class Member(NamedTuple):
     name: str  # as the archive names it
     mode: int  # permission bits (0: none recorded)
     open: Callable[[], IO[bytes]]
+    size: int  # as the archive states it (zipfile and tarfile stop reading there)
+    compressed: int | None = None  # a zip member's deflated size; None for a tar member
 
 
 def is_zip(f: BinaryIO) -> bool:
@@ -44,12 +47,13 @@ def members(f: BinaryIO) -> Iterator[Member]:
                 mode = info.external_attr >> 16
                 if info.is_dir() or stat.S_ISLNK(mode):
                     continue
-                yield Member(info.filename, mode & 0o777, functools.partial(zf.open, info))
+                yield Member(info.filename, mode & 0o777, functools.partial(zf.open, info), info.file_size,
+                             info.compress_size)
         return
     with tarfile.open(fileobj=f) as tf:
         for member in tf:
             if member.isfile():
-                yield Member(member.name, member.mode & 0o777, functools.partial(_tar_member, tf, member))
+                yield Member(member.name, member.mode & 0o777, functools.partial(_tar_member, tf, member), member.size)
 
 
 def _tar_member(tf: tarfile.TarFile, member: tarfile.TarInfo) -> IO[bytes]:
@@ -64,8 +68,14 @@ def read(f: BinaryIO, path_of: Callable[[str], str | None], wanted: set[str]) ->
     for member in members(f):
         path = path_of(member.name)
         if path in wanted and path not in found:
+            # Read into memory: held to zipread's member limits (size, inflate ratio) before a byte is
+            # read, and to the stated size while reading, as a range-read member is.
+            zipread.check_member_size(member.name, member.size if member.compressed is None else member.compressed,
+                                      member.size)
             with member.open() as src:
-                found[path] = src.read()
+                found[path] = src.read(member.size + 1)
+            if len(found[path]) > member.size:
+                raise zipread.ZipFormatError(f"{member.name} holds more than the {member.size} bytes it states")
     return found
 
 
@@ -77,6 +87,8 @@ def extract(f: BinaryIO, dest: Path, path_of: Callable[[str], str | None]) -> li
         rel = path_of(member.name)
         if not rel:
             continue
+        if member.compressed is not None:  # a zip bomb is refused before it fills the disk (size: any)
+            zipread.check_ratio(member.name, member.compressed, member.size)
         with member.open() as src:
             digest = _stream_to(src, resolve_inside(dest, rel), member.mode)
         written.append((rel, member.name, digest))

@@ -17,7 +17,7 @@ def download(url: str, target: Path, *, filename: str, expected_sha256: str | No
     """Fetch `url` into `target` (its folder must exist); returns the sha256 of what was fetched.
     With expected_sha256 None (an index that publishes none) nothing is compared here: the caller
     checks the members against RECORD and records the digest."""
-    response = http.get(url, stream=True, what=filename)
+    response = http.get(url, stream=True, what=filename, max_bytes=size or None)  # held to the size the index lists
     if response.status_code != 200:
         raise NetworkError(f"{filename}: HTTP {response.status_code}")
     total = int(response.headers.get("Content-Length") or size or 0) or None

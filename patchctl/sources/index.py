@@ -171,6 +171,7 @@ class PackageIndex:
             raise NetworkError(f"the package index {self.url} answered HTTP {response.status_code} for {name}")
         ctype = response.headers.get("Content-Type", "")
         base = response.url
+        raw: list[_Row]
         if "json" in ctype:
             raw = [(f["filename"], _join(base, f["url"]), (f.get("hashes") or {}).get("sha256"),
                     f.get("size"), bool(f.get("yanked")))
@@ -219,6 +220,8 @@ def _index_file(filename, url, sha256, size, yanked) -> IndexFile | None:
     # The sha256 names the artifact's cache folder: anything but a sha256 is no hash at all.
     sha256 = sha256.lower() if isinstance(sha256, str) and _SHA256.fullmatch(sha256.lower()) else None
     size = int(size) if size is not None else None
+    if size:
+        http.declare_size(url, size)  # a whole download of it may be no longer than the index says
     try:
         if filename.endswith(".whl"):
             _, version, _, tags = parse_wheel_filename(filename)
@@ -232,35 +235,43 @@ def _index_file(filename, url, sha256, size, yanked) -> IndexFile | None:
     return None
 
 
-def _anchors(text: str) -> list[tuple[str, dict]]:
-    """(href, attributes) of every <a> on a PEP 503 page. html.parser (~10 ms to import) only here:
-    indexes that speak PEP 691 (pip's, PyPI) never need it."""
+def _anchors(text: str) -> list[tuple[str, bool]]:
+    """(href, whether it is yanked) of every <a> with an href on a PEP 503 page; nothing else of an
+    anchor is kept (a page of bare `<a>`s costs no memory per anchor). html.parser (~10 ms to
+    import) only here: indexes that speak PEP 691 (pip's, PyPI) never need it."""
     import html.parser
 
     class Anchors(html.parser.HTMLParser):
-        def __init__(self):
+        def __init__(self) -> None:
             super().__init__()
-            self.links: list[tuple[str, dict]] = []
+            self.links: list[tuple[str, bool]] = []
 
-        def handle_starttag(self, tag, attrs):
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
             if tag == "a":
-                self.links.append((dict(attrs).get("href") or "", dict(attrs)))
+                found = dict(attrs)
+                if found.get("href"):
+                    self.links.append((found["href"] or "", "data-yanked" in found))
 
     parser = Anchors()
     parser.feed(text)
     return parser.links
 
 
-def _parse_html(text: str, base: str):
-    out = []
-    for href, attrs in _anchors(text):
+_Row = tuple[str, str | None, str | None, int | None, bool]  # filename, url, sha256, size, yanked
+
+
+def _parse_html(text: str, base: str) -> list[_Row]:
+    out: list[_Row] = []
+    for href, yanked in _anchors(text):
         url = _join(base, href)
         if url is None:
             continue
         parsed = urllib.parse.urlparse(url)
         filename = urllib.parse.unquote(parsed.path.rsplit("/", 1)[-1])
+        if not filename.endswith((".whl", ".tar.gz", ".zip")):
+            continue  # not an artifact (_index_file would drop it): not kept
         frag = dict(p.split("=", 1) for p in parsed.fragment.split("&") if "=" in p)
-        out.append((filename, url.split("#", 1)[0], frag.get("sha256"), None, "data-yanked" in attrs))
+        out.append((filename, url.split("#", 1)[0], frag.get("sha256"), None, yanked))
     return out
 
 

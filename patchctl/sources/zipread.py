@@ -1,15 +1,17 @@
 """The zip format as far as sparse wheel reads need it, as pure functions over bytes: where the central
 directory is (from the end-of-central-directory record, zip64 included), its entries, a member's
 payload from its local header, inflating and CRC-checking it, and the sha256s a wheel's RECORD lists.
-No I/O here: `release.py` fetches the byte ranges these ask for."""
+No I/O here: `release.py` fetches the byte ranges these ask for (read_zip_member reads a member of
+an archive already open, under the same limits as inflate)."""
 from __future__ import annotations
 
 import binascii
 import csv
 import io
 import struct
+import zipfile
 import zlib
-from collections.abc import Reversible
+from collections.abc import Iterable, Reversible
 from typing import NamedTuple
 
 from patchctl.errors import ZipFormatError
@@ -78,7 +80,21 @@ def locate_central_directory(tail: bytes, tail_start: int) -> CentralDirectoryLo
     if loc >= 0 and (cd_offset == 0xFFFFFFFF or cd_size == 0xFFFFFFFF):
         (z64_offset,) = struct.unpack("<Q", tail[loc + 8 : loc + 16])
         return CentralDirectoryLocation(cd_offset, cd_size, z64_offset)
+    # The central directory ends where the end record begins: one that claims more (a larger span
+    # to read, see missing_span) is not the zip the index served.
+    _check_directory_size(cd_size)
+    if cd_offset + cd_size > tail_start + eocd:
+        raise ZipFormatError(f"the central directory ({cd_size} bytes at {cd_offset}) overlaps its end record")
     return CentralDirectoryLocation(cd_offset, cd_size, None)
+
+
+MAX_CENTRAL_DIRECTORY_BYTES = 16 << 20  # vLLM's (5800 members) is ~0.5 MB
+
+
+def _check_directory_size(size: int) -> None:
+    if size > MAX_CENTRAL_DIRECTORY_BYTES:
+        raise ZipFormatError(f"a central directory of {size} bytes, more than the "
+                             f"{MAX_CENTRAL_DIRECTORY_BYTES >> 20} MiB one may be")
 
 
 def zip64_location(record: bytes) -> CentralDirectoryLocation:
@@ -86,6 +102,7 @@ def zip64_location(record: bytes) -> CentralDirectoryLocation:
     if record[:4] != b"PK\x06\x06" or len(record) < 56:
         raise ZipFormatError("bad zip64 end record")
     cd_size, cd_offset = struct.unpack("<QQ", record[40:56])
+    _check_directory_size(cd_size)
     return CentralDirectoryLocation(cd_offset, cd_size, None)
 
 
@@ -158,15 +175,46 @@ def payload_start(head: bytes, entry: ZipEntry) -> int:
     return 30 + name_len + extra_len
 
 
+# What one member may cost in memory (README, "Limits"): the largest member patchctl reads is a
+# module of ~320 KB (vLLM's gpu_model_runner.py), the highest real ratio above a MiB ~58:1 (a .hpp
+# of CUTLASS's, 603 KB). A zip bomb inflates ~1000:1.
+MAX_MEMBER_BYTES = 32 << 20
+MAX_RATIO = 100  # inflated : deflated, for members over RATIO_GRACE
+RATIO_GRACE = 1 << 20
+
+
+def check_member_size(name: str, compressed_size: int, size: int) -> None:
+    """Refuse, before inflating a byte, a member larger than MAX_MEMBER_BYTES or, above
+    RATIO_GRACE, inflating more than MAX_RATIO times its deflated size (as its central directory
+    states them; inflate holds the member to what it states)."""
+    if size > MAX_MEMBER_BYTES:
+        raise ZipFormatError(f"{name} is {size} bytes, more than the {MAX_MEMBER_BYTES >> 20} MiB a member may be")
+    check_ratio(name, compressed_size, size)
+
+
+def check_ratio(name: str, compressed_size: int, size: int) -> None:
+    """Refuse a member that would inflate, above RATIO_GRACE, more than MAX_RATIO times its deflated
+    size (whole-tree extraction: members of any size, but no zip bomb)."""
+    if size > RATIO_GRACE and size > MAX_RATIO * compressed_size:
+        raise ZipFormatError(f"{name} would inflate {compressed_size} bytes to {size}, more than "
+                             f"{MAX_RATIO}:1 (a zip bomb?)")
+
+
 def inflate(entry: ZipEntry, payload: bytes) -> bytes:
-    """The member's bytes, checked against its CRC-32 and size."""
+    """The member's bytes, checked against its CRC-32 and size. Inflated in one bounded step: never
+    more than the size the central directory states (plus the one byte that shows a lie)."""
+    check_member_size(entry.name, entry.compressed_size, entry.size)
     if entry.method == 0:
         data = payload
     elif entry.method == 8:
+        inflater = zlib.decompressobj(-15)
         try:
-            data = zlib.decompress(payload, -15)
+            data = inflater.decompress(payload, entry.size + 1)
         except zlib.error as exc:
             raise ZipFormatError(f"{entry.name} is corrupt ({exc})") from None
+        if len(data) > entry.size:
+            raise ZipFormatError(f"{entry.name} inflates to more than the {entry.size} bytes its central "
+                                 "directory states")
     else:
         raise ZipFormatError(f"{entry.name} uses zip method {entry.method}")
     if zlib.crc32(data) & 0xFFFFFFFF != entry.crc or len(data) != entry.size:
@@ -174,11 +222,28 @@ def inflate(entry: ZipEntry, payload: bytes) -> bytes:
     return data
 
 
+def read_zip_member(zf: zipfile.ZipFile, name: str) -> bytes:
+    """A member of a whole archive, under inflate's limits: refused before a byte is inflated when
+    its stated sizes are over them, and read in pieces that stop at its stated size (ZipFile.read
+    inflates the whole deflated stream in one call, whatever the central directory states)."""
+    info = zf.getinfo(name)
+    check_member_size(name, info.compress_size, info.file_size)
+    out = bytearray()
+    with zf.open(info) as src:
+        while piece := src.read(1 << 20):  # zipfile stops at file_size and then checks the CRC
+            out += piece
+            if len(out) > info.file_size:
+                raise ZipFormatError(f"{name} inflates to more than the {info.file_size} bytes its "
+                                     "central directory states")
+    return bytes(out)
+
+
 def record_hashes(raw: bytes) -> dict[str, str]:
     """path -> sha256 hex from a wheel's RECORD (rows without a sha256 are left out). Rows are split
     on commas directly unless the text needs the csv module's rules (a quoted path, a CR, a NUL,
     which csv refuses): RECORD files run to tens of thousands of rows, read on `ensure`'s path."""
     text = raw.decode("utf-8")
+    rows: Iterable[list[str]]
     if '"' in text or "\r" in text or "\0" in text:
         rows = csv.reader(io.StringIO(text))
     else:
