@@ -72,8 +72,12 @@ def read(f: BinaryIO, path_of: Callable[[str], str | None], wanted: set[str]) ->
             # read, and to the stated size while reading, as a range-read member is.
             zipread.check_member_size(member.name, member.size if member.compressed is None else member.compressed,
                                       member.size)
-            with member.open() as src:
-                found[path] = src.read(member.size + 1)
+            try:
+                with member.open() as src:
+                    found[path] = src.read(member.size + 1)
+            except zipfile.BadZipFile as exc:  # zipfile stops at the stated size and checks the CRC there
+                raise zipread.ZipFormatError(f"{member.name} is not the member its central directory states: {exc}") \
+                    from None
             if len(found[path]) > member.size:
                 raise zipread.ZipFormatError(f"{member.name} holds more than the {member.size} bytes it states")
     return found
