@@ -37,6 +37,11 @@ compiled as ``mma.sync`` (``DISABLE_MMA_V3=1``; SM120 has no wgmma), timed on th
 GPU at hand. After the table the bench counts, in the PTX of every kernel this
 process compiled, which MMA instructions it holds (``wgmma`` / ``mma.sync``).
 
+``--rope 0``: rope-free MLA (GLM-5.3-Flash, ``qk_rope_head_dim = 0``): rows of D =
+kv_lora_rank = 512 instead of 576 (the dense column is not run then: vLLM's dense
+kernel is timed at its DeepSeek geometry only). Run the default (64) beside it for the
+576-wide kernel at the same batch sizes.
+
 Bandwidth floor of the sparse kernel: per row topk * D * elt bytes gathered
 (unique per row) + q + out. "%floor" = floor bytes / time / copy bandwidth.
 
@@ -180,8 +185,10 @@ def n_sets_for(bytes_per_call):
     return max(2, min(256, math.ceil(6 * L2_BYTES / bytes_per_call)))
 
 
-def sparse_case(kmod, B, H, dtype, topk, page, cfg=None, kv_dtype=None):
-    """kv_dtype float8_e4m3fn: an fp8 cache (per-tensor scale) with fp16/bf16 q."""
+def sparse_case(kmod, B, H, dtype, topk, page, cfg=None, kv_dtype=None, rope=ROPE):
+    """kv_dtype float8_e4m3fn: an fp8 cache (per-tensor scale) with fp16/bf16 q; rope 0:
+    rope-free rows (D = DV)."""
+    D = DV + rope
     elt = torch.finfo(dtype).bits // 8
     kv_elt = torch.finfo(kv_dtype).bits // 8 if kv_dtype is not None else elt
     kv_bytes = B * topk * D * kv_elt
@@ -306,6 +313,8 @@ def main():
     ap.add_argument("--heads", default="8,16")
     ap.add_argument("--dtypes", default="fp16,bf16", help="fp16, bf16, fp8 (bf16 q, fp8 e4m3 cache)")
     ap.add_argument("--topk", type=int, default=2048)
+    ap.add_argument("--rope", type=int, default=ROPE, choices=(0, ROPE),
+                    help="rope width of the cache rows: 64 (D 576, DeepSeek V3.2 / GLM-5) or 0 (D 512, GLM-5.3-Flash)")
     ap.add_argument("--page", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=1,
                     help="time every sparse point N times (fresh inputs each); the table gives median and min-max")
@@ -331,7 +340,7 @@ def main():
 
     kmod = load_module(args.kernel, "triton_sparse_mla")
     print(f"sparse kernel: {args.kernel}")
-    dense_src = dense_source(args)
+    dense_src = dense_source(args) if args.rope == ROPE else None
     dmod = load_dense(dense_src) if dense_src else None
     props = torch.cuda.get_device_properties(0)
     print(f"device: {props.name}, {props.multi_processor_count} SMs; torch {torch.__version__}, triton {triton.__version__}")
@@ -367,11 +376,11 @@ def main():
                     samples = []
                     for _ in range(max(1, args.repeat)):
                         t, fb = sparse_case(kmod, B, H, dtypes[dn], args.topk, args.page, cfg=cfg,
-                                            kv_dtype=kv_dtype)
+                                            kv_dtype=kv_dtype, rope=args.rope)
                         samples.append(t)
                     us = statistics.median(samples)
                     dus = dense_case(dmod, B, H, dtypes[dn], args.topk, args.page) if dmod else float("nan")
-                    rows.append(dict(kind="table", dtype=dn, H=H, B=B, sparse_us=us, samples_us=samples,
+                    rows.append(dict(kind="table", dtype=dn, H=H, B=B, D=DV + args.rope, sparse_us=us, samples_us=samples,
                                      floor_bytes=fb, floor_us=fb / bw * 1e6, pct_floor=100 * fb / (us * 1e-6) / bw,
                                      achieved_TBps=fb / (us * 1e-6) / 1e12, dense_us=dus, cfg=cfg))
                     print(f"  {dn} H={H} B={B}: sparse {us:.1f} us ({' '.join(f'{t:.1f}' for t in samples)}), "
@@ -379,7 +388,7 @@ def main():
         results += rows
         print()
         print(f"copy bandwidth {bw / 1e12:.2f} TB/s; topk {args.topk}, page {args.page}, CUDA-graph replay, "
-              f"time per call; configs for {args.limits}; sparse us = median of {max(1, args.repeat)}")
+              f"time per call; D {DV + args.rope}; configs for {args.limits}; sparse us = median of {max(1, args.repeat)}")
         hdr = ("| dtype | heads | batch | config | splits | sparse us | min-max | floor us | % of floor "
                "| achieved TB/s | dense us | sparse/dense | target |")
         print(hdr)

@@ -6,7 +6,10 @@ Every query row ``t`` attends to its own top-k list of KV-cache slots
 negative value) is padding and is ignored). The KV cache is the MLA latent
 cache: one shared "head" of ``D = kv_lora_rank + rope_dim`` values per token;
 K is the whole row, V its first ``kv_lora_rank`` values. The same kernel serves
-decode (one row per request) and prefill (one row per token).
+decode (one row per request) and prefill (one row per token). The rope
+tail may be absent (``rope_dim = 0``, ``D = kv_lora_rank``: rope-free MLA such as
+GLM-5.3-Flash, ``qk_rope_head_dim = 0``); the kernel is then compiled without
+the rope loads and dot (``HAS_PE``).
 
 Design (see NOTES.md beside this file for measurements):
 
@@ -70,6 +73,7 @@ def _sparse_mla_stage1(
     DV: tl.constexpr,
     DPE: tl.constexpr,
     PE_MASKED: tl.constexpr,  # rope_dim < DPE: mask the padded rope columns
+    HAS_PE: tl.constexpr,  # rope_dim > 0; False: rope-free MLA (D = DV), no rope loads or dot
     PAGE: tl.constexpr,  # kv-cache block size (constexpr: the slot split is a shift for powers of 2)
     FLAT_KV: tl.constexpr,  # stride_kvb == PAGE * stride_kvs: a slot id is a row number, no split needed
     BLOCK_H: tl.constexpr,
@@ -100,11 +104,12 @@ def _sparse_mla_stage1(
 
     q_row = Q + t.to(tl.int64) * stride_qt + offs_h[:, None] * stride_qh
     q_nope = tl.load(q_row + offs_dv[None, :] * stride_qd, mask=mask_h[:, None], other=0.0)
-    q_pe = tl.load(
-        q_row + (DV + offs_pe[None, :]) * stride_qd,
-        mask=mask_h[:, None] & mask_pe[None, :],
-        other=0.0,
-    )
+    if HAS_PE:
+        q_pe = tl.load(
+            q_row + (DV + offs_pe[None, :]) * stride_qd,
+            mask=mask_h[:, None] & mask_pe[None, :],
+            other=0.0,
+        )
 
     m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
@@ -137,24 +142,29 @@ def _sparse_mla_stage1(
             mask=valid[:, None],
             other=0.0,
         )
-        k_pe = tl.load(
-            row_ptr[:, None] + (DV + offs_pe[None, :]) * stride_kvd,
-            mask=valid[:, None] & mask_pe[None, :],
-            other=0.0,
-        )
         if KV_FP8:
             # e4m3 -> fp16/bf16 is exact; the per-tensor scale is folded into
             # scale_log2 (scores) and out_scale (output).
             k_nope = k_nope.to(q_nope.dtype)
-            k_pe = k_pe.to(q_pe.dtype)
         if DOT_F32:
             # CPU interpreter only: its tl.dot multiplies the raw uint16 bits of
             # bf16 operands (triton 3.8), so upcast there. Never used on GPU.
             qk = tl.dot(q_nope.to(tl.float32), tl.trans(k_nope.to(tl.float32)))
-            qk += tl.dot(q_pe.to(tl.float32), tl.trans(k_pe.to(tl.float32)))
         else:
             qk = tl.dot(q_nope, tl.trans(k_nope))
-            qk += tl.dot(q_pe, tl.trans(k_pe))
+        if HAS_PE:
+            # The rope tail: a second, narrow dot into the same scores.
+            k_pe = tl.load(
+                row_ptr[:, None] + (DV + offs_pe[None, :]) * stride_kvd,
+                mask=valid[:, None] & mask_pe[None, :],
+                other=0.0,
+            )
+            if KV_FP8:
+                k_pe = k_pe.to(q_pe.dtype)
+            if DOT_F32:
+                qk += tl.dot(q_pe.to(tl.float32), tl.trans(k_pe.to(tl.float32)))
+            else:
+                qk += tl.dot(q_pe, tl.trans(k_pe))
         qk = tl.where(valid[None, :], qk * scale_log2, float("-inf"))
 
         m_new = tl.maximum(m_i, tl.max(qk, 1))
@@ -558,7 +568,8 @@ def sparse_mla_attention(
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Sparse MLA attention over per-row top-k KV slots.
 
-    q:        [T, H, D] fp16/bf16, D = kv_lora_rank + rope_dim, already absorbed.
+    q:        [T, H, D] fp16/bf16, D = kv_lora_rank + rope_dim, already absorbed;
+              rope_dim 0 (D = kv_lora_rank: rope-free MLA) or > 0 (64: DeepSeek V3.2, GLM-5).
     kv_cache: [num_blocks, block_size, D], same dtype as q, or float8_e4m3fn
               with ``kv_scale`` (per-tensor dequantisation scale).
     indices:  [T, topk] int32 global slot ids (block * block_size + offset);
@@ -633,7 +644,7 @@ def sparse_mla_attention(
         stage1 = _sparse_mla_stage1_fp8_words
     else:
         stage1 = _sparse_mla_stage1
-        common.update(PE_MASKED=rope_dim != dpe, KV_FP8=kv_fp8,
+        common.update(PE_MASKED=rope_dim != dpe, HAS_PE=rope_dim > 0, KV_FP8=kv_fp8,
                       DOT_F32=q.device.type == "cpu" and q.dtype == torch.bfloat16)
     if num_splits == 1:
         lse_arg = lse if return_lse else out  # dummy pointer when unused

@@ -28,9 +28,13 @@ def main() -> int:
     kmod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(kmod)
     c = kmod._CONFIGS[name]
-    # (kernel, cache dtype or None for the activation dtype, extra constexprs); the fp8
+    # (kernel, cache dtype or None for the activation dtype ("nope": the same, rope-free), extra
+    # constexprs); the fp8
     # 16-bit-word kernel runs with 16-head blocks only.
-    kernels = [(kmod._sparse_mla_stage1, None, dict(PE_MASKED=False, KV_FP8=False, DOT_F32=False))]
+    # Rope-free MLA (GLM-5.3-Flash, D = 512) compiles stage 1 without the rope part (HAS_PE=False).
+    kernels = [(kmod._sparse_mla_stage1, None, dict(PE_MASKED=False, HAS_PE=True, KV_FP8=False, DOT_F32=False)),
+               (kmod._sparse_mla_stage1, "nope", dict(PE_MASKED=True, HAS_PE=False, KV_FP8=False, DOT_F32=False,
+                                                       DPE=16))]
     if c.block_h <= 16:
         kernels.append((kmod._sparse_mla_stage1_fp8_words, "fp8e4nv", {}))
     sizes = {}
@@ -39,8 +43,10 @@ def main() -> int:
             for final in (False, True):
                 consts = dict(PAGE=64, FLAT_KV=True, stride_kvd=1, stride_qd=1, stride_od=1, stride_ik=1,
                               DV=512, DPE=64, BLOCK_H=c.block_h, BLOCK_N=c.block_n, IS_FINAL=final,
-                              WRITE_LSE=True, **extra)
-                pointers = {"Q": f"*{dtype}", "KV": f"*{kv_dtype or dtype}", "IDX": "*i32",
+                              WRITE_LSE=True)
+                consts.update(extra)
+                cache = kv_dtype if kv_dtype not in (None, "nope") else dtype
+                pointers = {"Q": f"*{dtype}", "KV": f"*{cache}", "IDX": "*i32",
                             "O": f"*{dtype}" if final else "*fp32", "LSE": "*fp32"}
                 # 16-byte aligned pointers and strides, as the launcher specialises them at run time
                 aligned = set(pointers) | {"stride_kvb", "stride_kvs", "stride_qt", "stride_qh", "stride_ot",

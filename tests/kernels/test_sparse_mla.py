@@ -70,12 +70,13 @@ gpu = pytest.mark.skipif(not HAS_CUDA, reason="full GLM-5 shapes need a CUDA GPU
 
 # ---------------------------------------------------------------- helpers
 def make_inputs(T, H, topk, dtype, *, block_size=16, n_blocks=None, seed=None, valid_counts=None,
-                mid_padding=False, empty_rows=(), kv_dtype=None):
-    """Random q / paged kv cache / top-k indices.
+                mid_padding=False, empty_rows=(), kv_dtype=None, rope=ROPE):
+    """Random q / paged kv cache / top-k indices; rows DV + rope wide (rope 0: rope-free MLA).
 
     valid_counts[t] valid (unique) slots per row; the rest is -1. With
     mid_padding the -1 entries are scattered through the row instead of at its end.
     """
+    D = DV + rope
     g = torch.Generator().manual_seed(seed if seed is not None else int.from_bytes(os.urandom(4), "little"))
     if n_blocks is None:
         n_blocks = max(4, (2 * topk) // block_size + 3)
@@ -480,3 +481,90 @@ def test_sm120_configs_compile_within_99kb(name):
     recorded = kmod._CONFIGS[name].smem
     assert max(sizes.values()) <= SM120.smem_per_block, (name, sizes)
     assert max(sizes.values()) <= recorded, (name, sizes, recorded)
+
+
+# ---------------------------------------------------------------- rope-free MLA
+# GLM-5.3-Flash (glm5_next): qk_rope_head_dim = 0, so D = kv_lora_rank = 512 and the
+# kernel runs without its rope part (HAS_PE=False). 8 and 16 heads per GPU (TP 8 / TP 4).
+ROPE_FREE_HEADS = [8, 16]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+@pytest.mark.parametrize("heads", ROPE_FREE_HEADS)
+@pytest.mark.parametrize("mode", sorted(CFGS))
+def test_rope_free_matches_reference(dtype, heads, mode):
+    T = 5
+    q, kv, idx, _ = make_inputs(T, heads, 96, dtype, rope=0, mid_padding=True, empty_rows=(3,))
+    assert q.shape[-1] == DV and kv.shape[-1] == DV
+    sm_scale = 256 ** -0.5  # glm5_next: 1/sqrt(qk_nope_head_dim + qk_rope_head_dim)
+    o, lse = run(q, kv, idx, sm_scale, out=torch.empty(T, heads, DV, dtype=dtype, device=DEV), cfg=CFGS[mode])
+    ref, ref_lse = reference(q, kv, idx, sm_scale)
+    assert_close(o, ref, dtype, f"rope-free H={heads} {mode}")
+    assert_lse(lse, ref_lse, f"rope-free H={heads} {mode}")
+    assert torch.all(o[3] == 0)
+
+
+@pytest.mark.skipif(not HAS_FP8, reason="torch has no float8_e4m3fn")
+@pytest.mark.parametrize("T", [2, 8], ids=["below_word_kernel_rows", "word_kernel_rows"])
+def test_rope_free_fp8_kv_cache(T):
+    """An fp8 e4m3 rope-free cache: the generic kernel at every batch (the 16-bit-word
+    kernel needs a rope part of its own width)."""
+    dtype = torch.bfloat16
+    q, kv, idx, kv_scale = make_inputs(T, 8, 64, dtype, rope=0, kv_dtype=torch.float8_e4m3fn, mid_padding=True)
+    o, lse = run(q, kv, idx, 0.06, out=torch.empty(T, 8, DV, dtype=dtype, device=DEV), kv_scale=kv_scale)
+    ref, ref_lse = reference(q, kv, idx, 0.06, kv_scale=kv_scale)
+    assert_close(o, ref, dtype, "rope-free fp8")
+    assert_lse(lse, ref_lse, "rope-free fp8")
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+@pytest.mark.parametrize("heads", ROPE_FREE_HEADS)
+@pytest.mark.parametrize("T", [1, 37, 300])
+def test_rope_free_full_shapes(dtype, heads, T):
+    """topk 2048, page 64, ragged rows with holes and an empty row: the automatic
+    choice, one split, many splits, and the config SM120's 99 KB limit picks (forced)."""
+    g = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
+    counts = torch.randint(1, GLM5_TOPK + 1, (T,), generator=g).tolist()
+    counts[0] = GLM5_TOPK
+    empty = (T - 1,) if T > 1 else ()
+    q, kv, idx, _ = make_inputs(T, heads, GLM5_TOPK, dtype, block_size=64, n_blocks=T * 40 + 64, rope=0,
+                                valid_counts=counts, mid_padding=(T % 2 == 1), empty_rows=empty)
+    sm_scale = 256 ** -0.5
+    ref, ref_lse = reference(q, kv, idx, sm_scale)
+    sm120 = kmod._pick_config(T, heads, GLM5_TOPK, SM120)
+    assert kmod._CONFIGS[sm120["name"]].smem <= SM120.smem_per_block
+    for mode, cfg in [*CFGS.items(), ("sm120", sm120)]:
+        out = torch.empty(T, heads, DV, dtype=dtype, device=DEV)
+        o, lse = run(q, kv, idx, sm_scale, out=out, cfg=cfg)
+        torch.cuda.synchronize()
+        assert_close(o, ref, dtype, f"rope-free T={T} H={heads} {mode}")
+        assert_lse(lse, ref_lse, f"rope-free {mode}")
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("heads", ROPE_FREE_HEADS)
+@pytest.mark.parametrize("sm120_config", [False, True], ids=["auto_config", "sm120_config"])
+def test_rope_free_cuda_graph_replay(heads, sm120_config):
+    T, dtype = 8, torch.bfloat16
+    q, kv, idx, _ = make_inputs(T, heads, GLM5_TOPK, dtype, block_size=64, n_blocks=T * 40 + 64, rope=0)
+    cfg = kmod._pick_config(T, heads, GLM5_TOPK, SM120) if sm120_config else None
+    kw = {"_config": cfg} if cfg else {}
+    out = torch.empty(T, heads, DV, dtype=dtype, device=DEV)
+    sparse_mla_attention(q, kv, idx, 0.0625, DV, out=out, **kw)  # compile outside capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        sparse_mla_attention(q, kv, idx, 0.0625, DV, out=out, **kw)
+    q2, kv2, idx2, _ = make_inputs(T, heads, GLM5_TOPK, dtype, block_size=64, n_blocks=T * 40 + 64, rope=0,
+                                   empty_rows=(2,))
+    q.copy_(q2)
+    kv.copy_(kv2)
+    idx.copy_(idx2)
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert_close(out, reference(q, kv, idx, 0.0625)[0], dtype, f"rope-free graph replay H={heads}")
+    assert torch.all(out[2] == 0)

@@ -158,9 +158,14 @@ def probe_select_v24() -> dict:
     except ImportError:
         tsm = None  # the pristine tree
 
-    def set_model(index_topk):
-        hf = types.SimpleNamespace(index_topk=index_topk, model_type="glm_moe_dsa",
-                                   qk_nope_head_dim=192, qk_rope_head_dim=64, kv_lora_rank=512,
+    # (model_type, qk_nope_head_dim, qk_rope_head_dim, attention head_size): GLM-5's DSA
+    # geometry, and GLM-5.3-Flash's rope-free one (glm5_next, vLLM 0.33+: head_size 512).
+    geometry = {"glm_moe_dsa": ("glm_moe_dsa", 192, 64, 576), "glm5_next": ("glm5_next", 256, 0, 512)}
+
+    def set_model(index_topk, model="glm_moe_dsa"):
+        model_type, nope, rope, _ = geometry[model]
+        hf = types.SimpleNamespace(index_topk=index_topk, model_type=model_type,
+                                   qk_nope_head_dim=nope, qk_rope_head_dim=rope, kv_lora_rank=512,
                                    v_head_dim=256)
         vcfg._current_vllm_config = types.SimpleNamespace(
             model_config=types.SimpleNamespace(hf_text_config=hf, hf_config=hf),
@@ -168,19 +173,19 @@ def probe_select_v24() -> dict:
                 decode_context_parallel_size=1, prefill_context_parallel_size=1,
                 tensor_parallel_size=1))
 
-    def select(cap, dtype, kv, fi, selected=None, env=None, index_topk=2048):
+    def select(cap, dtype, kv, fi, selected=None, env=None, index_topk=2048, model="glm_moe_dsa"):
         CudaPlatform.get_device_capability = classmethod(
             lambda cls, device_id=0: DeviceCapability(*cap)
         )
         _install_flashinfer(fi)
         if tsm is not None:
             tsm.flashinfer_sm12x_sparse_decode_usable.cache_clear()
-        set_model(index_topk)
+        set_model(index_topk, model)
         old = os.environ.pop("VLLM_TRITON_SPARSE_MLA", None)
         if env is not None:
             os.environ["VLLM_TRITON_SPARSE_MLA"] = env
         try:
-            cfg = AttentionSelectorConfig(head_size=576, dtype=dtype, kv_cache_dtype=kv,
+            cfg = AttentionSelectorConfig(head_size=geometry[model][3], dtype=dtype, kv_cache_dtype=kv,
                                           block_size=64, use_mla=True, use_sparse=True)
             path = CudaPlatform.get_attn_backend_cls(selected, cfg, num_heads=16)
             backend = path.rsplit(".", 1)[-1]
@@ -230,9 +235,24 @@ def probe_select_v24() -> dict:
                 for fi in states:
                     key = f"{cap[0]}.{cap[1]}/{dname}/{kv}/{fi}"
                     table[key] = select(cap, dtype, kv, fi)
+    # GLM-5.3-Flash (rope-free, head_size 512), where the release has the model (0.33+).
+    glm5next = {}
+    if (pathlib.Path(sys.argv[1]) / "vllm/models/glm5next").is_dir():
+        for cap in ((9, 0), (10, 0), (12, 0), (12, 1)):
+            states = ("none", "old", "new") if cap[0] == 12 else ("none",)
+            for dname, dtype in (("bf16", bf16), ("fp16", fp16)):
+                for kv in ("auto", "bfloat16", "float16", "fp8", "fp8_ds_mla"):
+                    for fi in states:
+                        glm5next[f"{cap[0]}.{cap[1]}/{dname}/{kv}/{fi}"] = select(cap, dtype, kv, fi,
+                                                                                  model="glm5_next")
+        glm5next["env_sm90_bf16"] = select((9, 0), bf16, "auto", "none", env="1", model="glm5_next")
+        glm5next["env_sm120_bf16_new"] = select((12, 0), bf16, "auto", "new", env="1", model="glm5_next")
+        glm5next["topk1024_sm120_bf16_new"] = select((12, 0), bf16, "auto", "new", index_topk=1024,
+                                                     model="glm5_next")
     res = {
         "has_enum": "TRITON_MLA_SPARSE" in AttentionBackendEnum.__members__,
         "table": table,
+        "glm5next": glm5next,
         "topk1024_sm120_bf16_new": select((12, 0), bf16, "auto", "new", index_topk=1024),
         **early,
         "env_sm120_bf16_new": select((12, 0), bf16, "auto", "new", env="1"),
@@ -361,7 +381,7 @@ def _ns(**kw):
     return types.SimpleNamespace(**kw)
 
 
-def probe_forward_v24() -> dict:
+def probe_forward_v24(rope: int = 64) -> dict:
     """vLLM 0.24+: the release's own sparse metadata builder (upstream's SM12x one, from 0.26 on
     the common sparse MLA builder) on a real CommonAttentionMetadata -> TritonMLASparseImpl (on
     the common sparse MLA impl base from 0.26) -> shipped kernel, against a dense fp32 reference;
@@ -388,13 +408,15 @@ def probe_forward_v24() -> dict:
     torch.manual_seed(0)
     results = {"common_impl": m._COMMON_IMPL,
                "builder_bases": [c.__name__ for c in m.TritonMLASparseMetadataBuilder.__mro__]}
-    H, L, R, BS, TOPK = 4, 512, 64, 16, 32
+    # rope 0: rope-free MLA (GLM-5.3-Flash, glm5_next: qk_nope_head_dim 256), D = kv_lora_rank.
+    H, L, R, BS, TOPK = 4, 512, rope, 16, 32
     D = L + R
+    nope = 128 if R else 256
     num_blocks, stride_rows = 12, BS + 8
     seq_lens, q_lens = [20, 9, 30], [1, 1, 5]  # two decodes, then a prefill
     T = sum(q_lens)
-    hf = _ns(index_topk=TOPK, kv_lora_rank=L, qk_rope_head_dim=R, qk_nope_head_dim=128,
-             v_head_dim=128, model_type="glm_moe_dsa", num_attention_heads=H)
+    hf = _ns(index_topk=TOPK, kv_lora_rank=L, qk_rope_head_dim=R, qk_nope_head_dim=nope,
+             v_head_dim=128, model_type="glm_moe_dsa" if R else "glm5_next", num_attention_heads=H)
     model_config = _ns(hf_config=hf, hf_text_config=hf, dtype=torch.bfloat16, max_model_len=4096,
                        get_num_attention_heads=lambda parallel_config=None: H,
                        model_arch_config=_ns(total_num_attention_heads=H), use_mla=True)
@@ -441,7 +463,7 @@ def probe_forward_v24() -> dict:
             num_heads=H, head_size=D, scale=scale, num_kv_heads=1, alibi_slopes=None,
             sliding_window=None, kv_cache_dtype="auto", logits_soft_cap=None,
             attn_type="decoder", kv_sharing_target_layer_name=None, q_lora_rank=None,
-            kv_lora_rank=L, qk_nope_head_dim=128, qk_rope_head_dim=R, qk_head_dim=128 + R,
+            kv_lora_rank=L, qk_nope_head_dim=nope, qk_rope_head_dim=R, qk_head_dim=nope + R,
             v_head_dim=128, kv_b_proj=None, indexer=_ns(topk_indices_buffer=topk))
         q = torch.randn(T, H, D).to(dtype)
         ql_nope = q[..., :L].transpose(0, 1).contiguous().transpose(0, 1)
@@ -465,7 +487,7 @@ def probe_forward_v24() -> dict:
         num_heads=H, head_size=D, scale=1.0, num_kv_heads=1, alibi_slopes=None,
         sliding_window=None, kv_cache_dtype="auto", logits_soft_cap=None, attn_type="decoder",
         kv_sharing_target_layer_name=None, q_lora_rank=None, kv_lora_rank=L,
-        qk_nope_head_dim=128, qk_rope_head_dim=R, qk_head_dim=128 + R, v_head_dim=128,
+        qk_nope_head_dim=nope, qk_rope_head_dim=R, qk_head_dim=nope + R, v_head_dim=128,
         kv_b_proj=None, indexer=None, topk_indices_buffer=topk)
     results["skip_topk_layer_buffer"] = impl2.topk_indices_buffer is topk
     return results
@@ -503,7 +525,8 @@ def main() -> None:
     stubs.stub_missing(*SERVING_STACK)
     try:
         res = {"select": probe_select, "select_v24": probe_select_v24,
-               "forward": probe_forward, "forward_v24": probe_forward_v24}[mode]()
+               "forward": probe_forward, "forward_v24": probe_forward_v24,
+               "forward_v24_rope_free": lambda: probe_forward_v24(rope=0)}[mode]()
     except ModuleNotFoundError as e:
         if not e.name or e.name.split(".")[0] == "vllm":
             raise

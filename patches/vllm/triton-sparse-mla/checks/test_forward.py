@@ -40,3 +40,20 @@ def test_forward_matches_reference(patched_tree):
         if has_common:
             assert "SparseMLACommonMetadataBuilder" in res["builder_bases"], res
         assert res["skip_topk_layer_buffer"] is True, res
+
+
+def test_rope_free_forward_matches_reference(patched_tree):
+    """GLM-5.3-Flash's rope-free layer (qk_rope_head_dim 0, D = kv_lora_rank = 512) through the
+    same builder -> impl -> kernel path (vLLM 0.33+, which has the model)."""
+    if importlib.util.find_spec("triton") is None:
+        pytest.skip("triton is not installed: the kernel cannot run (even interpreted)")
+    if not (patched_tree / "vllm/models/glm5next").is_dir():
+        pytest.skip("this vLLM has no glm5_next model (vllm/models/glm5next: 0.33+)")
+    res = run(patched_tree, "forward_v24_rope_free", {"TRITON_INTERPRET": "1"})
+    tol = {"float16": 5e-3, "bfloat16": 3e-2}
+    for dtype in tol:
+        r = res[dtype]
+        assert r["shape"] == [7, 4, 512], r
+        assert r["dtype"] == f"torch.{dtype}", r
+        assert r["max_abs_err"] < tol[dtype], (dtype, r)
+        assert r["req_id_per_token"] == [0, 1, 2, 2, 2, 2, 2], r

@@ -190,8 +190,10 @@ class TritonMLASparseBackend(AttentionBackend):
 
     @classmethod
     def get_supported_head_sizes(cls) -> list[int]:
-        # DeepSeek V3.2 / GLM-5 latent layout: 512 NoPE + 64 RoPE.
-        return [576]
+        # 576: DeepSeek V3.2 / GLM-5 latent layout, 512 NoPE + 64 RoPE.
+        # 512: rope-free MLA (GLM-5.3-Flash, glm5_next: qk_rope_head_dim = 0),
+        # the latent alone; the kernel then runs without its rope part.
+        return [512, 576]
 
     @classmethod
     def is_mla(cls) -> bool:
@@ -228,7 +230,7 @@ class TritonMLASparseBackend(AttentionBackend):
         return None
 
     # Asked by vLLM 0.24-0.28; from 0.29 the layout comes from the KV cache spec
-    # ([blocks, block_size, 576] in the activation dtype, or fp8 e4m3).
+    # ([blocks, block_size, 576 or 512] in the activation dtype, or fp8 e4m3).
     @staticmethod
     def get_kv_cache_shape(
         num_blocks: int,
@@ -364,7 +366,8 @@ class TritonMLASparseImpl(_SparseImplBase[TritonMLASparseMetadata]):  # type: ig
         layer: AttentionLayer,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         # Decode and prefill rows alike: MQA over the latent cache
-        # (576 = kv_lora_rank + rope), restricted to the top-k tokens.
+        # (576 = kv_lora_rank + rope, or 512 for rope-free MLA), restricted to
+        # the top-k tokens.
         from vllm.v1.attention.ops.triton_sparse_mla import sparse_mla_attention
 
         if _is_hisparse(getattr(self, "index_group", None)):
