@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import stat
 import threading
 from pathlib import Path
 
@@ -69,7 +70,9 @@ def _write_in(dir_fd: int, name: str, data: bytes, *, mode: int | None, owner: t
     try:
         if mode is None:
             try:
-                mode = os.stat(name, dir_fd=dir_fd, follow_symlinks=follow).st_mode & 0o7777
+                old = os.stat(name, dir_fd=dir_fd, follow_symlinks=follow)
+                if stat.S_ISREG(old.st_mode):  # not a link's 0777, nor a FIFO's
+                    mode = old.st_mode & 0o7777
             except FileNotFoundError:
                 pass
         try:

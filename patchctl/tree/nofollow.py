@@ -25,9 +25,8 @@ FILE_LIMIT = 256 << 20  # a backup or a patched file: the largest .py of an engi
 
 class Planted(EnvironmentProblem):
     """Something patchctl would have to follow or read is not what it made: a link, a FIFO, a device,
-    a folder owned by another user. Refused (exit 3), nothing read or written through it."""
-
-    kind = "planted"
+    a folder owned by another user. Refused (exit 3, error kind `environment`), nothing read or
+    written through it."""
 
 
 def open_dir(parent_fd: int, name: str, shown: Path | str, *, create: bool = False,
