@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from patchctl.atomic import write_atomic, write_atomic_at
+from patchctl.atomic import write_atomic_at
 from patchctl.errors import EnvironmentProblem, PatchctlError
 from patchctl.tree.nofollow import RECORD_LIMIT, Planted, exists_at, open_dir, read_at, read_path, rmtree_at, unlink_at
 
@@ -621,27 +621,55 @@ class TargetState:
     def _put(self, rel: str, blob: str | None, mtime_ns: int | None, bytecode: Iterable[Iterable[str]]) -> None:
         target = self.inside(rel, self.journal_file)
         data = None if blob is None else self.blob(blob)
-        if data is None:
-            target.unlink(missing_ok=True)
-        else:
-            try:
-                st = target.lstat()
-                if stat.S_ISLNK(st.st_mode):
-                    # A link inside the tree (inside() checked where it leads): the file it names
-                    # gives the mode, not the link's own 0777.
-                    st = target.stat()
-                mode, owner = st.st_mode & 0o7777, (st.st_uid, st.st_gid)
-            except FileNotFoundError:
-                mode, owner = 0o644, None
-            # A new inode (rename over): hardlinked installs (uv's cache) are never written through.
-            write_atomic(target, data, mode=mode, owner=owner)
-        for pyc in _bytecode_of(self.root, rel):
-            (self.root / pyc).unlink(missing_ok=True)
-        for pyc, digest in bytecode:
-            write_atomic(self.inside(pyc, self.journal_file), self.blob(digest))
-            _crash_point("bytecode")
-        if data is not None and mtime_ns is not None:
-            os.utime(target, ns=(mtime_ns, mtime_ns))
+        folder = self._open_parent(target)
+        try:
+            name = target.name
+            if data is None:
+                unlink_at(folder, name)
+            else:
+                try:
+                    st = os.stat(name, dir_fd=folder, follow_symlinks=False)
+                    if stat.S_ISLNK(st.st_mode):
+                        # A link inside the tree (inside() checked where it leads): the file it names
+                        # gives the mode, not the link's own 0777.
+                        st = os.stat(name, dir_fd=folder)
+                    mode, owner = st.st_mode & 0o7777, (st.st_uid, st.st_gid)
+                except FileNotFoundError:
+                    mode, owner = 0o644, None
+                # A new inode (rename over): hardlinked installs (uv's cache) are never written through.
+                write_atomic_at(folder, name, data, mode=mode, owner=owner, shown=str(target))
+            for pyc in _bytecode_of(self.root, rel):
+                (self.root / pyc).unlink(missing_ok=True)
+            for pyc, digest in bytecode:
+                path = self.inside(pyc, self.journal_file)
+                cache = self._open_parent(path)
+                try:
+                    write_atomic_at(cache, path.name, self.blob(digest), shown=str(path))
+                finally:
+                    os.close(cache)
+                _crash_point("bytecode")
+            if data is not None and mtime_ns is not None:
+                os.utime(name, ns=(mtime_ns, mtime_ns), dir_fd=folder, follow_symlinks=False)
+        finally:
+            os.close(folder)
+
+    def _open_parent(self, path: Path) -> int:
+        """The folder `path` goes into, opened by walking its real path from the tree's root one
+        component at a time with O_NOFOLLOW (made when missing): a folder swapped for a link after
+        inside() resolved it is refused, not followed out of the tree."""
+        real_root = self.root.resolve()
+        parts = path.parent.resolve().relative_to(real_root).parts
+        fd = os.open(real_root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            for n, part in enumerate(parts):
+                below = open_dir(fd, part, real_root.joinpath(*parts[:n + 1]), create=True)
+                assert below is not None  # created
+                os.close(fd)
+                fd = below
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
     # records of patchctl before 2026-12 ------------------------------------------------------
     def _migrate_legacy(self) -> None:
