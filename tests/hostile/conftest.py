@@ -122,6 +122,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         return
     terminalreporter.section("hostile cases per class")
     columns = ("cases", "ok", "clean-error", "traceback", "hang", "outside-writes")
-    terminalreporter.write_line(f"{'class':<34}" + "".join(f"{c:>14}" for c in columns))
+    terminalreporter.write_line(f"{'class':<34}" + "".join(f"{c:>16}" for c in columns))
     for klass in sorted(TALLY):
-        terminalreporter.write_line(f"{klass:<34}" + "".join(f"{TALLY[klass][c]:>14}" for c in columns))
+        terminalreporter.write_line(f"{klass:<34}" + "".join(f"{TALLY[klass][c]:>16}" for c in columns))
