@@ -10,12 +10,15 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import stat
 import threading
 from pathlib import Path
 
 from patchctl.errors import WriteError
 
 _os_write = os.write  # tests replace this to simulate short writes, ENOSPC, ...
+_O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
 def temp_path(path: Path) -> Path:
@@ -40,15 +43,47 @@ def write_atomic(path: str | os.PathLike, data: bytes, *, mode: int | None = Non
     path is raised (its errno and filename kept, so callers can still tell ENOSPC from EACCES).
     """
     path = Path(path)
-    tmp = temp_path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        dir_fd = os.open(path.parent, os.O_RDONLY | _O_DIRECTORY)
+    except OSError as exc:
+        raise WriteError(exc.errno, exc.strerror or str(exc), str(path)) from exc
+    try:
+        _write_in(dir_fd, path.name, data, mode=mode, owner=owner, durable=durable, shown=str(path),
+                  follow=True)
+    finally:
+        os.close(dir_fd)
+
+
+def write_atomic_at(dir_fd: int, name: str, data: bytes, *, mode: int | None = None,
+                    owner: tuple[int, int] | None = None, shown: str | None = None) -> None:
+    """write_atomic for a file `name` in the directory open as `dir_fd`, following no symlink: the
+    temp file is created new (O_EXCL | O_NOFOLLOW), the old file's mode is read without following a
+    link, and the rename happens inside that very directory, whatever its path now leads to. For
+    bookkeeping in a tree another user may write (a link planted there redirects nothing).
+    shown: the path errors name (default: the name)."""
+    _write_in(dir_fd, name, data, mode=mode, owner=owner, durable=True, shown=shown or name, follow=False)
+
+
+def _write_in(dir_fd: int, name: str, data: bytes, *, mode: int | None, owner: tuple[int, int] | None,
+              durable: bool, shown: str, follow: bool) -> None:
+    tmp = temp_path(Path(name)).name
+    created = False
     try:
         if mode is None:
             try:
-                mode = os.stat(path).st_mode & 0o7777
+                old = os.stat(name, dir_fd=dir_fd, follow_symlinks=follow)
+                if stat.S_ISREG(old.st_mode):  # not a link's 0777, nor a FIFO's
+                    mode = old.st_mode & 0o7777
             except FileNotFoundError:
                 pass
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644 if mode is None else mode)
+        try:
+            os.unlink(tmp, dir_fd=dir_fd)  # a leftover of a dead process of the same pid (or a planted link)
+        except FileNotFoundError:
+            pass
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW, 0o644 if mode is None else mode,
+                     dir_fd=dir_fd)
+        created = True
         try:
             _write_all(fd, data)
             if owner is not None and owner != (os.geteuid(), os.getegid()) and os.geteuid() == 0:
@@ -59,18 +94,20 @@ def write_atomic(path: str | os.PathLike, data: bytes, *, mode: int | None = Non
                 os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(tmp, path)
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        created = False
         if durable:
-            _fsync_directory(path.parent)
+            _fsync_fd(dir_fd)
     except BaseException as exc:
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:
-            pass
+        if created:
+            try:
+                os.unlink(tmp, dir_fd=dir_fd)
+            except OSError:
+                pass
         if not isinstance(exc, Exception):  # KeyboardInterrupt, SystemExit: not a write error
             raise
         reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
-        raise WriteError(getattr(exc, "errno", None), reason, str(path)) from exc
+        raise WriteError(getattr(exc, "errno", None), reason, shown) from exc
 
 
 def write_verified(path: str | os.PathLike, data: bytes) -> None:
@@ -101,15 +138,9 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
-def _fsync_directory(directory: Path) -> None:
+def _fsync_fd(dir_fd: int) -> None:
     """Make the rename itself durable: without this a crash can bring back the old directory entry."""
     try:
-        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except OSError:
-        return  # some filesystems do not let a directory be opened; the file itself is synced
-    try:
-        os.fsync(fd)
+        os.fsync(dir_fd)
     except OSError:
         pass  # EINVAL on filesystems that cannot sync a directory
-    finally:
-        os.close(fd)

@@ -124,3 +124,63 @@ def test_journal_turns_a_full_disk_into_a_clean_failure(tmp_path, monkeypatch):
     assert "b.py" in str(info.value) and "nothing was changed" in str(info.value)
     assert (root / "a.py").read_bytes() == b"a = 1\n" and (root / "b.py").read_bytes() == b"b = 1\n"
     assert failed and leftovers(root) == [] and not state.journal_file.exists()
+
+
+def _dir_fd(path):
+    return os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+
+
+def test_write_atomic_at_replaces_a_planted_link_and_never_writes_through_it(tmp_path):
+    from patchctl.atomic import write_atomic_at
+
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"precious")
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "state.json").symlink_to(outside)
+    fd = _dir_fd(folder)
+    try:
+        write_atomic_at(fd, "state.json", b"new")
+    finally:
+        os.close(fd)
+    assert outside.read_bytes() == b"precious"
+    assert not (folder / "state.json").is_symlink() and (folder / "state.json").read_bytes() == b"new"
+    assert stat.S_IMODE((folder / "state.json").stat().st_mode) == 0o644 & ~_umask()
+
+
+def test_write_atomic_at_a_link_planted_at_the_temp_name_is_not_followed(tmp_path):
+    from patchctl.atomic import temp_path, write_atomic_at
+
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"precious")
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    temp_path(folder / "f").symlink_to(outside)  # guessed: the name holds only the pid
+    fd = _dir_fd(folder)
+    try:
+        write_atomic_at(fd, "f", b"new")
+    finally:
+        os.close(fd)
+    assert outside.read_bytes() == b"precious" and (folder / "f").read_bytes() == b"new"
+    assert sorted(p.name for p in folder.iterdir()) == ["f"]
+
+
+def test_write_atomic_at_writes_into_the_folder_it_was_given_even_if_renamed(tmp_path):
+    from patchctl.atomic import write_atomic_at
+
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    fd = _dir_fd(folder)
+    try:
+        folder.rename(tmp_path / "moved")
+        (tmp_path / "folder").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+        write_atomic_at(fd, "f", b"new")
+    finally:
+        os.close(fd)
+    assert (tmp_path / "moved" / "f").read_bytes() == b"new" and not (tmp_path / "elsewhere").exists()
+
+
+def _umask() -> int:
+    old = os.umask(0)
+    os.umask(old)
+    return old

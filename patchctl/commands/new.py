@@ -23,6 +23,7 @@ def run(engine: str, name: str, where, store_dir: str | None, ctx, *, files: tup
     from patchctl.sources import fetch
     from patchctl.tree import edits as ed
     from patchctl.tree.find import find_target
+    from patchctl.tree.operations import check_paths
 
     store_root = capture.writable_store(store_dir)
     capture.check_new_name(store_root, engine, name)
@@ -49,6 +50,7 @@ def run(engine: str, name: str, where, store_dir: str | None, ctx, *, files: tup
                                                  ed.current_bytes(target, e.path)) for e in scan.edits},
                                        named=_named(target, files))
     warnings += skipped
+    check_paths(target, list(pairs))
     if not pairs:
         raise UsageError(f"no file of {label} that differs from its release is text: nothing a variant can carry")
     title = title or capture.TITLE_PLACEHOLDER

@@ -23,6 +23,7 @@ def run(engine: str, name: str, where, store_dir: str | None, ctx, *, files: tup
     from patchctl.tree import edits as ed
     from patchctl.tree.find import find_target
     from patchctl.tree.journal import sha256
+    from patchctl.tree.operations import check_paths
 
     store_root = capture.writable_store(store_dir)
     store = Store.open(store_root)
@@ -37,6 +38,7 @@ def run(engine: str, name: str, where, store_dir: str | None, ctx, *, files: tup
     old = load_variant(choice.variant, allow_modified=True)
     extras = [ed.inside_engine(target, f) for f in files]
     paths = list(dict.fromkeys([*old.paths, *extras]))
+    check_paths(target, paths)  # the variant is the store's: it may name a .pth or another package
     release = fetch.release(target.engine, version, ctx)
     pristine = ed.release_bytes(target, release, paths)
     base = _base_files(target, series, patch, version, release, paths, pristine)

@@ -23,7 +23,9 @@ def run(spec: str, where, *, force: bool = False, wait: float = 0.0) -> tuple[di
 def run_from_release(spec: str, where, store, ctx, *, wait: float = 0.0) -> tuple[dict, int]:
     """The way out of a damaged record or journal: no guess at what patchctl did. Every file the series
     can touch at this version, and every file the dist-info RECORD says differs, gets the release's
-    own bytes (read from its artifact, checked against the wheel's RECORD)."""
+    own bytes (read from its artifact, checked against the wheel's RECORD). The variants are read as
+    check and apply read them: pinned, and refused when they name a file outside the engine's packages
+    (tree.operations.check_paths refuses it again before anything is written)."""
     from patchctl.sources import fetch
     from patchctl.tree import operations as tgt
     from patchctl.tree.edits import record_mismatches
@@ -39,14 +41,16 @@ def run_from_release(spec: str, where, store, ctx, *, wait: float = 0.0) -> tupl
 
 
 def series_paths(store, engine: str, version) -> list[str]:
-    from patchctl.patching.evaluate import load_variant
+    from patchctl.patching.evaluate import load_variant, outside_package
     from patchctl.store import choose_variant
 
     paths = []
     for patch in store.series(engine).patches:
         choice = choose_variant(patch, version)
         if choice.variant is not None:
-            paths.extend(load_variant(choice.variant, allow_modified=True).paths)
+            parsed = load_variant(choice.variant, allow_modified=False)
+            outside_package(patch, choice.variant, parsed)
+            paths.extend(parsed.paths)
     return paths
 
 

@@ -284,6 +284,9 @@ def adopt(target: Target, patch: str, variant: str, files: Mapping[str, tuple[by
     now: path -> (the release's bytes, the tree's bytes). So `status` reports it intact, `revert`
     restores the release's files, and `ensure` finds it already applied. Nothing else is written.
     Returns a warning when the record could not be written (a tree this user cannot write)."""
+    from patchctl.tree.operations import check_paths
+
+    check_paths(target, list(files))  # what revert will restore: the one rule of every tree write
     st = target.state()
     try:
         with st.locked(wait):

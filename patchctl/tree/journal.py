@@ -26,15 +26,17 @@ import os
 import re
 import shutil
 import signal
+import stat
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from patchctl.atomic import write_atomic
+from patchctl.atomic import write_atomic_at
 from patchctl.errors import EnvironmentProblem, PatchctlError, StateDamaged
 from patchctl.paths import resolve_inside
+from patchctl.tree.nofollow import RECORD_LIMIT, Planted, exists_at, open_dir, read_at, read_path, rmtree_at, unlink_at
 
 STATE_SCHEMA = "patchctl-state/2"
 JOURNAL_SCHEMA = "patchctl-journal/2"
@@ -184,24 +186,57 @@ def sweep_temp_files(directories: Iterable[Path]) -> list[Path]:
     removed = []
     for directory in directories:
         try:
-            names = os.listdir(directory)
+            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         except OSError:
             continue
-        for name in names:
-            m = _TEMP.match(name)
-            if m and int(m.group(1)) != os.getpid() and not pid_alive(int(m.group(1))):
-                try:
-                    (directory / name).unlink()
-                    removed.append(directory / name)
-                except OSError:
-                    pass
+        try:
+            removed += [directory / name for name in _sweep_at(fd)]
+        finally:
+            os.close(fd)
     return removed
 
 
+def _sweep_at(dir_fd: int) -> list[str]:
+    removed: list[str] = []
+    try:
+        names = os.listdir(dir_fd)
+    except OSError:
+        return removed
+    for name in names:
+        m = _TEMP.match(name)
+        if m and int(m.group(1)) != os.getpid() and not pid_alive(int(m.group(1))):
+            try:
+                os.unlink(name, dir_fd=dir_fd)  # the temp file (or a link planted under its name), never a target
+                removed.append(name)
+            except OSError:
+                pass
+    return removed
+
+
+class _Folders(NamedTuple):
+    """The bookkeeping folders, open: the tree, <tree>/.patchctl and <tree>/.patchctl/<engine>."""
+
+    root: int
+    top: int
+    dir: int
+
+
+_GITIGNORE = b"# patchctl's record of what it changed in this tree\n*\n"
+
+
 class TargetState:
-    def __init__(self, root: Path, engine: str, legacy_dir: Path | None = None):
+    """The bookkeeping of one engine in one tree. Every file of it is read and written relative to the
+    folder's descriptor, following no link (nofollow.py): whoever can write the tree cannot make a
+    root `patchctl` read or write anywhere else. packages: the engine's packages (engines.yaml);
+    every path a record or journal names must lie in one of them (the outside-package rule)."""
+
+    def __init__(self, root: Path, engine: str, legacy_dir: Path | None = None,
+                 packages: tuple[str, ...] | None = None):
         self.root = root
-        self.dir = root / ".patchctl" / engine
+        self.engine = engine
+        self.packages = packages
+        self.top = root / ".patchctl"
+        self.dir = self.top / engine
         self.state_file = self.dir / "state.json"
         self.journal_file = self.dir / "journal.json"
         self.blobs = self.dir / "blobs"
@@ -209,12 +244,74 @@ class TargetState:
         self._way_out = (f"`patchctl revert {engine} --target {root} --from-release` restores the pristine files "
                          f"from the release itself (checked against its RECORD) and clears the record")
 
+    # the folders -----------------------------------------------------------------------------
+    @contextmanager
+    def _folders(self, create: bool = False) -> Iterator[_Folders | None]:
+        """The folders open (None: missing and not created). create: made when missing, with the
+        .gitignore that keeps them out of a checkout's status; a full disk leaves no empty folder."""
+        opened: list[int] = []
+        try:
+            root_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # named by the user
+            opened.append(root_fd)
+            owners = frozenset({os.fstat(root_fd).st_uid, 0, os.geteuid()})
+            top = open_dir(root_fd, ".patchctl", self.top, owners=owners)
+            made_top = top is None
+            if top is None and create:
+                top = open_dir(root_fd, ".patchctl", self.top, create=True, owners=owners)
+            if top is None:
+                yield None
+                return
+            opened.append(top)
+            folder = open_dir(top, self.engine, self.dir, owners=owners)
+            made_dir = folder is None
+            if folder is None and create:
+                folder = open_dir(top, self.engine, self.dir, create=True, owners=owners)
+            if folder is None:
+                yield None
+                return
+            opened.append(folder)
+            if made_dir and not exists_at(top, ".gitignore"):  # a folder made now (a tree as pip left it)
+                try:
+                    write_atomic_at(top, ".gitignore", _GITIGNORE, shown=str(self.top / ".gitignore"))
+                    _crash_point("gitignore")
+                except OSError:
+                    # A full disk: leave no empty folder behind in the tree.
+                    if made_dir:
+                        _quietly(os.rmdir, self.engine, dir_fd=top)
+                    if made_top:
+                        _quietly(os.rmdir, ".patchctl", dir_fd=root_fd)
+                    raise
+            yield _Folders(root_fd, top, folder)
+        finally:
+            for fd in reversed(opened):
+                os.close(fd)
+
+    def _owners(self, f: _Folders) -> frozenset[int]:
+        return frozenset({os.fstat(f.root).st_uid, 0, os.geteuid()})
+
+    def _read(self, name: str, limit: int = RECORD_LIMIT) -> bytes | None:
+        with self._folders() as f:
+            return None if f is None else read_at(f.dir, name, self.dir / name, limit)
+
+    def _exists(self, name: str) -> bool:
+        with self._folders() as f:
+            return f is not None and exists_at(f.dir, name)
+
+    def _write(self, name: str, data: bytes) -> None:
+        with self._folders(create=True) as f:
+            assert f is not None  # created
+            write_atomic_at(f.dir, name, data, shown=str(self.dir / name))
+
+    def _unlink(self, name: str) -> None:
+        with self._folders() as f:
+            if f is not None:
+                unlink_at(f.dir, name)
+
     # records ---------------------------------------------------------------------------------
     def load(self) -> StateRecord | None:
         self._migrate_legacy()
-        try:
-            raw = self.state_file.read_bytes()
-        except FileNotFoundError:
+        raw = self._read("state.json")
+        if raw is None:
             return None
         body = _unseal("record", raw, self.state_file, "state", self._way_out)
         record = StateRecord.from_json(body)
@@ -226,65 +323,89 @@ class TargetState:
 
     def save(self, record: StateRecord | None) -> None:
         if record is None:
-            self.state_file.unlink(missing_ok=True)
+            self._unlink("state.json")
         else:
-            self._prepare_dir()
-            write_atomic(self.state_file, _sealed("record", record.to_json()))
+            self._write("state.json", _sealed("record", record.to_json()))
+
+    def set_aside_damaged(self) -> None:
+        """The record and the journal renamed out of the way (kept for a person to read), not replayed."""
+        with self._folders() as f:
+            if f is None:
+                return
+            for name in ("journal.json", "state.json"):
+                if exists_at(f.dir, name):
+                    os.rename(name, f"{name}.damaged-{int(time.time())}", src_dir_fd=f.dir, dst_dir_fd=f.dir)
 
     def inside(self, rel: str, where: Path) -> Path:
-        """root/rel, for a path read from a record or journal: relative and resolved inside the target."""
+        """root/rel, for a path read from a record or journal: relative, inside the engine's packages,
+        and resolved inside the target. A path the record names that a symlink now leads out of the
+        tree is not a damaged record: it is said as it is (Planted)."""
+        if os.path.isabs(rel) or ".." in Path(rel).parts or "\0" in rel:
+            raise StateDamaged(f"{where} names {rel!r}, which leaves the tree", hint=self._way_out)
+        if self.packages is not None and (rel.split("/", 1)[0] not in self.packages or "/" not in rel):
+            raise StateDamaged(f"{where} names {rel!r}, outside the {', '.join(p + '/' for p in self.packages)} "
+                               f"package: patchctl writes nothing else", hint=self._way_out)
         try:
             return resolve_inside(self.root, rel)
-        except PatchctlError as exc:
-            raise StateDamaged(f"{where} names {rel!r}: {exc.message}", hint=self._way_out) from None
+        except PatchctlError:
+            resolved = (self.root / rel).resolve()
+            raise Planted(f"{self.root / rel} is a symlink (or lies under one) to {resolved}, outside the tree: "
+                          f"patchctl reads and writes nothing through it",
+                          hint="replace the link by the file it names (or remove it), then run the command "
+                               "again") from None
 
     def put_blob(self, data: bytes) -> str:
         digest = hashlib.sha256(data).hexdigest()
-        path = self.blobs / digest
-        if not path.is_file() or sha256(path.read_bytes()) != digest:
-            self._prepare_dir()
-            write_atomic(path, data)
+        with self._folders(create=True) as f:
+            assert f is not None  # created
+            blobs = open_dir(f.dir, "blobs", self.blobs, create=True, owners=self._owners(f))
+            assert blobs is not None  # created
+            try:
+                if sha256(read_at(blobs, digest, self.blobs / digest)) != digest:
+                    write_atomic_at(blobs, digest, data, shown=str(self.blobs / digest))
+            finally:
+                os.close(blobs)
         return digest
 
     def blob(self, digest: str) -> bytes:
-        try:
-            data = (self.blobs / digest).read_bytes()
-        except FileNotFoundError:
-            raise StateDamaged(f"backup {digest[:12]}… is missing from {self.blobs}", hint=self._way_out) from None
+        with self._folders() as f:
+            blobs = None if f is None else open_dir(f.dir, "blobs", self.blobs, owners=self._owners(f))
+            if blobs is None:
+                data = None
+            else:
+                try:
+                    data = read_at(blobs, digest, self.blobs / digest)
+                finally:
+                    os.close(blobs)
+        if data is None:
+            raise StateDamaged(f"backup {digest[:12]}… is missing from {self.blobs}", hint=self._way_out)
         if sha256(data) != digest:
             raise StateDamaged(f"backup {digest[:12]}… in {self.blobs} is corrupt", hint=self._way_out)
         return data
-
-    def _prepare_dir(self) -> None:
-        if self.dir.is_dir():
-            return
-        made = not self.dir.parent.exists()
-        self.dir.mkdir(parents=True, exist_ok=True)
-        try:
-            ignore = self.dir.parent / ".gitignore"
-            if not ignore.exists():
-                write_atomic(ignore, b"# patchctl's record of what it changed in this tree\n*\n")
-        except OSError:
-            # A full disk: leave no empty folder behind in the tree.
-            self.dir.rmdir()
-            if made:
-                self.dir.parent.rmdir()
-            raise
 
     # the lock --------------------------------------------------------------------------------
     @contextmanager
     def locked(self, wait_seconds: float = 0.0, *, read_only_ok: bool = False) -> Iterator[None]:
         """The target's lock. read_only_ok: a tree this user cannot write (status as another user) is
         read without it, as long as no interrupted write waits to be undone. When nothing is applied
-        any more, the bookkeeping folder is removed on the way out: revert leaves the tree as it was."""
+        any more, the bookkeeping folder is removed on the way out: revert leaves the tree as it was.
+        The holder before us may remove the folder as it leaves: a waiter then makes it again."""
         deadline = time.monotonic() + wait_seconds
         while True:
             try:
-                self._prepare_dir()
-                fd = os.open(self.dir / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+                fd = self._open_lock()
+            except FileNotFoundError:
+                # Removed by the holder between our mkdir and our open: take the lock on the new one.
+                if time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    continue
+                raise EnvironmentProblem(f"cannot lock {self.dir}: it was removed as patchctl made it",
+                                         hint="pass --wait SECONDS") from None
+            except Planted:
+                raise
             except OSError as exc:
                 if read_only_ok and exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT) \
-                        and not self.journal_file.exists():
+                        and not self._exists("journal.json"):
                     yield
                     return
                 raise EnvironmentProblem(f"cannot lock {self.dir}: {exc.strerror}",
@@ -293,12 +414,7 @@ class TargetState:
                 self._flock(fd, deadline)
                 # The holder before us may have removed the folder (nothing applied): a lock on a
                 # deleted file locks nothing, so take the lock again on the file that is there now.
-                try:
-                    same = os.fstat(fd).st_ino == os.stat(self.dir / "lock").st_ino
-                except FileNotFoundError:
-                    same = False
-                if not same:
-                    os.close(fd)
+                if not self._is_current_lock(fd):
                     continue
                 os.ftruncate(fd, 0)
                 os.pwrite(fd, str(os.getpid()).encode(), 0)
@@ -312,6 +428,31 @@ class TargetState:
                     os.close(fd)  # closing releases the flock
                 except OSError:
                     pass
+
+    def _open_lock(self) -> int:
+        with self._folders(create=True) as f:
+            assert f is not None  # created
+            fd = os.open("lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644,
+                         dir_fd=f.dir)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise Planted(f"{self.dir / 'lock'} is not a regular file: patchctl locks nothing else",
+                              hint="remove it: patchctl did not make it")
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def _is_current_lock(self, fd: int) -> bool:
+        try:
+            with self._folders() as f:
+                if f is None:
+                    return False
+                now = os.stat("lock", dir_fd=f.dir, follow_symlinks=False)
+        except FileNotFoundError:
+            return False
+        held = os.fstat(fd)
+        return (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino)
 
     def _flock(self, fd: int, deadline: float) -> None:
         while True:
@@ -330,20 +471,21 @@ class TargetState:
                 time.sleep(0.2)
 
     def _forget_if_unused(self) -> None:
-        """No record and no journal: remove the folder (under the lock), and .patchctl/ if it is empty."""
-        if self.state_file.exists() or self.journal_file.exists():
-            return
-        shutil.rmtree(self.blobs, ignore_errors=True)
-        for name in os.listdir(self.dir) if self.dir.is_dir() else ():
-            if name != "lock" and not _TEMP.match(name):
-                return  # something else (a damaged record set aside): leave it for a person
-        shutil.rmtree(self.dir, ignore_errors=True)
-        parent = self.dir.parent
-        try:
-            if sorted(os.listdir(parent)) in ([], [".gitignore"]):
-                shutil.rmtree(parent, ignore_errors=True)
-        except OSError:
-            pass
+        """No record and no journal: remove the folder (under the lock), and .patchctl/ if it is empty.
+        Nothing is removed through a link: a link planted in the folder is unlinked, not followed."""
+        with self._folders() as f:
+            if f is None or exists_at(f.dir, "state.json") or exists_at(f.dir, "journal.json"):
+                return
+            rmtree_at(f.dir, "blobs")
+            for name in os.listdir(f.dir):
+                if name != "lock" and not _TEMP.match(name):
+                    return  # something else (a damaged record set aside): leave it for a person
+            rmtree_at(f.top, self.engine)
+            try:
+                if sorted(os.listdir(f.top)) in ([], [".gitignore"]):
+                    rmtree_at(f.root, ".patchctl")
+            except OSError:
+                pass
 
     # journaled writes ------------------------------------------------------------------------
     def capture(self, rel: str) -> tuple[int | None, tuple[tuple[str, str], ...]]:
@@ -353,7 +495,12 @@ class TargetState:
             mtime = path.lstat().st_mtime_ns
         except FileNotFoundError:
             return None, ()
-        return mtime, tuple((pyc, self.put_blob((self.root / pyc).read_bytes())) for pyc in _bytecode_of(self.root, rel))
+        stashed = []
+        for pyc in _bytecode_of(self.root, rel):
+            data = read_path(self.inside(pyc, self.state_file))
+            if data is not None:
+                stashed.append((pyc, self.put_blob(data)))
+        return mtime, tuple(stashed)
 
     def write_files(self, changes: list[Change], new_record: StateRecord | None) -> None:
         """Replace files under the root all-or-nothing, then save new_record."""
@@ -367,10 +514,10 @@ class TargetState:
                 "before_mtime_ns": mtime, "before_bytecode": [list(b) for b in bytecode],
                 "after_mtime_ns": c.after_mtime_ns, "after_bytecode": [list(b) for b in c.after_bytecode],
             })
-        previous = self.state_file.read_text() if self.state_file.is_file() else None
+        raw = self._read("state.json")
+        previous = None if raw is None else raw.decode("utf-8", errors="surrogateescape")
         journal = {"schema": JOURNAL_SCHEMA, "entries": entries, "previous_state": previous, "pid": os.getpid()}
-        self._prepare_dir()
-        write_atomic(self.journal_file, _sealed("journal", journal))
+        self._write("journal.json", _sealed("journal", journal))
         _crash_point("journal")
         try:
             for n, e in enumerate(entries, start=1):
@@ -380,7 +527,7 @@ class TargetState:
             _crash_point("state")
         except OSError as exc:
             self._roll_back_after(exc)
-        self.journal_file.unlink()
+        self._unlink("journal.json")
 
     def _roll_back_after(self, exc: OSError) -> None:
         cause = exc.strerror or str(exc)
@@ -401,34 +548,58 @@ class TargetState:
     def _journal_entries(self) -> list[dict[str, Any]]:
         try:
             return self._read_journal()["entries"]
-        except PatchctlError:
+        except (PatchctlError, OSError):
             return []
 
     def _read_journal(self) -> dict[str, Any]:
-        body = _unseal("journal", self.journal_file.read_bytes(), self.journal_file, "journal", self._way_out)
+        raw = self._read("journal.json")
+        if raw is None:
+            raise StateDamaged(f"{self.journal_file} vanished while being read", hint=self._way_out)
+        body = _unseal("journal", raw, self.journal_file, "journal", self._way_out)
         for e in body["entries"]:
             self.inside(e["path"], self.journal_file)
             for pyc, _ in list(e["before_bytecode"]) + list(e["after_bytecode"]):
                 self.inside(pyc, self.journal_file)
         return body
 
+    def _sweep(self) -> None:
+        """Temp files of dead processes in every bookkeeping folder patchctl writes into."""
+        with self._folders() as f:
+            if f is None:
+                return
+            _sweep_at(f.top)  # .gitignore's
+            _sweep_at(f.dir)  # state.json's, journal.json's
+            blobs = open_dir(f.dir, "blobs", self.blobs, owners=self._owners(f))
+            if blobs is not None:
+                try:
+                    _sweep_at(blobs)
+                finally:
+                    os.close(blobs)
+
     def recover(self) -> bool:
         """Undo an interrupted write and sweep temp files of dead processes; True when there was one."""
         self._migrate_legacy()
-        sweep_temp_files([self.dir, self.blobs])
-        if not self.journal_file.is_file():
+        self._sweep()
+        if not self._exists("journal.json"):
             return False
         journal = self._read_journal()
-        sweep_temp_files({(self.root / e["path"]).parent for e in journal["entries"]})
+        # Every folder the interrupted write can have written into: the files' and their bytecode's.
+        written = set()
+        for e in journal["entries"]:
+            parent = self.inside(e["path"], self.journal_file).parent
+            written |= {parent, parent / "__pycache__"}
+            for pyc, _ in list(e["before_bytecode"]) + list(e["after_bytecode"]):
+                written.add(self.inside(pyc, self.journal_file).parent)
+        sweep_temp_files(sorted(written))
         try:
             for e in reversed(journal["entries"]):
                 if self._current_digest(e["path"]) == e["before"]:
                     continue  # never reached by the interrupted write: nothing to undo (and no space needed)
                 self._put(e["path"], e["before"], e["before_mtime_ns"], e["before_bytecode"])
             if journal["previous_state"] is None:
-                self.state_file.unlink(missing_ok=True)
+                self._unlink("state.json")
             else:
-                write_atomic(self.state_file, journal["previous_state"].encode())
+                self._write("state.json", journal["previous_state"].encode("utf-8", errors="surrogateescape"))
         except OSError as exc:
             # Every step above is idempotent: the next command's recovery starts it again.
             raise EnvironmentProblem(
@@ -436,38 +607,70 @@ class TargetState:
                 f"{self.journal_file} is kept ({', '.join(e['path'] for e in journal['entries'])})",
                 hint="free space (or fix the disk), then run `patchctl status` on this target",
             ) from None
-        self.journal_file.unlink()
+        self._unlink("journal.json")
         return True
 
     def _current_digest(self, rel: str) -> str | None:
-        path = self.inside(rel, self.journal_file)
-        return sha256(path.read_bytes()) if path.is_file() else None
+        return sha256(read_path(self.inside(rel, self.journal_file)))
 
     def _put(self, rel: str, blob: str | None, mtime_ns: int | None, bytecode: Iterable[Iterable[str]]) -> None:
         target = self.inside(rel, self.journal_file)
         data = None if blob is None else self.blob(blob)
-        if data is None:
-            target.unlink(missing_ok=True)
-        else:
-            try:
-                st = target.lstat()
-                mode, owner = st.st_mode & 0o7777, (st.st_uid, st.st_gid)
-            except FileNotFoundError:
-                mode, owner = 0o644, None
-            # A new inode (rename over): hardlinked installs (uv's cache) are never written through.
-            write_atomic(target, data, mode=mode, owner=owner)
-        for pyc in _bytecode_of(self.root, rel):
-            (self.root / pyc).unlink(missing_ok=True)
-        for pyc, digest in bytecode:
-            write_atomic(self.inside(pyc, self.journal_file), self.blob(digest))
-        if data is not None and mtime_ns is not None:
-            os.utime(target, ns=(mtime_ns, mtime_ns))
+        folder = self._open_parent(target)
+        try:
+            name = target.name
+            if data is None:
+                unlink_at(folder, name)
+            else:
+                try:
+                    st = os.stat(name, dir_fd=folder, follow_symlinks=False)
+                    if stat.S_ISLNK(st.st_mode):
+                        # A link inside the tree (inside() checked where it leads): the file it names
+                        # gives the mode, not the link's own 0777.
+                        st = os.stat(name, dir_fd=folder)
+                    mode, owner = st.st_mode & 0o7777, (st.st_uid, st.st_gid)
+                except FileNotFoundError:
+                    mode, owner = 0o644, None
+                # A new inode (rename over): hardlinked installs (uv's cache) are never written through.
+                write_atomic_at(folder, name, data, mode=mode, owner=owner, shown=str(target))
+            for pyc in _bytecode_of(self.root, rel):
+                (self.root / pyc).unlink(missing_ok=True)
+            for pyc, digest in bytecode:
+                path = self.inside(pyc, self.journal_file)
+                cache = self._open_parent(path)
+                try:
+                    write_atomic_at(cache, path.name, self.blob(digest), shown=str(path))
+                finally:
+                    os.close(cache)
+                _crash_point("bytecode")
+            if data is not None and mtime_ns is not None:
+                os.utime(name, ns=(mtime_ns, mtime_ns), dir_fd=folder, follow_symlinks=False)
+        finally:
+            os.close(folder)
+
+    def _open_parent(self, path: Path) -> int:
+        """The folder `path` goes into, opened by walking its real path from the tree's root one
+        component at a time with O_NOFOLLOW (made when missing): a folder swapped for a link after
+        inside() resolved it is refused, not followed out of the tree."""
+        real_root = self.root.resolve()
+        parts = path.parent.resolve().relative_to(real_root).parts
+        fd = os.open(real_root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            for n, part in enumerate(parts):
+                below = open_dir(fd, part, real_root.joinpath(*parts[:n + 1]), create=True)
+                assert below is not None  # created
+                os.close(fd)
+                fd = below
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
     # records of patchctl before 2026-12 ------------------------------------------------------
     def _migrate_legacy(self) -> None:
         """Move a record kept under the data dir (keyed by path) into the tree, once."""
         legacy = self.legacy_dir
-        if legacy is None or not (legacy / "state.json").is_file() or self.state_file.exists():
+        if legacy is None or not (legacy / "state.json").is_file() or self._exists("state.json"):
             return
         if (legacy / "journal.json").exists():
             raise StateDamaged(f"an interrupted write by an older patchctl is recorded in {legacy / 'journal.json'}",
@@ -477,13 +680,20 @@ class TargetState:
             record = StateRecord.from_json(old)
         except (ValueError, KeyError, TypeError) as exc:
             raise StateDamaged(f"{legacy / 'state.json'} is damaged ({exc})", hint=self._way_out) from None
-        self._prepare_dir()
         if (legacy / "blobs").is_dir():
             for blob in (legacy / "blobs").iterdir():
-                if not (self.blobs / blob.name).exists():
-                    write_atomic(self.blobs / blob.name, blob.read_bytes())
+                data = read_path(blob)
+                if data is not None:
+                    self.put_blob(data)
         self.save(record)
         shutil.rmtree(legacy, ignore_errors=True)
+
+
+def _quietly(func: Any, *args: Any, **kwargs: Any) -> None:
+    try:
+        func(*args, **kwargs)
+    except OSError:
+        pass
 
 
 def _bytecode_of(root: Path, rel: str) -> list[str]:

@@ -17,7 +17,7 @@ from packaging.version import Version
 from patchctl import config
 from patchctl import outcomes as O
 from patchctl.engines import Engine
-from patchctl.errors import ConflictError, Drifted, EnvironmentProblem, PatchFailed, StateDamaged, UsageError
+from patchctl.errors import ConflictError, Drifted, EnvironmentProblem, PatchFailed, StateDamaged, StoreError, UsageError
 from patchctl.tree.journal import (
     BuildRecord,
     Change,
@@ -27,6 +27,7 @@ from patchctl.tree.journal import (
     TargetState,
     sha256,
 )
+from patchctl.tree.nofollow import read_path
 
 if TYPE_CHECKING:
     # The apply engine (and unidiff, the store, packaging.requirements under it) is imported by
@@ -46,7 +47,8 @@ class Target(NamedTuple):
     def state(self) -> TargetState:
         # Where records lived before they moved into the tree (read once, then moved).
         key = hashlib.sha256(f"{self.engine.name}\0{self.root.resolve()}".encode()).hexdigest()[:20]
-        return TargetState(self.root, self.engine.name, legacy_dir=config.data_dir() / "targets" / key)
+        return TargetState(self.root, self.engine.name, legacy_dir=config.data_dir() / "targets" / key,
+                           packages=tuple(self.engine.packages))
 
 
 class FileStatus(NamedTuple):
@@ -63,13 +65,13 @@ class TargetStatus(NamedTuple):
 
 def status(target: Target) -> TargetStatus:
     """What the record says against what the files are; the caller holds the lock (or reads only)."""
-    record = target.state().load()
+    st = target.state()
+    record = st.load()
     if record is None:
         return TargetStatus("not-applied", None, (), f"no patches applied to {target.engine.name} at {target.root}")
     files = []
     for f in record.files:
-        path = target.root / f.path
-        data = path.read_bytes() if path.is_file() else None
+        data = read_path(st.inside(f.path, st.state_file))
         digest = sha256(data)
         if digest == f.patched_sha256:
             files.append(FileStatus(f.path, "patched"))
@@ -160,7 +162,7 @@ def _apply_locked(target: Target, st: TargetState, current: TargetStatus, patche
         carried = tuple(f for f in record.files if f.path in leftovers)
         record = record._replace(files=carried, patches=()) if carried else None
     applied = frozenset(p.name for p in record.patches) if record else frozenset()
-    result = evaluate.evaluate(patches, target.version, _TreeSource(target.root, leftovers),
+    result = evaluate.evaluate(patches, target.version, _TreeSource(target, leftovers),
                                    options=options._replace(applied=applied), base_files=base_files)
     if not result.ok and not keep_going:
         raise _failed(result, [o for o in result.outcomes if o.outcome == O.CONFLICT])
@@ -173,6 +175,7 @@ def _apply_locked(target: Target, st: TargetState, current: TargetStatus, patche
     if not changes and (record is None or (record.store_fingerprint == fingerprint
                                            and _build(target, record) == record.build)):
         return ApplyReport(result, (), recovered, "nothing to write", current.state)
+    check_paths(target, [c.path for c in changes])
     _check_writable(target.root, [c.path for c in changes])
     new_record = _merge_record(target, st, record, result, changes, fingerprint)
     st.write_files([Change(c.path, c.before, c.after) for c in changes], new_record)
@@ -182,16 +185,20 @@ def _apply_locked(target: Target, st: TargetState, current: TargetStatus, patche
 class _TreeSource:
     """The target's files as the apply engine reads them, with the patches' own leftovers absent."""
 
-    def __init__(self, root: Path, absent: frozenset[str]):
+    def __init__(self, target: Target, absent: frozenset[str]):
         from patchctl.sources.files import DirectorySource
 
-        self._tree = DirectorySource(root)
+        self._target = target
+        self._tree = DirectorySource(target.root)
         self._absent = absent
 
     def read(self, path: str) -> bytes | None:
         if path in self._absent:
             return None
-        data = self._tree.read(path)
+        from patchctl.sources.files import resolve_inside
+
+        check_paths(self._target, [path])  # before the file system is asked: bad input is exit 2
+        data = read_path(resolve_inside(self._tree.root, path))  # a FIFO in the tree is refused, not read
         if data is not None and (self._tree.root / path).is_symlink():
             raise UsageError(f"{path} is a symlink: patchctl replaces files by rename and would turn it into a "
                              f"copy, so it refuses to patch it",
@@ -210,6 +217,40 @@ def _failed(result: SeriesResult, bad: list) -> ConflictError:
         f"{len(bad)} patch(es) do not apply: {', '.join(o.name for o in bad)}; nothing was written",
         result, hint="see the report; --keep-going applies the others",
     )
+
+
+def check_paths(target: Target, paths: Iterable[str]) -> None:
+    """The one rule for every path a command writes into a tree (apply, revert, --from-release,
+    recovery through the record): inside one of the engine's packages (a `.pth` beside them runs code
+    at every interpreter start; another distribution's files are not ours), and a path the file
+    system can hold there: no name over NAME_MAX, no file where a folder must be, no folder where the
+    file goes. Bad patch input is refused (exit 2) before anything is written, never an exit 3
+    from the writer halfway."""
+    packages = tuple(target.engine.packages)
+    for rel in paths:
+        parts = rel.split("/")
+        if os.path.isabs(rel) or ".." in parts or "\0" in rel:
+            raise StoreError(f"refusing {rel!r}: it leaves the tree")
+        if parts[0] not in packages or len(parts) < 2:
+            raise StoreError(f"refusing {rel}: patchctl writes only files inside the "
+                             f"{', '.join(p + '/' for p in packages)} package",
+                             hint="a patch of another distribution belongs in that engine's series")
+        try:
+            name_max = os.pathconf(target.root, "PC_NAME_MAX")
+        except (OSError, ValueError):
+            name_max = 255
+        long = [p for p in parts if len(os.fsencode(p)) > name_max]
+        if long:
+            raise StoreError(f"refusing {rel}: the name {long[0][:40]}… is {len(os.fsencode(long[0]))} bytes, more "
+                             f"than the file system holds ({name_max})")
+        here = target.root
+        for part in parts[:-1]:
+            here = here / part
+            if here.exists() and not here.is_dir():
+                raise StoreError(f"refusing {rel}: {here.relative_to(target.root)} is a file, not a folder")
+        final = target.root / rel
+        if final.is_dir():
+            raise StoreError(f"refusing {rel}: it is a folder in the tree, not a file")
 
 
 def _check_writable(root: Path, paths: list[str]) -> None:
@@ -272,7 +313,7 @@ def revert(target: Target, *, force: bool = False, wait: float = 0.0) -> RevertR
             # Only files the patches created are still ours: pip replaced the others.
             created = [f for f, s in zip(current.record.files, current.files, strict=True)
                        if f.pristine_sha256 is None and s.status == "patched"]
-            changes = [Change(f.path, (target.root / f.path).read_bytes(), None) for f in created]
+            changes = [Change(f.path, read_path(st.inside(f.path, st.state_file)), None) for f in created]
             st.write_files(changes, None)
             return RevertReport(tuple(c.path for c in changes), (), recovered,
                                 f"{current.message} Dropped the stale record"
@@ -285,10 +326,10 @@ def revert(target: Target, *, force: bool = False, wait: float = 0.0) -> RevertR
             if fs.status != "patched" and not force:
                 raise PatchFailed(f"{record.path} changed since it was patched; refusing to overwrite it",
                                   hint="pass --force to restore the pristine file anyway")
-            path = target.root / record.path
-            before = path.read_bytes() if path.is_file() else None
+            before = read_path(st.inside(record.path, st.state_file))
             pristine = None if record.pristine_sha256 is None else st.blob(record.pristine_sha256)
             changes.append(Change(record.path, before, pristine, record.pristine_mtime_ns, record.bytecode))
+        check_paths(target, [c.path for c in changes])
         _check_writable(target.root, [c.path for c in changes])
         st.write_files(changes, None)
         return RevertReport(tuple(c.path for c in changes), tuple(skipped), recovered, "")
@@ -299,11 +340,11 @@ def repair_from_release(target: Target, release: FileSource, paths: list[str], *
     this version, and whatever the dist-info RECORD says differs) back to the release's own bytes,
     read from its artifact (each member checked against the wheel's RECORD), and the record dropped."""
     st = target.state()
+    check_paths(target, paths)
     with st.locked(wait):
         changes, skipped = [], []
         for rel in paths:
-            path = st.inside(rel, st.dir)
-            current = path.read_bytes() if path.is_file() else None
+            current = read_path(st.inside(rel, st.dir))
             pristine = release.read(rel)
             if current == pristine:
                 skipped.append(rel)
@@ -311,12 +352,11 @@ def repair_from_release(target: Target, release: FileSource, paths: list[str], *
                 changes.append(Change(rel, current, pristine))
         _check_writable(target.root, [c.path for c in changes])
         # Nothing of the damaged record or journal is trusted: they are set aside, not replayed.
-        for damaged in (st.journal_file, st.state_file):
-            if damaged.exists():
-                damaged.replace(damaged.with_name(f"{damaged.name}.damaged-{int(time.time())}"))
+        st.set_aside_damaged()
         st.write_files(changes, None)
         return RevertReport(tuple(c.path for c in changes), tuple(skipped), False,
                             f"restored {len(changes)} file(s) from {target.engine.dist} {target.version} itself")
 
 
-__all__ = ["Drifted", "StateDamaged", "Target", "apply", "checked_status", "repair_from_release", "revert", "status"]
+__all__ = ["Drifted", "StateDamaged", "Target", "apply", "check_paths", "checked_status", "repair_from_release",
+           "revert", "status"]

@@ -1,0 +1,117 @@
+"""Item 1 and 11 of issue 23: whoever can write <tree>/.patchctl/ (the service user owning the venv)
+cannot make a root patchctl follow a link out of it, read a FIFO or a device, trust a folder another
+user made, or delete anything through a link; and a waiter's --wait survives the holder removing the
+folder. Each case fails on the code before the fix (checked with PYTHONPATH at main's checkout)."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import Outcome, run_cli
+
+# (what is replaced, where the link points in the outside folder)
+LINKS = [
+    (".patchctl", "."),  # the whole bookkeeping folder
+    (".patchctl/vllm", "."),  # the issue's reproduction: rmtree through it deleted outside/blobs
+    (".patchctl/vllm/blobs", "blobs"),
+    (".patchctl/vllm/state.json", "precious"),
+    (".patchctl/vllm/journal.json", "precious"),
+    (".patchctl/vllm/lock", "precious"),
+    (".patchctl/.gitignore", "precious"),
+]
+COMMANDS = ["status", "apply", "ensure", "revert"]
+
+
+def args(command: str, site: Path, store: Path) -> list[str]:
+    extra = ["--store", str(store)] if command in ("apply", "ensure") else []
+    return [command, "vllm", "--target", str(site), *extra]
+
+
+def plant_link(site: Path, rel: str, to: Path) -> None:
+    link = site / rel
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(to)
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize("rel,points_to", LINKS, ids=[r for r, _ in LINKS])
+def test_a_link_planted_in_the_bookkeeping_is_never_followed(case, site, store, rel, points_to, command):
+    c = case("bookkeeping: planted link")
+    plant_link(site, rel, c.outside / points_to)
+    out = c.record(run_cli(*args(command, site, store)))
+    if out.kind == "clean-error":
+        assert out.code == 3 and "link" in out.message, out.message
+
+
+FIFOS = [".patchctl/vllm/state.json", ".patchctl/vllm/journal.json", ".patchctl/vllm/lock"]
+
+
+@pytest.mark.parametrize("command", ["status", "revert", "apply"])
+@pytest.mark.parametrize("rel", FIFOS)
+def test_a_fifo_in_place_of_a_bookkeeping_file_is_refused_not_read(case, site, store, rel, command):
+    c = case("bookkeeping: FIFO")
+    (site / rel).parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(site / rel)
+    out = c.record(run_cli(*args(command, site, store), timeout=20))
+    assert out.kind == "clean-error" and out.code == 3 and "regular file" in out.message, out
+
+
+def test_a_fifo_in_place_of_a_backup_is_refused_not_read(case, site, store):
+    import hashlib
+
+    from patchctl.testing.fixtures import PRISTINE
+
+    assert run_cli("apply", "vllm", "--target", str(site), "--store", str(store)).code == 0
+    c = case("bookkeeping: FIFO")
+    blob = site / ".patchctl/vllm/blobs" / hashlib.sha256(PRISTINE["vllm/loader.py"].encode()).hexdigest()
+    blob.unlink()
+    os.mkfifo(blob)
+    out = c.record(run_cli("revert", "vllm", "--target", str(site), timeout=20))
+    assert out.kind == "clean-error" and "regular file" in out.message, out
+
+
+@pytest.mark.parametrize("which", [".patchctl", ".patchctl/vllm", ".patchctl/vllm/blobs"])
+@pytest.mark.parametrize("command", ["status", "apply"])
+def test_a_folder_another_user_made_is_not_trusted(case, site, store, which, command):
+    """The tree is root's; a folder in its bookkeeping owned by uid 65534 (neither root nor the tree's
+    owner) is refused, not read."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give a folder to another user")
+    for rel in (".patchctl", ".patchctl/vllm", ".patchctl/vllm/blobs"):
+        (site / rel).mkdir(exist_ok=True)
+    os.chown(site / which, 65534, 65534)
+    c = case("bookkeeping: foreign folder")
+    out = c.record(run_cli(*args(command, site, store)))
+    assert out.kind == "clean-error" and out.code == 3 and "uid 65534" in out.message, out
+
+
+def test_root_on_a_tree_a_service_user_owns_keeps_working(case, site, store):
+    """The normal case: the venv and its bookkeeping belong to the service user; root's ensure, status
+    and revert work, and leave every file the user's."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    subprocess.run(["chown", "-R", "65534:65534", str(site)], check=True)
+    c = case("bookkeeping: service user's tree")
+    assert c.record(run_cli("ensure", "vllm", "--target", str(site), "--store", str(store))).code == 0
+    assert (site / "vllm/loader.py").stat().st_uid == 65534
+    assert c.record(run_cli("status", "vllm", "--target", str(site))).doc["state"] == "intact"
+    assert c.record(run_cli("revert", "vllm", "--target", str(site))).code == 0
+    assert {p.stat().st_uid for p in site.rglob("*")} == {65534}
+
+
+@pytest.mark.parametrize("round_", range(8))
+def test_waiters_survive_the_holder_removing_the_folder(case, site, round_):
+    """Item 11: 5 parallel `status --wait 30` on a pristine tree; each holder removes the bookkeeping
+    folder as it leaves (nothing is applied), and every waiter still gets the lock."""
+    c = case("lock: --wait")
+    procs = [subprocess.Popen([sys.executable, "-m", "patchctl.cli", "status", "vllm", "--target", str(site),
+                               "--wait", "30", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(5)]
+    results = [(p.wait(timeout=60), p.stdout.read(), p.stderr.read()) for p in procs]
+    for code, out, err in results:
+        kind = "ok" if code == 0 else "traceback" if "Traceback" in err else "clean-error"
+        c.record(Outcome(kind, code, json.loads(out) if out.strip() else {}, err))
+        assert code == 0, out + err
+    assert not (site / ".patchctl").exists()
