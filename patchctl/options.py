@@ -136,17 +136,19 @@ class SourceFlags(NamedTuple):
     nightly_source: str | None = None
     repo: str | None = None
     as_version: Version | None = None
+    verify: bool = False
 
 
 def make_context(flags: SourceFlags, *, progress: Any = None) -> Any:
     from patchctl.sources.fetch import SourceContext
 
     return SourceContext(index_url=flags.index_url, offline=flags.offline, progress=progress,
-                         nightly_source=flags.nightly_source, repo=flags.repo, version_override=flags.as_version)
+                         nightly_source=flags.nightly_source, repo=flags.repo, version_override=flags.as_version,
+                         sparse=not flags.verify)
 
 
 def _fetch_flags(f: F, *, with_as_version: bool) -> F:
-    consumed = ["index_url", "offline", "nightly_source", "repo"] + (["as_version"] if with_as_version else [])
+    consumed = ["index_url", "offline", "nightly_source", "repo", "verify"] + (["as_version"] if with_as_version else [])
 
     def build(**flags: Any) -> Any:
         from patchctl.progress import progress_for
@@ -157,6 +159,9 @@ def _fetch_flags(f: F, *, with_as_version: bool) -> F:
         timeout_option,
         click.option("--index-url", help="Package index (default: pip's configuration, PIP_INDEX_URL)."),
         click.option("--offline", is_flag=True, help="Use only the cache; never touch the network."),
+        click.option("--verify", is_flag=True,
+                     help="Download the whole artifact and check its sha256 against the index, instead of range "
+                          "reads whose bytes are as the index served them (source.verified says which)."),
         click.option("--nightly-source", help="Where ENGINE@nightly comes from (wheel index URL or git URL)."),
         click.option("--repo", help="Git repository (URL or path) for ENGINE@git:REF."),
     ] + ([as_version_option] if with_as_version else [])

@@ -34,7 +34,7 @@ class SourceContext(NamedTuple):
     nightly_source: str | None = None
     repo: str | None = None
     version_override: Version | None = None  # for trees whose version cannot be read
-    sparse: bool = True
+    sparse: bool = True  # False: --verify (whole artifacts, checked against the index's sha256)
 
     def index(self, engine: Engine | None = None) -> PackageIndex:
         """The package index for the engine's releases (engines.yaml may name one of its own)."""
@@ -93,7 +93,9 @@ def release(ref_engine: Engine, version: Version, ctx: SourceContext, index: Pac
     choice = choose(index.project(ref_engine.dist), version, prefer_sdist=prefer_sdist, cache_root=cache,
                     offline=ctx.offline)
     return ReleaseSource(ref_engine, choice.file, cache, offline=ctx.offline, progress=ctx.progress,
-                         sparse=ctx.sparse, whole=choice.whole, reason=choice.reason)
+                         sparse=ctx.sparse, whole=choice.whole, verify=not ctx.sparse,
+                         reason=choice.reason if ctx.sparse else
+                         f"{choice.file.kind}, whole: --verify checks it against the index's sha256")
 
 
 def latest_release(engine: Engine, ctx: SourceContext) -> Version:

@@ -185,7 +185,8 @@ class ReleaseSource:
 
     def __init__(self, engine: Engine, artifact: IndexFile, cache_root: Path, *,
                  offline: bool = False, progress: ProgressSink | None = None, sparse: bool = True,
-                 details: dict | None = None, whole: bool = False, reason: str | None = None):
+                 details: dict | None = None, whole: bool = False, reason: str | None = None,
+                 verify: bool = False):
         if artifact.sha256 is None and artifact.kind != "wheel":
             raise UsageError(f"{artifact.filename}: the index publishes no sha256 for it, and an sdist "
                              "has no RECORD to check its files against")
@@ -201,7 +202,10 @@ class ReleaseSource:
         self.progress = progress or NoProgress()
         self.cache_root = cache_root
         self.reason = reason
-        self.sparse = sparse and artifact.kind == "wheel" and not whole
+        self.sparse = sparse and artifact.kind == "wheel" and not whole and not verify
+        # --verify: serve only what a whole artifact checked against the index's sha256 gave (never the
+        # range reads a run before kept, which are as the index served them).
+        self.verify = verify
         self.bytes_fetched = 0
         self._how: set[str] = set()  # "ranges", "whole": how this run read the artifact
         self._verified: dict[str, bytes | None] = {}  # members checked by prefetch, until read() takes them
@@ -307,7 +311,7 @@ class ReleaseSource:
         """Whether the cache holds the member (or knows it is absent); its bytes, checked against
         the sha256 the file starts with, wait in _verified for read(). Members taken from a verified
         whole artifact first; then what range reads of this very URL gave."""
-        for verified in ((True, False) if self.verified_dir is not None else (False,)):
+        for verified in ((True,) if self.verify else (True, False) if self.verified_dir is not None else (False,)):
             member = self._member_file(path, verified)
             found = self._exists(self._absent_file(path, verified))
             data = None if found else unframe(self._read(member))

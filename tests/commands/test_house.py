@@ -190,7 +190,7 @@ def test_bisect_smoke_gate_is_called_per_release(monkeypatch, builder):
 def _crash_in_list(monkeypatch):
     from patchctl.commands import list_patches
 
-    def broken(store, spec=None):
+    def broken(store, spec=None, ctx=None):
         raise RuntimeError("a bug the tests planted")
 
     monkeypatch.setattr(list_patches, "run", broken)
@@ -262,14 +262,14 @@ def test_a_patchctl_error_keeps_its_own_code_and_an_oserror_is_environment(monke
     from patchctl.commands import list_patches
     from patchctl.errors import StoreError
 
-    def store_error(store, spec=None):
+    def store_error(store, spec=None, ctx=None):
         raise StoreError("bad store")
 
     monkeypatch.setattr(list_patches, "run", store_error)
     doc = json.loads(invoke("list", "--json").stdout)
     assert doc["exit_code"] == 2 and doc["error"]["kind"] == "store"
 
-    def disk(store, spec=None):
+    def disk(store, spec=None, ctx=None):
         raise PermissionError(13, "Permission denied", "/x")
 
     monkeypatch.setattr(list_patches, "run", disk)
@@ -283,7 +283,7 @@ def test_ctrl_c_in_a_command_is_130_not_aborted(monkeypatch):
     """Was: click's Abort, printed as "Aborted!" with exit 1 (the code of a failed patch)."""
     from patchctl.commands import list_patches
 
-    def interrupted(store, spec=None):
+    def interrupted(store, spec=None, ctx=None):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(list_patches, "run", interrupted)
