@@ -101,6 +101,12 @@ class InternalError(PatchctlError):
 
 # --- the tree (patchctl/tree/) ---
 
+class Planted(EnvironmentProblem):
+    """Something patchctl would have to follow or read is not what it made: a link, a FIFO, a device,
+    a folder owned by another user. Refused (exit 3, error kind `environment`), nothing read or
+    written through it."""
+
+
 class StateDamaged(EnvironmentProblem):
     """The record or the journal cannot be trusted: patchctl does not guess what it did."""
 

@@ -394,16 +394,17 @@ class TargetState:
         while True:
             try:
                 fd = self._open_lock()
-            except FileNotFoundError:
-                # Removed by the holder between our mkdir and our open: take the lock on the new one.
-                if time.monotonic() < deadline:
-                    time.sleep(0.05)
-                    continue
-                raise EnvironmentProblem(f"cannot lock {self.dir}: it was removed as patchctl made it",
-                                         hint="pass --wait SECONDS") from None
             except Planted:
                 raise
             except OSError as exc:
+                if exc.errno == errno.ENOENT:
+                    # Removed by the holder between our mkdir and our open (or while the .gitignore was
+                    # written into it: the atomic writer's WriteError): take the lock on the new one.
+                    if time.monotonic() < deadline:
+                        time.sleep(0.05)
+                        continue
+                    raise EnvironmentProblem(f"cannot lock {self.dir}: it was removed as patchctl made it",
+                                             hint="pass --wait SECONDS") from None
                 if read_only_ok and exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT) \
                         and not self._exists("journal.json"):
                     yield

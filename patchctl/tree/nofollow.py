@@ -15,18 +15,12 @@ import os
 import stat
 from pathlib import Path
 
-from patchctl.errors import EnvironmentProblem
+from patchctl.errors import Planted
 
 _DIR = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 _FILE = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 RECORD_LIMIT = 64 << 20  # state.json, journal.json: a few KiB in practice
 FILE_LIMIT = 256 << 20  # a backup or a patched file: the largest .py of an engine is under 1 MiB
-
-
-class Planted(EnvironmentProblem):
-    """Something patchctl would have to follow or read is not what it made: a link, a FIFO, a device,
-    a folder owned by another user. Refused (exit 3, error kind `environment`), nothing read or
-    written through it."""
 
 
 def open_dir(parent_fd: int, name: str, shown: Path | str, *, create: bool = False,
