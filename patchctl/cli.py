@@ -6,10 +6,15 @@ and `patchctl --help` import none of the heavy libraries (requests, GitPython, r
 """
 from __future__ import annotations
 
+# _signal, not signal: the C module imports in no time, while `import signal` builds its enums
+# (~10 ms), a window in which a Ctrl-C would still print a traceback.
+import _signal
 import os
-import signal
 import sys
-from types import FrameType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from types import FrameType
 
 _IMPORTING = True  # this module's own imports are running
 
@@ -30,12 +35,12 @@ def _interrupted_while_importing(signum: int, frame: FrameType | None) -> None:
     (a program or test that imports the CLI keeps its Ctrl-C)."""
     if _IMPORTING:
         _exit_interrupted()
-    signal.default_int_handler(signum, frame)
+    _signal.default_int_handler(signum, frame)
 
 
-if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+if _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
     try:
-        signal.signal(signal.SIGINT, _interrupted_while_importing)
+        _signal.signal(_signal.SIGINT, _interrupted_while_importing)
     except ValueError:  # imported first from a thread other than the main one: no handler to set
         pass
 
@@ -107,8 +112,8 @@ class Registry(click.Group):
              standalone_mode: bool = True, **extra: Any) -> Any:
         # Python's own handler from here: a Ctrl-C during a command unwinds it (locks released, temp
         # files removed), and lands below as exit 130.
-        if signal.getsignal(signal.SIGINT) is _interrupted_while_importing:
-            _set_sigint(signal.default_int_handler)
+        if _signal.getsignal(_signal.SIGINT) is _interrupted_while_importing:
+            _set_sigint(_signal.default_int_handler)
         entry = args is None  # the program itself (the console script), not a CliRunner in a test
         argv = list(sys.argv[1:] if args is None else args)
         exit = functools.partial(_exit, entry=entry)
@@ -165,7 +170,7 @@ def _exit(code: int, *, entry: bool) -> None:
 
 def _set_sigint(handler: Any) -> None:
     try:
-        signal.signal(signal.SIGINT, handler)
+        _signal.signal(_signal.SIGINT, handler)
     except ValueError:  # not the main thread (a test invoking the CLI from a worker): leave it be
         pass
 
