@@ -51,7 +51,7 @@ def versions_for(engine: str, store: Store, ctx: fetch.SourceContext, since: Ver
     patches = series.patches
     since = (since or series.matrix_since or lowest_claimed(p.applies_to for p in patches)
              or min(v.base for p in patches for v in p.variants))
-    released = ctx.index(get_engine(engine)).project(get_engine(engine).dist).versions()
+    released = ctx.index_for(get_engine(engine)).project(get_engine(engine).dist).versions()
     return [v for v in released if v >= since]
 
 
