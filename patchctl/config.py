@@ -5,17 +5,20 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from patchctl.errors import UsageError
 from patchctl.schemas import validate
 from patchctl.yamlio import YAMLError, load_yaml
 
+if TYPE_CHECKING:
+    from types import ModuleType
+
 # platformdirs is imported only when asked: with PATCHCTL_DATA_DIR (and
 # the others) set, as a unit may do, `ensure` needs none of it.
 
 
-def _platformdirs():
+def _platformdirs() -> ModuleType:
     import platformdirs
 
     return platformdirs

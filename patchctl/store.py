@@ -8,7 +8,7 @@ import stat
 import threading
 import time
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import yaml
 from packaging.requirements import InvalidRequirement, Requirement
@@ -336,7 +336,7 @@ def _settled(fingerprint: tuple, started_ns: int) -> bool:
 _HINT = "see docs/patch-format.md"
 
 
-def _load_yaml(path: Path):
+def _load_yaml(path: Path) -> Any:  # a YAML document: its shape is checked by the caller's schema
     raw = path.read_bytes()
     try:
         text = raw.decode("utf-8")
@@ -419,7 +419,7 @@ def _load_patch(engine: str, directory: Path, pins: dict) -> Patch:
     )
 
 
-def _drop_rule_ok(value) -> bool:
+def _drop_rule_ok(value: object) -> bool:
     """drop_when: "upstreamed", or `<dist><specifier>` that drop_rule_met can check against a version."""
     if value == "upstreamed":
         return True
@@ -432,7 +432,7 @@ def _drop_rule_ok(value) -> bool:
     return bool(req.specifier) and req.url is None and req.marker is None
 
 
-def _generated_by(meta_file: Path, value) -> dict | None:
+def _generated_by(meta_file: Path, value: object) -> dict | None:
     """patch.yaml `generated_by`: {generator: path, sources: [path, ...]} (paths relative to the
     store's parent folder), or absent."""
     if value is None:
@@ -508,7 +508,7 @@ def _override_copy(user_root: Path, patch: Patch) -> Patch:
         write_atomic(folder / "patch.yaml", dump_yaml(meta, sort_keys=False).encode())
         for variant in patch.variants:
             write_atomic(folder / variant.filename, variant.path.read_bytes())
-    doc = load_yaml(series_file.read_text()) if series_file.is_file() else {"engine": patch.engine, "patches": []}
+    doc: dict = load_yaml(series_file.read_text()) if series_file.is_file() else {"engine": patch.engine, "patches": []}
     if not any(entry["name"] == patch.name for entry in doc["patches"]):
         doc["patches"].append({"name": patch.name, "variants": {
             v.filename: hashlib.sha256(v.path.read_bytes()).hexdigest() for v in patch.variants}})

@@ -445,7 +445,7 @@ def release_versions(patch: Patch, ctx, pristine_root: Path | None) -> list[Vers
         names = (re.fullmatch(rf"{re.escape(dist)}-(\d[^-]*)-sdist", d.name) for d in pristine_root.iterdir())
         candidates = [Version(m.group(1)) for m in names if m]
     else:
-        candidates = ctx.index().project(dist).versions()
+        candidates = ctx.index_for().project(dist).versions()
     return [v for v in sorted(candidates) if patch.in_range(v)]
 
 

@@ -1,6 +1,8 @@
 """`patchctl apply`: the series onto an installed engine or a directory, all or nothing."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from patchctl import outcomes as O
@@ -12,10 +14,19 @@ from patchctl.errors import EXIT_OK, EXIT_PATCH_FAILED
 from patchctl.options import writer_options
 from patchctl.spec import parse_spec
 
+if TYPE_CHECKING:
+    from patchctl.commands.text import Console
+    from patchctl.patching.evaluate import Options
+    from patchctl.sources.fetch import SourceContext
+    from patchctl.store import Store
+    from patchctl.tree.find import TargetSpec
+    from patchctl.tree.journal import BuildRecord, PatchRecord
+    from patchctl.tree.operations import Target
 
-def run(spec: str, store, ctx, options, where, *, install: bool = False, keep_going: bool = False,
-        dry_run: bool = False, wait: float = 0.0, force: bool = False, name: str = "apply",
-        no_deps: bool = False) -> tuple[dict, int]:
+
+def run(spec: str, store: Store, ctx: SourceContext, options: Options, where: TargetSpec, *,
+        install: bool = False, keep_going: bool = False, dry_run: bool = False, wait: float = 0.0,
+        force: bool = False, name: str = "apply", no_deps: bool = False) -> tuple[dict, int]:
     """`name` is the document's command: ensure runs this, stopping early on an intact target."""
     from patchctl.engines import get_engine
     from patchctl.sources import installed as inst
@@ -29,9 +40,12 @@ def run(spec: str, store, ctx, options, where, *, install: bool = False, keep_go
         raise UsageError("--no-deps only means something with --install")
     target = find.find_target(ref, where, install=install, ctx=ctx, no_deps=no_deps)
     python = find.env_python(where)
-    one = dict(store=store, ctx=ctx, options=options, keep_going=keep_going, dry_run=dry_run, wait=wait,
-               force=force, name=name, python=python)
-    docs = [_apply_one(target, **one)]
+
+    def apply_one(tree: Target) -> dict:
+        return _apply_one(tree, store=store, ctx=ctx, options=options, keep_going=keep_going, dry_run=dry_run,
+                          wait=wait, force=force, name=name, python=python)
+
+    docs = [apply_one(target)]
     warnings = moved_warnings(target.engine, target.version)
     # Code that moved to another distribution (vLLM's GGUF support → vllm-gguf-plugin) is patched
     # there, when that distribution is installed in the same environment.
@@ -41,8 +55,7 @@ def run(spec: str, store, ctx, options, where, *, install: bool = False, keep_go
             if other is None:
                 warnings.append(f"{move.engine} is not installed, so its patches were not applied")
                 continue
-            docs.append(_apply_one(Target(other.engine, other.root, other.version, f"installed in {other.python}"),
-                                   **one))
+            docs.append(apply_one(Target(other.engine, other.root, other.version, f"installed in {other.python}")))
     first = docs[0]
     code = max(d["exit_code"] for d in docs)
     first["also"] = docs[1:]
@@ -56,7 +69,7 @@ def run(spec: str, store, ctx, options, where, *, install: bool = False, keep_go
     return first, code
 
 
-def _build_line(build) -> str:
+def _build_line(build: BuildRecord | None) -> str:
     if build is None:
         return "?"
     commit = f", commit {build.commit}" if build.commit else ""
@@ -64,7 +77,8 @@ def _build_line(build) -> str:
     return f"{build.version}{commit} ({build.artifact or build.url or build.kind}){via}"
 
 
-def _apply_one(target, *, store, ctx, options, keep_going, dry_run, wait, force, name, python) -> dict:
+def _apply_one(target: Target, *, store: Store, ctx: SourceContext, options: Options, keep_going: bool,
+               dry_run: bool, wait: float, force: bool, name: str, python: str | None) -> dict:
     from patchctl.sources.fetch import base_files_for
     from patchctl.tree import operations as tgt
     from patchctl.tree.find import requirement_warnings
@@ -86,6 +100,7 @@ def _apply_one(target, *, store, ctx, options, keep_going, dry_run, wait, force,
         return document(name, EXIT_PATCH_FAILED, state=exc.status.state, written=[],
                         error={"kind": exc.kind, "message": exc.message, "hint": exc.hint}, **fields)
     if rep.result is None:  # ensure: intact, nothing evaluated
+        assert rep.record is not None  # operations.apply evaluates nothing only on a record it loaded
         return document(name, EXIT_OK, patches=[_recorded(p) for p in rep.record.patches], written=[],
                         note=rep.note, state_before=rep.state_before, **fields)
     patches = store.series(target.engine.name).patches
@@ -103,13 +118,13 @@ def _apply_one(target, *, store, ctx, options, keep_going, dry_run, wait, force,
                     note="; ".join(notes) or None, **fields)
 
 
-def _recorded(p) -> dict:
+def _recorded(p: PatchRecord) -> dict:
     return {"name": p.name, "outcome": O.ALREADY_APPLIED if p.outcome in O.WRITES else p.outcome,
             "variant": p.variant, "reason": "recorded as applied, and every file it wrote is intact",
             "files": [], "hunks": []}
 
 
-def store_fingerprint(store, engine: str) -> str:
+def store_fingerprint(store: Store, engine: str) -> str:
     """sha256 over the engine's series.yaml and every patch folder's patch.yaml and variant files, in
     every store layer: what ensure compares with the record instead of parsing YAML."""
     import hashlib
@@ -124,7 +139,7 @@ def store_fingerprint(store, engine: str) -> str:
     return digest.hexdigest()
 
 
-def render(doc: dict, out, err) -> None:
+def render(doc: dict, out: Console, err: Console) -> None:
     for d in [doc, *doc.get("also", [])]:
         print_outcomes(out, d)
 
@@ -145,7 +160,8 @@ def render(doc: dict, out, err) -> None:
 @click.option("--keep-going", is_flag=True, help="Apply the patches that apply even if others conflict.")
 @click.option("--dry-run", is_flag=True, help="Report what would happen; write nothing.")
 @click.option("--force", is_flag=True, help="Apply even if patched files were changed by hand since.")
-def command(spec, where, ctx, store, options, wait, install, no_deps, keep_going, dry_run, force):
+def command(spec: str, where: TargetSpec, ctx: SourceContext, store: Store, options: Options, wait: float,
+            install: bool, no_deps: bool, keep_going: bool, dry_run: bool, force: bool) -> tuple[dict, int]:
     """Apply the series to the installed engine (or --target DIR), all or nothing."""
     return run(spec, store, ctx, options, where, install=install, keep_going=keep_going, dry_run=dry_run,
                wait=wait, force=force, no_deps=no_deps)

@@ -46,7 +46,7 @@ def run(engine: str, patch_name: str, store: Store, ctx: SourceContext, *, good:
         except InvalidVersion as exc:
             raise UsageError(f"--good/--bad must be releases (PEP 440 versions): {exc}",
                              hint="to bisect commits, pass --repo and commits") from None
-        points = [str(v) for v in ctx.index().project(eng.dist).versions() if lo <= v <= hi]
+        points = [str(v) for v in ctx.index_for().project(eng.dist).versions() if lo <= v <= hi]
         gate = None
         if smoke:
             from patchctl.smoketest.suite import cpu_gate

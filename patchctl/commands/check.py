@@ -1,6 +1,8 @@
 """`patchctl check`: dry-run the series on the pristine files of one upstream version (nothing installed)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from patchctl.commands.framework import patchctl_command
@@ -10,8 +12,17 @@ from patchctl.errors import EXIT_OK, EXIT_PATCH_FAILED
 from patchctl.options import apply_options, only_option, source_options, store_option
 from patchctl.spec import parse_spec
 
+if TYPE_CHECKING:
+    from packaging.version import Version
 
-def run(spec: str, store, ctx, options, *, only: tuple[str, ...] = ()) -> tuple[dict, int]:
+    from patchctl.commands.text import Console
+    from patchctl.engines import Engine
+    from patchctl.patching.evaluate import Options
+    from patchctl.sources.fetch import SourceContext
+    from patchctl.store import Store
+
+
+def run(spec: str, store: Store, ctx: SourceContext, options: Options, *, only: tuple[str, ...] = ()) -> tuple[dict, int]:
     from patchctl.patching.evaluate import evaluate, needed_paths
     from patchctl.sources import fetch, registry
 
@@ -33,13 +44,13 @@ def run(spec: str, store, ctx, options, *, only: tuple[str, ...] = ()) -> tuple[
     ), code
 
 
-def moved_warnings(engine, version) -> list[str]:
+def moved_warnings(engine: Engine, version: Version) -> list[str]:
     """Code that moved to another distribution at this version (vLLM's GGUF → vllm-gguf-plugin)."""
     return [f"from {m.since} {engine.name}'s {m.what} lives in {m.engine}; its patches are in the "
             f"{m.engine} series (`patchctl check {m.engine}@VERSION`)" for m in engine.moves_at(version)]
 
 
-def render(doc: dict, out, err) -> None:
+def render(doc: dict, out: Console, err: Console) -> None:
     print_outcomes(out, doc)
 
 
@@ -54,7 +65,8 @@ def render(doc: dict, out, err) -> None:
 @store_option
 @source_options
 @apply_options
-def command(spec, only, store, ctx, options):
+def command(spec: str, only: tuple[str, ...], store: Store, ctx: SourceContext,
+            options: Options) -> tuple[dict, int]:
     """Dry-run the patch series on the pristine files of ENGINE@VERSION (no install, no GPU).
 
     VERSION is X.Y.Z, latest, nightly, commit:SHA, git:REF, file:PATH (a wheel or sdist) or a directory.

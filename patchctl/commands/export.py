@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -15,8 +16,16 @@ from patchctl.errors import EXIT_OK, EXIT_PATCH_FAILED, UsageError
 from patchctl.options import apply_options, source_options, store_option
 from patchctl.spec import parse_spec
 
+if TYPE_CHECKING:
+    from patchctl.commands.text import Console
+    from patchctl.engines import Engine
+    from patchctl.patching.evaluate import Options
+    from patchctl.sources.fetch import SourceContext
+    from patchctl.sources.files import FileSource
+    from patchctl.store import Store
 
-def run(spec: str, dest: Path, store, ctx, options, *, full: bool = False) -> tuple[dict, int]:
+
+def run(spec: str, dest: Path, store: Store, ctx: SourceContext, options: Options, *, full: bool = False) -> tuple[dict, int]:
     from patchctl.patching.evaluate import evaluate
     from patchctl.sources import fetch, registry
 
@@ -64,13 +73,15 @@ def run(spec: str, dest: Path, store, ctx, options, *, full: bool = False) -> tu
                     source=source.provenance()._asdict(), **fields), EXIT_OK
 
 
-def _copy_tree(source, engine, dest: Path) -> None:
+def _copy_tree(source: FileSource, engine: Engine, dest: Path) -> None:
     from patchctl.sources.files import DirectorySource
+    from patchctl.sources.release import ReleaseSource
 
     if isinstance(source, DirectorySource):
         for package in engine.packages:
             shutil.copytree(source.root / package, dest / package, dirs_exist_ok=True)
         return
+    assert isinstance(source, ReleaseSource)  # full_source answers a directory or a release artifact
     # A whole tree: one download beats thousands of range reads; members stream from the cached
     # artifact to disk with their modes (vLLM's ~270 MB wheel in well under 200 MB of memory).
     source.sparse = False
@@ -85,7 +96,7 @@ def _make_packages_importable(dest: Path, written: list[str]) -> None:
     )
 
 
-def render(doc: dict, out, err) -> None:
+def render(doc: dict, out: Console, err: Console) -> None:
     print_outcomes(out, doc)
 
 
@@ -99,6 +110,7 @@ def render(doc: dict, out, err) -> None:
 @store_option
 @source_options
 @apply_options
-def command(spec, dest, full, store, ctx, options):
+def command(spec: str, dest: Path, full: bool, store: Store, ctx: SourceContext,
+            options: Options) -> tuple[dict, int]:
     """Write the patched files (or with --full the patched package) of ENGINE@VERSION to DEST."""
     return run(spec, dest, store, ctx, options, full=full)

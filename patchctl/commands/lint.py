@@ -2,14 +2,20 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from patchctl.commands.framework import patchctl_command
 from patchctl.documents import document
 from patchctl.errors import EXIT_OK, EXIT_USAGE, StoreError
 from patchctl.options import store_option
 
+if TYPE_CHECKING:
+    from patchctl.commands.text import Console
+    from patchctl.store import Patch, Store
 
-def run(store) -> tuple[dict, int]:
+
+def run(store: Store) -> tuple[dict, int]:
     """Each store on its own, then the layered view (a name in two stores without `overrides`)."""
     problems: list[dict] = []
     checked = 0
@@ -31,7 +37,7 @@ def run(store) -> tuple[dict, int]:
                     message=f"{checked} variant(s) checked, {len(problems)} problem(s)"), code
 
 
-def _lint_one(store, envs: set[str]) -> tuple[dict, int]:
+def _lint_one(store: Store, envs: set[str]) -> tuple[dict, int]:
     from patchctl.engines import get_engine
     from patchctl.patching.hunks import parse_variant
 
@@ -96,7 +102,7 @@ def _lint_one(store, envs: set[str]) -> tuple[dict, int]:
 
 
 
-def _unfinished(patch, where: str, problem) -> None:
+def _unfinished(patch: Patch, where: str, problem: Callable[[str, str], None]) -> None:
     """The placeholders `patchctl new` writes without --title / --why ("TODO: ..."), in patch.yaml and in
     the variants' subjects: a patch nobody can review yet."""
     from patchctl.capture import is_placeholder
@@ -115,7 +121,7 @@ def _unfinished(patch, where: str, problem) -> None:
                                                    f"title, `patchctl refresh {patch.engine} {patch.name}` rewrites it)")
 
 
-def render(doc: dict, out, err) -> None:
+def render(doc: dict, out: Console, err: Console) -> None:
     for p in doc.get("problems", []):
         out.print(f"  {p['where']}: {p['message']}", markup=False, highlight=False)
 
@@ -125,7 +131,7 @@ def render(doc: dict, out, err) -> None:
     "patchctl lint --store ./my-patches --json",
 ))
 @store_option
-def command(store):
+def command(store: Store) -> tuple[dict, int]:
     """Validate the store: schema, pinned hashes, that every variant parses, sane ranges.
 
     Exit 2 when there is any problem.

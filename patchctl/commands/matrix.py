@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -12,6 +13,14 @@ from patchctl.commands.framework import patchctl_command as subcommand
 from patchctl.documents import document
 from patchctl.errors import EXIT_OK, EXIT_PATCH_FAILED, UsageError
 from patchctl.options import ENGINE, checks_python_option, json_option, source_options, store_option
+
+if TYPE_CHECKING:
+    from packaging.version import Version
+
+    from patchctl.matrix.build import SmokeRunner
+    from patchctl.sources.fetch import SourceContext
+    from patchctl.spec import EngineRef
+    from patchctl.store import Store
 
 
 def parse_shard(text: str | None) -> tuple[int, int] | None:
@@ -26,13 +35,13 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
     return i, n
 
 
-def smoke_runner(store, ctx, python: str | None):
+def smoke_runner(store: Store, ctx: SourceContext, python: str | None) -> SmokeRunner:
     """(engine, version) -> {patch: smoke result}, for matrix cells that claim more than 'applies'."""
     from patchctl.engines import get_engine
     from patchctl.smoketest.suite import run_smoke
     from patchctl.spec import EngineRef
 
-    def run_cells(engine, version, ref=None):
+    def run_cells(engine: str, version: Version, ref: EngineRef | None = None) -> dict[str, dict]:
         ref = ref or EngineRef(get_engine(engine), "exact", version)
         done = run_smoke(ref, store, ctx, tier="cpu", python=python)
         return {r.patch: r._asdict() for r in done.results}
@@ -40,7 +49,7 @@ def smoke_runner(store, ctx, python: str | None):
     return run_cells
 
 
-def run(store, ctx, *, engines: tuple[str, ...] = (), output: Path = Path("compat_matrix.yaml"),
+def run(store: Store, ctx: SourceContext, *, engines: tuple[str, ...] = (), output: Path = Path("compat_matrix.yaml"),
         shard: str | None = None, previous: Path | None = None, markdown: Path | None = None, workers: int = 4,
         smoke: bool = False, python: str | None = None, nightly: bool = True, html: Path | None = None,
         versions: tuple[str, ...] = ()) -> tuple[dict, int]:
@@ -132,8 +141,10 @@ _IN = click.Path(exists=True, dir_okay=False, path_type=Path)
 @source_options
 @json_option
 @click.pass_context
-def command(click_ctx, engines, output, shard, previous, markdown, html_out, workers, smoke,
-            no_nightly, versions, python, store, ctx, as_json):
+def command(click_ctx: click.Context, engines: tuple[str, ...], output: Path, shard: str | None,
+            previous: Path | None, markdown: Path | None, html_out: Path | None, workers: int, smoke: bool,
+            no_nightly: bool, versions: tuple[str, ...], python: str | None, store: Store, ctx: SourceContext,
+            as_json: bool) -> None:
     """Every patch x every release from the oldest any patch claims: compat_matrix.yaml."""
     if click_ctx.invoked_subcommand:
         return
@@ -149,7 +160,8 @@ def command(click_ctx, engines, output, shard, previous, markdown, html_out, wor
 @click.option("-o", "--output", type=_OUT, required=True)
 @click.option("--markdown", type=_OUT, help="Also write a Markdown table.")
 @click.option("--html", "html_out", type=_OUT, help="Also write the HTML grid.")
-def merge_command(inputs, output, markdown, html_out):
+def merge_command(inputs: tuple[Path, ...], output: Path, markdown: Path | None,
+                  html_out: Path | None) -> tuple[dict, int]:
     """Merge shard outputs into one matrix (for a version in several inputs, the later input wins)."""
     return merge(inputs, output, markdown, html_out)
 
@@ -157,7 +169,7 @@ def merge_command(inputs, output, markdown, html_out):
 @subcommand("diff", document_name="matrix-diff", example=("patchctl matrix diff old.yaml compat_matrix.yaml",))
 @click.argument("previous", type=_IN)
 @click.argument("current", type=_IN)
-def diff_command(previous, current):
+def diff_command(previous: Path, current: Path) -> tuple[dict, int]:
     """Regressions and fixes between two matrices; exit 1 on a regression."""
     return diff(previous, current)
 

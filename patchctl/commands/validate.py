@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -18,6 +19,12 @@ from patchctl.errors import EXIT_OK, EXIT_PATCH_FAILED, UsageError
 from patchctl.options import as_version_option
 from patchctl.serve.baseline import DEFAULT_THRESHOLD
 from patchctl.spec import parse_spec
+
+if TYPE_CHECKING:
+    from packaging.version import Version
+
+    from patchctl.commands.text import Console
+    from patchctl.spec import EngineRef
 
 DEFAULT_CONCURRENCY = (1, 8, 32)
 
@@ -44,7 +51,7 @@ def run(
     api_key: str | None = None,
     python: str | None = None,
     target_dir: str | None = None,
-    as_version=None,
+    as_version: Version | None = None,
     patch_set: str | None = None,
     answers: bool = True,
     reasoning_budget: int = 0,
@@ -127,8 +134,8 @@ def run(
                     warnings=warnings), code
 
 
-def served_patch_set(ref, *, python: str | None = None, target_dir: str | None = None, as_version=None,
-                     patch_set: str | None = None) -> tuple[str, str, str | None]:
+def served_patch_set(ref: EngineRef, *, python: str | None = None, target_dir: str | None = None,
+                     as_version: Version | None = None, patch_set: str | None = None) -> tuple[str, str, str | None]:
     """The patch set the server runs, for the baseline key: (value, where it came from, the tree read).
 
     --patch-set verbatim; else the state record of the engine's tree that --python or --target
@@ -152,7 +159,7 @@ def served_patch_set(ref, *, python: str | None = None, target_dir: str | None =
 
 # --- text -------------------------------------------------------------------------------------
 
-def render(doc: dict, out, err) -> None:
+def render(doc: dict, out: Console, err: Console) -> None:
     """The report: the single-request figure first, then coherence, throughput, baseline, the
     verdict and what --out wrote (warnings are the document's, on stderr)."""
     rep = doc.get("report")
@@ -273,7 +280,7 @@ def _ms(stats: dict | None) -> str:
 
 # --- command line -----------------------------------------------------------------------------
 
-def _concurrency(_ctx, _param, value: str) -> tuple[int, ...]:
+def _concurrency(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[int, ...]:
     try:
         return parse_levels(value)
     except UsageError as exc:
@@ -342,7 +349,7 @@ def _notify(text: str) -> None:
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE.json",
               help="Also write the report as JSON here, and its latency/throughput plot next to it (.png; "
                    "needs the plot extra).")
-def command(engine, **options):
+def command(engine: str, **options: Any) -> tuple[dict, int]:  # Any: click's values, one type per option
     """Validate a running OpenAI-compatible server for ENGINE: answers, coherence, throughput.
 
     One of --url URL (a running server) or --start CMD (patchctl starts it, waits until it answers,

@@ -6,8 +6,9 @@ import concurrent.futures
 import hashlib
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
@@ -20,7 +21,15 @@ from patchctl.sources import fetch
 from patchctl.store import Store, drop_rule_met
 from patchctl.yamlio import dump_yaml, load_yaml
 
+if TYPE_CHECKING:
+    from patchctl.spec import EngineRef
+    from patchctl.store import Patch
+
 SCHEMA = "patchctl-matrix/1"
+
+# (engine, version, ref) -> {patch: smoke result}: the CPU checks of one cell (ref: a nightly's own
+# EngineRef, None for a release).
+SmokeRunner = Callable[[str, Version, "EngineRef | None"], dict[str, dict]]
 
 
 def lowest_claimed(specifiers: Iterable[SpecifierSet]) -> Version | None:
@@ -42,11 +51,11 @@ def versions_for(engine: str, store: Store, ctx: fetch.SourceContext, since: Ver
     patches = series.patches
     since = (since or series.matrix_since or lowest_claimed(p.applies_to for p in patches)
              or min(v.base for p in patches for v in p.variants))
-    released = ctx.index(get_engine(engine)).project(get_engine(engine).dist).versions()
+    released = ctx.index_for(get_engine(engine)).project(get_engine(engine).dist).versions()
     return [v for v in released if v >= since]
 
 
-def check_one(engine: str, version: Version, store: Store, ctx: fetch.SourceContext, smoke=None,
+def check_one(engine: str, version: Version, store: Store, ctx: fetch.SourceContext, smoke: SmokeRunner | None = None,
               upstream: fetch.Upstream | None = None, fingerprints: dict | None = None) -> dict:
     """smoke(engine, version, ref) -> {patch: result dict}: the CPU checks, when the caller asks for
     them (ref: the nightly's own EngineRef, None for a release). fingerprints: one build's memo of
@@ -59,16 +68,16 @@ def check_one(engine: str, version: Version, store: Store, ctx: fetch.SourceCont
         result = evaluate.evaluate(store.series(engine).patches, version, source)
     except PatchctlError as exc:
         return {"version": str(version), "error": exc.message, "patches": {}}
-    smoke_results = {}
+    smoke_results: dict[str, dict] = {}
     if smoke is not None and result.ok:
         try:
             smoke_results = smoke(engine, version, upstream.ref if upstream else None)
         except PatchctlError as exc:
             smoke_results = {p.name: {"status": "error", "reason": exc.message} for p in store.series(engine).patches}
     seconds = round(time.monotonic() - start, 2)
-    patches = {}
+    patches: dict[str, dict] = {}
     for patch, outcome in zip(store.series(engine).patches, result.outcomes, strict=False):
-        entry = {"outcome": outcome.outcome, "variant": outcome.variant}
+        entry: dict[str, object] = {"outcome": outcome.outcome, "variant": outcome.variant}
         if outcome.variant:
             key = (str(patch.directory), outcome.variant)
             if key not in fingerprints:
@@ -89,7 +98,7 @@ def check_one(engine: str, version: Version, store: Store, ctx: fetch.SourceCont
             "bytes_fetched": provenance.bytes_fetched, "seconds": seconds, "patches": patches}
 
 
-def checked_fingerprint(patch, variant_name: str) -> str:
+def checked_fingerprint(patch: Patch, variant_name: str) -> str:
     """What a cell's evidence was made with: the variant's bytes, the patch's checks and its smoke
     settings. A merge keeps a committed cell's smoke evidence only while this is unchanged (a
     refreshed variant or a new check must be smoke-tested again)."""
@@ -117,7 +126,8 @@ def _evidence(outcome: str, smoke: dict | None) -> str:
 
 
 def build(store: Store, ctx: fetch.SourceContext, *, engines: list[str] | None = None,
-          shard: tuple[int, int] | None = None, workers: int = 4, progress=None, smoke=None,
+          shard: tuple[int, int] | None = None, workers: int = 4, progress: Callable[[str, Version], None] | None = None,
+          smoke: SmokeRunner | None = None,
           nightly: bool = True, only_versions: set[str] | None = None) -> dict:
     engines = engines or store.engines()
     jobs = [(e, v) for e in engines for v in versions_for(e, store, ctx)
@@ -160,7 +170,8 @@ def _nightly_disabled(engine: str) -> bool:
     return not publishes_nightly(get_engine(engine))
 
 
-def _nightly_row(engine: str, store: Store, ctx: fetch.SourceContext, smoke=None) -> tuple[dict, str]:
+def _nightly_row(engine: str, store: Store, ctx: fetch.SourceContext,
+                smoke: SmokeRunner | None = None) -> tuple[dict, str]:
     """The nightly build is part of the matrix whenever it is enabled. One that cannot be resolved
     (no source configured, unreachable, no builds) is a failed row, `outcome: failed` with the
     reason in `error`, and `patchctl matrix` exits 1: a nightly is never a silent gap."""
@@ -193,11 +204,12 @@ def _version_key(version: str) -> tuple[int, Version]:
 
 def assemble(store: Store, engines: list[str], rows: dict[tuple[str, str], dict],
              nightly_notes: dict | None = None) -> dict:
-    doc = {"schema": SCHEMA, "engines": {}}
+    engines_doc: dict[str, dict] = {}
+    doc = {"schema": SCHEMA, "engines": engines_doc}
     for engine in engines:
         versions = sorted((v for e, v in rows if e == engine), key=_version_key)
         series = store.series(engine).patches
-        doc["engines"][engine] = {
+        engines_doc[engine] = {
             "patches": [p.name for p in series],
             # What a passing cell proves and what it cannot (e.g. "SM120 itself: not available"),
             # from each patch's metadata, so the matrix never claims more than was run.
@@ -206,22 +218,23 @@ def assemble(store: Store, engines: list[str], rows: dict[tuple[str, str], dict]
             "versions": {v: rows[(engine, v)] for v in versions},
         }
         if nightly_notes and engine in nightly_notes:
-            doc["engines"][engine]["nightly"] = nightly_notes[engine]
+            engines_doc[engine]["nightly"] = nightly_notes[engine]
     return doc
 
 
 def merge(documents: list[dict]) -> dict:
-    merged = {"schema": SCHEMA, "engines": {}}
+    merged_engines: dict[str, dict] = {}
+    merged = {"schema": SCHEMA, "engines": merged_engines}
     for doc in documents:
         if doc.get("schema") != SCHEMA:
             raise UsageError(f"not a {SCHEMA} document")
         for engine, data in doc["engines"].items():
-            target = merged["engines"].setdefault(
+            target = merged_engines.setdefault(
                 engine, {"patches": data["patches"], "evidence": data.get("evidence", {}), "versions": {}})
             target["versions"].update(data["versions"])
             if "nightly" in data:
                 target["nightly"] = data["nightly"]
-    for data in merged["engines"].values():
+    for data in merged_engines.values():
         data["versions"] = dict(sorted(data["versions"].items(), key=lambda kv: _version_key(kv[0])))
     return merged
 

@@ -10,12 +10,15 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from patchctl.atomic import write_atomic
 from patchctl.errors import PlotUnavailable
 from patchctl.serve.metrics import BUFFERED, LevelMetrics
 from patchctl.serve.report import ServeReport
+
+if TYPE_CHECKING:
+    from types import ModuleType
 
 PLOT_NEEDS_EXTRA = "the latency/throughput plot needs the plot extra: pip install 'patchctl[plot]'"
 
@@ -37,7 +40,7 @@ def write_outputs(report: ServeReport, json_path: Path) -> Written:
     return Written(json_path, png, ())
 
 
-def _pyplot():
+def _pyplot() -> ModuleType:
     try:
         import matplotlib
     except ImportError:

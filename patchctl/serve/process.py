@@ -16,7 +16,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -90,7 +90,7 @@ def group_alive(pgid: int) -> bool:
     return False
 
 
-def wait_until(predicate, timeout_s: float, interval_s: float = 0.2) -> bool:
+def wait_until(predicate: Callable[[], bool], timeout_s: float, interval_s: float = 0.2) -> bool:
     deadline = time.monotonic() + timeout_s
     while True:
         if predicate():
@@ -236,7 +236,7 @@ class ServerProcess:
     def __enter__(self) -> ServerProcess:
         return self.start()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -206,7 +206,7 @@ def level_warnings(tp: ThroughputReport) -> list[str]:
     return warnings
 
 
-def _run_golden(config: ServeConfig, path: Path, client: OpenAIClient, engine_version: str, extra,
+def _run_golden(config: ServeConfig, path: Path, client: OpenAIClient, engine_version: str, extra: Mapping[str, Any],
                 say: Progress) -> GoldenReport:
     if config.record_golden:
         say(f"coherence: recording golden to {path}")
@@ -224,7 +224,7 @@ def _run_golden(config: ServeConfig, path: Path, client: OpenAIClient, engine_ve
     return GoldenReport("compared", str(path), _golden.compare(client, rec, extra), rec.model, rec.engine_version)
 
 
-def _run_throughput(config: ServeConfig, client: OpenAIClient, extra, say: Progress) -> ThroughputReport:
+def _run_throughput(config: ServeConfig, client: OpenAIClient, extra: Mapping[str, Any], say: Progress) -> ThroughputReport:
     if config.warmup_requests:
         warm_up(client, config.throughput_api, config.prompt, config.warmup_requests, extra)
     levels = []
@@ -261,7 +261,7 @@ def _run_baseline(config: ServeConfig, deployment: _baseline.Deployment,
     return BaselineReport("compared", str(path), config.threshold, checks, skipped, changes), base
 
 
-def _levels(concurrencies) -> str:
+def _levels(concurrencies: Iterable[int]) -> str:
     return ", ".join(f"c={c}" for c in concurrencies)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from patchctl import config
@@ -39,7 +40,7 @@ def env_ready(store_root: Path, profile: str) -> bool:
     return complete and (venv / "bin" / "python").exists()
 
 
-def ensure_env(store_root: Path, profile: str, log=None) -> str:
+def ensure_env(store_root: Path, profile: str, log: Callable[[str], None] | None = None) -> str:
     """Path of the profile's python, creating the venv the first time."""
     reqs = requirements_file(store_root, profile)
     venv = _venv(store_root, profile)
@@ -52,7 +53,7 @@ def ensure_env(store_root: Path, profile: str, log=None) -> str:
         return _build(reqs, venv, profile, log)
 
 
-def _build(reqs: Path, venv: Path, profile: str, log) -> str:
+def _build(reqs: Path, venv: Path, profile: str, log: Callable[[str], None] | None) -> str:
     python = venv / "bin" / "python"
     # Built in place (venvs are not relocatable); `.complete` is written last, so an interrupted
     # build is simply started again.
@@ -66,7 +67,7 @@ def _build(reqs: Path, venv: Path, profile: str, log) -> str:
     return str(python)
 
 
-def _run(cmd: list[str], what: str, log) -> None:
+def _run(cmd: list[str], what: str, log: Callable[[str], None] | None) -> None:
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if log:
         log(proc.stdout + proc.stderr)

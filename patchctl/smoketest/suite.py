@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import NamedTuple
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from patchctl.errors import UsageError
 from patchctl.patching.evaluate import Options, evaluate
@@ -16,6 +17,11 @@ from patchctl.sources import fetch, registry
 from patchctl.sources.kinds.common import SMOKE_WHAT
 from patchctl.spec import EngineRef, parse_spec
 from patchctl.store import Store
+
+if TYPE_CHECKING:
+    from packaging.version import Version
+
+    from patchctl.store import Patch
 
 RUNNABLE = ("clean", "offset", "fuzz", "three-way")
 
@@ -50,7 +56,7 @@ def run_smoke(ref: EngineRef, store: Store, ctx: fetch.SourceContext, *, only: t
         raise UsageError(f"no such patch in the {ref.engine.name} series: {', '.join(sorted(unknown))}")
     version = str(upstream.version)
 
-    def not_run(patch, reason: str) -> CheckResult:
+    def not_run(patch: Patch, reason: str) -> CheckResult:
         return CheckResult(patch.name, tier, "not-run", 0, 0, 0, 0.0, reason, "")
 
     # Decide from the sparse check first: a release where nothing applies needs no trees at all.
@@ -67,14 +73,17 @@ def run_smoke(ref: EngineRef, store: Store, ctx: fetch.SourceContext, *, only: t
             results.append(not_run(patch, f"patch is {outcome} on {version}"))
             continue
         upstream_proof = outcome == "upstreamed"
-        profile = patch.smoke.get("env")
-        if python is None and not profile:
+        profile: str | None = patch.smoke.get("env")
+        if python is not None:
+            env_python = python
+        elif not profile:
             results.append(not_run(patch, "patch.yaml names no smoke env"))
             continue
-        envs_store = envs_root(store, patch, profile)
-        if python is None and not env_ready(envs_store, profile):
-            say(f"building smoke environment {profile!r} (once; a few minutes)")
-        env_python = python or ensure_env(envs_store, profile)
+        else:
+            envs_store = envs_root(store, patch, profile)
+            if not env_ready(envs_store, profile):
+                say(f"building smoke environment {profile!r} (once; a few minutes)")
+            env_python = ensure_env(envs_store, profile)
         say(f"{patch.name}: running its {tier} checks")
         results.append(pytest_run.run_checks(patch, tier, env_python, engine=ref.engine.name, version=version,
                                          patched=built.pristine if upstream_proof else built.patched,
@@ -85,7 +94,7 @@ def run_smoke(ref: EngineRef, store: Store, ctx: fetch.SourceContext, *, only: t
                     results)
 
 
-def envs_root(store: Store, patch, profile: str):
+def envs_root(store: Store, patch: Patch, profile: str) -> Path:
     """The store whose envs/ defines the profile: the patch's own, else the next layer that has it
     (a user's patch may use the bundled smoke environments)."""
     own = store.store_of(patch)
@@ -95,17 +104,17 @@ def envs_root(store: Store, patch, profile: str):
     return own
 
 
-def _checkable(patch, outcome: str, version) -> bool:
+def _checkable(patch: Patch, outcome: str, version: Version) -> bool:
     """Applied patches are checked; an upstreamed one too, when its metadata claims the version
     (its checks then prove upstream's own code on the pristine tree)."""
     return outcome in RUNNABLE or (outcome == "upstreamed" and patch.upstreamed_at(version))
 
 
-def companion_trees(patch, ctx: fetch.SourceContext) -> dict[str, str]:
+def companion_trees(patch: Patch, ctx: fetch.SourceContext) -> dict[str, str]:
     """`smoke.with: ["vllm@0.24.0"]`: pristine trees of other engines a patch's checks import
     (the GGUF plugin imports vLLM), passed as PATCHCTL_<ENGINE>_TREE (the last one) and all of
     them as PATCHCTL_<ENGINE>_TREES."""
-    env = {}
+    env: dict[str, str] = {}
     for text in patch.smoke.get("with") or ():
         ref = parse_spec(text)
         if ref.version is None:
@@ -118,12 +127,16 @@ def companion_trees(patch, ctx: fetch.SourceContext) -> dict[str, str]:
     return env
 
 
-def cpu_gate(store: Store, ctx: fetch.SourceContext, python: str | None):
+class SmokeGate(Protocol):
+    def __call__(self, patch: Patch, version: Version, options: Options | None = None) -> tuple[bool, str]: ...
+
+
+def cpu_gate(store: Store, ctx: fetch.SourceContext, python: str | None) -> SmokeGate:
     """(patch, version, options) -> (ok, reason) from the patch's CPU checks on that release: the gate
     bisect --smoke and rebase's verification use."""
     from patchctl.engines import get_engine
 
-    def gate(patch, version, options: Options | None = None) -> tuple[bool, str]:
+    def gate(patch: Patch, version: Version, options: Options | None = None) -> tuple[bool, str]:
         run = run_smoke(EngineRef(get_engine(patch.engine), "exact", version), store, ctx,
                         only=(patch.name,), tier="cpu", python=python, options=options or Options())
         (result,) = run.results

@@ -36,7 +36,7 @@ class SourceContext(NamedTuple):
     version_override: Version | None = None  # for trees whose version cannot be read
     sparse: bool = True  # False: --verify (whole artifacts, checked against the index's sha256)
 
-    def index(self, engine: Engine | None = None) -> PackageIndex:
+    def index_for(self, engine: Engine | None = None) -> PackageIndex:
         """The package index for the engine's releases (engines.yaml may name one of its own)."""
         return _index(self.index_url, self.offline, str(config.cache_dir()), engine.index_url if engine else None)
 
@@ -88,7 +88,7 @@ def release(ref_engine: Engine, version: Version, ctx: SourceContext, index: Pac
             prefer_sdist: bool = False) -> ReleaseSource:
     from patchctl.sources.release import ReleaseSource, choose
 
-    index = index or ctx.index(ref_engine)
+    index = index or ctx.index_for(ref_engine)
     cache = config.cache_dir()
     choice = choose(index.project(ref_engine.dist), version, prefer_sdist=prefer_sdist, cache_root=cache,
                     offline=ctx.offline)
@@ -101,7 +101,7 @@ def release(ref_engine: Engine, version: Version, ctx: SourceContext, index: Pac
 def latest_release(engine: Engine, ctx: SourceContext) -> Version:
     """The newest final release on the package index: what `ENGINE@latest`, `rebase --onto latest`
     and `droppable` mean by "latest"."""
-    versions = ctx.index(engine).project(engine.dist).versions()
+    versions = ctx.index_for(engine).project(engine.dist).versions()
     if not versions:
         raise UsageError(f"the package index has no release of {engine.dist}")
     return versions[-1]

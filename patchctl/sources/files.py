@@ -22,7 +22,7 @@ class Provenance(_ProvenanceFields):
     __slots__ = ()
 
     def _asdict(self) -> dict:  # type: ignore[override]  # noqa: D102
-        out = {k: v for k, v in zip(self._fields, self, strict=True) if k != "details"}
+        out: dict[str, object] = {k: v for k, v in zip(self._fields, self, strict=True) if k != "details"}
         out.update(self.details)
         return out
 

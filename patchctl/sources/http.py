@@ -25,8 +25,12 @@ import time
 import urllib.parse
 import zlib
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from patchctl.errors import AnswerTooLarge, NetworkError, RangeNotSupported
+
+if TYPE_CHECKING:
+    import ssl
 
 TIMEOUT = 60.0  # seconds: one request's deadline, connect to last byte, and the longest wait for a read (--timeout)
 MIN_RATE = 256 << 10  # bytes/s: a larger answer's deadline grows by its size at this rate (2 Mbit/s)
@@ -265,7 +269,7 @@ class Response:
             self._conn = None
 
 
-def _context():
+def _context() -> ssl.SSLContext:
     global _ssl_context
     if _ssl_context is None:
         import ssl
@@ -295,7 +299,8 @@ def _proxy_for(scheme: str, host: str) -> str | None:
 _addresses: dict[tuple[str, int], list[tuple]] = {}
 
 
-def _create_connection(address: tuple[str, int], timeout=None, source_address=None) -> socket.socket:
+def _create_connection(address: tuple[str, int], timeout: float | None = None,
+                       source_address: tuple[str, int] | None = None) -> socket.socket:
     """socket.create_connection with the host looked up once per process. A matrix opens dozens of
     connections to one host, and a resolver that now and then waits out its 5 s timeout (as this
     machine's did, about one lookup in sixty) stalled a whole release each time."""

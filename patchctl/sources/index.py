@@ -185,7 +185,7 @@ class PackageIndex:
         return IndexProject(name, self.url, files, from_cache=False, etag=response.headers.get("ETag"),
                             last_modified=response.headers.get("Last-Modified"))
 
-    def _pep691(self, response, page: str) -> dict:
+    def _pep691(self, response: http.Response, page: str) -> dict:
         """A PEP 691 page, checked against the part of the format patchctl reads (schemas/pep691.json)."""
         from patchctl.schemas import problem
 
@@ -214,7 +214,8 @@ def _join(base: str, url: str) -> str | None:
         return None
 
 
-def _index_file(filename, url, sha256, size, yanked) -> IndexFile | None:
+def _index_file(filename: str, url: str | None, sha256: str | None, size: int | None,
+                yanked: bool) -> IndexFile | None:
     if url is None:
         return None
     # The sha256 names the artifact's cache folder: anything but a sha256 is no hash at all.

@@ -60,6 +60,7 @@ def parse(text: str | None, engine: Engine) -> tuple[UpstreamKind, Parsed]:
                              f"{', '.join(engine.kinds)})")
         return kind, parsed
     # The catch-all (an exact version) first, as people read it: "not a PEP 440 version, 'latest', ..."
+    assert text is not None  # no `@`: INSTALLED takes it, or the engine's kinds refused it above
     written = [k.syntax for k in (KINDS[-1], *KINDS[:-1]) if k is not INSTALLED]
     shown = repr(text) if len(text) <= 100 else repr(text[:60] + "...")
     raise UsageError(f"{shown} is not {', '.join(written[:-1])} or {written[-1]}")

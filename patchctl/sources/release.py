@@ -30,7 +30,7 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO, NamedTuple
+from typing import TYPE_CHECKING, BinaryIO, NamedTuple
 
 from packaging.utils import canonicalize_name
 
@@ -43,6 +43,10 @@ from patchctl.sources.files import NoProgress, ProgressSink, Provenance
 from patchctl.sources.index import IndexFile, IndexProject
 from patchctl.sources.sparse import SparseWheel
 from patchctl.sources.zipread import ZipEntry, tail_guess
+
+if TYPE_CHECKING:
+    from packaging.version import Version
+
 
 FETCH_THREADS = 8
 VERIFY_MARK_BYTES = 8 << 20
@@ -60,11 +64,11 @@ class ArtifactChoice(NamedTuple):
     reason: str  # for the document: why this artifact, and how it is read
 
 
-def choose_artifact(project: IndexProject, version, prefer_sdist: bool = False) -> IndexFile:
+def choose_artifact(project: IndexProject, version: Version, prefer_sdist: bool = False) -> IndexFile:
     return choose(project, version, prefer_sdist=prefer_sdist).file
 
 
-def choose(project: IndexProject, version, *, prefer_sdist: bool = False, cache_root: Path | None = None,
+def choose(project: IndexProject, version: Version, *, prefer_sdist: bool = False, cache_root: Path | None = None,
            installable: bool = False, offline: bool = False) -> ArtifactChoice:
     """The artifact that costs the fewest bytes (round trips counted as bytes) for what is wanted.
     A few files (check, apply): a big wheel by range reads, or a small sdist or wheel in one GET when
@@ -84,7 +88,7 @@ def choose(project: IndexProject, version, *, prefer_sdist: bool = False, cache_
             f"(newest there: {near}){unusable}"
         )
 
-    def rank(f: IndexFile):
+    def rank(f: IndexFile) -> tuple[int, int, int, int]:
         hashed = 0 if f.sha256 else 1  # (releases: every file is hashed, so the order is as before)
         if prefer_sdist and f.kind == "sdist":
             return (hashed, -1, 0, f.size or 0)
@@ -131,7 +135,7 @@ def _mb(n: int | None) -> str:
     return "? MB" if n is None else (f"{n / 1e6:.1f} MB" if n >= 1e5 else f"{n / 1e3:.0f} KB")
 
 
-def tail_estimate(cache_root: Path, project: str, version) -> int | None:
+def tail_estimate(cache_root: Path, project: str, version: Version) -> int | None:
     """The tail a wheel of `project` needed last (the release nearest below `version`, else above):
     kept in <cache>/tails/<project>.json by every central directory read."""
     needs = _read_tails(cache_root, project)
@@ -171,7 +175,7 @@ def _read_tails(cache_root: Path, project: str) -> dict:
 _tails_lock = threading.Lock()  # the matrix reads several releases of a project at once
 
 
-def _record_tail(cache_root: Path, project: str, version, need: int) -> None:
+def _record_tail(cache_root: Path, project: str, version: Version, need: int) -> None:
     with _tails_lock:
         needs = {str(v): n for v, n in _read_tails(cache_root, project).items()}
         if needs.get(str(version)) != need:

@@ -175,7 +175,7 @@ def test_bisect_smoke_gate_is_called_per_release(monkeypatch, builder):
 
     class Ctx:
         repo = None
-        def index(self):
+        def index_for(self):
             return Index()
 
     from patchctl.store import Store

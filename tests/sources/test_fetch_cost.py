@@ -102,7 +102,7 @@ def test_real_releases_are_read_from_the_cheaper_artifact(tmp_path):
     cache, as what a cache already holds is chosen first)."""
     from patchctl.sources.release import choose
 
-    index = fetch.SourceContext().index()
+    index = fetch.SourceContext().index_for()
     plugin = choose(index.project("vllm-gguf-plugin"), Version("0.0.5"), cache_root=tmp_path)
     assert (plugin.file.kind, plugin.whole) == ("sdist", True) and plugin.file.size < 200_000
     vllm = choose(index.project("vllm"), Version("0.23.0"), cache_root=tmp_path)

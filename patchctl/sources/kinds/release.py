@@ -27,7 +27,7 @@ class _Release:
 
     def open(self, ref: EngineRef, ctx: SourceContext) -> Upstream:
         engine = ref.engine
-        index = ctx.index(engine)
+        index = ctx.index_for(engine)
         version = self.version_of(ref, ctx)
         source = fetch.release(engine, version, ctx, index)
         return fetch.Upstream(ref, version, source, f"{engine.dist} {version} ({source.artifact.filename})")
@@ -50,7 +50,7 @@ class _Release:
         if chosen.artifact.kind == "wheel":
             return chosen
         engine = upstream.ref.engine
-        choice = choose(ctx.index(engine).project(engine.dist), upstream.version, installable=True)
+        choice = choose(ctx.index_for(engine).project(engine.dist), upstream.version, installable=True)
         if choice.file.kind != "wheel":
             return chosen
         return ReleaseSource(engine, choice.file, config.cache_dir(), offline=ctx.offline, progress=ctx.progress,
