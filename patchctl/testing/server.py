@@ -4,7 +4,11 @@ A responder is a function from a `Request` to a `Reply` (or None: not mine); a `
 its responders in turn and sends the first reply. This module owns everything the fakes used to
 repeat: the threads, the shutdown, the headers and framing (Content-Length, chunked, close-delimited,
 or a stream that a buffering proxy held back), Range parsing, package pages (PEP 503 HTML and PEP 691
-JSON), ETag/Last-Modified validators and server-sent events with known timings. The index servers
+JSON), ETag/Last-Modified validators and server-sent events with known timings. A hostile server is
+built of the same parts: a `RAW` reply writes its bytes exactly as given (status line and headers
+included, or none at all), with `raw_head`, `zero_stream` (a body of N bytes, or endless up to a
+cap) and `drip` (a byte at a time) to make them; a streamed raw reply stops when the server does,
+so that a test never waits on a client that has stopped reading. The index servers
 (`index_server`, `nightly_index`) and the OpenAI-style model (`reasoner`) are responders over it.
 
 Only the standard library is imported: the bundled checks' smoke environments import it too.
@@ -17,7 +21,7 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -29,6 +33,10 @@ CHUNKED = "chunked"  # Transfer-Encoding: chunked, one chunk per event, each sen
 CLOSE = "close"  # no length, no chunks: the body ends when the connection closes (HTTP/1.0 style)
 BUFFERED = "buffered"  # the events' delays pass, then the whole body at once: what a buffering proxy does
 FRAMINGS = (LENGTH, CHUNKED, CLOSE, BUFFERED)
+# Not one of FRAMINGS (a body framed for a client): nothing of the server's own, `body` then the
+# events' bytes exactly as given (a status line, headers and framing are the reply's to write, or
+# to get wrong), then the connection closes. A hostile server's answers.
+RAW = "raw"
 
 
 @dataclass
@@ -45,7 +53,8 @@ class Request:
 
 @dataclass
 class Reply:
-    """What to send. `events` (delay in seconds before it, bytes) make a streamed body; `body` otherwise."""
+    """What to send. `events` (delay in seconds before it, bytes) make a streamed body; `body` otherwise.
+    A Content-Length among `headers` is sent as stated (in its place), not computed from the body."""
 
     status: int = 200
     body: bytes = b""
@@ -76,6 +85,7 @@ class TestServer:
     def __init__(self, responders: Sequence[Responder] = (), *, port: int = 0, protocol: str = "HTTP/1.1") -> None:
         self.responders: list[Responder] = list(responders)
         self.log: list[Logged] = []
+        self.stopping = threading.Event()  # set by stop(): raw streams end at their next event
         handler = type("Handler", (_Handler,), {"owner": self, "protocol_version": protocol})
         self.httpd = _Server(("127.0.0.1", port), handler)
         self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
@@ -103,6 +113,7 @@ class TestServer:
         return self
 
     def stop(self) -> None:
+        self.stopping.set()
         self.httpd.shutdown()
         self.httpd.server_close()
 
@@ -153,10 +164,13 @@ class _Handler(BaseHTTPRequestHandler):
         self.owner.log.append(Logged(self.command, self.path, self.headers.get("Range"), reply.status, sent))
 
     def _send(self, reply: Reply, head: bool) -> int:
+        if reply.framing == RAW:
+            return self._send_raw(reply)
         framing = reply.framing if reply.events is not None else LENGTH
         if framing not in FRAMINGS:
             raise ValueError(f"unknown framing {framing!r}")
         self.send_response(reply.status)
+        stated = any(name.lower() == "content-length" for name in reply.headers)
         for name, value in reply.headers.items():
             self.send_header(name, value)
         if framing in (LENGTH, BUFFERED):
@@ -168,7 +182,8 @@ class _Handler(BaseHTTPRequestHandler):
                 body = b"".join(parts)
             else:
                 body = reply.body
-            self.send_header("Content-Length", str(len(body)))
+            if not stated:
+                self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             if head:
                 return 0
@@ -191,6 +206,21 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
         return sent
 
+    def _send_raw(self, reply: Reply) -> int:
+        """`body`, then each event's bytes once its delay has passed, unless the server stops first;
+        the bytes written, all counted (the reply's head is among them)."""
+        self.close_connection = True
+        self.wfile.write(reply.body)
+        self.wfile.flush()
+        sent = len(reply.body)
+        for delay, data in reply.events or ():
+            if self.owner.stopping.wait(delay):
+                break
+            self.wfile.write(data)
+            self.wfile.flush()
+            sent += len(data)
+        return sent
+
 
 # Replies -----------------------------------------------------------------------------------------
 
@@ -200,6 +230,36 @@ def json_reply(obj: Any, status: int = 200, content_type: str = "application/jso
 
 def redirect(location: str, status: int = 301) -> Reply:
     return Reply(status, b"", {"Location": location})
+
+
+def raw_head(status: str, headers: dict[str, str], version: str = "HTTP/1.1") -> bytes:
+    """A status line (`status` as in "206 Partial Content") and header block, written as given and
+    ended by the blank line: the start of a `RAW` reply."""
+    lines = [f"{version} {status}"] + [f"{name}: {value}" for name, value in headers.items()]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def zero_stream(total: int | None, *, cap: int, chunked: bool = False, piece: int = 1 << 20,
+                on_sent: Callable[[int], None] | None = None) -> Iterator[tuple[float, bytes]]:
+    """Events of a body of `total` zero bytes (None: endless), never more than `cap`, `piece` bytes an
+    event, chunk-framed (and then ended by the last chunk) if `chunked`. `on_sent` is told each piece's
+    body bytes once they were written (a server counting what it sent before the client left)."""
+    zeros = bytes(piece)
+    left = cap if total is None else min(total, cap)
+    while left > 0:
+        n = min(left, piece)
+        yield 0.0, (b"%x\r\n" % n + zeros[:n] + b"\r\n") if chunked else zeros[:n]
+        # (resumed only when the server has written that piece)
+        if on_sent is not None:
+            on_sent(n)
+        left -= n
+    if chunked:
+        yield 0.0, b"0\r\n\r\n"
+
+
+def drip(data: bytes, every: float) -> Iterator[tuple[float, bytes]]:
+    """Events of `data` one byte at a time, each `every` seconds after the one before."""
+    return ((every, data[i : i + 1]) for i in range(len(data)))
 
 
 def byte_range(header: str | None, size: int) -> tuple[int, int] | None:

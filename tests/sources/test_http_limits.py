@@ -5,8 +5,8 @@ address space, so that the old code fails by MemoryError rather than by taking t
 must end in time with a clean exit-3 error (or, for a charset, a normal result), no traceback, and a
 peak RSS under 100 MB.
 
-The responders are small stdlib http.server handlers here; they belong on the one test server
-(patchctl/testing/index_server.py) once it takes responders. With $NETLIMITS_TALLY set, every case
+The hostile index is the one test server (patchctl/testing/server.py) with responders whose raw
+replies write status lines, headers and framing by hand. With $NETLIMITS_TALLY set, every case
 appends its class and outcome (clean / traceback / hang / memory / wrong) to that file."""
 from __future__ import annotations
 
@@ -18,18 +18,17 @@ import struct
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import zlib
 from collections.abc import Callable
 from functools import cache, lru_cache
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
+from patchctl.testing import server as testserver
 from patchctl.testing.fixtures import PRISTINE, loader_with
-from patchctl.testing.index_server import byte_range
+from patchctl.testing.server import RAW, Reply, Request, TestServer, byte_range, raw_head
 
 MB = 1 << 20
 RSS_LIMIT_MB = 100
@@ -152,64 +151,47 @@ def _honest() -> bytes:
 
 # --- the hostile server ------------------------------------------------------------------------
 
-Responder = Callable[[BaseHTTPRequestHandler], None]
+HostileResponder = Callable[[Request], Reply]
 
 
 class Hostile:
     """An index serving one project (vllm 1.0) from `wheel`; `routes` maps a path to a responder
-    that replaces the normal answer (a responder writes raw bytes to the socket)."""
+    that replaces the normal answer (its reply is a `RAW` one: bytes written to the socket as given)."""
 
     def __init__(self, wheel: bytes, *, list_size: bool = True):
         self.wheel = wheel
         self.list_size = list_size
-        self.routes: dict[str, Responder] = {}
+        self.routes: dict[str, HostileResponder] = {}
         self.sent = 0  # body bytes the hostile responders wrote
         self.ranges_only = True  # no GET of the wheel without a Range
-        self.stop = threading.Event()
-        hostile = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                route = hostile.routes.get(self.path)
-                if route is not None:
-                    self.close_connection = True
-                    try:
-                        route(self)
-                    except (BrokenPipeError, ConnectionResetError, OSError):
-                        pass
-                    return
-                if self.path == "/simple/vllm/":
-                    return self._send(200, hostile.page(), "application/vnd.pypi.simple.v1+json")
-                if self.path == f"/files/{WHEEL}":
-                    span = byte_range(self.headers.get("Range"), len(hostile.wheel))
-                    if span is None:
-                        hostile.ranges_only = False
-                        return self._send(200, hostile.wheel, "application/octet-stream")
-                    start, end = span
-                    return self._send(206, hostile.wheel[start:end + 1], "application/octet-stream",
-                                      {"Content-Range": f"bytes {start}-{end}/{len(hostile.wheel)}"})
-                self._send(404, b"not found", "text/plain")
-
-            def _send(self, status: int, body: bytes, ctype: str, extra: dict | None = None) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                for key, value in (extra or {}).items():
-                    self.send_header(key, value)
-                self.end_headers()
-                self.wfile.write(body)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.server = TestServer([self._answer])
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/simple"
+        return f"{self.server.root}/simple"
+
+    def _answer(self, request: Request) -> Reply | None:
+        if request.method != "GET":
+            return None
+        path = request.path + (f"?{request.query}" if request.query else "")
+        route = self.routes.get(path)
+        if route is not None:
+            return route(request)
+        if path == "/simple/vllm/":
+            return self._reply(200, self.page(), "application/vnd.pypi.simple.v1+json")
+        if path == f"/files/{WHEEL}":
+            span = byte_range(request.headers.get("Range"), len(self.wheel))
+            if span is None:
+                self.ranges_only = False
+                return self._reply(200, self.wheel, "application/octet-stream")
+            start, end = span
+            return self._reply(206, self.wheel[start:end + 1], "application/octet-stream",
+                               {"Content-Range": f"bytes {start}-{end}/{len(self.wheel)}"})
+        return self._reply(404, b"not found", "text/plain")
+
+    @staticmethod
+    def _reply(status: int, body: bytes, ctype: str, extra: dict | None = None) -> Reply:
+        return Reply(status, body, {"Content-Type": ctype, "Content-Length": str(len(body)), **(extra or {})})
 
     def page(self) -> bytes:
         entry: dict = {"filename": WHEEL, "url": f"/files/{WHEEL}",
@@ -219,42 +201,27 @@ class Hostile:
         return json.dumps({"meta": {"api-version": "1.0"}, "name": "vllm", "files": [entry]}).encode()
 
     def __enter__(self) -> Hostile:
-        self.thread.start()
+        self.server.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.stop()
 
-    # responder pieces
-    def write(self, handler: BaseHTTPRequestHandler, data: bytes) -> None:
-        handler.wfile.write(data)
-        handler.wfile.flush()
+    # responder pieces: raw replies
+    def write(self, data: bytes) -> Reply:
+        return Reply(body=data, framing=RAW)
 
-    def stream(self, handler: BaseHTTPRequestHandler, total: int | None, chunked: bool = False) -> None:
-        """Zeros, `total` bytes (None: until SERVER_CAP or the client leaves)."""
-        piece = bytes(MB)
-        left = SERVER_CAP if total is None else min(total, SERVER_CAP)
-        while left > 0 and not self.stop.is_set():
-            n = min(left, len(piece))
-            data = piece[:n]
-            self.write(handler, (b"%x\r\n" % n + data + b"\r\n") if chunked else data)
-            self.sent += n
-            left -= n
-        if chunked and not self.stop.is_set():
-            self.write(handler, b"0\r\n\r\n")
+    def stream(self, start: bytes, total: int | None, chunked: bool = False) -> Reply:
+        """`start`, then zeros, `total` bytes (None: until SERVER_CAP or the client leaves)."""
+        return Reply(body=start, framing=RAW,
+                     events=testserver.zero_stream(total, cap=SERVER_CAP, chunked=chunked, piece=MB, on_sent=self._count))
 
-    def drip(self, handler: BaseHTTPRequestHandler, data: bytes, every: float = 0.5) -> None:
-        for i in range(len(data)):
-            if self.stop.wait(every):
-                return
-            self.write(handler, data[i:i + 1])
+    def drip(self, start: bytes, data: bytes, every: float = 0.5) -> Reply:
+        """`start`, then `data` a byte every `every` seconds."""
+        return Reply(body=start, framing=RAW, events=testserver.drip(data, every))
 
-
-def head(status: str, headers: dict[str, str]) -> bytes:
-    lines = [f"HTTP/1.1 {status}"] + [f"{k}: {v}" for k, v in headers.items()]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+    def _count(self, n: int) -> None:
+        self.sent += n
 
 
 # --- running a case ----------------------------------------------------------------------------
@@ -371,16 +338,16 @@ def test_an_index_page_over_the_limit_is_refused_within_the_memory_limit(name, s
     make, encoding, ctype = PAGES[name]
     with Hostile(_honest()) as server:
         if make is None:
-            def respond(h: BaseHTTPRequestHandler) -> None:
-                server.write(h, head("200 OK", {"Content-Type": ctype, "Content-Length": str(300 * MB)}))
-                server.stream(h, 300 * MB)
+            def respond(r: Request) -> Reply:
+                return server.stream(raw_head("200 OK", {"Content-Type": ctype, "Content-Length": str(300 * MB)}),
+                                     300 * MB)
         else:
             body = make()
             assert len(body) < 1.5 * MB
 
-            def respond(h: BaseHTTPRequestHandler) -> None:
-                server.write(h, head("200 OK", {"Content-Type": ctype, "Content-Encoding": encoding,
-                                                "Content-Length": str(len(body))}) + body)
+            def respond(r: Request) -> Reply:
+                return server.write(raw_head("200 OK", {"Content-Type": ctype, "Content-Encoding": encoding,
+                                                        "Content-Length": str(len(body))}) + body)
         server.routes["/simple/vllm/"] = respond
         result = run_case("index page", name, check_args(server, store))
     message = assert_clean(result, "/simple/vllm/")
@@ -397,14 +364,13 @@ RANGE_ANSWERS = [(framing, total) for framing in ("length", "close", "chunked") 
 def test_a_range_answer_longer_than_asked_is_refused(framing, total, store, fresh_cache):
     wheel = _honest()
     with Hostile(wheel, list_size=False) as server:  # (no size listed: read by ranges, not whole)
-        def respond(h: BaseHTTPRequestHandler) -> None:
+        def respond(r: Request) -> Reply:
             headers = {"Content-Range": f"bytes 0-{len(wheel) - 1}/{len(wheel)}"}
             if framing == "length":
                 headers["Content-Length"] = str(total or SERVER_CAP)
             elif framing == "chunked":
                 headers["Transfer-Encoding"] = "chunked"
-            server.write(h, head("206 Partial Content", headers))
-            server.stream(h, total, chunked=framing == "chunked")
+            return server.stream(raw_head("206 Partial Content", headers), total, chunked=framing == "chunked")
         server.routes[f"/files/{WHEEL}"] = respond
         result = run_case("range answer", f"{framing}-{total}", check_args(server, store))
     message = assert_clean(result, WHEEL)
@@ -422,14 +388,13 @@ def test_an_endless_answer_to_a_range_request_is_cut_at_the_size_it_may_have(fra
     index lists (unlisted: at DOWNLOAD_MAX_BYTES, set to 16 MiB here), and nothing is left on disk."""
     wheel = _honest()
     with Hostile(wheel, list_size=listed) as server:
-        def respond(h: BaseHTTPRequestHandler) -> None:
+        def respond(r: Request) -> Reply:
             headers = {"Content-Type": "application/octet-stream"}
             if framing == "chunked":
                 headers["Transfer-Encoding"] = "chunked"
             elif framing == "length-over-index":
                 headers["Content-Length"] = str(SERVER_CAP)
-            server.write(h, head("200 OK", headers))
-            server.stream(h, None, chunked=framing == "chunked")
+            return server.stream(raw_head("200 OK", headers), None, chunked=framing == "chunked")
         server.routes[f"/files/{WHEEL}"] = respond
         result = run_case("whole download", f"{framing}-{listed}", check_args(server, store),
                           settings={"DOWNLOAD_MAX_BYTES": 16 * MB})
@@ -441,35 +406,30 @@ def test_an_endless_answer_to_a_range_request_is_cut_at_the_size_it_may_have(fra
 
 # --- 5. a server that drips a byte at a time: one deadline per request ---------------------------
 
-def _drip_cases() -> dict[str, tuple[str, Callable[[Hostile, BaseHTTPRequestHandler], None]]]:
+def _drip_cases() -> dict[str, tuple[str, Callable[[Hostile, Request], Reply]]]:
     wheel = _honest()
 
-    def page_status(s: Hostile, h: BaseHTTPRequestHandler) -> None:
-        s.drip(h, head("200 OK", {"Content-Length": "10"}))
+    def page_status(s: Hostile, r: Request) -> Reply:
+        return s.drip(b"", raw_head("200 OK", {"Content-Length": "10"}))
 
-    def page_headers(s: Hostile, h: BaseHTTPRequestHandler) -> None:
-        s.write(h, b"HTTP/1.1 200 OK\r\n")
-        s.drip(h, b"X-Filler: " + b"x" * 4000 + b"\r\n\r\n")
+    def page_headers(s: Hostile, r: Request) -> Reply:
+        return s.drip(b"HTTP/1.1 200 OK\r\n", b"X-Filler: " + b"x" * 4000 + b"\r\n\r\n")
 
-    def page_body(s: Hostile, h: BaseHTTPRequestHandler) -> None:
+    def page_body(s: Hostile, r: Request) -> Reply:
         body = s.page()
-        s.write(h, head("200 OK", {"Content-Type": "application/vnd.pypi.simple.v1+json",
-                                   "Content-Length": str(len(body) + 4000)}))
-        s.drip(h, b" " * 4000 + body)
+        return s.drip(raw_head("200 OK", {"Content-Type": "application/vnd.pypi.simple.v1+json",
+                                          "Content-Length": str(len(body) + 4000)}), b" " * 4000 + body)
 
-    def page_chunked(s: Hostile, h: BaseHTTPRequestHandler) -> None:
-        s.write(h, head("200 OK", {"Content-Type": "application/vnd.pypi.simple.v1+json",
-                                   "Transfer-Encoding": "chunked"}))
-        s.drip(h, b"1\r\n \r\n" * 4000)
+    def page_chunked(s: Hostile, r: Request) -> Reply:
+        return s.drip(raw_head("200 OK", {"Content-Type": "application/vnd.pypi.simple.v1+json",
+                                          "Transfer-Encoding": "chunked"}), b"1\r\n \r\n" * 4000)
 
-    def range_body(s: Hostile, h: BaseHTTPRequestHandler) -> None:
-        s.write(h, head("206 Partial Content", {"Content-Range": f"bytes 0-{len(wheel) - 1}/{len(wheel)}",
-                                                "Content-Length": str(len(wheel))}))
-        s.drip(h, wheel)
+    def range_body(s: Hostile, r: Request) -> Reply:
+        return s.drip(raw_head("206 Partial Content", {"Content-Range": f"bytes 0-{len(wheel) - 1}/{len(wheel)}",
+                                                       "Content-Length": str(len(wheel))}), wheel)
 
-    def download_body(s: Hostile, h: BaseHTTPRequestHandler) -> None:  # (Range ignored: a whole download)
-        s.write(h, head("200 OK", {"Content-Length": str(len(wheel))}))
-        s.drip(h, wheel)
+    def download_body(s: Hostile, r: Request) -> Reply:  # (Range ignored: a whole download)
+        return s.drip(raw_head("200 OK", {"Content-Length": str(len(wheel))}), wheel)
 
     return {"page-status-line": ("/simple/vllm/", page_status), "page-headers": ("/simple/vllm/", page_headers),
             "page-body": ("/simple/vllm/", page_body), "page-chunked": ("/simple/vllm/", page_chunked),
@@ -483,7 +443,7 @@ DRIPS = list(_drip_cases())
 def test_a_server_dripping_bytes_cannot_extend_the_deadline(name, store, fresh_cache):
     path, respond = _drip_cases()[name]
     with Hostile(_honest(), list_size=name != "range-body") as server:
-        server.routes[path] = lambda h: respond(server, h)
+        server.routes[path] = lambda r: respond(server, r)
         result = run_case("slow drip", name, check_args(server, store), settings={"TIMEOUT": DRIP_TIMEOUT}, wait=45)
     assert_clean(result, "within 3 s")
     assert result["seconds"] < DRIP_TIMEOUT + 10
@@ -492,7 +452,7 @@ def test_a_server_dripping_bytes_cannot_extend_the_deadline(name, store, fresh_c
 def test_the_timeout_option_sets_the_deadline(store, fresh_cache):
     path, respond = _drip_cases()["page-body"]
     with Hostile(_honest()) as server:
-        server.routes[path] = lambda h: respond(server, h)
+        server.routes[path] = lambda r: respond(server, r)
         result = run_case("slow drip", "--timeout 2", check_args(server, store, "--timeout", "2"), wait=45)
     assert_clean(result, "within 2 s", "/simple/vllm/")
     assert result["seconds"] < 12
@@ -511,9 +471,9 @@ def test_an_index_page_in_an_unknown_charset_is_read_as_utf8(charset, store, fre
         page = (f'<html><a href="/files/{WHEEL}#sha256={hashlib.sha256(wheel).hexdigest()}">{WHEEL}</a>'
                 "</html>").encode()
 
-        def respond(h: BaseHTTPRequestHandler) -> None:
-            server.write(h, head("200 OK", {"Content-Type": f"text/html; charset={charset}",
-                                            "Content-Length": str(len(page))}) + page)
+        def respond(r: Request) -> Reply:
+            return server.write(raw_head("200 OK", {"Content-Type": f"text/html; charset={charset}",
+                                                    "Content-Length": str(len(page))}) + page)
         server.routes["/simple/vllm/"] = respond
         result = run_case("page charset", charset, check_args(server, store), ok_exit=0)
     assert result["outcome"] == "clean", {k: v for k, v in result.items() if k != "doc"}
