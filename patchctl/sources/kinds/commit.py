@@ -8,21 +8,20 @@ from typing import TYPE_CHECKING
 
 from patchctl.errors import UsageError
 from patchctl.sources.fetch import commit_of, same_commit
-from patchctl.sources.kinds import Parsed, PinnedBuild
-from patchctl.sources.kinds.common import Refusals, pin_resolved
+from patchctl.sources.kinds import Parsed
+from patchctl.sources.kinds.common import Build
 from patchctl.sources.kinds.git import GIT
-from patchctl.sources.kinds.nightly import nightly_kind, nightly_root, wheel_index_build, wheel_or_refuse
+from patchctl.sources.kinds.nightly import nightly_kind, nightly_root, wheel_index_build
 
 if TYPE_CHECKING:
     from patchctl.engines import Engine
     from patchctl.sources.fetch import SourceContext, Upstream
-    from patchctl.sources.files import FileSource
     from patchctl.spec import EngineRef
 
 _SHA = re.compile(r"[0-9a-f]{7,40}")
 
 
-class Commit(Refusals):
+class Commit(Build):
     name = "commit"
     syntax = "'commit:SHA'"
     smoke_label = "commit"
@@ -54,15 +53,6 @@ class Commit(Refusals):
         if found and not same_commit(found, sha):
             raise UsageError(f"{url} holds the build of commit {found}, not of {sha}")
         return upstream
-
-    def pin(self, ref: EngineRef, python: str, ctx: SourceContext) -> PinnedBuild:
-        return pin_resolved(self.open(ref, ctx), python)
-
-    def tree_source(self, upstream: Upstream, ctx: SourceContext) -> FileSource:
-        return upstream.source
-
-    def full_source(self, upstream: Upstream, ctx: SourceContext) -> FileSource:
-        return wheel_or_refuse(upstream)
 
 
 COMMIT = Commit()

@@ -58,6 +58,32 @@ def pin_resolved(upstream: Upstream, python: str) -> PinnedBuild:
                        prov.get("record_sha256") if same else None, prov.get("index"))
 
 
+class Build(Refusals):
+    """A kind whose upstream is one build (a nightly, a commit's build): installed as resolved, its
+    trees made from its own source, exported whole from its wheel (a git commit is not a package yet)."""
+
+    def open(self, ref: EngineRef, ctx: SourceContext) -> Upstream:
+        raise NotImplementedError
+
+    def pin(self, ref: EngineRef, python: str, ctx: SourceContext) -> PinnedBuild:
+        return pin_resolved(self.open(ref, ctx), python)
+
+    def tree_source(self, upstream: Upstream, ctx: SourceContext) -> FileSource:
+        return upstream.source
+
+    def full_source(self, upstream: Upstream, ctx: SourceContext) -> FileSource:
+        return wheel_or_refuse(upstream)
+
+
+def wheel_or_refuse(upstream: Upstream) -> FileSource:
+    """A build's wheel can be exported whole; a git commit cannot (it is not a package yet)."""
+    from patchctl.sources.release import ReleaseSource
+
+    if isinstance(upstream.source, ReleaseSource):
+        return upstream.source
+    raise UsageError(FULL_WHAT)
+
+
 def git_url(url: str) -> str:
     """A repository as pip and uv take it after `git+`: a local path becomes a file://localhost/ URL
     (the packaging that pip 23 vendors refuses a PEP 508 URL without a host, file:///path)."""

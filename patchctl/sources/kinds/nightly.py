@@ -10,17 +10,16 @@ from patchctl import config
 from patchctl.engines import NightlySource
 from patchctl.errors import NetworkError, UsageError, plain_network_reason
 from patchctl.sources.fetch import Upstream, commit_of, same_commit
-from patchctl.sources.kinds import Parsed, PinnedBuild
-from patchctl.sources.kinds.common import FULL_WHAT, Refusals, pin_resolved
+from patchctl.sources.kinds import Parsed
+from patchctl.sources.kinds.common import Build
 
 if TYPE_CHECKING:
     from patchctl.engines import Engine
     from patchctl.sources.fetch import SourceContext
-    from patchctl.sources.files import FileSource
     from patchctl.spec import EngineRef
 
 
-class Nightly(Refusals):
+class Nightly(Build):
     name = "nightly"
     syntax = "'nightly'"
     smoke_label = "nightly"
@@ -48,24 +47,6 @@ class Nightly(Refusals):
         source = GitSource(repo, branch or "main", engine.layout_prefix("git"), url)
         version = ctx.version_override or version_of_checkout(source, engine)
         return Upstream(ref, version, source, f"{engine.name} nightly {branch} ({source.provenance().description})")
-
-    def pin(self, ref: EngineRef, python: str, ctx: SourceContext) -> PinnedBuild:
-        return pin_resolved(self.open(ref, ctx), python)
-
-    def tree_source(self, upstream: Upstream, ctx: SourceContext) -> FileSource:
-        return upstream.source
-
-    def full_source(self, upstream: Upstream, ctx: SourceContext) -> FileSource:
-        return wheel_or_refuse(upstream)
-
-
-def wheel_or_refuse(upstream: Upstream) -> FileSource:
-    """A build's wheel can be exported whole; a git commit cannot (it is not a package yet)."""
-    from patchctl.sources.release import ReleaseSource
-
-    if isinstance(upstream.source, ReleaseSource):
-        return upstream.source
-    raise UsageError(FULL_WHAT)
 
 
 def nightly_kind(engine: Engine) -> str:
