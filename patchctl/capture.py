@@ -15,7 +15,7 @@ import shutil
 import tempfile
 from collections.abc import Collection, Mapping
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from packaging.version import Version
 
@@ -23,6 +23,9 @@ from patchctl import gitutil
 from patchctl.atomic import write_atomic
 from patchctl.errors import StoreError, UsageError
 from patchctl.yamlio import dump_yaml, load_yaml
+
+if TYPE_CHECKING:
+    from patchctl.store import Patch
 
 # Placeholders `new` writes when no --title / --why is given; `patchctl lint` reports them unfinished.
 PLACEHOLDER = "TODO:"
@@ -223,7 +226,7 @@ def write_new_patch(store_root: Path, engine: str, name: str, version: Version, 
     return Written(folder, variant, digest)
 
 
-def write_refreshed(store_root: Path, patch, version: Version, data: bytes) -> Written:
+def write_refreshed(store_root: Path, patch: Patch, version: Version, data: bytes) -> Written:
     """<version>.patch of an existing patch, replaced or added, and pinned in series.yaml."""
     from patchctl.store import Store, write_variant
 

@@ -2,6 +2,8 @@
 are intact, a re-apply after an upgrade wiped them, a failure when someone edited a patched file."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from patchctl.commands import apply as apply_command
@@ -9,8 +11,15 @@ from patchctl.commands.framework import patchctl_command
 from patchctl.errors import EXIT_OK
 from patchctl.options import writer_options
 
+if TYPE_CHECKING:
+    from patchctl.patching.evaluate import Options
+    from patchctl.sources.fetch import SourceContext
+    from patchctl.store import Store
+    from patchctl.tree.find import TargetSpec
 
-def run(spec: str, store, ctx, options, where, *, wait: float = 0.0) -> tuple[dict, int]:
+
+def run(spec: str, store: Store, ctx: SourceContext, options: Options, where: TargetSpec, *,
+        wait: float = 0.0) -> tuple[dict, int]:
     """apply's run under the ensure rules (operations.apply(ensure=True)): the lock and recovery
     first, nothing read or written when the record is intact and from this series, a hand edit
     refused (exit 1, `state: modified`)."""
@@ -29,6 +38,7 @@ def run(spec: str, store, ctx, options, where, *, wait: float = 0.0) -> tuple[di
 ))
 @click.argument("spec", metavar="ENGINE[@VERSION]")
 @writer_options
-def command(spec, where, ctx, store, options, wait):
+def command(spec: str, where: TargetSpec, ctx: SourceContext, store: Store, options: Options,
+            wait: float) -> tuple[dict, int]:
     """Idempotent apply for ExecStartPre=: no-op when intact, re-apply after an upgrade."""
     return run(spec, store, ctx, options, where, wait=wait)

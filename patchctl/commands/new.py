@@ -4,6 +4,8 @@ to no applied patch becomes one `git format-patch` variant for the installed ver
 appended to the series."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from patchctl.commands.framework import patchctl_command
@@ -12,12 +14,18 @@ from patchctl.errors import EXIT_OK, UsageError
 from patchctl.options import ENGINE, fetch_options, target_options, wait_option
 from patchctl.spec import parse_spec
 
+if TYPE_CHECKING:
+    from patchctl.commands.text import Console
+    from patchctl.sources.fetch import SourceContext
+    from patchctl.tree.find import TargetSpec
+    from patchctl.tree.operations import Target
+
 STORE_HELP = ("Store to write the patch into (created when missing; default: $PATCHCTL_STORE). The bundled patch "
               "set is written only when named here.")
 FILE_HELP = "Only this file (relative to the import root, or a path into the tree; repeatable)."
 
 
-def run(engine: str, name: str, where, store_dir: str | None, ctx, *, files: tuple[str, ...] = (),
+def run(engine: str, name: str, where: TargetSpec, store_dir: str | None, ctx: SourceContext, *, files: tuple[str, ...] = (),
         title: str | None = None, why: str | None = None, wait: float = 0.0) -> tuple[dict, int]:
     from patchctl import capture
     from patchctl.sources import fetch
@@ -78,13 +86,13 @@ def run(engine: str, name: str, where, store_dir: str | None, ctx, *, files: tup
     ), EXIT_OK
 
 
-def _named(target, files: tuple[str, ...]) -> list[str]:
+def _named(target: Target, files: tuple[str, ...]) -> list[str]:
     from patchctl.tree.edits import inside_engine
 
     return [inside_engine(target, f) for f in files]
 
 
-def render(doc: dict, out, err) -> None:
+def render(doc: dict, out: Console, err: Console) -> None:
     for f in doc.get("files", []):
         out.print(f"  {f['status']:<9} {f['path']}", markup=False, highlight=False)
 
@@ -103,7 +111,8 @@ def render(doc: dict, out, err) -> None:
 @click.option("--why", help="What breaks without it, for whom (default: a TODO placeholder).")
 @wait_option
 @fetch_options
-def command(engine, name, where, store_dir, files, title, why, wait, ctx):
+def command(engine: str, name: str, where: TargetSpec, store_dir: str | None, files: tuple[str, ...],
+            title: str | None, why: str | None, wait: float, ctx: SourceContext) -> tuple[dict, int]:
     """Turn the hand edits of an installed ENGINE into a new patch NAME.
 
     Every file of the engine that differs from its release (by the dist-info RECORD's sha256s, else

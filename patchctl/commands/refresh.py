@@ -3,6 +3,8 @@ refresh): the files its chosen variant touches, plus --file extras, diffed again
 release → `<installed version>.patch`, pinned. The loop is edit → refresh → check → commit."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from patchctl.commands.framework import patchctl_command
@@ -11,10 +13,21 @@ from patchctl.errors import EXIT_OK, UsageError
 from patchctl.options import ENGINE, fetch_options, target_options, wait_option
 from patchctl.spec import parse_spec
 
+if TYPE_CHECKING:
+    from packaging.version import Version
+
+    from patchctl.commands.text import Console
+    from patchctl.patching.hunks import ParsedVariant
+    from patchctl.sources.fetch import SourceContext
+    from patchctl.sources.release import ReleaseSource
+    from patchctl.store import Patch, Series
+    from patchctl.tree.find import TargetSpec
+    from patchctl.tree.operations import Target
+
 REFRESHED, ADDED, UNCHANGED = "refreshed", "added", "unchanged"
 
 
-def run(engine: str, name: str, where, store_dir: str | None, ctx, *, files: tuple[str, ...] = (),
+def run(engine: str, name: str, where: TargetSpec, store_dir: str | None, ctx: SourceContext, *, files: tuple[str, ...] = (),
         wait: float = 0.0) -> tuple[dict, int]:
     from patchctl import capture
     from patchctl.patching.evaluate import load_variant
@@ -88,7 +101,8 @@ def run(engine: str, name: str, where, store_dir: str | None, ctx, *, files: tup
     ), EXIT_OK
 
 
-def _base_files(target, series, patch, version, release, paths, pristine) -> dict:
+def _base_files(target: Target, series: Series, patch: Patch, version: Version, release: ReleaseSource,
+                paths: list[str], pristine: dict[str, bytes | None]) -> dict[str, bytes | None]:
     """What the patch's change is the difference from: the release's files with the applied patches
     that come before it in the series (the tree's record says which). A later applied patch touching
     the same file is refused: only the topmost patch of a file can be refreshed (quilt's rule)."""
@@ -122,7 +136,7 @@ def _base_files(target, series, patch, version, release, paths, pristine) -> dic
     return base
 
 
-def _gives(parsed, changed: dict) -> bool:
+def _gives(parsed: ParsedVariant, changed: dict[str, tuple[bytes | None, bytes | None]]) -> bool:
     """The parsed variant turns each base into the edited bytes exactly (clean or at an offset)."""
     from patchctl.patching.hunks import apply_hunks
 
@@ -136,7 +150,7 @@ def _gives(parsed, changed: dict) -> bool:
     return True
 
 
-def unmanaged_besides(target, paths) -> list[str]:
+def unmanaged_besides(target: Target, paths: list[str]) -> list[str]:
     from patchctl.tree.edits import unmanaged
 
     try:
@@ -145,7 +159,7 @@ def unmanaged_besides(target, paths) -> list[str]:
         return []
 
 
-def render(doc: dict, out, err) -> None:
+def render(doc: dict, out: Console, err: Console) -> None:
     for path in doc.get("files", []):
         out.print(f"  {doc['outcome']:<9} {path}", markup=False, highlight=False)
 
@@ -166,7 +180,8 @@ def render(doc: dict, out, err) -> None:
                    "repeatable).")
 @wait_option
 @fetch_options
-def command(engine, name, where, store_dir, files, wait, ctx):
+def command(engine: str, name: str, where: TargetSpec, store_dir: str | None, files: tuple[str, ...], wait: float,
+            ctx: SourceContext) -> tuple[dict, int]:
     """Rewrite PATCH's variant for the installed ENGINE version from the edited tree.
 
     The files the chosen variant touches (and --file extras) are diffed against the pristine release

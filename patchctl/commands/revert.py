@@ -2,6 +2,8 @@
 bytecode); with --from-release, restore the release's own files when patchctl's record is damaged."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from patchctl.commands.framework import patchctl_command
@@ -10,8 +12,16 @@ from patchctl.errors import EXIT_OK
 from patchctl.options import fetch_options, store_option, target_options, wait_option
 from patchctl.spec import parse_spec
 
+if TYPE_CHECKING:
+    from packaging.version import Version
 
-def run(spec: str, where, *, force: bool = False, wait: float = 0.0) -> tuple[dict, int]:
+    from patchctl.sources.fetch import SourceContext
+    from patchctl.store import Store
+    from patchctl.tree.find import TargetSpec
+    from patchctl.tree.operations import RevertReport, Target
+
+
+def run(spec: str, where: TargetSpec, *, force: bool = False, wait: float = 0.0) -> tuple[dict, int]:
     from patchctl.tree import operations as tgt
     from patchctl.tree.find import find_target
 
@@ -20,7 +30,7 @@ def run(spec: str, where, *, force: bool = False, wait: float = 0.0) -> tuple[di
     return _document(target, rep), EXIT_OK
 
 
-def run_from_release(spec: str, where, store, ctx, *, wait: float = 0.0) -> tuple[dict, int]:
+def run_from_release(spec: str, where: TargetSpec, store: Store, ctx: SourceContext, *, wait: float = 0.0) -> tuple[dict, int]:
     """The way out of a damaged record or journal: no guess at what patchctl did. Every file the series
     can touch at this version, and every file the dist-info RECORD says differs, gets the release's
     own bytes (read from its artifact, checked against the wheel's RECORD). The variants are read as
@@ -40,11 +50,11 @@ def run_from_release(spec: str, where, store, ctx, *, wait: float = 0.0) -> tupl
     return _document(target, rep), EXIT_OK
 
 
-def series_paths(store, engine: str, version) -> list[str]:
+def series_paths(store: Store, engine: str, version: Version) -> list[str]:
     from patchctl.patching.evaluate import load_variant, outside_package
     from patchctl.store import choose_variant
 
-    paths = []
+    paths: list[str] = []
     for patch in store.series(engine).patches:
         choice = choose_variant(patch, version)
         if choice.variant is not None:
@@ -54,7 +64,7 @@ def series_paths(store, engine: str, version) -> list[str]:
     return paths
 
 
-def _document(target, rep) -> dict:
+def _document(target: Target, rep: RevertReport) -> dict:
     message = rep.note or f"restored {len(rep.restored)} file(s) byte for byte"
     if rep.skipped:
         message += f"; {len(rep.skipped)} already pristine"
@@ -77,7 +87,8 @@ def _document(target, rep) -> dict:
                    "package index and checked against the wheel's RECORD.")
 @store_option
 @fetch_options
-def command(spec, where, wait, force, from_release, store, ctx):
+def command(spec: str, where: TargetSpec, wait: float, force: bool, from_release: bool, store: Store,
+            ctx: SourceContext) -> tuple[dict, int]:
     """Restore every patched file byte for byte."""
     if from_release:
         return run_from_release(spec, where, store, ctx, wait=wait)

@@ -1,6 +1,8 @@
 """`patchctl status`: what is applied to a target, and whether its patched files changed since."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from patchctl.commands.framework import patchctl_command
@@ -9,11 +11,16 @@ from patchctl.errors import EXIT_OK, EXIT_PATCH_FAILED
 from patchctl.options import target_options
 from patchctl.spec import parse_spec
 
+if TYPE_CHECKING:
+    from patchctl.commands.text import Console
+    from patchctl.tree.find import TargetSpec
+    from patchctl.tree.operations import Target
+
 EXIT_BY_STATE = {"intact": EXIT_OK, "not-applied": EXIT_OK, "wiped": EXIT_PATCH_FAILED,
                  "version-changed": EXIT_PATCH_FAILED, "modified": EXIT_PATCH_FAILED}
 
 
-def run(spec: str, where, *, wait: float = 30.0) -> tuple[dict, int]:
+def run(spec: str, where: TargetSpec, *, wait: float = 30.0) -> tuple[dict, int]:
     from patchctl.tree import operations as tgt
     from patchctl.tree.find import find_target
 
@@ -40,7 +47,7 @@ def run(spec: str, where, *, wait: float = 30.0) -> tuple[dict, int]:
     return doc, code
 
 
-def _unmanaged(target) -> tuple[list[str], list[str]]:
+def _unmanaged(target: Target) -> tuple[list[str], list[str]]:
     """Hand edits: .py files of the engine's packages that differ from the dist-info RECORD and that no
     applied patch wrote. RECORD only (no network; a tree without one says nothing), and never a
     reason to change the exit code: an intact patch set with a hand edit beside it is still intact."""
@@ -76,7 +83,7 @@ def build_line(build: dict | None) -> str | None:
     return line
 
 
-def render(doc: dict, out, err) -> None:
+def render(doc: dict, out: Console, err: Console) -> None:
     line = build_line(doc.get("build"))
     if line:
         out.print(f"patched build: {doc['engine']} {line}", markup=False, highlight=False)
@@ -92,7 +99,7 @@ def render(doc: dict, out, err) -> None:
 @target_options
 @click.option("--wait", type=float, default=30.0, show_default=True,
               help="Seconds to wait for another patchctl working on the same target.")
-def command(spec, where, wait):
+def command(spec: str, where: TargetSpec, wait: float) -> tuple[dict, int]:
     """What is applied, and whether patched files changed since (e.g. wiped by pip).
 
     Also lists hand edits: .py files that differ from the dist-info RECORD and belong to no patch

@@ -21,7 +21,7 @@ class _ProvenanceFields(NamedTuple):
 class Provenance(_ProvenanceFields):
     __slots__ = ()
 
-    def _asdict(self) -> dict:  # type: ignore[override]  # noqa: D102
+    def _asdict(self) -> dict:  # noqa: D102
         out: dict[str, object] = {k: v for k, v in zip(self._fields, self, strict=True) if k != "details"}
         out.update(self.details)
         return out
