@@ -507,11 +507,10 @@ def _override_copy(user_root: Path, patch: Patch) -> Patch:
         meta["overrides"] = True
         write_atomic(folder / "patch.yaml", dump_yaml(meta, sort_keys=False).encode())
         for variant in patch.variants:
-            write_atomic(folder / variant.filename, variant.path.read_bytes())
+            write_atomic(folder / variant.filename, variant.read_bytes())
     doc: dict = load_yaml(series_file.read_text()) if series_file.is_file() else {"engine": patch.engine, "patches": []}
     if not any(entry["name"] == patch.name for entry in doc["patches"]):
-        doc["patches"].append({"name": patch.name, "variants": {
-            v.filename: hashlib.sha256(v.path.read_bytes()).hexdigest() for v in patch.variants}})
+        doc["patches"].append({"name": patch.name, "variants": {v.filename: v.actual_sha256() for v in patch.variants}})
         write_atomic(series_file, dump_yaml(doc, sort_keys=False).encode())
     return patch._replace(directory=folder, overrides=True,
                           variants=tuple(v._replace(path=folder / v.filename) for v in patch.variants))

@@ -70,7 +70,7 @@ def run(engine: str, name: str, where: TargetSpec, store_dir: str | None, ctx: S
     filename = f"{version}.patch"
     capture.verify(data, changed, f"{engine}/{name}/{filename}")
     if choice.variant.base == version:
-        outcome = UNCHANGED if data == choice.variant.path.read_bytes() else REFRESHED
+        outcome = UNCHANGED if data == choice.variant.read_bytes() else REFRESHED
     else:
         # An older base whose variant still gives exactly these files stays the one variant: the store
         # holds as few variants as the code's history needs (docs/patch-format.md).

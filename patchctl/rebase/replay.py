@@ -128,7 +128,7 @@ def rebase(engine_name: str, store: Store, new: Version, ctx: fetch.SourceContex
     if old > new:
         raise UsageError(f"--from {old} is newer than --onto {new}")
     plans = [_Plan(patch, choose_variant(patch, old).variant, target) for patch, target in targets]
-    parsed = {v.path: parse_variant(v.path.read_bytes(), str(v.path))
+    parsed = {v.path: parse_variant(v.read_bytes(), str(v.path))
               for plan in plans for v in (plan.source, plan.target) if v is not None}
     paths = sorted({path for pv in parsed.values() for path in pv.paths})
     old_src = fetch.release(engine, old, ctx)
@@ -161,7 +161,7 @@ def rebase(engine_name: str, store: Store, new: Version, ctx: fetch.SourceContex
         if outcome.outcome in O.WRITES:
             _apply_changes(repo, result.changes)
             git(repo, "add", "-A")
-            git(repo, "commit", "-q", "--allow-empty", "-m", variant_message(plan.source.path.read_bytes()))
+            git(repo, "commit", "-q", "--allow-empty", "-m", variant_message(plan.source.read_bytes()))
             commits[plan.patch.name] = git(repo, "rev-parse", "HEAD").stdout.strip()
 
     git(repo, "checkout", "-q", "-b", "upstream-new", old_commit)
@@ -277,7 +277,7 @@ def rebase(engine_name: str, store: Store, new: Version, ctx: fetch.SourceContex
                      f"a recorded resolution applies, but it is only used when the smoke checks pass: {why}",
                      resolution="rejected")
                 continue
-        if new_bytes == source.path.read_bytes():
+        if new_bytes == source.read_bytes():
             carried(plan, RebaseItem(patch.name, UNCHANGED, source.filename, source.filename,
                                      f"{source.filename} applies to {new} unchanged", resolution))
             continue
@@ -308,7 +308,7 @@ def _refreshed(store: Store, patch: Patch, variant: Variant, new: Version, data:
 def _commit(repo: Path, changes: Sequence[evaluate.FileChange], variant: Variant) -> None:
     _apply_changes(repo, changes)
     git(repo, "add", "-A")
-    git(repo, "commit", "-q", "--allow-empty", "-m", variant_message(variant.path.read_bytes()))
+    git(repo, "commit", "-q", "--allow-empty", "-m", variant_message(variant.read_bytes()))
 
 
 def _write(repo: Path, files: dict[str, bytes | None], paths: list[str]) -> None:

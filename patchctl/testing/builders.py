@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import random
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -113,3 +114,9 @@ def install_fake_dist(site: Path, dist: str, version: str, files: dict[str, str]
         rows.append(f"{rel},sha256={digest},{len(data)}\n")
     rows += [f"{info.name}/METADATA,,\n", f"{info.name}/RECORD,,\n"]
     (info / "RECORD").write_text("".join(rows))
+
+
+def filler_blobs(count: int, size: int = 150_000) -> dict[str, bytes]:
+    """Incompressible files for a synthetic vllm wheel, so that it is much larger than what a sparse
+    read needs (release.choose then reads it by ranges, not whole). The same bytes every run."""
+    return {f"vllm/filler/blob{i}.bin": random.Random(i).randbytes(size) for i in range(count)}

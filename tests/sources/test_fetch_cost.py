@@ -43,12 +43,6 @@ def sdist(folder, version: str, files: dict[str, str]):
 
 
 @pytest.fixture
-def store(builder):
-    builder.add("vllm", "loader", variants={"1.0": builder.variant(PRISTINE, {"vllm/loader.py": loader_with({10: "ten\n"})})})
-    return builder.root
-
-
-@pytest.fixture
 def files(tmp_path):
     folder = tmp_path / "files"
     folder.mkdir()

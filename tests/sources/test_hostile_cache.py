@@ -5,21 +5,20 @@ from __future__ import annotations
 
 import hashlib
 import os
-import random
 import tracemalloc
 
 import pytest
 
 from patchctl.sources import fetch
 from patchctl.testing import index_server
-from patchctl.testing.builders import build_wheel
-from patchctl.testing.fixtures import PRISTINE, loader_with
+from patchctl.testing.builders import build_wheel, filler_blobs
+from patchctl.testing.fixtures import PRISTINE
 from patchctl.testing.index_server import IndexServer
 from patchctl.testing.invoke import run_json
 
 EVIL = "import os\nos.system('touch /tmp/owned')\n"
 # Incompressible filler: the wheel (~3 MB) is then read by ranges, not whole (release.choose).
-FILLER = {f"vllm/filler/blob{i}.bin": random.Random(i).randbytes(150_000) for i in range(20)}
+FILLER = filler_blobs(20)
 
 
 @pytest.fixture
@@ -30,12 +29,6 @@ def index(tmp_path):
     with IndexServer(files) as server:
         server.add("vllm", wheel)
         yield server
-
-
-@pytest.fixture
-def store(builder):
-    builder.add("vllm", "loader", variants={"1.0": builder.variant(PRISTINE, {"vllm/loader.py": loader_with({10: "ten\n"})})})
-    return builder.root
 
 
 def check(index, store, expect=0):

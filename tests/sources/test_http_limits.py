@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from patchctl.testing import server as testserver
-from patchctl.testing.fixtures import PRISTINE, loader_with
+from patchctl.testing.fixtures import PRISTINE
 from patchctl.testing.server import RAW, Reply, Request, TestServer, byte_range, raw_head
 
 MB = 1 << 20
@@ -230,12 +230,6 @@ class Hostile:
 
 
 # --- running a case ----------------------------------------------------------------------------
-
-@pytest.fixture
-def store(builder):
-    builder.add("vllm", "loader", variants={"1.0": builder.variant(PRISTINE, {"vllm/loader.py": loader_with({10: "ten\n"})})})
-    return builder.root
-
 
 def run_case(klass: str, case: str, argv: list[str], settings: dict | None = None, wait: float = 60.0,
              ok_exit: int = 3) -> dict:

@@ -2,14 +2,13 @@
 whole-artifact download alike (a server without Range support, `export --full`). The wheels are real
 (`build_wheel`), re-zipped with one member's bytes changed after RECORD was written, so that the
 zip's own CRC-32s are right and only RECORD can tell."""
-import random
 import zipfile
 
 import pytest
 
 from patchctl.errors import NetworkError
-from patchctl.testing.builders import build_wheel
-from patchctl.testing.fixtures import PRISTINE, loader_with
+from patchctl.testing.builders import build_wheel, filler_blobs
+from patchctl.testing.fixtures import PRISTINE
 from patchctl.testing.index_server import IndexServer
 from patchctl.testing.invoke import run_json
 
@@ -24,12 +23,6 @@ def tamper(wheel, member: str, data: bytes) -> None:
 
 
 @pytest.fixture
-def store(builder):
-    builder.add("vllm", "loader", variants={"1.0": builder.variant(PRISTINE, {"vllm/loader.py": loader_with({10: "ten\n"})})})
-    return builder.root
-
-
-@pytest.fixture
 def files(tmp_path):
     folder = tmp_path / "files"
     folder.mkdir()
@@ -38,7 +31,7 @@ def files(tmp_path):
 
 # With Range support, incompressible filler makes range reads cheaper than one GET of the wheel
 # (a wheel of a few KB is fetched whole: see test_fetch_cost.py).
-FILLER = {f"vllm/filler/blob{i}.bin": random.Random(i).randbytes(150_000) for i in range(40)}
+FILLER = filler_blobs(40)
 
 
 def serve(files, member: str | None, data: bytes = b"", *, ranges: bool) -> IndexServer:

@@ -1,19 +1,18 @@
 """Sparse wheel reads, whole-artifact fallback, cache, offline and failure modes, against a real
 HTTP index on 127.0.0.1 serving real wheels and sdists."""
 import io
-import random
 import tarfile
 
 import pytest
 
-from patchctl.testing.builders import build_wheel
-from patchctl.testing.fixtures import PRISTINE, loader_with
+from patchctl.testing.builders import build_wheel, filler_blobs
+from patchctl.testing.fixtures import PRISTINE
 from patchctl.testing.index_server import IndexServer
 from patchctl.testing.invoke import run_json
 
 # Incompressible filler so that the wheel (~6 MB) is much larger than what a sparse read needs, and
 # than the first tail read (1 MB for a project patchctl has not measured yet).
-BIG = {f"vllm/filler/blob{i}.bin": random.Random(i).randbytes(150_000) for i in range(40)}
+BIG = filler_blobs(40)
 
 
 @pytest.fixture
@@ -24,12 +23,6 @@ def index(tmp_path):
     with IndexServer(files) as server:
         server.add("vllm", wheel)
         yield server
-
-
-@pytest.fixture
-def store(builder):
-    builder.add("vllm", "loader", variants={"1.0": builder.variant(PRISTINE, {"vllm/loader.py": loader_with({10: "ten\n"})})})
-    return builder.root
 
 
 def check(*args, expect=None):
