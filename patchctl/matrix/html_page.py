@@ -282,7 +282,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--previous", type=Path, help="the previous matrix: lead with what changed since")
     args = parser.parse_args(argv)
     previous = matrix.load(args.previous) if args.previous else None
-    args.output.write_text(render_html(matrix.load(args.matrix), previous=previous), encoding="utf-8")
+    from patchctl.atomic import write_atomic
+
+    write_atomic(args.output, render_html(matrix.load(args.matrix), previous=previous).encode("utf-8"))
     print(f"wrote {args.output}")
     return 0
 

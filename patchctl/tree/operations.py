@@ -30,7 +30,7 @@ from patchctl.tree.journal import (
 from patchctl.tree.nofollow import read_path
 
 if TYPE_CHECKING:
-    # The apply engine (and unidiff, the store, packaging.requirements under it) is imported by
+    # The apply engine (the diff reader, the store, packaging.requirements under it) is imported by
     # apply() only: status and revert read the state record and hash files, nothing more.
     from patchctl.patching.evaluate import BaseFiles, Options, SeriesResult
     from patchctl.sources.files import FileSource, Provenance
