@@ -101,7 +101,10 @@ class Registry(click.Group):
         info = COMMANDS.get(name)
         if info is None:
             return None
-        return importlib.import_module(f"patchctl.commands.{info.module}").command
+        command: click.Command = importlib.import_module(f"patchctl.commands.{info.module}").command
+        if not any(p.name == "deployment" for p in command.params):  # every command takes it, once
+            command.params.insert(0, _deployment_option())
+        return command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         for title, commands in SECTIONS.items():
@@ -124,8 +127,10 @@ class Registry(click.Group):
             if "--json" in argv:
                 from patchctl.documents import document, emit_json
 
+                hint = getattr(exc, "hint", None)  # a DeploymentError's
                 emit_json(document(_command_name(argv), exc.exit_code,
-                                   error={"kind": "usage", "message": exc.format_message(), "hint": None}))
+                                   error={"kind": "usage", "message": exc.message if hint else exc.format_message(),
+                                          "hint": hint}))
                 exit(exc.exit_code)
             if not standalone_mode:
                 raise
@@ -156,6 +161,54 @@ class Registry(click.Group):
         return rv
 
 
+class DeploymentError(click.ClickException):
+    """A deployment file that cannot be used: a usage error (exit 2), found while the command line is read."""
+
+    exit_code = EXIT_USAGE
+
+    def __init__(self, message: str, hint: str | None = None):
+        super().__init__(message)
+        self.hint = hint
+
+    def format_message(self) -> str:
+        return self.message + (f"\nhint: {self.hint}" if self.hint else "")
+
+
+def _deployment_option() -> click.Option:
+    """`--deployment FILE` on a command: read first (eager), it makes the file the command's default_map
+    (patchctl/deployment.py), so every option given on the command line still wins."""
+    return click.Option(["--deployment"], metavar="FILE", is_eager=True, expose_value=False,
+                        callback=_use_deployment, type=click.Path(dir_okay=False),
+                        help="The deployment file whose settings fill this command's options and ENGINE "
+                             "(also `patchctl --deployment FILE COMMAND` and $PATCHCTL_DEPLOYMENT; "
+                             "README, Configuration).")
+
+
+def _use_deployment(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """The command's own --deployment, else the group's, else $PATCHCTL_DEPLOYMENT. Nothing is imported
+    when none is named: `ensure` without a deployment starts as fast as before."""
+    path = value or ctx.meta.get(DEPLOYMENT_KEY) or os.environ.get("PATCHCTL_DEPLOYMENT")
+    if not path or ctx.command is None:
+        return
+    from patchctl import deployment
+    from patchctl.errors import PatchctlError
+
+    try:
+        used = deployment.load(path)
+    except PatchctlError as exc:
+        raise DeploymentError(exc.message, exc.hint) from None
+    ctx.default_map = {**(ctx.default_map or {}), **used.defaults_for(ctx.command)}
+    ctx.meta[DEPLOYMENT_KEY] = str(used.path)  # framework.run_and_exit names it in the document
+
+
+def _group_deployment(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value:
+        ctx.meta[DEPLOYMENT_KEY] = value
+
+
+DEPLOYMENT_KEY = "patchctl.deployment"  # in click's ctx.meta, which a command's context shares with the group's
+
+
 def _command_name(argv: list[str]) -> str:
     return next((a for a in argv if a in COMMANDS), "patchctl")
 
@@ -177,6 +230,10 @@ def _set_sigint(handler: Any) -> None:
 
 @click.group(cls=Registry, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="patchctl")
+@click.option("--deployment", metavar="FILE", expose_value=False, callback=_group_deployment,
+              type=click.Path(dir_okay=False),
+              help="A deployment file for the command that follows (also COMMAND --deployment FILE, "
+                   "$PATCHCTL_DEPLOYMENT).")
 def main() -> None:
     """Keep downstream patches to vLLM and SGLang alive across upstream releases.
 
