@@ -49,7 +49,7 @@ _BUILTIN_PROMPTS = ("counting", "essay")
 
 
 class Deployment(NamedTuple):
-    path: Path  # the file, absolute
+    path: Path  # the file, absolute (a symlink resolved)
     settings: dict[str, Any]  # validated, its paths absolute
 
     @property
@@ -97,7 +97,7 @@ def load(path: str | Path) -> Deployment:
     """The deployment file at `path`, checked; UsageError (exit 2) naming the file, line and key."""
     shown = Path(path)
     absolute = Path(os.path.abspath(shown))
-    raw = read_bytes(absolute, shown)
+    raw, real = read_bytes(absolute, shown)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -116,7 +116,7 @@ def load(path: str | Path) -> Deployment:
     if data["engine"] not in all_engines():
         raise UsageError(f"deployment file {shown}{_line(text, ('engine',))}: engine: unknown engine "
                          f"{data['engine']!r} (known: {', '.join(sorted(all_engines()))})")
-    return Deployment(absolute, _resolved(data, absolute.parent))
+    return Deployment(real, _resolved(data, real.parent))  # a link's paths are its file's
 
 
 _HINT = "the keys are in README, Configuration, \"Deployment file\" (schema: patchctl/schemas/deployment.json)"
@@ -179,7 +179,7 @@ def _resolved(data: dict, folder: Path) -> dict[str, Any]:
     """Relative paths in the file are relative to the file's folder (not to where the unit runs)."""
 
     def at(value: str) -> str:
-        return value if os.path.isabs(value) else str(folder / value)
+        return value if os.path.isabs(value) else os.path.normpath(folder / value)
 
     out = dict(data)
     if "python" in out and os.sep in out["python"]:  # a bare name (python3) is looked up on PATH
@@ -205,10 +205,10 @@ def _resolved(data: dict, folder: Path) -> dict[str, Any]:
     return out
 
 
-def read_bytes(path: Path, shown: Path) -> bytes:
-    """The file's bytes: a regular file of at most LIMIT bytes, reached through no symlink owned by a
-    user other than root or this one (systemd runs ensure as root on a file a service user might
-    have replaced), never a FIFO that would hang the unit's start."""
+def read_bytes(path: Path, shown: Path) -> tuple[bytes, Path]:
+    """The file's bytes and its path (a link resolved): a regular file of at most LIMIT bytes, reached
+    through no symlink owned by a user other than root or this one (systemd runs ensure as root on a
+    file a service user might have replaced), never a FIFO that would hang the unit's start."""
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     trusted = {0, os.geteuid()}
     try:
@@ -249,6 +249,6 @@ def read_bytes(path: Path, shown: Path) -> bytes:
             total += len(chunk)
             if total > LIMIT:
                 raise UsageError(f"deployment file {shown} grew past {LIMIT} bytes while being read")
-        return b"".join(chunks)
+        return b"".join(chunks), path
     finally:
         os.close(fd)
