@@ -51,7 +51,7 @@ from typing import Any, NamedTuple  # noqa: E402
 import click  # noqa: E402
 
 from patchctl import __version__  # noqa: E402
-from patchctl.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE  # noqa: E402
+from patchctl.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, PatchctlError  # noqa: E402
 
 
 class CommandInfo(NamedTuple):
@@ -127,10 +127,8 @@ class Registry(click.Group):
             if "--json" in argv:
                 from patchctl.documents import document, emit_json
 
-                hint = getattr(exc, "hint", None)  # a DeploymentError's
                 emit_json(document(_command_name(argv), exc.exit_code,
-                                   error={"kind": "usage", "message": exc.message if hint else exc.format_message(),
-                                          "hint": hint}))
+                                   error={"kind": "usage", "message": exc.format_message(), "hint": None}))
                 exit(exc.exit_code)
             if not standalone_mode:
                 raise
@@ -147,6 +145,15 @@ class Registry(click.Group):
             exit(EXIT_USAGE)
         except KeyboardInterrupt:
             exit(EXIT_INTERRUPTED)
+        except PatchctlError as exc:  # found while the command line is read: a bad deployment file
+            if not standalone_mode:
+                raise
+            from patchctl.commands.framework import failure_document, render_text
+            from patchctl.documents import emit_json
+
+            doc, code = failure_document(_command_name(argv), exc)
+            emit_json(doc) if "--json" in argv else render_text(doc, None)
+            exit(code)
         except Exception as exc:  # a bug outside any command's run (parsing, a command's import)
             if not standalone_mode:
                 raise
@@ -159,19 +166,6 @@ class Registry(click.Group):
         if standalone_mode:
             exit(rv if isinstance(rv, int) else 0)
         return rv
-
-
-class DeploymentError(click.ClickException):
-    """A deployment file that cannot be used: a usage error (exit 2), found while the command line is read."""
-
-    exit_code = EXIT_USAGE
-
-    def __init__(self, message: str, hint: str | None = None):
-        super().__init__(message)
-        self.hint = hint
-
-    def format_message(self) -> str:
-        return self.message + (f"\nhint: {self.hint}" if self.hint else "")
 
 
 def _deployment_option() -> click.Option:
@@ -191,12 +185,8 @@ def _use_deployment(ctx: click.Context, param: click.Parameter, value: str | Non
     if not path or ctx.command is None:
         return
     from patchctl import deployment
-    from patchctl.errors import PatchctlError
 
-    try:
-        used = deployment.load(path)
-    except PatchctlError as exc:
-        raise DeploymentError(exc.message, exc.hint) from None
+    used = deployment.load(path)  # a bad file: its UsageError, which Registry.main renders
     ctx.default_map = {**(ctx.default_map or {}), **used.defaults_for(ctx.command)}
     ctx.meta[DEPLOYMENT_KEY] = str(used.path)  # framework.run_and_exit names it in the document
 

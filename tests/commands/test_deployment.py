@@ -94,7 +94,8 @@ def test_text_mode_prints_the_error_and_its_hint_without_a_traceback(tmp_path):
     path = write(tmp_path / "d.yaml", "engine: vllm\nwiat: 60\n")
     result = CliRunner().invoke(main, ["ensure", "--deployment", str(path)])
     assert result.exit_code == 2
-    assert "line 2: wiat: not a key" in result.output and "hint:" in result.output
+    assert "error (usage): deployment file" in result.output and "line 2: wiat: not a key" in result.output
+    assert "  hint: " in result.output
     assert "Traceback" not in result.output
 
 
