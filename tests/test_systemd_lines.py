@@ -13,6 +13,7 @@ system Python's venvs (pyenv's lives in /root, which `nobody` cannot enter). Bui
 for real, so it is in the slow tier."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -140,23 +141,27 @@ def test_another_user_starts_an_intact_tree(started):
     assert doc["written"] == []
 
 
-@pytest.fixture
-def read_only(started: Deployment) -> Iterator[Deployment]:
-    """The engine's site-packages read-only, as ProtectSystem=strict mounts it: a real bind mount."""
-    site = str(started.site)
-    made = subprocess.run(["mount", "--bind", site, site], capture_output=True, text=True)
+@contextlib.contextmanager
+def mounted_read_only(site: Path) -> Iterator[None]:
+    """`site` read-only, as ProtectSystem=strict mounts it: a real bind mount, undone on the way out."""
+    made = subprocess.run(["mount", "--bind", str(site), str(site)], capture_output=True, text=True)
     if made.returncode != 0:
         pytest.skip(f"cannot bind-mount here: {made.stderr.strip()}")
     try:
-        ro = subprocess.run(["mount", "-o", "remount,ro,bind", site, site], capture_output=True, text=True)
+        ro = subprocess.run(["mount", "-o", "remount,ro,bind", str(site), str(site)], capture_output=True, text=True)
         if ro.returncode != 0:
             pytest.skip(f"cannot remount read-only here: {ro.stderr.strip()}")
-        probe = Path(site) / ".patchctl-write-probe"
         with pytest.raises(OSError):
-            probe.write_text("x")
-        yield started
+            (site / ".patchctl-write-probe").write_text("x")
+        yield
     finally:
-        subprocess.run(["umount", site], check=True)
+        subprocess.run(["umount", str(site)], check=True)
+
+
+@pytest.fixture
+def read_only(started: Deployment) -> Iterator[Deployment]:
+    with mounted_read_only(started.site):
+        yield started
 
 
 @READ_ONLY_RULE
@@ -176,6 +181,17 @@ def test_an_upgrade_between_two_starts_re_applies(started):
     assert doc["written"] and "re-applied" in doc["note"]
     code, again, err = started.ensure()
     assert code == 0 and again["written"] == [] and again["version"] == other, (again, err)
+
+
+def test_an_upgrade_on_a_read_only_tree_keeps_the_server_down(started):
+    """Work to do and nothing may be written: exit 3 with the cause, the tree untouched."""
+    started.reinstall(RELEASES[1])
+    before = snapshot(started.site)
+    with mounted_read_only(started.site):
+        code, doc, err = started.ensure()
+    assert code == 3, (doc, err)
+    assert doc["error"]["kind"] == "environment" and "read-only" in doc["error"]["message"].lower()
+    assert snapshot(started.site) == before
 
 
 def snapshot(root: Path) -> dict[str, bytes]:
