@@ -36,6 +36,9 @@ FLAGS: dict[str, str] = {
     "python": "--python", "target": "--target", "stores": "--store", "patches": "--patch",
     "exclude": "--exclude", "index_url": "--index-url", "nightly_source": "--nightly-source", "wait": "--wait",
 }
+# Not where a key would change what the command means: `revert` of a deployment takes every recorded
+# patch out (with --patch from the file it would take out only some).
+_NOT_ON: dict[str, tuple[str, ...]] = {"patches": ("revert",), "exclude": ("revert",)}
 # validate's keys, for `validate` alone (`url` and `start` mean validate's server there).
 VALIDATE_FLAGS: dict[str, str] = {
     "url": "--url", "start": "--start", "ready_timeout": "--ready-timeout", "model": "--model",
@@ -64,7 +67,8 @@ class Deployment(NamedTuple):
         opts = {opt for p in params for opt in getattr(p, "opts", ())}
         values: dict[str, Any] = {}
         for key, flag in FLAGS.items():
-            if key in self.settings and not (key == "python" and "--target" not in opts):
+            if key in self.settings and not (key == "python" and "--target" not in opts) \
+                    and command.name not in _NOT_ON.get(key, ()):
                 values[flag] = self.settings[key]
         if command.name == "validate":
             values.update({flag: self.settings["validate"][key] for key, flag in VALIDATE_FLAGS.items()

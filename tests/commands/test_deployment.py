@@ -223,6 +223,17 @@ def test_patches_and_exclude_fill_patch_and_exclude(tmp_path, command):
     assert tuple(by_flag["--patch"]) == ("a", "b") and tuple(by_flag["--exclude"]) == ("c",)
 
 
+def test_revert_takes_every_patch_out_whatever_the_file_chose(tmp_path):
+    """On commands shaped as apply and revert (their --patch/--exclude are helper record's): apply gets
+    the file's choice, revert none."""
+    from patchctl.deployment import load
+
+    used = load(write(tmp_path / "d.yaml", "engine: vllm\npatches: [a]\nexclude: [c]\n"))
+    params = [click.Option(["--patch", "only"], multiple=True), click.Option(["--exclude"], multiple=True)]
+    assert used.defaults_for(click.Command("apply", params=params)) == {"only": ("a",), "exclude": ("c",)}
+    assert used.defaults_for(click.Command("revert", params=params)) == {}
+
+
 def test_patches_fill_checks_patch_option(tmp_path):
     path = write(tmp_path / "d.yaml", "engine: vllm\npatches: [a, b]\n")
     assert context("check", "--deployment", str(path)).params["only"] == ("a", "b")
