@@ -46,8 +46,9 @@ VALIDATE_FLAGS: dict[str, str] = {
     "reasoning_budget": "--reasoning-budget", "prompt": "--prompt", "golden": "--golden",
     "baseline_dir": "--baseline-dir", "threshold": "--threshold",
 }
-# Keys holding a path, resolved against the file's folder when relative.
-_PATHS = ("target", "golden", "baseline_dir")
+# validate's keys holding a path, resolved against the file's folder when relative (as target, stores
+# and a python given as a path are).
+_VALIDATE_PATHS = ("golden", "baseline_dir")
 _BUILTIN_PROMPTS = ("counting", "essay")
 
 
@@ -71,12 +72,12 @@ class Deployment(NamedTuple):
                     and command.name not in _NOT_ON.get(key, ()):
                 values[flag] = self.settings[key]
         if command.name == "validate":
-            values.update({flag: self.settings["validate"][key] for key, flag in VALIDATE_FLAGS.items()
-                           if key in self.settings.get("validate", {})})
+            checks = dict(self.settings.get("validate", {}))
+            if "concurrency" in checks:  # the option's own form: 1,8,32
+                checks["concurrency"] = ",".join(str(level) for level in checks["concurrency"])
+            values.update({flag: checks[key] for key, flag in VALIDATE_FLAGS.items() if key in checks})
         if self.settings.get("bundled") is False:
             values["--no-bundled"] = True
-        if "concurrency" in self.settings.get("validate", {}):
-            values["--concurrency"] = ",".join(str(level) for level in self.settings["validate"]["concurrency"])
         engine = str(self.settings["engine"])
         out: dict[str, Any] = {}
         for p in params:
@@ -196,11 +197,11 @@ def _resolved(data: dict, folder: Path) -> dict[str, Any]:
     if isinstance(source, str):
         if source.startswith("file:"):
             out["source"] = "file:" + at(source[len("file:"):])
-        elif source.startswith(".") or os.sep in source and ":" not in source:  # a directory
+        elif source.startswith(".") or (os.sep in source and ":" not in source):  # a directory
             out["source"] = at(source)
     if isinstance(out.get("validate"), dict):
         checks = dict(out["validate"])
-        for key in _PATHS:
+        for key in _VALIDATE_PATHS:
             if key in checks:
                 checks[key] = at(checks[key])
         if "prompt" in checks and checks["prompt"] not in _BUILTIN_PROMPTS:
