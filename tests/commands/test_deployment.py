@@ -178,6 +178,14 @@ def test_source_completes_the_engine_argument(tmp_path):
     assert params["nightly_source"] == "https://mirror.example/sglang.git"
 
 
+@pytest.mark.parametrize(("source", "spec"), [("file:wheels/sglang.whl", "sglang@file:{d}/wheels/sglang.whl"),
+                                              ("./checkout", "sglang@{d}/checkout"), ("git:main", "sglang@git:main"),
+                                              ("nightly", "sglang@nightly")])
+def test_a_relative_source_is_the_files(tmp_path, source, spec):
+    path = write(tmp_path / "d.yaml", f"engine: sglang\nsource: {source}\n")
+    assert context("check", "--deployment", str(path)).params["spec"] == spec.format(d=tmp_path)
+
+
 def test_validate_takes_its_settings(tmp_path):
     path = write(tmp_path / "d.yaml", "engine: sglang\npython: venv/bin/python\nvalidate:\n"
                  "  url: http://127.0.0.1:30000\n  concurrency: [1, 4]\n  requests: 20\n  max_tokens: 64\n"
