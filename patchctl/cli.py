@@ -51,7 +51,7 @@ from typing import Any, NamedTuple  # noqa: E402
 import click  # noqa: E402
 
 from patchctl import __version__  # noqa: E402
-from patchctl.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE  # noqa: E402
+from patchctl.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, PatchctlError  # noqa: E402
 
 
 class CommandInfo(NamedTuple):
@@ -101,7 +101,10 @@ class Registry(click.Group):
         info = COMMANDS.get(name)
         if info is None:
             return None
-        return importlib.import_module(f"patchctl.commands.{info.module}").command
+        command: click.Command = importlib.import_module(f"patchctl.commands.{info.module}").command
+        if not any(p.name == "deployment" for p in command.params):  # every command takes it, once
+            command.params.insert(0, _deployment_option())
+        return command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         for title, commands in SECTIONS.items():
@@ -142,6 +145,15 @@ class Registry(click.Group):
             exit(EXIT_USAGE)
         except KeyboardInterrupt:
             exit(EXIT_INTERRUPTED)
+        except PatchctlError as exc:  # found while the command line is read: a bad deployment file
+            if not standalone_mode:
+                raise
+            from patchctl.commands.framework import failure_document, render_text
+            from patchctl.documents import emit_json
+
+            doc, code = failure_document(_command_name(argv), exc)
+            emit_json(doc) if "--json" in argv else render_text(doc, None)
+            exit(code)
         except Exception as exc:  # a bug outside any command's run (parsing, a command's import)
             if not standalone_mode:
                 raise
@@ -154,6 +166,37 @@ class Registry(click.Group):
         if standalone_mode:
             exit(rv if isinstance(rv, int) else 0)
         return rv
+
+
+def _deployment_option() -> click.Option:
+    """`--deployment FILE` on a command: read first (eager), it makes the file the command's default_map
+    (patchctl/deployment.py), so every option given on the command line still wins."""
+    return click.Option(["--deployment"], metavar="FILE", is_eager=True, expose_value=False,
+                        callback=_use_deployment, type=click.Path(dir_okay=False),
+                        help="The deployment file whose settings fill this command's options and ENGINE "
+                             "(also `patchctl --deployment FILE COMMAND` and $PATCHCTL_DEPLOYMENT; "
+                             "README, Configuration).")
+
+
+def _use_deployment(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """The command's own --deployment, else the group's, else $PATCHCTL_DEPLOYMENT. Nothing is imported
+    when none is named: `ensure` without a deployment starts as fast as before."""
+    path = value or ctx.meta.get(DEPLOYMENT_KEY) or os.environ.get("PATCHCTL_DEPLOYMENT")
+    if not path or ctx.command is None:
+        return
+    from patchctl import deployment
+
+    used = deployment.load(path)  # a bad file: its UsageError, which Registry.main renders
+    ctx.default_map = {**(ctx.default_map or {}), **used.defaults_for(ctx.command)}
+    ctx.meta[DEPLOYMENT_KEY] = str(used.path)  # framework.run_and_exit names it in the document
+
+
+def _group_deployment(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value:
+        ctx.meta[DEPLOYMENT_KEY] = value
+
+
+DEPLOYMENT_KEY = "patchctl.deployment"  # in click's ctx.meta, which a command's context shares with the group's
 
 
 def _command_name(argv: list[str]) -> str:
@@ -177,6 +220,10 @@ def _set_sigint(handler: Any) -> None:
 
 @click.group(cls=Registry, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="patchctl")
+@click.option("--deployment", metavar="FILE", expose_value=False, callback=_group_deployment,
+              type=click.Path(dir_okay=False),
+              help="A deployment file for the command that follows (also COMMAND --deployment FILE, "
+                   "$PATCHCTL_DEPLOYMENT).")
 def main() -> None:
     """Keep downstream patches to vLLM and SGLang alive across upstream releases.
 

@@ -35,7 +35,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("sources and store", ("patchctl.sources", "patchctl.spec", "patchctl.store")),
     ("the work", ("patchctl.patching", "patchctl.tree", "patchctl.smoketest", "patchctl.serve",
                   "patchctl.matrix", "patchctl.rebase", "patchctl.capture")),
-    ("commands", ("patchctl.commands", "patchctl.options", "patchctl.documents", "patchctl.progress")),
+    ("commands", ("patchctl.commands", "patchctl.options", "patchctl.documents", "patchctl.progress",
+                  "patchctl.deployment")),
     ("cli", ("patchctl.cli",)),
     ("test support", ("patchctl.testing",)),
 ]

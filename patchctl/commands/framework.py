@@ -38,6 +38,10 @@ def run_and_exit(name: str, as_json: bool, fn: Callable[[], tuple[dict, int]], r
         raise  # click's own control flow (a usage error, ctx.exit): cli.py's Registry.main renders it
     except Exception as exc:  # KeyboardInterrupt and SystemExit pass: cli.py makes Ctrl-C exit 130
         doc, code = failure_document(name, exc)
+    click_ctx = click.get_current_context(silent=True)
+    used = click_ctx.meta.get("patchctl.deployment") if click_ctx is not None else None  # cli.DEPLOYMENT_KEY
+    if used:  # the document says which deployment file filled the command's options
+        doc.setdefault("deployment", used)
     if as_json:
         emit_json(doc)
     else:
