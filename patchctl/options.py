@@ -235,7 +235,28 @@ def target_options(f: F) -> F:
     )
 
 
+def selection_options(f: F) -> F:
+    """--patch NAME / --exclude NAME (repeatable) → `selection` (a tree.journal.Selection; None when
+    neither is given: the tree's recorded choice, else every patch of the series)."""
+
+    def build(patches: tuple[str, ...], exclude: tuple[str, ...]) -> Any:
+        if not patches and not exclude:
+            return None
+        from patchctl.tree.journal import Selection
+
+        return Selection(tuple(dict.fromkeys(patches)) or None, tuple(dict.fromkeys(exclude)))
+
+    return _apply(
+        _inject(f, "selection", build, "patches", "exclude"),
+        click.option("--patch", "patches", multiple=True, metavar="NAME",
+                     help="Only this patch of the series, with the patches it depends on (repeatable; recorded: "
+                          "`ensure` keeps the choice)."),
+        click.option("--exclude", "exclude", multiple=True, metavar="NAME",
+                     help="Every patch of the series but this one (repeatable; recorded)."),
+    )
+
+
 def writer_options(f: F) -> F:
-    """Everything apply and ensure share: the target, where base files come from, the store, the
-    strict writing rules and the lock wait."""
-    return _apply(f, target_options, fetch_options, store_option, write_options, wait_option)
+    """Everything apply and ensure share: the target, where base files come from, the store, which
+    patches, the strict writing rules and the lock wait."""
+    return _apply(f, target_options, fetch_options, store_option, selection_options, write_options, wait_option)

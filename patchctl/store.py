@@ -529,3 +529,49 @@ def write_variant(store: Store, patch: Patch, filename: str, data: bytes) -> Non
             pins[filename] = hashlib.sha256(data).hexdigest()
             entry["variants"] = dict(sorted(pins.items(), key=lambda kv: Version(kv[0].removesuffix(".patch"))))
     write_atomic(series_file, dump_yaml(doc, sort_keys=False).encode())
+
+
+def store_kind(root: Path) -> str:
+    """`bundled` for the patch set shipped with patchctl (installed or a checkout's patches/), else `user`."""
+    from patchctl.bundled import bundled_store
+
+    found = bundled_store()
+    return "bundled" if found is not None and _same_dir(root, found) else "user"
+
+
+def recorded_layers(store: Store, recorded: list[tuple[str, str]]) -> tuple[Store, list[tuple[str, str]]]:
+    """The store `ensure` applies from: the stores a tree's record names (path, kind; highest priority
+    first), with the ones this command names (--store, PATCHCTL_STORE, the config) in front. A
+    recorded `bundled` store is the bundled patch set of this patchctl, wherever it is installed now.
+    Returns the store and the recorded stores that are gone (path, kind)."""
+    named = [layer for layer in (store.layers or (store.root,)) if store_kind(layer) == "user"]
+    layers: list[Path] = list(named)
+    gone: list[tuple[str, str]] = []
+    for path, kind in recorded:
+        if kind == "bundled":
+            try:
+                layers.append(default_store_dir().resolve())
+            except StoreError:
+                gone.append((path, kind))
+        elif Path(path).is_dir():
+            layers.append(Path(path).resolve())
+        else:
+            gone.append((path, kind))
+    if any(store_kind(layer) == "bundled" for layer in (store.layers or (store.root,))) and named:
+        layers.append(default_store_dir().resolve())  # named with the bundled set over it, as the command asked
+    layers = list(dict.fromkeys(layers))
+    if not layers:
+        return store, gone
+    # Bundled last: it is the lowest layer, whatever order the record lists it in.
+    layers.sort(key=lambda p: store_kind(p) == "bundled")
+    writable = tuple(p for p in layers if store_kind(p) == "user" and _may_write(p))
+    return Store(layers[0], tuple(layers), writable), gone
+
+
+def variant_sha256(patch: Patch, filename: str | None) -> str | None:
+    """The fingerprint a record keeps of the variant applied: the sha256 of its bytes (its pin, unless
+    --allow-modified applied a variant that differs from it)."""
+    for variant in patch.variants:
+        if variant.filename == filename:
+            return variant.actual_sha256()
+    return None

@@ -17,13 +17,24 @@ from packaging.version import Version
 from patchctl import config
 from patchctl import outcomes as O
 from patchctl.engines import Engine
-from patchctl.errors import ConflictError, Drifted, EnvironmentProblem, PatchFailed, StateDamaged, StoreError, UsageError
+from patchctl.errors import (
+    ConflictError,
+    Drifted,
+    EnvironmentProblem,
+    PatchFailed,
+    RecordUnmet,
+    StateDamaged,
+    StoreError,
+    UsageError,
+)
 from patchctl.tree.journal import (
     BuildRecord,
     Change,
     FileRecord,
     PatchRecord,
+    Selection,
     StateRecord,
+    StoreRef,
     TargetState,
     sha256,
 )
@@ -75,10 +86,10 @@ def status(target: Target) -> TargetStatus:
         digest = sha256(data)
         if digest == f.patched_sha256:
             files.append(FileStatus(f.path, "patched"))
+        elif data is None:  # before "pristine": a file the patches created is pristine only in name when absent
+            files.append(FileStatus(f.path, "missing"))
         elif digest == f.pristine_sha256:
             files.append(FileStatus(f.path, "pristine"))
-        elif data is None:
-            files.append(FileStatus(f.path, "missing"))
         else:
             files.append(FileStatus(f.path, "changed"))
     kinds = {f.status for f in files}
@@ -127,27 +138,96 @@ class ApplyReport(NamedTuple):
 
 def apply(target: Target, patches: Callable[[], tuple[Patch, ...]], *, options: Options,
           base_files: BaseFiles | None, keep_going: bool = False, dry_run: bool = False, wait: float = 0.0,
-          force: bool = False, fingerprint: str | None = None, ensure: bool = False) -> ApplyReport:
-    """patches: called only when the series must be evaluated (ensure on an intact target never parses
-    the store). ensure: stop at "intact, from this very series" — systemd runs it before every start —
-    and refuse a tree changed by hand instead of taking it over."""
+          force: bool = False, fingerprint: str | None = None, ensure: bool = False,
+          selection: Selection | None = None, stores: tuple[StoreRef, ...] = ()) -> ApplyReport:
+    """patches: the whole series, called only when it must be evaluated (ensure on an intact target
+    never parses the store). selection: which of them (None: the record's choice, else every patch).
+    stores: the layers the series comes from, recorded. ensure: stop at "intact, from this very series
+    and choice" — systemd runs it before every start —, refuse a tree changed by hand instead of
+    taking it over, and fail (RecordUnmet) when a patch the record lists is gone from the series."""
+    from patchctl.selection import select
+
     st = target.state()
     with st.locked(wait):
         recovered = st.recover()
         current = status(target)
+        record = current.record
+        chosen = selection if selection is not None else (record.selection if record else Selection())
+        if ensure and record is not None and selection is not None and selection != record.selection:
+            raise UsageError(f"the tree's record chose {_describe_selection(record.selection)}; this asks for "
+                             f"{_describe_selection(selection)}",
+                             hint=f"changing the set is an explicit `patchctl apply {target.engine.name}` with "
+                                  f"--patch/--exclude")
         if ensure and current.state == "intact" and fingerprint is not None:
-            assert current.record is not None  # status() says "intact" only about a record it loaded
-            if current.record.store_fingerprint == fingerprint:
-                return ApplyReport(None, (), recovered, "patches intact: nothing to do", "intact", current.record)
+            assert record is not None  # status() says "intact" only about a record it loaded
+            if record.store_fingerprint == fingerprint:
+                return ApplyReport(None, (), recovered, "patches intact: nothing to do", "intact", record)
         if current.state == "modified" and (ensure or not force):
             raise Drifted(current)
-        return _apply_locked(target, st, current, patches(), options=options, base_files=base_files,
-                             keep_going=keep_going, dry_run=dry_run, recovered=recovered, fingerprint=fingerprint)
+        series = patches()
+        if ensure and record is not None:
+            _require_recorded(target, record, series)
+        picked = select(series, chosen, target.engine.name)
+        applied = {p.name for p in record.patches if p.outcome in O.WRITES} if record else set()
+        dropped = applied - {p.name for p in picked}
+        plan = _Plan(chosen, stores, fingerprint)
+        if current.state == "intact" and dropped:
+            # A smaller set than is applied: the files are computed again from their pristine bytes.
+            return _rebuild_locked(target, st, current, picked, plan, options=options, base_files=base_files,
+                                   keep_going=keep_going, dry_run=dry_run, recovered=recovered)
+        return _apply_locked(target, st, current, picked, plan, options=options, base_files=base_files,
+                             keep_going=keep_going, dry_run=dry_run, recovered=recovered)
 
 
-def _apply_locked(target: Target, st: TargetState, current: TargetStatus, patches: tuple[Patch, ...], *,
+class _Plan(NamedTuple):
+    """What a write records besides the files: the choice, the stores, the store fingerprint."""
+
+    selection: Selection
+    stores: tuple[StoreRef, ...]
+    fingerprint: str | None
+
+
+def _describe_selection(selection: Selection) -> str:
+    if selection.everything:
+        return "every patch of the series"
+    text = "only " + ", ".join(selection.patches) if selection.patches is not None else "every patch"
+    return text + (f" except {', '.join(selection.exclude)}" if selection.exclude else "")
+
+
+def _require_recorded(target: Target, record: StateRecord, series: tuple[Patch, ...]) -> None:
+    """Every patch the record lists as written (or found applied) must still be in the series."""
+    names = {p.name for p in series}
+    gone = [p for p in record.patches if p.outcome in (*O.WRITES, O.ALREADY_APPLIED) and p.name not in names]
+    if gone:
+        p = gone[0]
+        where = (f"the store {p.store.path} ({p.store.kind})" if p.store
+                 else "its store (the record is older than patchctl-state/3)")
+        raise RecordUnmet(
+            f"{', '.join(g.name for g in gone)} {'is' if len(gone) == 1 else 'are'} recorded as applied to "
+            f"{target.root} from {where}, which no longer has {'it' if len(gone) == 1 else 'them'}: ensure does "
+            f"not start the engine without a patch the record lists",
+            hint=f"put the patch back into its store, or change the set explicitly: `patchctl apply "
+                 f"{target.engine.name} --exclude {gone[0].name}` (or `patchctl revert {target.engine.name} --patch "
+                 f"{gone[0].name}`)")
+
+
+def _origins(picked: tuple[Patch, ...], result: SeriesResult) -> dict[str, tuple[StoreRef, str | None]]:
+    """name -> (the store the patch came from, the sha256 of the variant applied)."""
+    from patchctl.store import store_kind, variant_sha256
+
+    by_name = {p.name: p for p in picked}
+    out: dict[str, tuple[StoreRef, str | None]] = {}
+    for o in result.outcomes:
+        patch = by_name.get(o.name)
+        if patch is not None:
+            root = patch.directory.parent.parent
+            out[o.name] = (StoreRef(str(root), store_kind(root)), variant_sha256(patch, o.variant))
+    return out
+
+
+def _apply_locked(target: Target, st: TargetState, current: TargetStatus, patches: tuple[Patch, ...], plan: _Plan, *,
                   options: Options, base_files: BaseFiles | None, keep_going: bool, dry_run: bool,
-                  recovered: bool, fingerprint: str | None) -> ApplyReport:
+                  recovered: bool) -> ApplyReport:
     from patchctl.patching import evaluate
 
     record = current.record
@@ -170,31 +250,106 @@ def _apply_locked(target: Target, st: TargetState, current: TargetStatus, patche
         return ApplyReport(result, (), recovered, "dry run: nothing written", current.state)
     changes = [c._replace(before=(target.root / c.path).read_bytes()) if c.path in leftovers else c
                for c in result.changes]
-    # A record is rewritten without file changes when the series or the build it names changed
-    # (`apply --install` of the build that was already there records how it was installed).
-    if not changes and (record is None or (record.store_fingerprint == fingerprint
-                                           and _build(target, record) == record.build)):
+    origins = _origins(patches, result)
+    # A record is rewritten without file changes when the series, the choice, the stores or the build
+    # it names changed (`apply --install` of the build that was already there records how it was installed).
+    if not changes and (record is None or (record.store_fingerprint == plan.fingerprint
+                                           and record.selection == plan.selection
+                                           and _build(target, record) == record.build
+                                           and not _origins_changed(record, origins))):
         return ApplyReport(result, (), recovered, "nothing to write", current.state)
     check_paths(target, [c.path for c in changes])
     _check_writable(target.root, [c.path for c in changes])
-    new_record = _merge_record(target, st, record, result, changes, fingerprint)
+    new_record = _merge_record(target, st, record, result, changes, plan, origins)
     st.write_files([Change(c.path, c.before, c.after) for c in changes], new_record)
-    return ApplyReport(result, tuple(c.path for c in changes), recovered, "", current.state)
+    return ApplyReport(result, tuple(c.path for c in changes), recovered, "", current.state, new_record)
+
+
+def _origins_changed(record: StateRecord, origins: dict[str, tuple[StoreRef, str | None]]) -> bool:
+    """A record before patchctl-state/3 (or one `new` wrote) lacks a store or fingerprint it can have now."""
+    return any(p.name in origins and (p.store, p.sha256) != origins[p.name] for p in record.patches
+               if p.outcome in (*O.WRITES, O.ALREADY_APPLIED))
+
+
+def _rebuild_locked(target: Target, st: TargetState, current: TargetStatus, patches: tuple[Patch, ...], plan: _Plan, *,
+                    options: Options, base_files: BaseFiles | None, keep_going: bool, dry_run: bool,
+                    recovered: bool) -> ApplyReport:
+    """An intact tree brought to a smaller set of patches: the chosen ones evaluated on the pristine
+    bytes the record keeps, every file of the others put back as it was (mtime and bytecode), one
+    journaled write."""
+    from patchctl.patching import evaluate
+
+    record = current.record
+    assert record is not None  # only an intact record is rebuilt
+    pristine = {f.path: (None if f.pristine_sha256 is None else st.blob(f.pristine_sha256)) for f in record.files}
+    result = evaluate.evaluate(patches, target.version, _TreeSource(target, frozenset(), pristine),
+                               options=options._replace(applied=frozenset()), base_files=base_files)
+    if not result.ok and not keep_going:
+        raise _failed(result, [o for o in result.outcomes if o.outcome == O.CONFLICT])
+    if dry_run:
+        return ApplyReport(result, (), recovered, "dry run: nothing written", current.state)
+    wanted = {c.path: c.after for c in result.changes}
+    by_path = {f.path: f for f in record.files}
+    changes: list[Change] = []
+    files: list[FileRecord] = []
+    for path in dict.fromkeys([*by_path, *wanted]):
+        now = read_path(st.inside(path, st.state_file))
+        old = by_path.get(path)
+        if path in wanted:
+            after = wanted[path]
+            if old is None:
+                mtime, bytecode = st.capture(path)
+                before = next(c.before for c in result.changes if c.path == path)
+                if before is not None:
+                    st.put_blob(before)
+                old = FileRecord(path, sha256(before), None, mtime, bytecode)
+            files.append(old._replace(patched_sha256=sha256(after)))
+            if after != now:
+                changes.append(Change(path, now, after))
+        else:
+            assert old is not None
+            back = pristine[path]
+            if back != now:
+                changes.append(Change(path, now, back, old.pristine_mtime_ns, old.bytecode))
+    check_paths(target, [c.path for c in changes])
+    _check_writable(target.root, [c.path for c in changes])
+    origins = _origins(patches, result)
+    new_record = StateRecord(target.engine.name, str(target.root), str(target.version), time.time(),
+                             tuple(_patch_record(o.name, o.outcome, o.variant, origins) for o in result.outcomes),
+                             tuple(files), plan.fingerprint, _build(target, record),
+                             _stores(plan.stores, origins.values()), plan.selection)
+    st.write_files(changes, new_record)
+    return ApplyReport(result, tuple(c.path for c in changes), recovered, "", current.state, new_record)
+
+
+def _patch_record(name: str, outcome: str, variant: str | None,
+                  origins: dict[str, tuple[StoreRef, str | None]]) -> PatchRecord:
+    store, digest = origins.get(name, (None, None))
+    return PatchRecord(name, outcome, variant, store, digest)
+
+
+def _stores(layers: tuple[StoreRef, ...], origins: Iterable[tuple[StoreRef | None, str | None]]) -> tuple[StoreRef, ...]:
+    """The stores a record names: the layers applied from, then any other store a kept patch came from."""
+    found = list(layers) + [store for store, _ in origins if store is not None]
+    return tuple(dict.fromkeys(found))
 
 
 class _TreeSource:
     """The target's files as the apply engine reads them, with the patches' own leftovers absent."""
 
-    def __init__(self, target: Target, absent: frozenset[str]):
+    def __init__(self, target: Target, absent: frozenset[str], instead: dict[str, bytes | None] | None = None):
         from patchctl.sources.files import DirectorySource
 
         self._target = target
         self._tree = DirectorySource(target.root)
         self._absent = absent
+        self._instead = instead or {}  # path -> bytes read instead of the tree's (the record's pristine ones)
 
     def read(self, path: str) -> bytes | None:
         if path in self._absent:
             return None
+        if path in self._instead:
+            return self._instead[path]
         from patchctl.sources.files import resolve_inside
 
         check_paths(self._target, [path])  # before the file system is asked: bad input is exit 2
@@ -265,7 +420,7 @@ def _check_writable(root: Path, paths: list[str]) -> None:
 
 
 def _merge_record(target: Target, st: TargetState, old: StateRecord | None, result: SeriesResult,
-                  changes: list, fingerprint: str | None) -> StateRecord:
+                  changes: list, plan: _Plan, origins: dict[str, tuple[StoreRef, str | None]]) -> StateRecord:
     files = {f.path: f for f in (old.files if old else ())}
     for change in changes:
         if change.path in files:
@@ -278,9 +433,13 @@ def _merge_record(target: Target, st: TargetState, old: StateRecord | None, resu
     patches = {p.name: p for p in (old.patches if old else ())}
     for o in result.outcomes:
         if o.outcome in O.WRITES or o.name not in patches:
-            patches[o.name] = PatchRecord(o.name, o.outcome, o.variant)
+            patches[o.name] = _patch_record(o.name, o.outcome, o.variant, origins)
+        elif o.name in origins:  # already applied: the record learns where it comes from now
+            patches[o.name] = patches[o.name]._replace(store=origins[o.name][0], sha256=origins[o.name][1])
+    kept = [(p.store, p.sha256) for p in patches.values()]
     return StateRecord(target.engine.name, str(target.root), str(target.version), time.time(),
-                       tuple(patches.values()), tuple(files.values()), fingerprint, _build(target, old))
+                       tuple(patches.values()), tuple(files.values()), plan.fingerprint, _build(target, old),
+                       _stores(plan.stores, kept), plan.selection)
 
 
 def _build(target: Target, old: StateRecord | None) -> BuildRecord | None:
@@ -335,6 +494,47 @@ def revert(target: Target, *, force: bool = False, wait: float = 0.0) -> RevertR
         return RevertReport(tuple(c.path for c in changes), tuple(skipped), recovered, "")
 
 
+def revert_patches(target: Target, names: tuple[str, ...], patches: Callable[[], tuple[Patch, ...]], *,
+                   options: Options, base_files: BaseFiles | None, wait: float = 0.0) -> ApplyReport:
+    """`revert --patch P`: P taken out of an intact tree, the other applied patches left applied (their
+    files computed again from the pristine bytes), the record's choice updated so `ensure` keeps P out.
+    A patch still applied that depends on P is refused (exit 2) unless it is named too."""
+    from patchctl.selection import dependents, unknown_names
+
+    st = target.state()
+    with st.locked(wait):
+        recovered = st.recover()
+        current = status(target)
+        record = current.record
+        if record is None:
+            raise UsageError(f"nothing to revert: no patches applied to {target.engine.name} at {target.root}")
+        if current.state != "intact":
+            raise PatchFailed(f"{current.message}; `revert --patch` takes one patch out of an intact tree only",
+                              hint=f"`patchctl ensure {target.engine.name}` first, or `patchctl revert "
+                                   f"{target.engine.name}` for every patch")
+        applied = [p.name for p in record.patches if p.outcome in (*O.WRITES, O.ALREADY_APPLIED)]
+        series = patches()
+        unknown_names(series, names, target.engine.name)
+        not_applied = [n for n in names if n not in applied]
+        if not_applied:
+            raise UsageError(f"{', '.join(not_applied)} {'is' if len(not_applied) == 1 else 'are'} not applied to "
+                             f"{target.root} (applied: {', '.join(applied) or 'none'})")
+        needs = dependents(series, names, applied)
+        if needs:
+            name, deps = next(iter(needs.items()))
+            raise UsageError(f"{name} is applied and depends on {', '.join(deps)}: refusing to take "
+                             f"{', '.join(deps)} out alone",
+                             hint=f"name it too: `patchctl revert {target.engine.name} "
+                                  + " ".join(f"--patch {n}" for n in [*names, *needs]) + "`")
+        keep = [p for p in series if p.name in applied and p.name not in names]
+        old = record.selection
+        selection = (old._replace(patches=tuple(n for n in old.patches if n not in names))
+                     if old.patches is not None else old._replace(exclude=tuple(dict.fromkeys([*old.exclude, *names]))))
+        plan = _Plan(selection, record.stores, record.store_fingerprint)
+        return _rebuild_locked(target, st, current, tuple(keep), plan, options=options, base_files=base_files,
+                               keep_going=False, dry_run=False, recovered=recovered)
+
+
 def repair_from_release(target: Target, release: FileSource, paths: list[str], *, wait: float = 0.0) -> RevertReport:
     """The way out of a damaged record or journal: every file in `paths` (what the series touches at
     this version, and whatever the dist-info RECORD says differs) back to the release's own bytes,
@@ -359,4 +559,4 @@ def repair_from_release(target: Target, release: FileSource, paths: list[str], *
 
 
 __all__ = ["Drifted", "StateDamaged", "Target", "apply", "check_paths", "checked_status", "repair_from_release",
-           "revert", "status"]
+           "revert", "revert_patches", "status"]
