@@ -141,7 +141,8 @@ def apply(target: Target, patches: Callable[[], tuple[Patch, ...]], *, options: 
           force: bool = False, fingerprint: str | None = None, ensure: bool = False,
           selection: Selection | None = None, stores: tuple[StoreRef, ...] = ()) -> ApplyReport:
     """patches: the whole series, called only when it must be evaluated (ensure on an intact target
-    never parses the store). selection: which of them (None: the record's choice, else every patch).
+    never parses the store). selection: which of them (None: for ensure the record's choice, for
+    apply every patch).
     stores: the layers the series comes from, recorded. ensure: stop at "intact, from this very series
     and choice" — systemd runs it before every start —, refuse a tree changed by hand instead of
     taking it over, and fail (RecordUnmet) when a patch the record lists is gone from the series."""
@@ -152,7 +153,8 @@ def apply(target: Target, patches: Callable[[], tuple[Patch, ...]], *, options: 
         recovered = st.recover()
         current = status(target)
         record = current.record
-        chosen = selection if selection is not None else (record.selection if record else Selection())
+        # ensure keeps the record's choice; apply sets it (no --patch/--exclude: every patch).
+        chosen = selection if selection is not None else (record.selection if record and ensure else Selection())
         if ensure and record is not None and selection is not None and selection != record.selection:
             raise UsageError(f"the tree's record chose {_describe_selection(record.selection)}; this asks for "
                              f"{_describe_selection(selection)}",
