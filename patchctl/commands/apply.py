@@ -106,6 +106,9 @@ def _apply_one(target: Target, *, store: Store, ctx: SourceContext, options: Opt
                         error={"kind": exc.kind, "message": exc.message, "hint": exc.hint}, **fields)
     if rep.result is None:  # ensure: intact, nothing evaluated
         assert rep.record is not None  # operations.apply evaluates nothing only on a record it loaded
+        if rep.unlocked is not None:
+            fields["warnings"] = [f"read without the lock: {target.state().dir} cannot be written ({rep.unlocked}); "
+                                  f"the patches are intact, nothing was written"]
         return document(name, EXIT_OK, patches=[_recorded(p) for p in rep.record.patches], written=[],
                         note=rep.note, state_before=rep.state_before, **fields)
     patches = store.series(target.engine.name).patches

@@ -25,10 +25,13 @@ def run(spec: str, where: TargetSpec, *, wait: float = 30.0) -> tuple[dict, int]
     from patchctl.tree.find import find_target
 
     target = find_target(parse_spec(spec), where)
-    st, recovered = tgt.checked_status(target, wait)
+    st, recovered, unlocked = tgt.checked_status(target, wait)
     code = EXIT_BY_STATE[st.state]
     record = st.record
     unmanaged, warnings = _unmanaged(target)
+    if unlocked is not None:
+        warnings.insert(0, f"read without the lock: {target.state().dir} cannot be written ({unlocked}), and no "
+                           f"interrupted write is there to undo")
     doc = document(
         "status", code, engine=target.engine.name, version=str(target.version), target=str(target.root),
         state=st.state, message=st.message + (" (recovered an interrupted run first)" if recovered else ""),

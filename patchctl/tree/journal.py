@@ -351,6 +351,13 @@ class TargetState:
         with self._folders() as f:
             return f is not None and exists_at(f.dir, name)
 
+    def _exists_quietly(self, name: str) -> bool:
+        """_exists, False where the folder cannot be read at all."""
+        try:
+            return self._exists(name)
+        except OSError:
+            return False
+
     def _write(self, name: str, data: bytes) -> None:
         with self._folders(create=True) as f:
             assert f is not None  # created
@@ -439,11 +446,14 @@ class TargetState:
 
     # the lock --------------------------------------------------------------------------------
     @contextmanager
-    def locked(self, wait_seconds: float = 0.0, *, read_only_ok: bool = False) -> Iterator[None]:
-        """The target's lock. read_only_ok: a tree this user cannot write (status as another user) is
-        read without it, as long as no interrupted write waits to be undone. When nothing is applied
-        any more, the bookkeeping folder is removed on the way out: revert leaves the tree as it was.
-        The holder before us may remove the folder as it leaves: a waiter then makes it again."""
+    def locked(self, wait_seconds: float = 0.0, *, read_only_ok: bool = False) -> Iterator[str | None]:
+        """The target's lock; yields None when it is held. read_only_ok: a tree nothing may be written
+        into (a read-only mount, a user without write permission: status as another user, ensure as a
+        service user under ProtectSystem=) is read without it, as long as no interrupted write waits
+        to be undone: it then yields why the lock could not be taken ("Read-only file system"), and
+        the caller must write nothing. When nothing is applied any more, the bookkeeping folder is
+        removed on the way out: revert leaves the tree as it was. The holder before us may remove the
+        folder as it leaves: a waiter then makes it again."""
         deadline = time.monotonic() + wait_seconds
         while True:
             try:
@@ -459,12 +469,19 @@ class TargetState:
                         continue
                     raise EnvironmentProblem(f"cannot lock {self.dir}: it was removed as patchctl made it",
                                              hint="pass --wait SECONDS") from None
-                if read_only_ok and exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT) \
-                        and not self._exists("journal.json"):
-                    yield
+                unwritable = exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT)
+                journal = unwritable and self._exists_quietly("journal.json")
+                if read_only_ok and unwritable and not journal:
+                    yield exc.strerror or str(exc)
                     return
+                if journal:
+                    raise EnvironmentProblem(
+                        f"cannot lock {self.dir}: {exc.strerror}; an interrupted write ({self.journal_file}) "
+                        f"waits to be undone, and undoing it needs to write the tree",
+                        hint=f"run `patchctl status {self.engine}` once as the tree's owner on a writable mount: it "
+                             f"rolls the interrupted write back") from None
                 raise EnvironmentProblem(f"cannot lock {self.dir}: {exc.strerror}",
-                                         hint="run as the owner of the environment") from None
+                                         hint="run as the owner of the environment, on a writable mount") from None
             try:
                 self._flock(fd, deadline)
                 # The holder before us may have removed the folder (nothing applied): a lock on a
@@ -474,7 +491,7 @@ class TargetState:
                 os.ftruncate(fd, 0)
                 os.pwrite(fd, str(os.getpid()).encode(), 0)
                 try:
-                    yield
+                    yield None
                 finally:
                     self._forget_if_unused()
                 return

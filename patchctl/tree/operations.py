@@ -119,12 +119,16 @@ def status(target: Target) -> TargetStatus:
     )
 
 
-def checked_status(target: Target, wait: float = 30.0) -> tuple[TargetStatus, bool]:
-    """status under the lock, after recovering an interrupted run: (status, recovered)."""
+def checked_status(target: Target, wait: float = 30.0) -> tuple[TargetStatus, bool, str | None]:
+    """status under the lock, after recovering an interrupted run: (status, recovered, unlocked).
+    unlocked: why the lock could not be taken on a tree nothing may be written into (read without
+    it, nothing to recover), else None."""
     st = target.state()
-    with st.locked(wait, read_only_ok=True):
+    with st.locked(wait, read_only_ok=True) as unlocked:
+        if unlocked is not None:
+            return status(target), False, unlocked
         recovered = st.recover()
-        return status(target), recovered
+        return status(target), recovered, None
 
 
 class ApplyReport(NamedTuple):
@@ -134,6 +138,7 @@ class ApplyReport(NamedTuple):
     note: str
     state_before: str = "not-applied"
     record: StateRecord | None = None  # what is applied now
+    unlocked: str | None = None  # ensure on a tree nothing may be written into: why, read without the lock
 
 
 def apply(target: Target, patches: Callable[[], tuple[Patch, ...]], *, options: Options,
@@ -149,7 +154,9 @@ def apply(target: Target, patches: Callable[[], tuple[Patch, ...]], *, options: 
     from patchctl.selection import select
 
     st = target.state()
-    with st.locked(wait):
+    with st.locked(wait, read_only_ok=ensure) as unlocked:
+        if unlocked is not None:
+            return _ensure_read_only(target, patches, unlocked, fingerprint, selection)
         recovered = st.recover()
         current = status(target)
         record = current.record
@@ -179,6 +186,42 @@ def apply(target: Target, patches: Callable[[], tuple[Patch, ...]], *, options: 
                                    keep_going=keep_going, dry_run=dry_run, recovered=recovered)
         return _apply_locked(target, st, current, picked, plan, options=options, base_files=base_files,
                              keep_going=keep_going, dry_run=dry_run, recovered=recovered)
+
+
+def _ensure_read_only(target: Target, patches: Callable[[], tuple[Patch, ...]], unlocked: str,
+                      fingerprint: str | None, selection: Selection | None) -> ApplyReport:
+    """ensure on a tree nothing may be written into (a read-only mount, a service user) and no
+    interrupted write in it (locked() checked): exit 0 without writing when the tree is intact by the
+    record's fingerprints — the recorded patches, from stores that give the same variants (sha256) and
+    the same choice —, else exit 3 with what needs writing and how to let it be written."""
+    from patchctl.selection import select
+    from patchctl.store import choose_variant, variant_sha256
+
+    current = status(target)
+    record = current.record
+    fix = (f"make the tree writable for this run (the owner of the environment, a read-write mount), then "
+           f"`patchctl ensure {target.engine.name}`")
+    why = f"cannot lock {target.state().dir}: {unlocked}"
+    if current.state != "intact" or record is None:
+        raise EnvironmentProblem(f"{why}, and the tree needs writing: {current.message}", hint=fix)
+    if selection is not None and selection != record.selection:
+        raise EnvironmentProblem(f"{why}, and this asks for another choice of patches than the record's", hint=fix)
+    note = f"patches intact; read without the lock ({why}): nothing may be written, and nothing needed writing"
+    if record.store_fingerprint is not None and record.store_fingerprint == fingerprint:
+        return ApplyReport(None, (), False, note, "intact", record, unlocked)
+    series = patches()
+    _require_recorded(target, record, series)
+    picked = {p.name: p for p in select(series, record.selection, target.engine.name)}
+    recorded = {p.name: p for p in record.patches}
+    for name, patch in picked.items():
+        choice = choose_variant(patch, target.version)
+        had = recorded.get(name)
+        variant = None if choice.variant is None else choice.variant.filename
+        if had is None or had.variant != variant or (had.sha256 is not None
+                                                     and had.sha256 != variant_sha256(patch, variant)):
+            raise EnvironmentProblem(f"{why}, and {name} in the store differs from what the record says was "
+                                     f"applied: the tree needs writing", hint=fix)
+    return ApplyReport(None, (), False, note, "intact", record, unlocked)
 
 
 class _Plan(NamedTuple):
