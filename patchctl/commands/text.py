@@ -120,7 +120,16 @@ def print_outcomes(out: Console, doc: dict) -> None:
         for h in p["hunks"]:
             if h["status"] == "failed" and h.get("context"):
                 out.print(f"[bold red]{p['name']}[/]: {h['file']} hunk {h['index']}")
-                out.print(h["context"], markup=False, highlight=False)
+                out.print(with_moved_hint(h["context"], doc), markup=False, highlight=False)
+
+
+def with_moved_hint(context: str, doc: dict) -> str:
+    """A failed hunk's context whose "upstream near line N:" has no lines under it (the file is
+    shorter there: the code moved) says where to look: `rebase` finds where it went."""
+    if context.rstrip("\n").endswith(":") and context.rstrip("\n").rsplit("\n", 1)[-1].startswith("upstream near line"):
+        return (context.rstrip("\n") + f" (no lines there: the file is shorter, the code moved; "
+                f"`patchctl rebase {doc.get('engine')} --onto {doc.get('version')}` finds where it went)\n")
+    return context
 
 
 def print_lines(out: Console, lines: Iterable[str]) -> None:

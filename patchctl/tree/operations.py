@@ -290,7 +290,7 @@ def _apply_locked(target: Target, st: TargetState, current: TargetStatus, patche
     result = evaluate.evaluate(patches, target.version, _TreeSource(target, leftovers),
                                    options=options._replace(applied=applied), base_files=base_files)
     if not result.ok and not keep_going:
-        raise _failed(result, [o for o in result.outcomes if o.outcome == O.CONFLICT])
+        raise _failed(target, result, [o for o in result.outcomes if o.outcome == O.CONFLICT])
     if dry_run:
         return ApplyReport(result, (), recovered, "dry run: nothing written", current.state)
     changes = [c._replace(before=(target.root / c.path).read_bytes()) if c.path in leftovers else c
@@ -330,7 +330,7 @@ def _rebuild_locked(target: Target, st: TargetState, current: TargetStatus, patc
     result = evaluate.evaluate(patches, target.version, _TreeSource(target, frozenset(), pristine),
                                options=options._replace(applied=frozenset()), base_files=base_files)
     if not result.ok and not keep_going:
-        raise _failed(result, [o for o in result.outcomes if o.outcome == O.CONFLICT])
+        raise _failed(target, result, [o for o in result.outcomes if o.outcome == O.CONFLICT])
     if dry_run:
         return ApplyReport(result, (), recovered, "dry run: nothing written", current.state)
     wanted = {c.path: c.after for c in result.changes}
@@ -412,10 +412,12 @@ class _TreeSource:
         return self._tree.provenance()
 
 
-def _failed(result: SeriesResult, bad: list) -> ConflictError:
+def _failed(target: Target, result: SeriesResult, bad: list) -> ConflictError:
     return ConflictError(
         f"{len(bad)} patch(es) do not apply: {', '.join(o.name for o in bad)}; nothing was written",
-        result, hint="see the report; --keep-going applies the others",
+        result, hint=f"the outcome table and each failing hunk with the upstream lines around it are below "
+                     f"(--json: `patches`); `patchctl rebase {target.engine.name} --onto {target.version}` carries "
+                     f"the patches onto this release; --keep-going applies the others",
     )
 
 

@@ -36,6 +36,7 @@ def test_ensure_brings_back_a_captured_patch_from_its_recorded_store(tmp_path, b
         run_json("new", "vllm", "edit2", "--target", str(site), "--store", str(mine), "--title", "t", "--why", "w",
                  *index, expect=0)
         record = _record(site)
+        assert record.build is not None and record.build.version == "1.0"  # new keeps the build (item 5)
         by_name = {p.name: p for p in record.patches}
         assert set(by_name) == {"loader", "edit2"}
         assert by_name["edit2"].store.path == str(mine.resolve()) and by_name["edit2"].store.kind == "user"
