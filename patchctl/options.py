@@ -196,16 +196,26 @@ def apply_options(f: F) -> F:
     )
 
 
+class WriteRules(NamedTuple):
+    """The apply engine's Options as apply/ensure's flags give them, without importing the engine:
+    `ensure` on an intact tree never evaluates a patch (tree.operations turns these into Options
+    when it does). The fields are Options' own, in its order."""
+
+    strict: bool = True
+    allow_modified: bool = False
+    applied: frozenset[str] = frozenset()
+    fuzz_refusal: str = "--strict forbids fuzz"
+
+
 def write_options(f: F) -> F:
     """For commands that write an engine (apply, ensure): strict by default, as dpkg-source and Yocto
-    are — a hunk that only applies with reduced context is refused unless --allow-fuzz. → `options`."""
+    are — a hunk that only applies with reduced context is refused unless --allow-fuzz. → `options`
+    (WriteRules)."""
 
     def build(allow_fuzz: bool, strict: bool, allow_modified: bool) -> Any:
-        from patchctl.patching.evaluate import Options
-
-        return Options(strict=not allow_fuzz, allow_modified=allow_modified,
-                       fuzz_refusal="apply refuses fuzz by default: review the hunks with `patchctl check`, "
-                                    "rebase the patch, or pass --allow-fuzz")
+        return WriteRules(strict=not allow_fuzz, allow_modified=allow_modified,
+                          fuzz_refusal="apply refuses fuzz by default: review the hunks with `patchctl check`, "
+                                       "rebase the patch, or pass --allow-fuzz")
 
     return _apply(
         _inject(f, "options", build, "allow_fuzz", "strict", "allow_modified"),

@@ -6,9 +6,8 @@ from typing import TYPE_CHECKING
 import click
 
 from patchctl import outcomes as O
-from patchctl.commands.check import moved_warnings
 from patchctl.commands.framework import patchctl_command
-from patchctl.commands.text import print_outcomes
+from patchctl.commands.text import moved_warnings, print_outcomes
 from patchctl.documents import document, series_json
 from patchctl.errors import EXIT_OK, EXIT_PATCH_FAILED
 from patchctl.options import writer_options
@@ -16,7 +15,7 @@ from patchctl.spec import parse_spec
 
 if TYPE_CHECKING:
     from patchctl.commands.text import Console
-    from patchctl.patching.evaluate import Options
+    from patchctl.options import WriteRules as Options
     from patchctl.sources.fetch import SourceContext
     from patchctl.store import Store
     from patchctl.tree.find import TargetSpec

@@ -12,7 +12,7 @@ from patchctl.errors import EXIT_OK
 from patchctl.options import writer_options
 
 if TYPE_CHECKING:
-    from patchctl.patching.evaluate import Options
+    from patchctl.options import WriteRules as Options
     from patchctl.sources.fetch import SourceContext
     from patchctl.store import Store
     from patchctl.tree.find import TargetSpec

@@ -8,9 +8,14 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Iterable
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from patchctl import outcomes as O
+
+if TYPE_CHECKING:
+    from packaging.version import Version
+
+    from patchctl.engines import Engine
 
 # The only markup the renderers write; stripped for plain output.
 _MARKUP = re.compile(r"\[(?:/|bold red|bold|green|yellow|cyan|dim)\]")
@@ -91,6 +96,13 @@ def table(title: str, columns: list[str]) -> Table:
 
 def coloured(text: str, style: str | None) -> str:
     return f"[{style}]{text}[/]" if style else text
+
+
+def moved_warnings(engine: Engine, version: Version) -> list[str]:
+    """Code that moved to another distribution at this version (vLLM's GGUF → vllm-gguf-plugin):
+    said by check, apply and ensure (here, so that ensure does not import the check command)."""
+    return [f"from {m.since} {engine.name}'s {m.what} lives in {m.engine}; its patches are in the "
+            f"{m.engine} series (`patchctl check {m.engine}@VERSION`)" for m in engine.moves_at(version)]
 
 
 def print_outcomes(out: Console, doc: dict) -> None:

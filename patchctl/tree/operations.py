@@ -43,6 +43,7 @@ from patchctl.tree.nofollow import read_path
 if TYPE_CHECKING:
     # The apply engine (and unidiff, the store, packaging.requirements under it) is imported by
     # apply() only: status and revert read the state record and hash files, nothing more.
+    from patchctl.options import WriteRules
     from patchctl.patching.evaluate import BaseFiles, Options, SeriesResult
     from patchctl.sources.files import FileSource, Provenance
     from patchctl.store import Patch
@@ -141,7 +142,7 @@ class ApplyReport(NamedTuple):
     unlocked: str | None = None  # ensure on a tree nothing may be written into: why, read without the lock
 
 
-def apply(target: Target, patches: Callable[[], tuple[Patch, ...]], *, options: Options,
+def apply(target: Target, patches: Callable[[], tuple[Patch, ...]], *, options: Options | WriteRules,
           base_files: BaseFiles | None, keep_going: bool = False, dry_run: bool = False, wait: float = 0.0,
           force: bool = False, fingerprint: str | None = None, ensure: bool = False,
           selection: Selection | None = None, stores: tuple[StoreRef, ...] = ()) -> ApplyReport:
@@ -224,6 +225,13 @@ def _ensure_read_only(target: Target, patches: Callable[[], tuple[Patch, ...]], 
     return ApplyReport(None, (), False, note, "intact", record, unlocked)
 
 
+def _engine_options(options: Options | WriteRules) -> Options:
+    """The apply engine's Options (imported only here, when a patch is evaluated)."""
+    from patchctl.patching.evaluate import Options
+
+    return options if isinstance(options, Options) else Options(*options)
+
+
 class _Plan(NamedTuple):
     """What a write records besides the files: the choice, the stores, the store fingerprint."""
 
@@ -271,7 +279,7 @@ def _origins(picked: tuple[Patch, ...], result: SeriesResult) -> dict[str, tuple
 
 
 def _apply_locked(target: Target, st: TargetState, current: TargetStatus, patches: tuple[Patch, ...], plan: _Plan, *,
-                  options: Options, base_files: BaseFiles | None, keep_going: bool, dry_run: bool,
+                  options: Options | WriteRules, base_files: BaseFiles | None, keep_going: bool, dry_run: bool,
                   recovered: bool) -> ApplyReport:
     from patchctl.patching import evaluate
 
@@ -288,7 +296,7 @@ def _apply_locked(target: Target, st: TargetState, current: TargetStatus, patche
         record = record._replace(files=carried, patches=()) if carried else None
     applied = frozenset(p.name for p in record.patches) if record else frozenset()
     result = evaluate.evaluate(patches, target.version, _TreeSource(target, leftovers),
-                                   options=options._replace(applied=applied), base_files=base_files)
+                                   options=_engine_options(options)._replace(applied=applied), base_files=base_files)
     if not result.ok and not keep_going:
         raise _failed(target, result, [o for o in result.outcomes if o.outcome == O.CONFLICT])
     if dry_run:
@@ -317,7 +325,7 @@ def _origins_changed(record: StateRecord, origins: dict[str, tuple[StoreRef, str
 
 
 def _rebuild_locked(target: Target, st: TargetState, current: TargetStatus, patches: tuple[Patch, ...], plan: _Plan, *,
-                    options: Options, base_files: BaseFiles | None, keep_going: bool, dry_run: bool,
+                    options: Options | WriteRules, base_files: BaseFiles | None, keep_going: bool, dry_run: bool,
                     recovered: bool) -> ApplyReport:
     """An intact tree brought to a smaller set of patches: the chosen ones evaluated on the pristine
     bytes the record keeps, every file of the others put back as it was (mtime and bytecode), one
@@ -328,7 +336,7 @@ def _rebuild_locked(target: Target, st: TargetState, current: TargetStatus, patc
     assert record is not None  # only an intact record is rebuilt
     pristine = {f.path: (None if f.pristine_sha256 is None else st.blob(f.pristine_sha256)) for f in record.files}
     result = evaluate.evaluate(patches, target.version, _TreeSource(target, frozenset(), pristine),
-                               options=options._replace(applied=frozenset()), base_files=base_files)
+                               options=_engine_options(options)._replace(applied=frozenset()), base_files=base_files)
     if not result.ok and not keep_going:
         raise _failed(target, result, [o for o in result.outcomes if o.outcome == O.CONFLICT])
     if dry_run:
@@ -542,7 +550,7 @@ def revert(target: Target, *, force: bool = False, wait: float = 0.0) -> RevertR
 
 
 def revert_patches(target: Target, names: tuple[str, ...], patches: Callable[[], tuple[Patch, ...]], *,
-                   options: Options, base_files: BaseFiles | None, wait: float = 0.0) -> ApplyReport:
+                   options: Options | WriteRules, base_files: BaseFiles | None, wait: float = 0.0) -> ApplyReport:
     """`revert --patch P`: P taken out of an intact tree, the other applied patches left applied (their
     files computed again from the pristine bytes), the record's choice updated so `ensure` keeps P out.
     A patch still applied that depends on P is refused (exit 2) unless it is named too."""
