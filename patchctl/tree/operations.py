@@ -152,7 +152,7 @@ def apply(target: Target, patches: Callable[[], tuple[Patch, ...]], *, options: 
     stores: the layers the series comes from, recorded. ensure: stop at "intact, from this very series
     and choice" — systemd runs it before every start —, refuse a tree changed by hand instead of
     taking it over, and fail (RecordUnmet) when a patch the record lists is gone from the series."""
-    from patchctl.selection import select
+    from patchctl.store import select
 
     st = target.state()
     with st.locked(wait, read_only_ok=ensure) as unlocked:
@@ -177,7 +177,7 @@ def apply(target: Target, patches: Callable[[], tuple[Patch, ...]], *, options: 
         series = patches()
         if ensure and record is not None:
             _require_recorded(target, record, series)
-        picked = select(series, chosen, target.engine.name)
+        picked = select(series, chosen.patches, chosen.exclude, target.engine.name)
         applied = {p.name for p in record.patches if p.outcome in O.WRITES} if record else set()
         dropped = applied - {p.name for p in picked}
         plan = _Plan(chosen, stores, fingerprint)
@@ -195,8 +195,7 @@ def _ensure_read_only(target: Target, patches: Callable[[], tuple[Patch, ...]], 
     interrupted write in it (locked() checked): exit 0 without writing when the tree is intact by the
     record's fingerprints — the recorded patches, from stores that give the same variants (sha256) and
     the same choice —, else exit 3 with what needs writing and how to let it be written."""
-    from patchctl.selection import select
-    from patchctl.store import choose_variant, variant_sha256
+    from patchctl.store import choose_variant, select, variant_sha256
 
     current = status(target)
     record = current.record
@@ -212,7 +211,7 @@ def _ensure_read_only(target: Target, patches: Callable[[], tuple[Patch, ...]], 
         return ApplyReport(None, (), False, note, "intact", record, unlocked)
     series = patches()
     _require_recorded(target, record, series)
-    picked = {p.name: p for p in select(series, record.selection, target.engine.name)}
+    picked = {p.name: p for p in select(series, record.selection.patches, record.selection.exclude, target.engine.name)}
     recorded = {p.name: p for p in record.patches}
     for name, patch in picked.items():
         choice = choose_variant(patch, target.version)
@@ -554,7 +553,7 @@ def revert_patches(target: Target, names: tuple[str, ...], patches: Callable[[],
     """`revert --patch P`: P taken out of an intact tree, the other applied patches left applied (their
     files computed again from the pristine bytes), the record's choice updated so `ensure` keeps P out.
     A patch still applied that depends on P is refused (exit 2) unless it is named too."""
-    from patchctl.selection import dependents, unknown_names
+    from patchctl.store import dependents, unknown_names
 
     st = target.state()
     with st.locked(wait):
