@@ -113,6 +113,13 @@ class StateDamaged(EnvironmentProblem):
     kind = "state-damaged"
 
 
+class RecordUnmet(EnvironmentProblem):
+    """A patch the tree's record lists as applied, or the store it came from, is gone: `ensure` never
+    starts a server with a recorded patch missing (exit 3); changing the set is an explicit `apply`."""
+
+    kind = "record-unmet"
+
+
 class Drifted(PatchFailed):
     """Patched files were changed by hand since patchctl wrote them: never written over unasked."""
 

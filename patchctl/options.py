@@ -196,16 +196,26 @@ def apply_options(f: F) -> F:
     )
 
 
+class WriteRules(NamedTuple):
+    """The apply engine's Options as apply/ensure's flags give them, without importing the engine:
+    `ensure` on an intact tree never evaluates a patch (tree.operations turns these into Options
+    when it does). The fields are Options' own, in its order."""
+
+    strict: bool = True
+    allow_modified: bool = False
+    applied: frozenset[str] = frozenset()
+    fuzz_refusal: str = "--strict forbids fuzz"
+
+
 def write_options(f: F) -> F:
     """For commands that write an engine (apply, ensure): strict by default, as dpkg-source and Yocto
-    are — a hunk that only applies with reduced context is refused unless --allow-fuzz. → `options`."""
+    are — a hunk that only applies with reduced context is refused unless --allow-fuzz. → `options`
+    (WriteRules)."""
 
     def build(allow_fuzz: bool, strict: bool, allow_modified: bool) -> Any:
-        from patchctl.patching.evaluate import Options
-
-        return Options(strict=not allow_fuzz, allow_modified=allow_modified,
-                       fuzz_refusal="apply refuses fuzz by default: review the hunks with `patchctl check`, "
-                                    "rebase the patch, or pass --allow-fuzz")
+        return WriteRules(strict=not allow_fuzz, allow_modified=allow_modified,
+                          fuzz_refusal="apply refuses fuzz by default: review the hunks with `patchctl check`, "
+                                       "rebase the patch, or pass --allow-fuzz")
 
     return _apply(
         _inject(f, "options", build, "allow_fuzz", "strict", "allow_modified"),
@@ -235,7 +245,28 @@ def target_options(f: F) -> F:
     )
 
 
+def selection_options(f: F) -> F:
+    """--patch NAME / --exclude NAME (repeatable) → `selection` (a tree.journal.Selection; None when
+    neither is given: the tree's recorded choice, else every patch of the series)."""
+
+    def build(patches: tuple[str, ...], exclude: tuple[str, ...]) -> Any:
+        if not patches and not exclude:
+            return None
+        from patchctl.tree.journal import Selection
+
+        return Selection(tuple(dict.fromkeys(patches)) or None, tuple(dict.fromkeys(exclude)))
+
+    return _apply(
+        _inject(f, "selection", build, "patches", "exclude"),
+        click.option("--patch", "patches", multiple=True, metavar="NAME",
+                     help="Only this patch of the series, with the patches it depends on (repeatable; recorded: "
+                          "`ensure` keeps the choice)."),
+        click.option("--exclude", "exclude", multiple=True, metavar="NAME",
+                     help="Every patch of the series but this one (repeatable; recorded)."),
+    )
+
+
 def writer_options(f: F) -> F:
-    """Everything apply and ensure share: the target, where base files come from, the store, the
-    strict writing rules and the lock wait."""
-    return _apply(f, target_options, fetch_options, store_option, write_options, wait_option)
+    """Everything apply and ensure share: the target, where base files come from, the store, which
+    patches, the strict writing rules and the lock wait."""
+    return _apply(f, target_options, fetch_options, store_option, selection_options, write_options, wait_option)

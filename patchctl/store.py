@@ -1,4 +1,5 @@
-"""The patch store: series order, metadata, variant choice for a version, integrity."""
+"""The patch store: series order, metadata, variant choice for a version, integrity, which patches a
+--patch/--exclude choice takes (with their depends_on), and the stores a tree's record names."""
 from __future__ import annotations
 
 import hashlib
@@ -7,6 +8,7 @@ import re
 import stat
 import threading
 import time
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -17,7 +19,7 @@ from packaging.version import InvalidVersion, Version
 
 from patchctl.atomic import write_atomic
 from patchctl.engines import all_engines, get_engine
-from patchctl.errors import StoreError
+from patchctl.errors import StoreError, UsageError
 from patchctl.schemas import validate
 from patchctl.versions import parse_specifier_set, parse_version
 from patchctl.yamlio import dump_yaml, load_yaml
@@ -529,3 +531,101 @@ def write_variant(store: Store, patch: Patch, filename: str, data: bytes) -> Non
             pins[filename] = hashlib.sha256(data).hexdigest()
             entry["variants"] = dict(sorted(pins.items(), key=lambda kv: Version(kv[0].removesuffix(".patch"))))
     write_atomic(series_file, dump_yaml(doc, sort_keys=False).encode())
+
+
+def store_kind(root: Path) -> str:
+    """`bundled` for the patch set shipped with patchctl (installed or a checkout's patches/), else `user`."""
+    from patchctl.bundled import bundled_store
+
+    found = bundled_store()
+    return "bundled" if found is not None and _same_dir(root, found) else "user"
+
+
+def recorded_layers(store: Store, recorded: list[tuple[str, str]]) -> tuple[Store, list[tuple[str, str]]]:
+    """The store `ensure` applies from: the stores a tree's record names (path, kind; highest priority
+    first), with the ones this command names (--store, PATCHCTL_STORE, the config) in front. A
+    recorded `bundled` store is the bundled patch set of this patchctl, wherever it is installed now.
+    Returns the store and the recorded stores that are gone (path, kind)."""
+    named = [layer for layer in (store.layers or (store.root,)) if store_kind(layer) == "user"]
+    layers: list[Path] = list(named)
+    gone: list[tuple[str, str]] = []
+    for path, kind in recorded:
+        if kind == "bundled":
+            try:
+                layers.append(default_store_dir().resolve())
+            except StoreError:
+                gone.append((path, kind))
+        elif Path(path).is_dir():
+            layers.append(Path(path).resolve())
+        else:
+            gone.append((path, kind))
+    if any(store_kind(layer) == "bundled" for layer in (store.layers or (store.root,))) and named:
+        layers.append(default_store_dir().resolve())  # named with the bundled set over it, as the command asked
+    layers = list(dict.fromkeys(layers))
+    if not layers:
+        return store, gone
+    # Bundled last: it is the lowest layer, whatever order the record lists it in.
+    layers.sort(key=lambda p: store_kind(p) == "bundled")
+    writable = tuple(p for p in layers if store_kind(p) == "user" and _may_write(p))
+    return Store(layers[0], tuple(layers), writable), gone
+
+
+def variant_sha256(patch: Patch, filename: str | None) -> str | None:
+    """The fingerprint a record keeps of the variant applied: the sha256 of its bytes (its pin, unless
+    --allow-modified applied a variant that differs from it)."""
+    for variant in patch.variants:
+        if variant.filename == filename:
+            return variant.actual_sha256()
+    return None
+
+
+# --- choosing patches: --patch / --exclude, checked against the series and its depends_on ---------
+# (the choice is kept in the tree's record, tree.journal.Selection, so that `ensure` keeps applying it)
+
+def unknown_names(series: Sequence[Patch], names: Iterable[str], engine: str) -> None:
+    known = [p.name for p in series]
+    for name in names:
+        if name not in known:
+            raise UsageError(f"no patch {name!r} in the {engine} series",
+                             hint=f"the series has: {', '.join(known) or 'no patches'} (`patchctl list {engine}`)")
+
+
+def dependencies(series: Sequence[Patch], names: Iterable[str]) -> set[str]:
+    """names with every patch they depend on, transitively."""
+    by_name = {p.name: p for p in series}
+    wanted: set[str] = set()
+    todo = list(names)
+    while todo:
+        name = todo.pop()
+        if name in wanted or name not in by_name:
+            continue
+        wanted.add(name)
+        todo.extend(by_name[name].depends_on)
+    return wanted
+
+
+def dependents(series: Sequence[Patch], names: Iterable[str], among: Iterable[str]) -> dict[str, list[str]]:
+    """For each of `among` that depends (transitively) on one of `names`: which of them."""
+    out: dict[str, list[str]] = {}
+    names = set(names)
+    for patch in series:
+        if patch.name in among and patch.name not in names:
+            hit = sorted(dependencies(series, [patch.name]) & names)
+            if hit:
+                out[patch.name] = hit
+    return out
+
+
+def select(series: Sequence[Patch], only: Sequence[str] | None, exclude: Sequence[str], engine: str) -> tuple[Patch, ...]:
+    """The patches of the series `--patch` (only; None: every patch) and `--exclude` choose, in series
+    order. A name the series lacks is exit 2 naming it; `--patch P` brings the patches P depends on;
+    excluding a patch that a chosen one depends on is exit 2 naming both."""
+    unknown_names(series, [*(only or ()), *exclude], engine)
+    chosen = {p.name for p in series} if only is None else dependencies(series, only)
+    chosen -= set(exclude)
+    needs = dependents(series, exclude, chosen)
+    if needs:
+        name, deps = next(iter(needs.items()))
+        raise UsageError(f"{name} depends on {', '.join(deps)}, which --exclude leaves out",
+                         hint=f"exclude {name} too, or keep {', '.join(deps)}")
+    return tuple(p for p in series if p.name in chosen)

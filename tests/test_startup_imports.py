@@ -90,3 +90,18 @@ def test_text_output_off_a_terminal_imports_nothing_heavy(applied, command):
     extra = ["--store", str(store)] if command == "ensure" else []
     report = heavy_imports(command, "vllm", "--target", str(tree), *extra)
     assert report == {"exit": 0, "heavy": []}
+
+
+# What ensure on an intact tree must not import (issue 24, item 7: its CPU <= 2x the import floor,
+# benchmarks/ensure_cpu.py): the apply engine, the check command, the network.
+NOT_ON_THE_INTACT_PATH = ("patchctl.patching.evaluate", "patchctl.patching.hunks", "patchctl.patching.diffread",
+                          "patchctl.commands.check", "patchctl.sources.http", "unidiff")
+
+
+def test_ensure_on_an_intact_target_with_no_store_stays_off_the_apply_engine(applied):
+    _, tree = applied  # no --store: the record names the store
+    proc = subprocess.run([sys.executable, "-c", PROBE, json.dumps(["ensure", "vllm", "--target", str(tree), "--json"]),
+                           json.dumps(NOT_ON_THE_INTACT_PATH)], capture_output=True, text=True)
+    report = next(json.loads(line[6:]) for line in proc.stderr.splitlines() if line.startswith("HEAVY "))
+    assert report == {"exit": 0, "heavy": []}, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["written"] == []

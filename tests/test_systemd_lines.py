@@ -30,11 +30,6 @@ PATH = "/usr/bin:/bin"
 pytestmark = [pytest.mark.network, pytest.mark.slow,
               pytest.mark.skipif(os.geteuid() != 0, reason="runs as root, as systemd runs ExecStartPre=")]
 
-READ_ONLY_RULE = pytest.mark.xfail(
-    reason="ensure exiting 0 on an intact tree it may not write is helper record's (issue 24, item 3: "
-           "patchctl/tree/journal.py); until it lands the lock fails with exit 3", strict=False)
-
-
 class Deployment:
     def __init__(self, base: Path):
         self.base = base
@@ -132,7 +127,6 @@ def test_without_home_patchctl_names_its_dirs_from_the_password_database(deploye
 
 
 @pytest.mark.skipif(shutil.which("runuser") is None, reason="runuser (util-linux) is not installed")
-@READ_ONLY_RULE
 def test_another_user_starts_an_intact_tree(started):
     before = snapshot(started.site)
     code, doc, err = started.ensure(user="nobody")
@@ -164,7 +158,6 @@ def read_only(started: Deployment) -> Iterator[Deployment]:
         yield started
 
 
-@READ_ONLY_RULE
 def test_a_read_only_tree_starts_when_intact(read_only):
     code, doc, err = read_only.ensure()
     assert code == 0, (doc, err)

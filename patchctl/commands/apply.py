@@ -6,9 +6,8 @@ from typing import TYPE_CHECKING
 import click
 
 from patchctl import outcomes as O
-from patchctl.commands.check import moved_warnings
 from patchctl.commands.framework import patchctl_command
-from patchctl.commands.text import print_outcomes
+from patchctl.commands.text import moved_warnings, print_outcomes
 from patchctl.documents import document, series_json
 from patchctl.errors import EXIT_OK, EXIT_PATCH_FAILED
 from patchctl.options import writer_options
@@ -16,17 +15,18 @@ from patchctl.spec import parse_spec
 
 if TYPE_CHECKING:
     from patchctl.commands.text import Console
-    from patchctl.patching.evaluate import Options
+    from patchctl.options import WriteRules as Options
     from patchctl.sources.fetch import SourceContext
     from patchctl.store import Store
     from patchctl.tree.find import TargetSpec
-    from patchctl.tree.journal import BuildRecord, PatchRecord
+    from patchctl.tree.journal import BuildRecord, PatchRecord, Selection
     from patchctl.tree.operations import Target
 
 
 def run(spec: str, store: Store, ctx: SourceContext, options: Options, where: TargetSpec, *,
         install: bool = False, keep_going: bool = False, dry_run: bool = False, wait: float = 0.0,
-        force: bool = False, name: str = "apply", no_deps: bool = False) -> tuple[dict, int]:
+        force: bool = False, name: str = "apply", no_deps: bool = False,
+        selection: Selection | None = None) -> tuple[dict, int]:
     """`name` is the document's command: ensure runs this, stopping early on an intact target."""
     from patchctl.engines import get_engine
     from patchctl.sources import installed as inst
@@ -43,7 +43,7 @@ def run(spec: str, store: Store, ctx: SourceContext, options: Options, where: Ta
 
     def apply_one(tree: Target) -> dict:
         return _apply_one(tree, store=store, ctx=ctx, options=options, keep_going=keep_going, dry_run=dry_run,
-                          wait=wait, force=force, name=name, python=python)
+                          wait=wait, force=force, name=name, python=python, selection=selection)
 
     docs = [apply_one(target)]
     warnings = moved_warnings(target.engine, target.version)
@@ -78,7 +78,8 @@ def _build_line(build: BuildRecord | None) -> str:
 
 
 def _apply_one(target: Target, *, store: Store, ctx: SourceContext, options: Options, keep_going: bool,
-               dry_run: bool, wait: float, force: bool, name: str, python: str | None) -> dict:
+               dry_run: bool, wait: float, force: bool, name: str, python: str | None,
+               selection: Selection | None = None) -> dict:
     from patchctl.sources.fetch import base_files_for
     from patchctl.tree import operations as tgt
     from patchctl.tree.find import requirement_warnings
@@ -86,13 +87,16 @@ def _apply_one(target: Target, *, store: Store, ctx: SourceContext, options: Opt
     ensure = name == "ensure"
     fields = dict(engine=target.engine.name, version=str(target.version), target=str(target.root),
                   source={"kind": "target", "description": target.how})
+    if ensure:
+        store = recorded_store(target, store)
     # What the store says for this engine, hashed without parsing it: ensure stops at "intact, and
     # applied from this very series" before reading any YAML.
     fingerprint = store_fingerprint(store, target.engine.name)
     try:
         rep = tgt.apply(target, lambda: store.series(target.engine.name).patches, options=options,
                         base_files=base_files_for(target.engine, ctx), keep_going=keep_going, dry_run=dry_run,
-                        wait=wait, force=force, fingerprint=fingerprint, ensure=ensure)
+                        wait=wait, force=force, fingerprint=fingerprint, ensure=ensure, selection=selection,
+                        stores=store_refs(store))
     except tgt.ConflictError as exc:
         return document(name, EXIT_PATCH_FAILED, patches=series_json(exc.result), written=[],
                         error={"kind": exc.kind, "message": exc.message, "hint": exc.hint}, **fields)
@@ -101,9 +105,14 @@ def _apply_one(target: Target, *, store: Store, ctx: SourceContext, options: Opt
                         error={"kind": exc.kind, "message": exc.message, "hint": exc.hint}, **fields)
     if rep.result is None:  # ensure: intact, nothing evaluated
         assert rep.record is not None  # operations.apply evaluates nothing only on a record it loaded
+        if rep.unlocked is not None:
+            fields["warnings"] = [f"read without the lock: {target.state().dir} cannot be written ({rep.unlocked}); "
+                                  f"the patches are intact, nothing was written"]
         return document(name, EXIT_OK, patches=[_recorded(p) for p in rep.record.patches], written=[],
                         note=rep.note, state_before=rep.state_before, **fields)
     patches = store.series(target.engine.name).patches
+    if rep.record is not None and not rep.record.selection.everything:
+        fields["selection"] = rep.record.selection.to_json()
     # Companion packages (gguf>=0.18, ...) can only be checked in an environment, not in a bare tree.
     fields["warnings"] = requirement_warnings([p for p in patches if p.in_range(target.version)], python)
     fields["state_before"] = rep.state_before
@@ -122,6 +131,36 @@ def _recorded(p: PatchRecord) -> dict:
     return {"name": p.name, "outcome": O.ALREADY_APPLIED if p.outcome in O.WRITES else p.outcome,
             "variant": p.variant, "reason": "recorded as applied, and every file it wrote is intact",
             "files": [], "hunks": []}
+
+
+def recorded_store(target: Target, store: Store) -> Store:
+    """ensure's store: the stores the tree's record names (with any this command names in front), so
+    that a patch captured into a store of the user's is re-applied with no --store. A recorded store
+    that is gone is exit 3 naming it and the patches recorded from it."""
+    from patchctl.errors import RecordUnmet
+    from patchctl.store import recorded_layers
+
+    record = target.state().load()
+    if record is None or not record.stores:
+        return store  # nothing applied, or a record older than patchctl-state/3: the stores named here
+    layered, gone = recorded_layers(store, [(s.path, s.kind) for s in record.stores])
+    if gone:
+        path, kind = gone[0]
+        names = [p.name for p in record.patches if p.store is not None and p.store.path == path] or ["(none listed)"]
+        raise RecordUnmet(
+            f"the {kind} store {path} is gone: the record of {target.root} lists {', '.join(names)} as applied "
+            f"from it; ensure does not start the engine without them",
+            hint=f"restore {path}, or change the set explicitly: `patchctl apply {target.engine.name}` with the "
+                 f"stores you have (--store DIR, --exclude NAME)")
+    return layered
+
+
+def store_refs(store: Store) -> tuple:
+    """The store's layers as a record names them (path, bundled/user), highest priority first."""
+    from patchctl.store import store_kind
+    from patchctl.tree.journal import StoreRef
+
+    return tuple(StoreRef(str(layer), store_kind(layer)) for layer in (store.layers or (store.root,)))
 
 
 def store_fingerprint(store: Store, engine: str) -> str:
@@ -161,7 +200,12 @@ def render(doc: dict, out: Console, err: Console) -> None:
 @click.option("--dry-run", is_flag=True, help="Report what would happen; write nothing.")
 @click.option("--force", is_flag=True, help="Apply even if patched files were changed by hand since.")
 def command(spec: str, where: TargetSpec, ctx: SourceContext, store: Store, options: Options, wait: float,
-            install: bool, no_deps: bool, keep_going: bool, dry_run: bool, force: bool) -> tuple[dict, int]:
-    """Apply the series to the installed engine (or --target DIR), all or nothing."""
+            install: bool, no_deps: bool, keep_going: bool, dry_run: bool, force: bool,
+            selection: Selection | None) -> tuple[dict, int]:
+    """Apply the series to the installed engine (or --target DIR), all or nothing.
+
+    --patch/--exclude choose the patches; the choice is recorded in the tree, and `ensure` keeps it.
+    A smaller choice than is applied takes the others out.
+    """
     return run(spec, store, ctx, options, where, install=install, keep_going=keep_going, dry_run=dry_run,
-               wait=wait, force=force, no_deps=no_deps)
+               wait=wait, force=force, no_deps=no_deps, selection=selection)

@@ -6,17 +6,15 @@ from typing import TYPE_CHECKING
 import click
 
 from patchctl.commands.framework import patchctl_command
-from patchctl.commands.text import print_outcomes
+from patchctl.commands.text import moved_warnings, print_outcomes
 from patchctl.documents import document, series_json
 from patchctl.errors import EXIT_OK, EXIT_PATCH_FAILED
 from patchctl.options import apply_options, only_option, source_options, store_option
 from patchctl.spec import parse_spec
 
 if TYPE_CHECKING:
-    from packaging.version import Version
 
     from patchctl.commands.text import Console
-    from patchctl.engines import Engine
     from patchctl.patching.evaluate import Options
     from patchctl.sources.fetch import SourceContext
     from patchctl.store import Store
@@ -42,12 +40,6 @@ def run(spec: str, store: Store, ctx: SourceContext, options: Options, *, only: 
         source=upstream.source.provenance()._asdict(), patches=series_json(result),
         warnings=moved_warnings(ref.engine, upstream.version),
     ), code
-
-
-def moved_warnings(engine: Engine, version: Version) -> list[str]:
-    """Code that moved to another distribution at this version (vLLM's GGUF → vllm-gguf-plugin)."""
-    return [f"from {m.since} {engine.name}'s {m.what} lives in {m.engine}; its patches are in the "
-            f"{m.engine} series (`patchctl check {m.engine}@VERSION`)" for m in engine.moves_at(version)]
 
 
 def render(doc: dict, out: Console, err: Console) -> None:

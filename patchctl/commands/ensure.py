@@ -12,18 +12,20 @@ from patchctl.errors import EXIT_OK
 from patchctl.options import writer_options
 
 if TYPE_CHECKING:
-    from patchctl.patching.evaluate import Options
+    from patchctl.options import WriteRules as Options
     from patchctl.sources.fetch import SourceContext
     from patchctl.store import Store
     from patchctl.tree.find import TargetSpec
+    from patchctl.tree.journal import Selection
 
 
 def run(spec: str, store: Store, ctx: SourceContext, options: Options, where: TargetSpec, *,
-        wait: float = 0.0) -> tuple[dict, int]:
+        wait: float = 0.0, selection: Selection | None = None) -> tuple[dict, int]:
     """apply's run under the ensure rules (operations.apply(ensure=True)): the lock and recovery
     first, nothing read or written when the record is intact and from this series, a hand edit
-    refused (exit 1, `state: modified`)."""
-    doc, code = apply_command.run(spec, store, ctx, options, where, wait=wait, name="ensure")
+    refused (exit 1, `state: modified`). The record is the contract: the recorded stores and choice
+    are applied with no --store; a recorded patch or store that is gone is exit 3 (RecordUnmet)."""
+    doc, code = apply_command.run(spec, store, ctx, options, where, wait=wait, name="ensure", selection=selection)
     before = doc.get("state_before")
     if code == EXIT_OK and not doc.get("written") and not any(d.get("written") for d in doc.get("also", [])):
         doc["note"] = "patches intact: nothing to do"
@@ -39,6 +41,11 @@ def run(spec: str, store: Store, ctx: SourceContext, options: Options, where: Ta
 @click.argument("spec", metavar="ENGINE[@VERSION]")
 @writer_options
 def command(spec: str, where: TargetSpec, ctx: SourceContext, store: Store, options: Options,
-            wait: float) -> tuple[dict, int]:
-    """Idempotent apply for ExecStartPre=: no-op when intact, re-apply after an upgrade."""
-    return run(spec, store, ctx, options, where, wait=wait)
+            wait: float, selection: Selection | None) -> tuple[dict, int]:
+    """Idempotent apply for ExecStartPre=: no-op when intact, re-apply after an upgrade.
+
+    Applies what the tree's record names — its patches, from the stores they came from, with the
+    --patch/--exclude choice apply recorded — with no --store needed. A recorded patch or store that
+    is gone is exit 3 naming both; changing the set is an explicit `apply`.
+    """
+    return run(spec, store, ctx, options, where, wait=wait, selection=selection)

@@ -115,8 +115,9 @@ def render_text(doc: dict, render: Renderer | None) -> None:
 
     out, err = text.console(), text.console(stderr=True)
     text.print_error(doc, err)
-    # An error document carries no command fields: the command's renderer has nothing to show.
-    if render is not None and not doc.get("error"):
+    # An error document carries no command fields (the renderer has nothing to show), except a
+    # conflict's: apply/ensure keep the outcome table and the failing hunks (`patches`).
+    if render is not None and (not doc.get("error") or doc.get("patches")):
         render(doc, out, err)
     text.print_envelope(doc, out, err)
 

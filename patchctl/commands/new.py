@@ -67,7 +67,7 @@ def run(engine: str, name: str, where: TargetSpec, store_dir: str | None, ctx: S
     capture.verify(data, pairs, f"{engine}/{name}/{target.version}.patch")
     written = capture.write_new_patch(store_root, engine, name, target.version, data, title=title, why=why)
     refused = ed.adopt(target, name, written.variant.name, {p: (pristine[p], after) for p, (_, after) in pairs.items()},
-                       wait=wait)
+                       wait=wait, store=store_root, variant_sha256=written.sha256)
     if refused:
         warnings.append(refused)
     unfinished = [key for key, value in (("title", title), ("why", why)) if capture.is_placeholder(value)]

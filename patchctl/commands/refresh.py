@@ -3,6 +3,7 @@ refresh): the files its chosen variant touches, plus --file extras, diffed again
 release → `<installed version>.patch`, pinned. The loop is edit → refresh → check → commit."""
 from __future__ import annotations
 
+import hashlib
 from typing import TYPE_CHECKING
 
 import click
@@ -84,7 +85,9 @@ def run(engine: str, name: str, where: TargetSpec, store_dir: str | None, ctx: S
     for path in unmanaged_besides(target, paths):
         warnings.append(f"{path} also differs from the release and belongs to no patch: "
                         f"`--file {path}` takes it into {name}")
-    refused = ed.adopt(target, name, variant, {p: (pristine[p], now[p]) for p in paths}, wait=wait)
+    refused = ed.adopt(target, name, variant, {p: (pristine[p], now[p]) for p in paths}, wait=wait,
+                       store=store_root, variant_sha256=hashlib.sha256(data).hexdigest() if outcome != UNCHANGED
+                       else choice.variant.actual_sha256())
     if refused:
         warnings.append(refused)
     where_to = patch.directory / variant

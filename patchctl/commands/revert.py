@@ -30,6 +30,30 @@ def run(spec: str, where: TargetSpec, *, force: bool = False, wait: float = 0.0)
     return _document(target, rep), EXIT_OK
 
 
+def run_patches(spec: str, names: tuple[str, ...], where: TargetSpec, store: Store, ctx: SourceContext, *,
+                wait: float = 0.0) -> tuple[dict, int]:
+    """`revert --patch P`: P out, the other applied patches left applied (operations.revert_patches),
+    from the stores the tree's record names; the record's choice then leaves P out for `ensure`."""
+    from patchctl.commands.apply import recorded_store
+    from patchctl.patching.evaluate import Options
+    from patchctl.sources.fetch import base_files_for
+    from patchctl.tree import operations as tgt
+    from patchctl.tree.find import find_target
+
+    target = find_target(parse_spec(spec), where)
+    store = recorded_store(target, store)
+    rep = tgt.revert_patches(target, tuple(dict.fromkeys(names)), lambda: store.series(target.engine.name).patches,
+                             options=Options(), base_files=base_files_for(target.engine, ctx), wait=wait)
+    record = rep.record
+    kept = [p.name for p in record.patches] if record else []
+    message = (f"took {', '.join(names)} out ({len(rep.written)} file(s) written); still applied: "
+               f"{', '.join(kept) or 'none'}")
+    return document("revert", EXIT_OK, engine=target.engine.name, version=str(target.version),
+                    target=str(target.root), restored=list(rep.written), skipped=[], reverted=list(names),
+                    applied=kept, selection=record.selection.to_json() if record else None,
+                    message=message), EXIT_OK
+
+
 def run_from_release(spec: str, where: TargetSpec, store: Store, ctx: SourceContext, *, wait: float = 0.0) -> tuple[dict, int]:
     """The way out of a damaged record or journal: no guess at what patchctl did. Every file the series
     can touch at this version, and every file the dist-info RECORD says differs, gets the release's
@@ -77,6 +101,7 @@ def _document(target: Target, rep: RevertReport) -> dict:
     "patchctl revert vllm",
     "patchctl revert sglang --target ./site-packages --force    also files edited since",
     "patchctl revert vllm --from-release      the record is damaged: the release's own files back",
+    "patchctl revert sglang --patch bench-fix   only that patch out; ensure keeps it out",
 ))
 @click.argument("spec", metavar="ENGINE")
 @target_options
@@ -85,11 +110,20 @@ def _document(target: Target, rep: RevertReport) -> dict:
 @click.option("--from-release", is_flag=True,
               help="Ignore patchctl's (damaged) record: restore the release's own files, fetched from the "
                    "package index and checked against the wheel's RECORD.")
+@click.option("--patch", "patches", multiple=True, metavar="NAME",
+              help="Take only this patch out (repeatable), leaving the others applied; refused while an applied "
+                   "patch depends on it, unless named too. Recorded: `ensure` keeps it out.")
 @store_option
 @fetch_options
-def command(spec: str, where: TargetSpec, wait: float, force: bool, from_release: bool, store: Store,
-            ctx: SourceContext) -> tuple[dict, int]:
-    """Restore every patched file byte for byte."""
+def command(spec: str, where: TargetSpec, wait: float, force: bool, from_release: bool, patches: tuple[str, ...],
+            store: Store, ctx: SourceContext) -> tuple[dict, int]:
+    """Restore every patched file byte for byte (--patch: take one patch out, keep the rest)."""
     if from_release:
         return run_from_release(spec, where, store, ctx, wait=wait)
+    if patches:
+        if force:
+            from patchctl.errors import UsageError
+
+            raise UsageError("--force restores every file; with --patch the tree must be intact")
+        return run_patches(spec, patches, where, store, ctx, wait=wait)
     return run(spec, where, force=force, wait=wait)

@@ -25,16 +25,23 @@ def run(spec: str, where: TargetSpec, *, wait: float = 30.0) -> tuple[dict, int]
     from patchctl.tree.find import find_target
 
     target = find_target(parse_spec(spec), where)
-    st, recovered = tgt.checked_status(target, wait)
+    st, recovered, unlocked = tgt.checked_status(target, wait)
     code = EXIT_BY_STATE[st.state]
     record = st.record
     unmanaged, warnings = _unmanaged(target)
+    if unlocked is not None:
+        warnings.insert(0, f"read without the lock: {target.state().dir} cannot be written ({unlocked}), and no "
+                           f"interrupted write is there to undo")
     doc = document(
         "status", code, engine=target.engine.name, version=str(target.version), target=str(target.root),
         state=st.state, message=st.message + (" (recovered an interrupted run first)" if recovered else ""),
         applied_version=record.version if record else None,
         applied_at=record.applied_at if record else None,
-        applied=[p._asdict() for p in record.patches] if record else [],
+        applied=[p.to_json() for p in record.patches] if record else [],
+        # What ensure re-applies: the choice (--patch/--exclude; patches null: every patch of the
+        # series) and the stores, highest priority first.
+        selection=record.selection.to_json() if record else None,
+        stores=[s._asdict() for s in record.stores] if record else [],
         # Which build the patches were applied to (a nightly's version, commit, URL); null for a
         # record written before patchctl kept it, or with nothing applied. installed_build: what the
         # tree is now, from its dist-info.
@@ -87,8 +94,23 @@ def render(doc: dict, out: Console, err: Console) -> None:
     line = build_line(doc.get("build"))
     if line:
         out.print(f"patched build: {doc['engine']} {line}", markup=False, highlight=False)
+    chosen = selection_line(doc.get("selection"))
+    if chosen:
+        out.print(f"chosen: {chosen}", markup=False, highlight=False)
+    for p in doc.get("applied", []):
+        if p.get("store"):
+            out.print(f"  {p['name']}: {p['variant'] or '-'} from {p['store']['path']} ({p['store']['kind']})",
+                      markup=False, highlight=False)
     for f in doc.get("files", []):
         out.print(f"  {f['status']:<9} {f['path']}", markup=False, highlight=False)
+
+
+def selection_line(selection: dict | None) -> str | None:
+    """`only a, b` / `every patch except c`; None for every patch of the series."""
+    if not selection or (selection["patches"] is None and not selection["exclude"]):
+        return None
+    text = "only " + ", ".join(selection["patches"]) if selection["patches"] is not None else "every patch"
+    return text + (f" except {', '.join(selection['exclude'])}" if selection["exclude"] else "")
 
 
 @patchctl_command("status", render=render, example=(

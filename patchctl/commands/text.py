@@ -8,9 +8,14 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Iterable
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from patchctl import outcomes as O
+
+if TYPE_CHECKING:
+    from packaging.version import Version
+
+    from patchctl.engines import Engine
 
 # The only markup the renderers write; stripped for plain output.
 _MARKUP = re.compile(r"\[(?:/|bold red|bold|green|yellow|cyan|dim)\]")
@@ -93,6 +98,13 @@ def coloured(text: str, style: str | None) -> str:
     return f"[{style}]{text}[/]" if style else text
 
 
+def moved_warnings(engine: Engine, version: Version) -> list[str]:
+    """Code that moved to another distribution at this version (vLLM's GGUF → vllm-gguf-plugin):
+    said by check, apply and ensure (here, so that ensure does not import the check command)."""
+    return [f"from {m.since} {engine.name}'s {m.what} lives in {m.engine}; its patches are in the "
+            f"{m.engine} series (`patchctl check {m.engine}@VERSION`)" for m in engine.moves_at(version)]
+
+
 def print_outcomes(out: Console, doc: dict) -> None:
     """The outcome table of check/apply/ensure/export, and the context of each failed hunk."""
     title = f"{doc.get('engine')} {doc.get('version')}"
@@ -120,7 +132,16 @@ def print_outcomes(out: Console, doc: dict) -> None:
         for h in p["hunks"]:
             if h["status"] == "failed" and h.get("context"):
                 out.print(f"[bold red]{p['name']}[/]: {h['file']} hunk {h['index']}")
-                out.print(h["context"], markup=False, highlight=False)
+                out.print(with_moved_hint(h["context"], doc), markup=False, highlight=False)
+
+
+def with_moved_hint(context: str, doc: dict) -> str:
+    """A failed hunk's context whose "upstream near line N:" has no lines under it (the file is
+    shorter there: the code moved) says where to look: `rebase` finds where it went."""
+    if context.rstrip("\n").endswith(":") and context.rstrip("\n").rsplit("\n", 1)[-1].startswith("upstream near line"):
+        return (context.rstrip("\n") + f" (no lines there: the file is shorter, the code moved; "
+                f"`patchctl rebase {doc.get('engine')} --onto {doc.get('version')}` finds where it went)\n")
+    return context
 
 
 def print_lines(out: Console, lines: Iterable[str]) -> None:

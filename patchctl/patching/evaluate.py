@@ -181,8 +181,9 @@ def _evaluate_one(
     choice = choose_variant(patch, version)
     if choice.variant is None and patch.upstreamed_at(version):
         return PatchOutcome(patch.name, O.UPSTREAMED, None,
-                            f"upstream behaves as patched here (upstreamed_in {patch.upstreamed_in}); "
-                            "`patchctl smoke` proves it by running the checks on the pristine release"), {}
+                            f"said by patch.yaml's upstreamed_in {patch.upstreamed_in}, not proven here: upstream "
+                            "should behave as patched; `patchctl smoke` proves it by running the checks on the "
+                            "pristine release"), {}
     if choice.variant is None:
         return PatchOutcome(patch.name, O.OBSOLETE, None, choice.reason), {}
     variant = choice.variant

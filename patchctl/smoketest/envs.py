@@ -60,16 +60,49 @@ def _build(reqs: Path, venv: Path, profile: str, log: Callable[[str], None] | No
     cache = ArtifactCache(config.cache_dir())
     cache.remove(venv)
     cache.make_dirs(venv.parent)
-    _run([sys.executable, "-m", "venv", str(venv)], f"create the {profile} venv", log)
-    _run([str(python), "-m", "pip", "install", "-q", "-r", str(reqs), *BASE_REQUIREMENTS],
-         f"install the {profile} requirements ({reqs})", log)
+    live = on_terminal()
+    if live:
+        _step(f"building the smoke environment {profile!r} once (cached in {venv}; later runs reuse it)")
+    _run([sys.executable, "-m", "venv", str(venv)], f"create the {profile} venv", log, live=live,
+         step="1/2 creating the venv")
+    # On a terminal pip shows its own progress (downloads, builds); elsewhere it is quiet.
+    _run([str(python), "-m", "pip", "install", *([] if live else ["-q"]), "-r", str(reqs), *BASE_REQUIREMENTS],
+         f"install the {profile} requirements ({reqs})", log, live=live,
+         step=f"2/2 installing {reqs.name} and {', '.join(BASE_REQUIREMENTS)} with pip (a GPU profile is gigabytes)")
     write_atomic(venv / ".complete", reqs.read_text().encode())
+    if live:
+        _step(f"the smoke environment {profile!r} is ready")
     return str(python)
 
 
-def _run(cmd: list[str], what: str, log: Callable[[str], None] | None) -> None:
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+def on_terminal() -> bool:
+    """Whether a person watches stderr: progress is shown only then (systemd's journal, a pipe and CI
+    logs get none)."""
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _step(text: str) -> None:
+    sys.stderr.write(f"smoke: {text}\n")
+    sys.stderr.flush()
+
+
+def _run(cmd: list[str], what: str, log: Callable[[str], None] | None, *, live: bool = False,
+         step: str | None = None) -> None:
+    """cmd, quiet and captured; live (a terminal): its step named and its own output shown on stderr
+    as it comes (stdout too, so that --json's stdout stays one document)."""
+    if live:
+        if step:
+            _step(step)
+        sys.stderr.flush()
+        proc = subprocess.run(cmd, stdout=sys.stderr.fileno(), stderr=sys.stderr.fileno())
+        if proc.returncode != 0:
+            raise EnvironmentProblem(f"could not {what}: exit code {proc.returncode} (its output is above)")
+        return
+    captured = subprocess.run(cmd, capture_output=True, text=True)
     if log:
-        log(proc.stdout + proc.stderr)
-    if proc.returncode != 0:
-        raise EnvironmentProblem(f"could not {what}: {(proc.stderr or proc.stdout).strip()[-800:]}")
+        log(captured.stdout + captured.stderr)
+    if captured.returncode != 0:
+        raise EnvironmentProblem(f"could not {what}: {(captured.stderr or captured.stdout).strip()[-800:]}")

@@ -110,8 +110,11 @@ class PackageIndex:
             if cached is not None:
                 project = cached
             elif self.offline:
+                # Each index is cached apart (the release index, a nightly wheel index): say which one.
                 raise EnvironmentProblem(
-                    f"offline, and the cache has no index page for {name}",
+                    f"offline, and the cache has no page for {name} from {self.url}"
+                    + (f" ({self.origin})" if self.origin else "")
+                    + " (each index is cached apart: a cached release index does not serve this one)",
                     hint="run once with the network to fill the cache",
                 )
             else:

@@ -279,11 +279,15 @@ def current_bytes(target: Target, path: str) -> bytes | None:
 # --- taking edits into the record --------------------------------------------------------------------
 
 def adopt(target: Target, patch: str, variant: str, files: Mapping[str, tuple[bytes | None, bytes | None]], *,
-          wait: float = 0.0) -> str | None:
+          wait: float = 0.0, store: Path | None = None, variant_sha256: str | None = None) -> str | None:
     """Record in the target that `patch` (its `variant`) is applied and wrote these files as they are
     now: path -> (the release's bytes, the tree's bytes). So `status` reports it intact, `revert`
     restores the release's files, and `ensure` finds it already applied. Nothing else is written.
+    The record keeps what it said besides (the build, the choice, the stores) and learns the store the
+    patch lives in (`store`) and its variant's sha256, so `ensure` re-applies it with no --store.
     Returns a warning when the record could not be written (a tree this user cannot write)."""
+    from patchctl.store import store_kind
+    from patchctl.tree.journal import Selection, StoreRef
     from patchctl.tree.operations import check_paths
 
     check_paths(target, list(files))  # what revert will restore: the one rule of every tree write
@@ -311,10 +315,18 @@ def adopt(target: Target, patch: str, variant: str, files: Mapping[str, tuple[by
                 if now is not None:
                     st.put_blob(now)
             patches = {p.name: p for p in record.patches} if record else {}
-            patches[patch] = PatchRecord(patch, O.CLEAN, variant)
+            ref = None if store is None else StoreRef(str(store.resolve()), store_kind(store))
+            patches[patch] = PatchRecord(patch, O.CLEAN, variant, ref, variant_sha256)
+            stores = tuple(dict.fromkeys(([ref] if ref else []) + list(record.stores if record else ())))
+            selection = record.selection if record else Selection()
+            if selection.patches is not None and patch not in selection.patches:
+                selection = selection._replace(patches=(*selection.patches, patch))
+            if patch in selection.exclude:
+                selection = selection._replace(exclude=tuple(n for n in selection.exclude if n != patch))
             # No store fingerprint: the next `ensure` evaluates the series once and records it.
             st.save(StateRecord(target.engine.name, str(target.root), str(target.version), time.time(),
-                                tuple(patches.values()), tuple(by_path.values()), None))
+                                tuple(patches.values()), tuple(by_path.values()), None,
+                                record.build if record else target.build, stores, selection))
     except (EnvironmentProblem, OSError) as exc:
         why = exc.message if isinstance(exc, PatchctlError) else (exc.strerror or str(exc))
         return (f"{patch} was not recorded as applied in {target.root} ({why}): `patchctl status` lists its "

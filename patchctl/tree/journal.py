@@ -38,7 +38,10 @@ from patchctl.errors import EnvironmentProblem, PatchctlError, StateDamaged
 from patchctl.paths import resolve_inside
 from patchctl.tree.nofollow import RECORD_LIMIT, Planted, exists_at, open_dir, read_at, read_path, rmtree_at, unlink_at
 
-STATE_SCHEMA = "patchctl-state/2"
+STATE_SCHEMA = "patchctl-state/3"
+# Records this patchctl reads: /2 (before 2026-12-02) lacks each patch's store and fingerprint and
+# the selection; read as "store unknown, every patch of the series" and written back as /3.
+STATE_SCHEMAS = ("patchctl-state/2", STATE_SCHEMA)
 JOURNAL_SCHEMA = "patchctl-journal/2"
 _TEMP = re.compile(r"^\..+\.patchctl-(\d+)(?:-\d+)?\.tmp$")
 
@@ -55,10 +58,55 @@ class FileRecord(NamedTuple):
     bytecode: tuple[tuple[str, str], ...] = ()  # (path, blob sha256) of the pristine file's .pyc files
 
 
+class StoreRef(NamedTuple):
+    """A store a record's patches came from: its folder, and `bundled` (the patch set shipped with
+    patchctl, found again wherever patchctl is installed now) or `user` (a folder of the user's)."""
+
+    path: str
+    kind: str  # bundled | user
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> StoreRef | None:
+        return None if data is None else cls(data["path"], data["kind"])
+
+
 class PatchRecord(NamedTuple):
     name: str
     outcome: str
     variant: str | None
+    store: StoreRef | None = None  # where the patch came from (None: a record before patchctl-state/3)
+    sha256: str | None = None  # of the variant applied: its fingerprint
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "outcome": self.outcome, "variant": self.variant,
+                "store": self.store._asdict() if self.store else None, "sha256": self.sha256}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PatchRecord:
+        return cls(data["name"], data["outcome"], data["variant"], StoreRef.from_json(data.get("store")),
+                   data.get("sha256"))
+
+
+class Selection(NamedTuple):
+    """Which patches of the series were chosen: `patches` (apply --patch; None: every patch of the
+    series) less `exclude` (apply --exclude). Recorded, so `ensure` keeps the choice."""
+
+    patches: tuple[str, ...] | None = None
+    exclude: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"patches": None if self.patches is None else list(self.patches), "exclude": list(self.exclude)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> Selection:
+        if data is None:
+            return cls()
+        chosen = data.get("patches")
+        return cls(None if chosen is None else tuple(chosen), tuple(data.get("exclude") or ()))
+
+    @property
+    def everything(self) -> bool:
+        return self.patches is None and not self.exclude
 
 
 class BuildRecord(NamedTuple):
@@ -96,6 +144,8 @@ class StateRecord(NamedTuple):
     files: tuple[FileRecord, ...]
     store_fingerprint: str | None = None  # series + patch metadata applied: ensure's no-op test
     build: BuildRecord | None = None  # which build was patched (absent in records before 2026-12)
+    stores: tuple[StoreRef, ...] = ()  # the stores applied from, highest priority first (empty: before /3)
+    selection: Selection = Selection()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -105,9 +155,11 @@ class StateRecord(NamedTuple):
             "version": self.version,
             "applied_at": self.applied_at,
             "store_fingerprint": self.store_fingerprint,
-            "patches": [p._asdict() for p in self.patches],
+            "patches": [p.to_json() for p in self.patches],
             "files": [dict(f._asdict(), bytecode=[list(b) for b in f.bytecode]) for f in self.files],
             "build": self.build._asdict() if self.build else None,
+            "stores": [s._asdict() for s in self.stores],
+            "selection": self.selection.to_json(),
         }
 
     @classmethod
@@ -118,11 +170,13 @@ class StateRecord(NamedTuple):
             version=data["version"],
             applied_at=data["applied_at"],
             store_fingerprint=data.get("store_fingerprint"),
-            patches=tuple(PatchRecord(**p) for p in data["patches"]),
+            patches=tuple(PatchRecord.from_json(p) for p in data["patches"]),
             files=tuple(FileRecord(f["path"], f["pristine_sha256"], f["patched_sha256"], f.get("pristine_mtime_ns"),
                                    tuple((b[0], b[1]) for b in f.get("bytecode") or ()))
                         for f in data["files"]),
             build=BuildRecord.from_json(data.get("build")),
+            stores=tuple(StoreRef(s["path"], s["kind"]) for s in data.get("stores") or ()),
+            selection=Selection.from_json(data.get("selection")),
         )
 
 
@@ -297,6 +351,13 @@ class TargetState:
         with self._folders() as f:
             return f is not None and exists_at(f.dir, name)
 
+    def _exists_quietly(self, name: str) -> bool:
+        """_exists, False where the folder cannot be read at all."""
+        try:
+            return self._exists(name)
+        except OSError:
+            return False
+
     def _write(self, name: str, data: bytes) -> None:
         with self._folders(create=True) as f:
             assert f is not None  # created
@@ -385,11 +446,14 @@ class TargetState:
 
     # the lock --------------------------------------------------------------------------------
     @contextmanager
-    def locked(self, wait_seconds: float = 0.0, *, read_only_ok: bool = False) -> Iterator[None]:
-        """The target's lock. read_only_ok: a tree this user cannot write (status as another user) is
-        read without it, as long as no interrupted write waits to be undone. When nothing is applied
-        any more, the bookkeeping folder is removed on the way out: revert leaves the tree as it was.
-        The holder before us may remove the folder as it leaves: a waiter then makes it again."""
+    def locked(self, wait_seconds: float = 0.0, *, read_only_ok: bool = False) -> Iterator[str | None]:
+        """The target's lock; yields None when it is held. read_only_ok: a tree nothing may be written
+        into (a read-only mount, a user without write permission: status as another user, ensure as a
+        service user under ProtectSystem=) is read without it, as long as no interrupted write waits
+        to be undone: it then yields why the lock could not be taken ("Read-only file system"), and
+        the caller must write nothing. When nothing is applied any more, the bookkeeping folder is
+        removed on the way out: revert leaves the tree as it was. The holder before us may remove the
+        folder as it leaves: a waiter then makes it again."""
         deadline = time.monotonic() + wait_seconds
         while True:
             try:
@@ -405,12 +469,19 @@ class TargetState:
                         continue
                     raise EnvironmentProblem(f"cannot lock {self.dir}: it was removed as patchctl made it",
                                              hint="pass --wait SECONDS") from None
-                if read_only_ok and exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT) \
-                        and not self._exists("journal.json"):
-                    yield
+                unwritable = exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT)
+                journal = unwritable and self._exists_quietly("journal.json")
+                if read_only_ok and unwritable and not journal:
+                    yield exc.strerror or str(exc)
                     return
+                if journal:
+                    raise EnvironmentProblem(
+                        f"cannot lock {self.dir}: {exc.strerror}; an interrupted write ({self.journal_file}) "
+                        f"waits to be undone, and undoing it needs to write the tree",
+                        hint=f"run `patchctl status {self.engine}` once as the tree's owner on a writable mount: it "
+                             f"rolls the interrupted write back") from None
                 raise EnvironmentProblem(f"cannot lock {self.dir}: {exc.strerror}",
-                                         hint="run as the owner of the environment") from None
+                                         hint="run as the owner of the environment, on a writable mount") from None
             try:
                 self._flock(fd, deadline)
                 # The holder before us may have removed the folder (nothing applied): a lock on a
@@ -420,7 +491,7 @@ class TargetState:
                 os.ftruncate(fd, 0)
                 os.pwrite(fd, str(os.getpid()).encode(), 0)
                 try:
-                    yield
+                    yield None
                 finally:
                     self._forget_if_unused()
                 return

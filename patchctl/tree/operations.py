@@ -17,13 +17,24 @@ from packaging.version import Version
 from patchctl import config
 from patchctl import outcomes as O
 from patchctl.engines import Engine
-from patchctl.errors import ConflictError, Drifted, EnvironmentProblem, PatchFailed, StateDamaged, StoreError, UsageError
+from patchctl.errors import (
+    ConflictError,
+    Drifted,
+    EnvironmentProblem,
+    PatchFailed,
+    RecordUnmet,
+    StateDamaged,
+    StoreError,
+    UsageError,
+)
 from patchctl.tree.journal import (
     BuildRecord,
     Change,
     FileRecord,
     PatchRecord,
+    Selection,
     StateRecord,
+    StoreRef,
     TargetState,
     sha256,
 )
@@ -32,6 +43,7 @@ from patchctl.tree.nofollow import read_path
 if TYPE_CHECKING:
     # The apply engine (the diff reader, the store, packaging.requirements under it) is imported by
     # apply() only: status and revert read the state record and hash files, nothing more.
+    from patchctl.options import WriteRules
     from patchctl.patching.evaluate import BaseFiles, Options, SeriesResult
     from patchctl.sources.files import FileSource, Provenance
     from patchctl.store import Patch
@@ -75,10 +87,10 @@ def status(target: Target) -> TargetStatus:
         digest = sha256(data)
         if digest == f.patched_sha256:
             files.append(FileStatus(f.path, "patched"))
+        elif data is None:  # before "pristine": a file the patches created is pristine only in name when absent
+            files.append(FileStatus(f.path, "missing"))
         elif digest == f.pristine_sha256:
             files.append(FileStatus(f.path, "pristine"))
-        elif data is None:
-            files.append(FileStatus(f.path, "missing"))
         else:
             files.append(FileStatus(f.path, "changed"))
     kinds = {f.status for f in files}
@@ -108,12 +120,16 @@ def status(target: Target) -> TargetStatus:
     )
 
 
-def checked_status(target: Target, wait: float = 30.0) -> tuple[TargetStatus, bool]:
-    """status under the lock, after recovering an interrupted run: (status, recovered)."""
+def checked_status(target: Target, wait: float = 30.0) -> tuple[TargetStatus, bool, str | None]:
+    """status under the lock, after recovering an interrupted run: (status, recovered, unlocked).
+    unlocked: why the lock could not be taken on a tree nothing may be written into (read without
+    it, nothing to recover), else None."""
     st = target.state()
-    with st.locked(wait, read_only_ok=True):
+    with st.locked(wait, read_only_ok=True) as unlocked:
+        if unlocked is not None:
+            return status(target), False, unlocked
         recovered = st.recover()
-        return status(target), recovered
+        return status(target), recovered, None
 
 
 class ApplyReport(NamedTuple):
@@ -123,31 +139,147 @@ class ApplyReport(NamedTuple):
     note: str
     state_before: str = "not-applied"
     record: StateRecord | None = None  # what is applied now
+    unlocked: str | None = None  # ensure on a tree nothing may be written into: why, read without the lock
 
 
-def apply(target: Target, patches: Callable[[], tuple[Patch, ...]], *, options: Options,
+def apply(target: Target, patches: Callable[[], tuple[Patch, ...]], *, options: Options | WriteRules,
           base_files: BaseFiles | None, keep_going: bool = False, dry_run: bool = False, wait: float = 0.0,
-          force: bool = False, fingerprint: str | None = None, ensure: bool = False) -> ApplyReport:
-    """patches: called only when the series must be evaluated (ensure on an intact target never parses
-    the store). ensure: stop at "intact, from this very series" — systemd runs it before every start —
-    and refuse a tree changed by hand instead of taking it over."""
+          force: bool = False, fingerprint: str | None = None, ensure: bool = False,
+          selection: Selection | None = None, stores: tuple[StoreRef, ...] = ()) -> ApplyReport:
+    """patches: the whole series, called only when it must be evaluated (ensure on an intact target
+    never parses the store). selection: which of them (None: for ensure the record's choice, for
+    apply every patch).
+    stores: the layers the series comes from, recorded. ensure: stop at "intact, from this very series
+    and choice" — systemd runs it before every start —, refuse a tree changed by hand instead of
+    taking it over, and fail (RecordUnmet) when a patch the record lists is gone from the series."""
+    from patchctl.store import select
+
     st = target.state()
-    with st.locked(wait):
+    with st.locked(wait, read_only_ok=ensure) as unlocked:
+        if unlocked is not None:
+            return _ensure_read_only(target, patches, unlocked, fingerprint, selection)
         recovered = st.recover()
         current = status(target)
+        record = current.record
+        # ensure keeps the record's choice; apply sets it (no --patch/--exclude: every patch).
+        chosen = selection if selection is not None else (record.selection if record and ensure else Selection())
+        if ensure and record is not None and selection is not None and selection != record.selection:
+            raise UsageError(f"the tree's record chose {_describe_selection(record.selection)}; this asks for "
+                             f"{_describe_selection(selection)}",
+                             hint=f"changing the set is an explicit `patchctl apply {target.engine.name}` with "
+                                  f"--patch/--exclude")
         if ensure and current.state == "intact" and fingerprint is not None:
-            assert current.record is not None  # status() says "intact" only about a record it loaded
-            if current.record.store_fingerprint == fingerprint:
-                return ApplyReport(None, (), recovered, "patches intact: nothing to do", "intact", current.record)
+            assert record is not None  # status() says "intact" only about a record it loaded
+            if record.store_fingerprint == fingerprint:
+                return ApplyReport(None, (), recovered, "patches intact: nothing to do", "intact", record)
         if current.state == "modified" and (ensure or not force):
             raise Drifted(current)
-        return _apply_locked(target, st, current, patches(), options=options, base_files=base_files,
-                             keep_going=keep_going, dry_run=dry_run, recovered=recovered, fingerprint=fingerprint)
+        series = patches()
+        if ensure and record is not None:
+            _require_recorded(target, record, series)
+        picked = select(series, chosen.patches, chosen.exclude, target.engine.name)
+        applied = {p.name for p in record.patches if p.outcome in O.WRITES} if record else set()
+        dropped = applied - {p.name for p in picked}
+        plan = _Plan(chosen, stores, fingerprint)
+        if current.state == "intact" and dropped:
+            # A smaller set than is applied: the files are computed again from their pristine bytes.
+            return _rebuild_locked(target, st, current, picked, plan, options=options, base_files=base_files,
+                                   keep_going=keep_going, dry_run=dry_run, recovered=recovered)
+        return _apply_locked(target, st, current, picked, plan, options=options, base_files=base_files,
+                             keep_going=keep_going, dry_run=dry_run, recovered=recovered)
 
 
-def _apply_locked(target: Target, st: TargetState, current: TargetStatus, patches: tuple[Patch, ...], *,
-                  options: Options, base_files: BaseFiles | None, keep_going: bool, dry_run: bool,
-                  recovered: bool, fingerprint: str | None) -> ApplyReport:
+def _ensure_read_only(target: Target, patches: Callable[[], tuple[Patch, ...]], unlocked: str,
+                      fingerprint: str | None, selection: Selection | None) -> ApplyReport:
+    """ensure on a tree nothing may be written into (a read-only mount, a service user) and no
+    interrupted write in it (locked() checked): exit 0 without writing when the tree is intact by the
+    record's fingerprints — the recorded patches, from stores that give the same variants (sha256) and
+    the same choice —, else exit 3 with what needs writing and how to let it be written."""
+    from patchctl.store import choose_variant, select, variant_sha256
+
+    current = status(target)
+    record = current.record
+    fix = (f"make the tree writable for this run (the owner of the environment, a read-write mount), then "
+           f"`patchctl ensure {target.engine.name}`")
+    why = f"cannot lock {target.state().dir}: {unlocked}"
+    if current.state != "intact" or record is None:
+        raise EnvironmentProblem(f"{why}, and the tree needs writing: {current.message}", hint=fix)
+    if selection is not None and selection != record.selection:
+        raise EnvironmentProblem(f"{why}, and this asks for another choice of patches than the record's", hint=fix)
+    note = f"patches intact; read without the lock ({why}): nothing may be written, and nothing needed writing"
+    if record.store_fingerprint is not None and record.store_fingerprint == fingerprint:
+        return ApplyReport(None, (), False, note, "intact", record, unlocked)
+    series = patches()
+    _require_recorded(target, record, series)
+    picked = {p.name: p for p in select(series, record.selection.patches, record.selection.exclude, target.engine.name)}
+    recorded = {p.name: p for p in record.patches}
+    for name, patch in picked.items():
+        choice = choose_variant(patch, target.version)
+        had = recorded.get(name)
+        variant = None if choice.variant is None else choice.variant.filename
+        if had is None or had.variant != variant or (had.sha256 is not None
+                                                     and had.sha256 != variant_sha256(patch, variant)):
+            raise EnvironmentProblem(f"{why}, and {name} in the store differs from what the record says was "
+                                     f"applied: the tree needs writing", hint=fix)
+    return ApplyReport(None, (), False, note, "intact", record, unlocked)
+
+
+def _engine_options(options: Options | WriteRules) -> Options:
+    """The apply engine's Options (imported only here, when a patch is evaluated)."""
+    from patchctl.patching.evaluate import Options
+
+    return options if isinstance(options, Options) else Options(*options)
+
+
+class _Plan(NamedTuple):
+    """What a write records besides the files: the choice, the stores, the store fingerprint."""
+
+    selection: Selection
+    stores: tuple[StoreRef, ...]
+    fingerprint: str | None
+
+
+def _describe_selection(selection: Selection) -> str:
+    if selection.everything:
+        return "every patch of the series"
+    text = "only " + ", ".join(selection.patches) if selection.patches is not None else "every patch"
+    return text + (f" except {', '.join(selection.exclude)}" if selection.exclude else "")
+
+
+def _require_recorded(target: Target, record: StateRecord, series: tuple[Patch, ...]) -> None:
+    """Every patch the record lists as written (or found applied) must still be in the series."""
+    names = {p.name for p in series}
+    gone = [p for p in record.patches if p.outcome in (*O.WRITES, O.ALREADY_APPLIED) and p.name not in names]
+    if gone:
+        p = gone[0]
+        where = (f"the store {p.store.path} ({p.store.kind})" if p.store
+                 else "its store (the record is older than patchctl-state/3)")
+        raise RecordUnmet(
+            f"{', '.join(g.name for g in gone)} {'is' if len(gone) == 1 else 'are'} recorded as applied to "
+            f"{target.root} from {where}, which no longer has {'it' if len(gone) == 1 else 'them'}: ensure does "
+            f"not start the engine without a patch the record lists",
+            hint=f"put the patch back into its store, or change the set explicitly: `patchctl apply "
+                 f"{target.engine.name} --exclude {gone[0].name}` (or `patchctl revert {target.engine.name} --patch "
+                 f"{gone[0].name}`)")
+
+
+def _origins(picked: tuple[Patch, ...], result: SeriesResult) -> dict[str, tuple[StoreRef, str | None]]:
+    """name -> (the store the patch came from, the sha256 of the variant applied)."""
+    from patchctl.store import store_kind, variant_sha256
+
+    by_name = {p.name: p for p in picked}
+    out: dict[str, tuple[StoreRef, str | None]] = {}
+    for o in result.outcomes:
+        patch = by_name.get(o.name)
+        if patch is not None:
+            root = patch.directory.parent.parent
+            out[o.name] = (StoreRef(str(root), store_kind(root)), variant_sha256(patch, o.variant))
+    return out
+
+
+def _apply_locked(target: Target, st: TargetState, current: TargetStatus, patches: tuple[Patch, ...], plan: _Plan, *,
+                  options: Options | WriteRules, base_files: BaseFiles | None, keep_going: bool, dry_run: bool,
+                  recovered: bool) -> ApplyReport:
     from patchctl.patching import evaluate
 
     record = current.record
@@ -163,38 +295,113 @@ def _apply_locked(target: Target, st: TargetState, current: TargetStatus, patche
         record = record._replace(files=carried, patches=()) if carried else None
     applied = frozenset(p.name for p in record.patches) if record else frozenset()
     result = evaluate.evaluate(patches, target.version, _TreeSource(target, leftovers),
-                                   options=options._replace(applied=applied), base_files=base_files)
+                                   options=_engine_options(options)._replace(applied=applied), base_files=base_files)
     if not result.ok and not keep_going:
-        raise _failed(result, [o for o in result.outcomes if o.outcome == O.CONFLICT])
+        raise _failed(target, result, [o for o in result.outcomes if o.outcome == O.CONFLICT])
     if dry_run:
         return ApplyReport(result, (), recovered, "dry run: nothing written", current.state)
     changes = [c._replace(before=(target.root / c.path).read_bytes()) if c.path in leftovers else c
                for c in result.changes]
-    # A record is rewritten without file changes when the series or the build it names changed
-    # (`apply --install` of the build that was already there records how it was installed).
-    if not changes and (record is None or (record.store_fingerprint == fingerprint
-                                           and _build(target, record) == record.build)):
+    origins = _origins(patches, result)
+    # A record is rewritten without file changes when the series, the choice, the stores or the build
+    # it names changed (`apply --install` of the build that was already there records how it was installed).
+    if not changes and (record is None or (record.store_fingerprint == plan.fingerprint
+                                           and record.selection == plan.selection
+                                           and _build(target, record) == record.build
+                                           and not _origins_changed(record, origins))):
         return ApplyReport(result, (), recovered, "nothing to write", current.state)
     check_paths(target, [c.path for c in changes])
     _check_writable(target.root, [c.path for c in changes])
-    new_record = _merge_record(target, st, record, result, changes, fingerprint)
+    new_record = _merge_record(target, st, record, result, changes, plan, origins)
     st.write_files([Change(c.path, c.before, c.after) for c in changes], new_record)
-    return ApplyReport(result, tuple(c.path for c in changes), recovered, "", current.state)
+    return ApplyReport(result, tuple(c.path for c in changes), recovered, "", current.state, new_record)
+
+
+def _origins_changed(record: StateRecord, origins: dict[str, tuple[StoreRef, str | None]]) -> bool:
+    """A record before patchctl-state/3 (or one `new` wrote) lacks a store or fingerprint it can have now."""
+    return any(p.name in origins and (p.store, p.sha256) != origins[p.name] for p in record.patches
+               if p.outcome in (*O.WRITES, O.ALREADY_APPLIED))
+
+
+def _rebuild_locked(target: Target, st: TargetState, current: TargetStatus, patches: tuple[Patch, ...], plan: _Plan, *,
+                    options: Options | WriteRules, base_files: BaseFiles | None, keep_going: bool, dry_run: bool,
+                    recovered: bool) -> ApplyReport:
+    """An intact tree brought to a smaller set of patches: the chosen ones evaluated on the pristine
+    bytes the record keeps, every file of the others put back as it was (mtime and bytecode), one
+    journaled write."""
+    from patchctl.patching import evaluate
+
+    record = current.record
+    assert record is not None  # only an intact record is rebuilt
+    pristine = {f.path: (None if f.pristine_sha256 is None else st.blob(f.pristine_sha256)) for f in record.files}
+    result = evaluate.evaluate(patches, target.version, _TreeSource(target, frozenset(), pristine),
+                               options=_engine_options(options)._replace(applied=frozenset()), base_files=base_files)
+    if not result.ok and not keep_going:
+        raise _failed(target, result, [o for o in result.outcomes if o.outcome == O.CONFLICT])
+    if dry_run:
+        return ApplyReport(result, (), recovered, "dry run: nothing written", current.state)
+    wanted = {c.path: c.after for c in result.changes}
+    by_path = {f.path: f for f in record.files}
+    changes: list[Change] = []
+    files: list[FileRecord] = []
+    for path in dict.fromkeys([*by_path, *wanted]):
+        now = read_path(st.inside(path, st.state_file))
+        old = by_path.get(path)
+        if path in wanted:
+            after = wanted[path]
+            if old is None:
+                mtime, bytecode = st.capture(path)
+                before = next(c.before for c in result.changes if c.path == path)
+                if before is not None:
+                    st.put_blob(before)
+                old = FileRecord(path, sha256(before), None, mtime, bytecode)
+            files.append(old._replace(patched_sha256=sha256(after)))
+            if after != now:
+                changes.append(Change(path, now, after))
+        else:
+            assert old is not None
+            back = pristine[path]
+            if back != now:
+                changes.append(Change(path, now, back, old.pristine_mtime_ns, old.bytecode))
+    check_paths(target, [c.path for c in changes])
+    _check_writable(target.root, [c.path for c in changes])
+    origins = _origins(patches, result)
+    new_record = StateRecord(target.engine.name, str(target.root), str(target.version), time.time(),
+                             tuple(_patch_record(o.name, o.outcome, o.variant, origins) for o in result.outcomes),
+                             tuple(files), plan.fingerprint, _build(target, record),
+                             _stores(plan.stores, origins.values()), plan.selection)
+    st.write_files(changes, new_record)
+    return ApplyReport(result, tuple(c.path for c in changes), recovered, "", current.state, new_record)
+
+
+def _patch_record(name: str, outcome: str, variant: str | None,
+                  origins: dict[str, tuple[StoreRef, str | None]]) -> PatchRecord:
+    store, digest = origins.get(name, (None, None))
+    return PatchRecord(name, outcome, variant, store, digest)
+
+
+def _stores(layers: tuple[StoreRef, ...], origins: Iterable[tuple[StoreRef | None, str | None]]) -> tuple[StoreRef, ...]:
+    """The stores a record names: the layers applied from, then any other store a kept patch came from."""
+    found = list(layers) + [store for store, _ in origins if store is not None]
+    return tuple(dict.fromkeys(found))
 
 
 class _TreeSource:
     """The target's files as the apply engine reads them, with the patches' own leftovers absent."""
 
-    def __init__(self, target: Target, absent: frozenset[str]):
+    def __init__(self, target: Target, absent: frozenset[str], instead: dict[str, bytes | None] | None = None):
         from patchctl.sources.files import DirectorySource
 
         self._target = target
         self._tree = DirectorySource(target.root)
         self._absent = absent
+        self._instead = instead or {}  # path -> bytes read instead of the tree's (the record's pristine ones)
 
     def read(self, path: str) -> bytes | None:
         if path in self._absent:
             return None
+        if path in self._instead:
+            return self._instead[path]
         from patchctl.sources.files import resolve_inside
 
         check_paths(self._target, [path])  # before the file system is asked: bad input is exit 2
@@ -212,10 +419,12 @@ class _TreeSource:
         return self._tree.provenance()
 
 
-def _failed(result: SeriesResult, bad: list) -> ConflictError:
+def _failed(target: Target, result: SeriesResult, bad: list) -> ConflictError:
     return ConflictError(
         f"{len(bad)} patch(es) do not apply: {', '.join(o.name for o in bad)}; nothing was written",
-        result, hint="see the report; --keep-going applies the others",
+        result, hint=f"the outcome table and each failing hunk with the upstream lines around it are below "
+                     f"(--json: `patches`); `patchctl rebase {target.engine.name} --onto {target.version}` carries "
+                     f"the patches onto this release; --keep-going applies the others",
     )
 
 
@@ -265,7 +474,7 @@ def _check_writable(root: Path, paths: list[str]) -> None:
 
 
 def _merge_record(target: Target, st: TargetState, old: StateRecord | None, result: SeriesResult,
-                  changes: list, fingerprint: str | None) -> StateRecord:
+                  changes: list, plan: _Plan, origins: dict[str, tuple[StoreRef, str | None]]) -> StateRecord:
     files = {f.path: f for f in (old.files if old else ())}
     for change in changes:
         if change.path in files:
@@ -278,9 +487,13 @@ def _merge_record(target: Target, st: TargetState, old: StateRecord | None, resu
     patches = {p.name: p for p in (old.patches if old else ())}
     for o in result.outcomes:
         if o.outcome in O.WRITES or o.name not in patches:
-            patches[o.name] = PatchRecord(o.name, o.outcome, o.variant)
+            patches[o.name] = _patch_record(o.name, o.outcome, o.variant, origins)
+        elif o.name in origins:  # already applied: the record learns where it comes from now
+            patches[o.name] = patches[o.name]._replace(store=origins[o.name][0], sha256=origins[o.name][1])
+    kept = [(p.store, p.sha256) for p in patches.values()]
     return StateRecord(target.engine.name, str(target.root), str(target.version), time.time(),
-                       tuple(patches.values()), tuple(files.values()), fingerprint, _build(target, old))
+                       tuple(patches.values()), tuple(files.values()), plan.fingerprint, _build(target, old),
+                       _stores(plan.stores, kept), plan.selection)
 
 
 def _build(target: Target, old: StateRecord | None) -> BuildRecord | None:
@@ -335,6 +548,47 @@ def revert(target: Target, *, force: bool = False, wait: float = 0.0) -> RevertR
         return RevertReport(tuple(c.path for c in changes), tuple(skipped), recovered, "")
 
 
+def revert_patches(target: Target, names: tuple[str, ...], patches: Callable[[], tuple[Patch, ...]], *,
+                   options: Options | WriteRules, base_files: BaseFiles | None, wait: float = 0.0) -> ApplyReport:
+    """`revert --patch P`: P taken out of an intact tree, the other applied patches left applied (their
+    files computed again from the pristine bytes), the record's choice updated so `ensure` keeps P out.
+    A patch still applied that depends on P is refused (exit 2) unless it is named too."""
+    from patchctl.store import dependents, unknown_names
+
+    st = target.state()
+    with st.locked(wait):
+        recovered = st.recover()
+        current = status(target)
+        record = current.record
+        if record is None:
+            raise UsageError(f"nothing to revert: no patches applied to {target.engine.name} at {target.root}")
+        if current.state != "intact":
+            raise PatchFailed(f"{current.message}; `revert --patch` takes one patch out of an intact tree only",
+                              hint=f"`patchctl ensure {target.engine.name}` first, or `patchctl revert "
+                                   f"{target.engine.name}` for every patch")
+        applied = [p.name for p in record.patches if p.outcome in (*O.WRITES, O.ALREADY_APPLIED)]
+        series = patches()
+        unknown_names(series, names, target.engine.name)
+        not_applied = [n for n in names if n not in applied]
+        if not_applied:
+            raise UsageError(f"{', '.join(not_applied)} {'is' if len(not_applied) == 1 else 'are'} not applied to "
+                             f"{target.root} (applied: {', '.join(applied) or 'none'})")
+        needs = dependents(series, names, applied)
+        if needs:
+            name, deps = next(iter(needs.items()))
+            raise UsageError(f"{name} is applied and depends on {', '.join(deps)}: refusing to take "
+                             f"{', '.join(deps)} out alone",
+                             hint=f"name it too: `patchctl revert {target.engine.name} "
+                                  + " ".join(f"--patch {n}" for n in [*names, *needs]) + "`")
+        keep = [p for p in series if p.name in applied and p.name not in names]
+        old = record.selection
+        selection = (old._replace(patches=tuple(n for n in old.patches if n not in names))
+                     if old.patches is not None else old._replace(exclude=tuple(dict.fromkeys([*old.exclude, *names]))))
+        plan = _Plan(selection, record.stores, record.store_fingerprint)
+        return _rebuild_locked(target, st, current, tuple(keep), plan, options=options, base_files=base_files,
+                               keep_going=False, dry_run=False, recovered=recovered)
+
+
 def repair_from_release(target: Target, release: FileSource, paths: list[str], *, wait: float = 0.0) -> RevertReport:
     """The way out of a damaged record or journal: every file in `paths` (what the series touches at
     this version, and whatever the dist-info RECORD says differs) back to the release's own bytes,
@@ -359,4 +613,4 @@ def repair_from_release(target: Target, release: FileSource, paths: list[str], *
 
 
 __all__ = ["Drifted", "StateDamaged", "Target", "apply", "check_paths", "checked_status", "repair_from_release",
-           "revert", "status"]
+           "revert", "revert_patches", "status"]
