@@ -34,8 +34,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                 "patchctl.gitutil", "patchctl.engines", "patchctl.bundled", "patchctl.versions")),
     ("sources and store", ("patchctl.sources", "patchctl.spec", "patchctl.store")),
     ("the work", ("patchctl.patching", "patchctl.tree", "patchctl.smoketest", "patchctl.serve",
-                  "patchctl.matrix", "patchctl.rebase", "patchctl.capture")),
-    ("commands", ("patchctl.commands", "patchctl.options", "patchctl.documents", "patchctl.progress")),
+                  "patchctl.matrix", "patchctl.rebase", "patchctl.capture", "patchctl.image")),
+    ("commands", ("patchctl.commands", "patchctl.options", "patchctl.documents", "patchctl.progress",
+                  "patchctl.image.options", "patchctl.image.command")),
     ("cli", ("patchctl.cli",)),
     ("test support", ("patchctl.testing",)),
 ]
