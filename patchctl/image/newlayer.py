@@ -8,6 +8,7 @@ import gzip
 import hashlib
 import io
 import tarfile
+import time
 from pathlib import Path, PurePosixPath
 from typing import IO, TYPE_CHECKING, NamedTuple
 
@@ -54,12 +55,13 @@ class _Hashing(io.RawIOBase):
 
 def write_layer(entries: list[Entry], dirs: dict[str, Meta], dest: Path) -> WrittenLayer:
     """entries in any order; folders above each (from `dirs`, the image's own, else 0755 root)
-    come first. Deterministic for the same input: sorted, gzip without a timestamp."""
+    come first, entries sorted, gzip without a timestamp."""
     folders: set[str] = set()
     for e in entries:
         for folder_path in PurePosixPath(e.path).parents:
             if str(folder_path) != ".":
                 folders.add(str(folder_path))
+    now = float(int(time.time()))
     with open(dest, "wb") as raw:
         blob = _Hashing(raw)
         with gzip.GzipFile(fileobj=blob, mode="wb", mtime=0, compresslevel=6) as gz:
@@ -68,7 +70,7 @@ def write_layer(entries: list[Entry], dirs: dict[str, Meta], dest: Path) -> Writ
                 for folder in sorted(folders):
                     info = tarfile.TarInfo(folder)
                     info.type = tarfile.DIRTYPE
-                    _set(info, dirs.get(folder, _ROOT_DIR))
+                    _set(info, dirs.get(folder, _ROOT_DIR._replace(mtime=now)))
                     tar.addfile(info)
                 for e in sorted(entries, key=lambda e: e.path):
                     parent, _, base = e.path.rpartition("/")

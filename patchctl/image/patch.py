@@ -8,7 +8,6 @@ one new layer; every platform of an index that holds the engine is patched, all 
 """
 from __future__ import annotations
 
-import json
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from packaging.version import Version
 
+from patchctl import outcomes as O
 from patchctl.errors import ImageContentError, RegistryError
 from patchctl.image import layers as L
 from patchctl.image import manifest as M
@@ -27,6 +27,7 @@ from patchctl.image.repository import open_repository
 if TYPE_CHECKING:
     from patchctl.engines import Engine
     from patchctl.sources.files import ProgressSink
+    from patchctl.tree.journal import StateRecord
 
 # The tree operation: given the staging import root (and the version to assume when no dist-info
 # was read: status reads only the layers from patchctl's upward), run apply/status there.
@@ -129,8 +130,8 @@ def _new_layer(result: PlatformResult, staged: L.Staged, before: dict[str, str],
         entries.append(Entry(image_path, None, staged.files[image_path]))
     layer = write_layer(entries, staged.dirs, folder / "layer.tar.gz")
     record = _record(found.local, engine)
-    fingerprint = str(record.get("store_fingerprint") or "") if record else ""
-    patches = [str(p.get("name")) for p in (record or {}).get("patches", []) if isinstance(p, dict)]
+    fingerprint = (record.store_fingerprint or "") if record else ""
+    patches = [p.name for p in record.patches if p.outcome in O.WRITES] if record else []
     new = M.with_layer(result.image, layer.digest, layer.size, layer.diff_id, fingerprint=fingerprint,
                        patches=patches, engine=engine.name, version=str(found.version),
                        patchctl_version=patchctl_version)
@@ -139,14 +140,13 @@ def _new_layer(result: PlatformResult, staged: L.Staged, before: dict[str, str],
 
 def _transient(rel: str) -> bool:
     """The tree lock patchctl takes while it works is no part of the result."""
-    return rel.startswith(".patchctl/") and rel.endswith(".lock")
+    return rel.startswith(".patchctl/") and rel.rsplit("/", 1)[-1] in ("lock", ".lock")
 
 
-def _record(root: Path, engine: Engine) -> dict | None:
+def _record(root: Path, engine: Engine) -> StateRecord | None:
     from patchctl.tree.journal import TargetState
 
-    record = TargetState(root, engine.name, packages=tuple(engine.packages)).load()
-    return None if record is None else json.loads(json.dumps(record._asdict(), default=list))
+    return TargetState(root, engine.name, packages=tuple(engine.packages)).load()
 
 
 def _push(repo: Repository, dest: ImageRef, results: list[PlatformResult], index: dict | None, *,
@@ -208,7 +208,7 @@ def status_image(source: ImageRef, engine: Engine, operation: TreeOperation, *, 
             found = L.find_engine(staged, engine) if any(n.endswith("/METADATA") for n in staged.files) else None
             root = found.local if found else _record_root(staged, engine)
             recorded = _record(root, engine)
-            version = None if found else Version(str((recorded or {}).get("version") or "0"))
+            version = None if found or recorded is None else Version(recorded.version)
             doc, one = operation(root, version)
             code = max(code, one)
             doc.update(platform=image.platform, patch_set=label, layers_read=len(layers),

@@ -265,7 +265,7 @@ class RegistryRepository:
     def put_bytes(self, data: bytes, digest: str) -> None:
         if self.has_blob(digest):
             return
-        self._call(f"push {digest[:19]}…", lambda: self._dxf.push_blob(data=[data], digest=digest, check_exists=False))
+        self._call(f"push {digest[:19]}…", lambda: self._dxf.push_blob(data=iter([data]), digest=digest, check_exists=False))
 
     def put_manifest(self, tag: str, manifest: Manifest) -> None:
         self._call(f"push manifest {tag}", lambda: self._dxf.set_manifest(tag, manifest.data.decode()))
