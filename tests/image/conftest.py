@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -36,16 +37,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="session")
-def registry(tmp_path_factory) -> str:
-    """host:port of a fresh registry on loopback (plain HTTP, as loopback registries are)."""
-    need(REGISTRY)
-    need_dxf()
-    folder = tmp_path_factory.mktemp("registry")
+def start_registry(folder: Path, auth: str = ""):
+    """The registry serving from folder on a free loopback port: (host:port, process)."""
     port = free_port()
     config = folder / "config.yml"
     config.write_text(f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {folder / 'data'}\n"
-                      f"  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\nlog:\n  level: error\n")
+                      f"  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\nlog:\n  level: error\n{auth}")
     log = open(folder / "log", "wb")
     proc = subprocess.Popen([REGISTRY, "serve", str(config)], stdout=log, stderr=subprocess.STDOUT)
     host = f"127.0.0.1:{port}"
@@ -54,15 +51,26 @@ def registry(tmp_path_factory) -> str:
         try:
             urllib.request.urlopen(f"http://{host}/v2/", timeout=1).read()
             break
+        except urllib.error.HTTPError:
+            break  # 401: up, and asking for a login
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
                 proc.kill()
                 pytest.fail(f"the registry did not start: {(folder / 'log').read_text()[-2000:]}")
             time.sleep(0.1)
+    log.close()
+    return host, proc
+
+
+@pytest.fixture(scope="session")
+def registry(tmp_path_factory) -> str:
+    """host:port of a fresh registry on loopback (plain HTTP, as loopback registries are)."""
+    need(REGISTRY)
+    need_dxf()
+    host, proc = start_registry(tmp_path_factory.mktemp("registry"))
     yield host
     proc.terminate()
     proc.wait(10)
-    log.close()
 
 
 @pytest.fixture(scope="session")
