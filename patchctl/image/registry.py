@@ -159,7 +159,7 @@ class RegistryRepository:
             raise RegistryError(
                 f"{self.name}: {what}: the registry asks for a login over plain HTTP, and patchctl sends "
                 f"credentials over HTTPS only", hint="serve the registry with TLS (a loopback registry too, "
-                f"when it needs a login)") from None
+                "when it needs a login)") from None
         except dx.DXFUnauthorizedError:
             from patchctl.image.auth import auth_files, helper_for
 

@@ -138,3 +138,12 @@ def test_an_image_without_the_engine_is_exit_3(tmp_path, store):
     doc = run_json("apply", "sglang", "--image", f"oci:{layout}:empty", "--to", f"oci:{tmp_path / 'o'}:x",
                    "--store", store, expect=3)
     assert doc["error"]["kind"] == "image" and "sglang" in doc["error"]["message"]
+
+
+def test_check_reads_the_engine_in_an_image_as_its_release(sglang_image, store):
+    """ENGINE@image:REF is an upstream kind: the same outcomes as the release it holds."""
+    doc = run_json("check", f"sglang@image:{sglang_image}", "--store", store, expect=0)
+    release = run_json("check", f"sglang@{SGLANG}", "--store", store, expect=0)
+    assert doc["version"] == SGLANG and doc["source"]["kind"] == "image"
+    assert [(p["name"], p["outcome"], p["files"]) for p in doc["patches"]] == \
+        [(p["name"], p["outcome"], p["files"]) for p in release["patches"]]
