@@ -9,6 +9,7 @@ import click
 from patchctl.commands.framework import patchctl_command
 from patchctl.documents import document
 from patchctl.errors import EXIT_OK
+from patchctl.image.options import ImageOptions, image_options
 from patchctl.options import fetch_options, store_option, target_options, wait_option
 from patchctl.spec import parse_spec
 
@@ -87,9 +88,14 @@ def _document(target: Target, rep: RevertReport) -> dict:
                    "package index and checked against the wheel's RECORD.")
 @store_option
 @fetch_options
+@image_options(writes=True)
 def command(spec: str, where: TargetSpec, wait: float, force: bool, from_release: bool, store: Store,
-            ctx: SourceContext) -> tuple[dict, int]:
-    """Restore every patched file byte for byte."""
+            ctx: SourceContext, image: ImageOptions | None) -> tuple[dict, int]:
+    """Restore every patched file byte for byte (--image REF --to REF2: push the image it was made from)."""
+    if image:
+        from patchctl.image import command as image_command
+
+        return image_command.revert(spec, image)
     if from_release:
         return run_from_release(spec, where, store, ctx, wait=wait)
     return run(spec, where, force=force, wait=wait)

@@ -102,3 +102,21 @@ def _combined(docs: list[dict], section: dict, code: int) -> dict:
         doc.setdefault("warnings", []).extend(
             f"platform {x['platform']} left out: {x['reason']}" for x in section["left_out"])
     return doc
+
+
+def revert(spec: str, image: ImageOptions) -> tuple[dict, int]:
+    from patchctl.documents import document
+    from patchctl.image.patch import revert_image
+    from patchctl.image.reference import parse_reference
+    from patchctl.progress import progress_for
+
+    ref = parse_spec(spec)
+    assert image.to is not None  # image_options(writes=True) requires it
+    section, code = revert_image(parse_reference(image.ref), parse_reference(image.to), insecure=image.insecure,
+                                 progress=progress_for())
+    reverted = [p["platform"] for p in section["platforms"] if p["state"] == "reverted"]
+    message = (f"pushed {section['to']}: the image{'s' if len(reverted) > 1 else ''} patchctl patched "
+               f"({', '.join(reverted)}), byte for byte" if reverted else f"{section['from']} carries no patchctl layer: "
+               f"pushed as it is")
+    return document("revert", code, engine=ref.engine.name, target=section["from"], message=message,
+                    restored=[], image=section), code

@@ -23,6 +23,9 @@ LAYER_TYPE = {OCI_MANIFEST: "application/vnd.oci.image.layer.v1.tar+gzip",
 # The label every patched image's config carries (a fleet compares it without pulling a layer) and
 # the history entry's author.
 PATCH_SET_LABEL = "dev.patchctl.patch-set"
+# The patched manifest's annotation naming the manifest it was made from (pushed beside it, by
+# digest): `revert --image` pushes that one back, byte for byte.
+BASE_ANNOTATION = "dev.patchctl.base.manifest"
 AUTHOR = "patchctl"
 
 
@@ -157,6 +160,9 @@ def with_layer(image: Image, layer_digest: str, layer_size: int, diff_id: str, *
     doc["config"] = dict(doc["config"], digest=config_digest, size=len(config_bytes))
     doc["layers"].append({"mediaType": LAYER_TYPE.get(kind, LAYER_TYPE[OCI_MANIFEST]), "digest": layer_digest,
                           "size": layer_size})
+    if kind == OCI_MANIFEST:  # Docker's schema 2 has no annotations
+        base = (image.doc.get("annotations") or {}).get(BASE_ANNOTATION) or image.manifest.digest
+        doc["annotations"] = dict(doc.get("annotations") or {}, **{BASE_ANNOTATION: base})
     data = dumps(doc)
     return NewImage(Manifest(data, kind, digest_of(data)), config_bytes, config_digest)
 

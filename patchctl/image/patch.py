@@ -164,6 +164,10 @@ def _push(repo: Repository, dest: ImageRef, results: list[PlatformResult], index
             continue
         target.put_blob(r.layer.path, r.layer.digest, r.layer.size)
         target.put_bytes(r.new.config, r.new.config_digest)
+        # The image it was made from, by digest, for `revert --image` (its layers are there already).
+        config_digest = r.image.doc["config"]["digest"]
+        target.put_bytes(repo.small_blob(config_digest), config_digest)
+        target.put_manifest(r.image.manifest.digest, r.image.manifest)
         manifests[r.image.manifest.digest] = r.new.manifest
     if index is None:
         (only,) = manifests.values()
@@ -227,3 +231,53 @@ def _record_root(staged: L.Staged, engine: Engine) -> Path:
                 (root / package).mkdir(parents=True, exist_ok=True)
             return root
     raise ImageContentError(f"the image's patchctl layer holds no {engine.name} record")
+
+
+def revert_image(source: ImageRef, dest: ImageRef, *, insecure: bool = False,
+                 progress: ProgressSink | None = None) -> tuple[dict, int]:
+    """The image each platform's patched manifest was made from (its BASE_ANNOTATION), pushed to
+    dest byte for byte: reverting an image is dropping patchctl's layer, not writing another."""
+    repo = open_repository(source, insecure=insecure, progress=progress)
+    top = repo.manifest(source.target)
+    images, index = _platform_images(repo, top)
+    bases: dict[str, Manifest] = {}
+    platforms = []
+    for _, image in images:
+        base_digest = (image.doc.get("annotations") or {}).get(M.BASE_ANNOTATION)
+        if not base_digest:
+            if M.patchctl_layers(image.config):
+                raise ImageContentError(f"{source} ({image.platform}) has a patchctl layer but no "
+                                        f"{M.BASE_ANNOTATION} annotation (a Docker schema 2 manifest): "
+                                        f"revert it by pushing the image it was made from")
+            bases[image.manifest.digest] = image.manifest
+            platforms.append({"platform": image.platform, "state": "not-applied", "manifest": image.manifest.digest})
+            continue
+        base = repo.manifest(str(base_digest))
+        bases[image.manifest.digest] = base
+        platforms.append({"platform": image.platform, "state": "reverted", "manifest": base.digest})
+    target = open_repository(dest, insecure=insecure, progress=progress, create=True)
+    tag = dest.tag or "latest"
+    for _, image in images:
+        base = bases[image.manifest.digest]
+        doc = M.parse(base)
+        for layer in M.layers_of(doc):
+            target.put_blob(repo.blob(layer.digest, layer.size), layer.digest, layer.size, source=repo)
+        config_digest = doc["config"]["digest"]
+        target.put_bytes(repo.small_blob(config_digest), config_digest)
+    if index is None:
+        (pushed,) = bases.values()
+        target.put_manifest(tag, pushed)
+    else:
+        entries = []
+        for entry in M.platform_manifests(index):
+            platform_base = bases.get(entry["digest"])
+            if platform_base is None:
+                continue
+            target.put_manifest(platform_base.digest, platform_base)
+            entries.append(dict(entry, digest=platform_base.digest, size=len(platform_base.data),
+                                mediaType=platform_base.media_type))
+        data = M.dumps(dict(index, manifests=entries))
+        new_index = Manifest(data, str(index.get("mediaType") or M.OCI_INDEX), M.digest_of(data))
+        target.put_manifest(tag, new_index)
+        pushed = new_index
+    return {"from": str(source), "to": str(dest), "digest": pushed.digest, "pushed": True, "platforms": platforms}, 0

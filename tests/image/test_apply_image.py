@@ -147,3 +147,14 @@ def test_check_reads_the_engine_in_an_image_as_its_release(sglang_image, store):
     assert doc["version"] == SGLANG and doc["source"]["kind"] == "image"
     assert [(p["name"], p["outcome"], p["files"]) for p in doc["patches"]] == \
         [(p["name"], p["outcome"], p["files"]) for p in release["patches"]]
+
+
+def test_revert_pushes_the_image_it_was_made_from_byte_for_byte(patched, registry, sglang_image):
+    to, _ = patched
+    back = f"{registry}/test/sglang:{SGLANG}-reverted"
+    doc = run_json("revert", "sglang", "--image", to, "--to", back, expect=0)
+    assert doc["image"]["platforms"][0]["state"] == "reverted"
+    assert inspect(back)["Digest"] == inspect(sglang_image)["Digest"]
+    raw = run(need("skopeo"), "inspect", "--raw", "--tls-verify=false", f"docker://{back}")
+    assert raw.encode() == run(need("skopeo"), "inspect", "--raw", "--tls-verify=false",
+                               f"docker://{sglang_image}").encode()
