@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 
 import pytest
 
@@ -158,3 +159,24 @@ def test_revert_pushes_the_image_it_was_made_from_byte_for_byte(patched, registr
     raw = run(need("skopeo"), "inspect", "--raw", "--tls-verify=false", f"docker://{back}")
     assert raw.encode() == run(need("skopeo"), "inspect", "--raw", "--tls-verify=false",
                                f"docker://{sglang_image}").encode()
+
+
+def test_stale_bytecode_of_patched_files_is_whited_out(sglang_wheel, store, tmp_path):
+    """pip compiles by default: the layer removes the .pyc of each patched file (a whiteout), and
+    umoci's unpack no longer has it, while the bytecode of untouched files stays."""
+    umoci = need("umoci")
+    layout, bundle = tmp_path / "L", tmp_path / "bundle"
+    run(umoci, "init", "--layout", str(layout))
+    run(umoci, "new", "--image", f"{layout}:base")
+    run(umoci, "unpack", "--image", f"{layout}:base", str(bundle))
+    run(sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(bundle / "rootfs" / SITE),
+        str(sglang_wheel))
+    run(umoci, "repack", "--image", f"{layout}:base", str(bundle))
+    doc = run_json("apply", "sglang", "--image", f"oci:{layout}:base", "--to", f"oci:{tmp_path / 'out'}:p",
+                   "--store", store, expect=0)
+    removed = doc["image"]["platforms"][0]["removed"]
+    assert "sglang/srt/__pycache__/server_args.cpython-%d%d.pyc" % sys.version_info[:2] in removed
+    run(umoci, "unpack", "--image", f"{tmp_path / 'out'}:p", str(tmp_path / "unpacked"))
+    site = tmp_path / "unpacked" / "rootfs" / SITE
+    assert not any((site / p).exists() for p in removed)
+    assert any((site / "sglang" / "srt" / "__pycache__").glob("server_args_config_parser.*.pyc"))
