@@ -175,7 +175,7 @@ def test_stale_bytecode_of_patched_files_is_whited_out(sglang_wheel, store, tmp_
     doc = run_json("apply", "sglang", "--image", f"oci:{layout}:base", "--to", f"oci:{tmp_path / 'out'}:p",
                    "--store", store, expect=0)
     removed = doc["image"]["platforms"][0]["removed"]
-    assert "sglang/srt/__pycache__/server_args.cpython-%d%d.pyc" % sys.version_info[:2] in removed
+    assert f"sglang/srt/__pycache__/server_args.cpython-{sys.version_info[0]}{sys.version_info[1]}.pyc" in removed
     run(umoci, "unpack", "--image", f"{tmp_path / 'out'}:p", str(tmp_path / "unpacked"))
     site = tmp_path / "unpacked" / "rootfs" / SITE
     assert not any((site / p).exists() for p in removed)
