@@ -180,3 +180,10 @@ def test_stale_bytecode_of_patched_files_is_whited_out(sglang_wheel, store, tmp_
     site = tmp_path / "unpacked" / "rootfs" / SITE
     assert not any((site / p).exists() for p in removed)
     assert any((site / "sglang" / "srt" / "__pycache__").glob("server_args_config_parser.*.pyc"))
+
+
+def test_export_writes_the_patched_files_of_the_engine_in_an_image(sglang_image, store, tmp_path):
+    doc = run_json("export", f"sglang@image:{sglang_image}", str(tmp_path / "a"), "--store", store, expect=0)
+    release = run_json("export", f"sglang@{SGLANG}", str(tmp_path / "b"), "--store", store, expect=0)
+    assert doc["written"] == release["written"] and doc["written"]
+    assert all((tmp_path / "a" / p).read_bytes() == (tmp_path / "b" / p).read_bytes() for p in doc["written"])
