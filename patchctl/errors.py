@@ -181,3 +181,25 @@ class CacheFileDamaged(Exception):
         super().__init__(f"cache file {path} {why}")
         self.path = path
         self.why = why
+
+
+# --- container images (patchctl/image/) ---
+
+class ImageRefError(UsageError):
+    """An image reference that cannot be read (`REGISTRY/REPO:TAG`, `@sha256:…`, `oci:DIR[:TAG]`): exit 2."""
+
+    kind = "image-reference"
+
+
+class RegistryError(EnvironmentProblem):
+    """The registry could not be reached, refused the login, has no such tag or answered with a
+    manifest of a type patchctl does not read: exit 3, with the registry's own answer in the message."""
+
+    kind = "registry"
+
+
+class ImageContentError(EnvironmentProblem):
+    """The image does not hold what the command needs: no tree of the engine in its layers, or two
+    (exit 3: the image, not the command line, is wrong)."""
+
+    kind = "image"

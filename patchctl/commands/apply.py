@@ -10,6 +10,7 @@ from patchctl.commands.framework import patchctl_command
 from patchctl.commands.text import moved_warnings, print_outcomes
 from patchctl.documents import document, series_json
 from patchctl.errors import EXIT_OK, EXIT_PATCH_FAILED
+from patchctl.image.options import ImageOptions, image_options
 from patchctl.options import writer_options
 from patchctl.spec import parse_spec
 
@@ -189,6 +190,7 @@ def render(doc: dict, out: Console, err: Console) -> None:
     "patchctl apply sglang@0.5.9 --target ./site-packages",
     "patchctl apply vllm@0.23.0 --install     pip-install 0.23.0 first, then patch it",
     "patchctl apply vllm@nightly --install    install the nightly check resolves (by its wheel's URL), then patch it",
+    "patchctl apply sglang --image reg.example/sglang:0.5.9 --to reg.example/sglang:0.5.9-patched",
 ))
 @click.argument("spec", metavar="ENGINE[@VERSION]")
 @writer_options
@@ -199,13 +201,19 @@ def render(doc: dict, out: Console, err: Console) -> None:
 @click.option("--keep-going", is_flag=True, help="Apply the patches that apply even if others conflict.")
 @click.option("--dry-run", is_flag=True, help="Report what would happen; write nothing.")
 @click.option("--force", is_flag=True, help="Apply even if patched files were changed by hand since.")
+@image_options(writes=True)
 def command(spec: str, where: TargetSpec, ctx: SourceContext, store: Store, options: Options, wait: float,
             install: bool, no_deps: bool, keep_going: bool, dry_run: bool, force: bool,
-            selection: Selection | None) -> tuple[dict, int]:
-    """Apply the series to the installed engine (or --target DIR), all or nothing.
+            selection: Selection | None, image: ImageOptions | None) -> tuple[dict, int]:
+    """Apply the series to the installed engine (or --target DIR, or --image REF --to REF2), all or nothing.
 
     --patch/--exclude choose the patches; the choice is recorded in the tree, and `ensure` keeps it.
     A smaller choice than is applied takes the others out.
     """
+    if image:
+        from patchctl.image import command as image_command
+
+        return image_command.apply(run, spec, image, store, ctx, options, keep_going=keep_going, dry_run=dry_run,
+                                   force=force, wait=wait, selection=selection)
     return run(spec, store, ctx, options, where, install=install, keep_going=keep_going, dry_run=dry_run,
                wait=wait, force=force, no_deps=no_deps, selection=selection)

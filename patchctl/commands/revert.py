@@ -9,6 +9,7 @@ import click
 from patchctl.commands.framework import patchctl_command
 from patchctl.documents import document
 from patchctl.errors import EXIT_OK
+from patchctl.image.options import ImageOptions, image_options
 from patchctl.options import fetch_options, store_option, target_options, wait_option
 from patchctl.spec import parse_spec
 
@@ -115,9 +116,15 @@ def _document(target: Target, rep: RevertReport) -> dict:
                    "patch depends on it, unless named too. Recorded: `ensure` keeps it out.")
 @store_option
 @fetch_options
+@image_options(writes=True)
 def command(spec: str, where: TargetSpec, wait: float, force: bool, from_release: bool, patches: tuple[str, ...],
-            store: Store, ctx: SourceContext) -> tuple[dict, int]:
-    """Restore every patched file byte for byte (--patch: take one patch out, keep the rest)."""
+            store: Store, ctx: SourceContext, image: ImageOptions | None) -> tuple[dict, int]:
+    """Restore every patched file byte for byte (--patch: take one patch out, keep the rest; --image REF
+    --to REF2: push the image it was made from)."""
+    if image:
+        from patchctl.image import command as image_command
+
+        return image_command.revert(spec, image)
     if from_release:
         return run_from_release(spec, where, store, ctx, wait=wait)
     if patches:

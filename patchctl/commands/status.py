@@ -8,6 +8,7 @@ import click
 from patchctl.commands.framework import patchctl_command
 from patchctl.documents import document
 from patchctl.errors import EXIT_OK, EXIT_PATCH_FAILED
+from patchctl.image.options import ImageOptions, image_options
 from patchctl.options import target_options
 from patchctl.spec import parse_spec
 
@@ -121,10 +122,15 @@ def selection_line(selection: dict | None) -> str | None:
 @target_options
 @click.option("--wait", type=float, default=30.0, show_default=True,
               help="Seconds to wait for another patchctl working on the same target.")
-def command(spec: str, where: TargetSpec, wait: float) -> tuple[dict, int]:
+@image_options(writes=False)
+def command(spec: str, where: TargetSpec, wait: float, image: ImageOptions | None) -> tuple[dict, int]:
     """What is applied, and whether patched files changed since (e.g. wiped by pip).
 
     Also lists hand edits: .py files that differ from the dist-info RECORD and belong to no patch
     (`patchctl new ENGINE NAME` turns them into one); they do not change the exit code.
     """
+    if image:
+        from patchctl.image import command as image_command
+
+        return image_command.status(run, spec, image, wait=wait)
     return run(spec, where, wait=wait)

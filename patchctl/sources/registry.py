@@ -13,6 +13,7 @@ from patchctl.sources.kinds.commit import COMMIT
 from patchctl.sources.kinds.directory import DIRECTORY
 from patchctl.sources.kinds.file import FILE
 from patchctl.sources.kinds.git import GIT
+from patchctl.sources.kinds.image import IMAGE
 from patchctl.sources.kinds.installed import INSTALLED
 from patchctl.sources.kinds.nightly import NIGHTLY
 from patchctl.sources.kinds.release import EXACT, LATEST
@@ -28,6 +29,7 @@ KINDS: tuple[UpstreamKind, ...] = (
     NIGHTLY,
     GIT,
     COMMIT,
+    IMAGE,  # before FILE and DIRECTORY: `image:reg/x` holds a path separator
     FILE,
     DIRECTORY,
     EXACT,

@@ -216,13 +216,6 @@ def test_bundled_false_leaves_the_bundled_set_out(tmp_path):
     assert params["no_bundled"] is True and params["stores"] == (str(tmp_path / "s"),)
 
 
-PATCH_KEYS = pytest.mark.xfail(
-    "--exclude" not in {o for p in command_of("ensure").params for o in getattr(p, "opts", ())},
-    reason="apply/ensure/revert --patch/--exclude are helper record's (patchctl/options.py); the file's "
-           "patches/exclude are mapped onto them by name once they land", strict=False)
-
-
-@PATCH_KEYS
 @pytest.mark.parametrize("command", ["apply", "ensure"])
 def test_patches_and_exclude_fill_patch_and_exclude(tmp_path, command):
     path = write(tmp_path / "d.yaml", "engine: vllm\npatches: [a, b]\nexclude: [c]\n")

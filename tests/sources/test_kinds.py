@@ -91,7 +91,7 @@ def test_the_registry_holds_one_object_per_kind_name():
     from patchctl.sources import registry
     from patchctl.spec import KINDS
 
-    assert KINDS == registry.names() == ("installed", "latest", "nightly", "git", "commit", "file", "path", "exact")
+    assert KINDS == registry.names() == ("installed", "latest", "nightly", "git", "commit", "image", "file", "path", "exact")
     assert [registry.kind_named(n).name for n in KINDS] == list(KINDS)
     with pytest.raises(UsageError):
         registry.kind_named("ftp")

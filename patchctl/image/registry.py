@@ -1,0 +1,289 @@
+"""Where images are read from and pushed to, behind one interface (`Repository`): a registry speaking
+the OCI distribution API (through python-dxf, imported only here and only when a registry is
+used: `pip install patchctl[images]`), or an OCI layout directory (layout.py).
+
+Blobs are streamed, never held whole: a pulled blob goes to the download cache by its digest
+(checked while it streams), and is pushed from there. Every failure of the registry is a
+RegistryError (exit 3) carrying what the registry answered."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeVar, cast
+
+from patchctl import config
+from patchctl.errors import EnvironmentProblem, ImageContentError, RegistryError, plain_network_reason
+from patchctl.image.reference import ImageRef, is_loopback
+
+if TYPE_CHECKING:
+    from patchctl.sources.files import ProgressSink
+
+T = TypeVar("T")
+CHUNK = 1 << 20
+# A manifest, an index or a config is JSON of a few KB; the distribution spec lets registries refuse
+# manifests past 4 MB.
+MAX_MANIFEST = 4 << 20
+MAX_CONFIG = 16 << 20
+# The largest blob patchctl pulls (a vLLM image's engine layer is several GB).
+MAX_BLOB = 64 << 30
+
+
+class Manifest(NamedTuple):
+    data: bytes  # exactly as served: its sha256 is its digest
+    media_type: str
+    digest: str
+
+
+class Repository(Protocol):
+    """One image repository: a registry's REGISTRY/REPO, or an OCI layout directory."""
+
+    @property
+    def name(self) -> str: ...
+
+    def manifest(self, reference: str) -> Manifest:
+        """The manifest or index a tag or digest names; RegistryError when there is none."""
+
+    def blob(self, digest: str, size: int | None) -> Path:
+        """The blob as a local file (the cache's, or the layout's own), its digest checked."""
+
+    def small_blob(self, digest: str, limit: int = MAX_CONFIG) -> bytes:
+        """A config or another small blob, read into memory (bounded)."""
+
+    def has_blob(self, digest: str) -> bool: ...
+
+    def put_blob(self, path: Path, digest: str, size: int, source: Repository | None = None) -> None:
+        """Store the blob (mounted from `source` when both are the same registry)."""
+
+    def put_bytes(self, data: bytes, digest: str) -> None:
+        """Store a small blob (a config) held in memory."""
+
+    def put_manifest(self, tag: str, manifest: Manifest) -> None:
+        """Store the manifest under the tag (or under its digest: a platform's manifest in an index)."""
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(CHUNK), b""):
+            digest.update(chunk)
+    return "sha256:" + digest.hexdigest()
+
+
+def check_digest(digest: str) -> str:
+    """The hex of a sha256 digest; anything else is the registry's mistake (exit 3)."""
+    algorithm, _, hexpart = digest.partition(":")
+    if algorithm != "sha256" or len(hexpart) != 64 or any(c not in "0123456789abcdef" for c in hexpart):
+        raise RegistryError(f"the image names a blob {digest[:80]!r}: patchctl reads sha256 digests only")
+    return hexpart
+
+
+def cached_blob(digest: str) -> Path:
+    """Where the download cache keeps a blob by its digest (checked before it is put there)."""
+    from patchctl.sources.cache import ArtifactCache
+
+    cache = ArtifactCache(config.cache_dir())
+    folder = cache.verified(check_digest(digest))
+    cache.make_dirs(folder)
+    return folder / "blob"
+
+
+@contextmanager
+def streamed_into(final: Path, digest: str, size: int | None) -> Iterator[Callable[[bytes], None]]:
+    """A writer into a temporary file beside `final` that becomes `final` only when what was written
+    has the digest (and the size) the manifest names; otherwise it is removed and RegistryError raised."""
+    tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
+    hasher = hashlib.sha256()
+    written = 0
+    try:
+        with open(tmp, "wb") as raw:
+            def write(chunk: bytes) -> None:
+                nonlocal written
+                written += len(chunk)
+                if (size is not None and written > size) or written > MAX_BLOB:
+                    raise RegistryError(f"blob {digest[:19]}… is longer than the {size or MAX_BLOB} bytes "
+                                        f"the manifest says")
+                hasher.update(chunk)
+                raw.write(chunk)
+
+            yield write
+        got = "sha256:" + hasher.hexdigest()
+        if got != digest or (size is not None and written != size):
+            raise RegistryError(f"blob {digest[:19]}… arrived as {got[:19]}… ({written} bytes, the manifest says "
+                                f"{size}): refusing it")
+        os.replace(tmp, final)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+class RegistryRepository:
+    """A repository on a registry, through python-dxf."""
+
+    def __init__(self, ref: ImageRef, *, insecure: bool, progress: ProgressSink | None):
+        try:
+            import dxf
+            import requests
+        except ImportError:
+            raise EnvironmentProblem("reading images from a registry needs python-dxf",
+                                     hint="pip install 'patchctl[images]'") from None
+        from patchctl.image.auth import credentials_for
+
+        self.ref = ref
+        self.host = ref.api_host
+        plain = is_loopback(self.host) or insecure
+        self.plain = plain
+        self._progress = progress
+        creds = credentials_for(ref.registry or self.host)
+        self._creds = creds
+
+        def authenticate(client: dxf.DXFBase, response: requests.Response) -> None:
+            client.authenticate(creds.username if creds else None, creds.password if creds else None,
+                                response=response, actions=["pull", "push"])
+
+        self._dxf = dxf.DXF(self.host, ref.repository, auth=authenticate, insecure=plain,
+                            timeout=config_timeout())
+
+    @property
+    def name(self) -> str:
+        return f"{self.ref.registry}/{self.ref.repository}"
+
+    def _call(self, what: str, fn: Callable[[], T]) -> T:
+        import requests
+        from dxf import exceptions as dx
+
+        try:
+            return fn()
+        except dx.DXFAuthInsecureError:
+            raise RegistryError(
+                f"{self.name}: {what}: the registry asks for a login over plain HTTP, and patchctl sends "
+                f"credentials over HTTPS only", hint="serve the registry with TLS (a loopback registry too, "
+                "when it needs a login)") from None
+        except dx.DXFUnauthorizedError:
+            from patchctl.image.auth import auth_files, helper_for
+
+            helper = helper_for(self.ref.registry or self.host)
+            if self._creds is not None:
+                why = f"refused the login of {self._creds.username} from {self._creds.source}"
+            else:
+                why = "asks for a login, and no credentials for it are stored"
+            raise RegistryError(
+                f"{self.name}: {what}: the registry {why}",
+                hint=(f"credential helpers are not run by patchctl: {helper}; " if helper else "")
+                + f"log in with `docker login {self.ref.registry}` (or set REGISTRY_AUTH_FILE); read from: "
+                + ", ".join(str(f) for f in auth_files())) from None
+        except requests.exceptions.SSLError as exc:
+            raise RegistryError(f"{self.name}: {what}: {plain_network_reason(str(exc))}",
+                                hint="--insecure talks plain HTTP to a registry that has no TLS") from None
+        except requests.exceptions.HTTPError as exc:
+            response = exc.response
+            status = response.status_code if response is not None else "?"
+            body = (response.text[:300] if response is not None else "").strip()
+            if status == 404:
+                raise RegistryError(f"{self.name}: {what}: not found (HTTP 404) {body}".rstrip()) from None
+            raise RegistryError(f"{self.name}: {what}: HTTP {status} {body}".rstrip()) from None
+        except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
+            scheme = "http" if self.plain else "https"
+            raise RegistryError(f"{self.name}: {what}: cannot reach {scheme}://{self.host}: "
+                                f"{plain_network_reason(str(exc))}") from None
+        except requests.exceptions.RequestException as exc:
+            raise RegistryError(f"{self.name}: {what}: {plain_network_reason(str(exc))}") from None
+        except dx.DXFError as exc:
+            raise RegistryError(f"{self.name}: {what}: {exc}") from None
+
+    def manifest(self, reference: str) -> Manifest:
+        _, response = self._call(f"manifest {reference}", lambda: self._dxf.get_manifest_and_response(reference))
+        data = response.content
+        if len(data) > MAX_MANIFEST:
+            raise RegistryError(f"{self.name}: manifest {reference} is {len(data)} bytes, more than {MAX_MANIFEST}")
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        if reference.startswith("sha256:") and reference != digest:
+            raise RegistryError(f"{self.name}: manifest {reference[:19]}… arrived with digest {digest[:19]}…")
+        media_type = response.headers.get("Content-Type", "").split(";")[0].strip()
+        return Manifest(data, media_type, digest)
+
+    def blob(self, digest: str, size: int | None) -> Path:
+        final = cached_blob(digest)
+        if final.is_file() and not final.is_symlink() and (size is None or final.stat().st_size == size):
+            return final
+
+        def pull() -> None:
+            chunks = cast("Iterable[bytes]", self._dxf.pull_blob(digest, chunk_size=CHUNK))
+            if self._progress is not None:
+                self._progress.start(f"blob {digest[7:19]}", size)
+            try:
+                with streamed_into(final, digest, size) as write:
+                    for chunk in chunks:
+                        write(chunk)
+                        if self._progress is not None:
+                            self._progress.advance(len(chunk))
+            finally:
+                if self._progress is not None:
+                    self._progress.finish()
+
+        self._call(f"blob {digest[:19]}…", pull)
+        return final
+
+    def small_blob(self, digest: str, limit: int = MAX_CONFIG) -> bytes:
+        data = bytearray()
+
+        def pull() -> None:
+            for chunk in cast("Iterable[bytes]", self._dxf.pull_blob(digest, chunk_size=CHUNK)):
+                data.extend(chunk)
+                if len(data) > limit:
+                    raise RegistryError(f"{self.name}: blob {digest[:19]}… is over {limit} bytes")
+
+        self._call(f"blob {digest[:19]}…", pull)
+        if "sha256:" + hashlib.sha256(data).hexdigest() != digest:
+            raise RegistryError(f"{self.name}: blob {digest[:19]}… does not have that digest")
+        return bytes(data)
+
+    def has_blob(self, digest: str) -> bool:
+        import requests
+
+        try:
+            self._call(f"blob {digest[:19]}…", lambda: self._dxf.blob_size(digest))
+        except RegistryError as exc:
+            if "HTTP 404" in exc.message:
+                return False
+            raise
+        except requests.exceptions.HTTPError:
+            return False
+        return True
+
+    def put_blob(self, path: Path, digest: str, size: int, source: Repository | None = None) -> None:
+        if self.has_blob(digest):
+            return
+        if isinstance(source, RegistryRepository) and source.host == self.host:
+            try:
+                self._call("mount", lambda: self._dxf.mount_blob(source.ref.repository, digest))
+                if self.has_blob(digest):
+                    return
+            except RegistryError:
+                pass  # a registry without cross-repository mounts: uploaded below
+        pushed = self._call(f"push {digest[:19]}…",
+                            lambda: self._dxf.push_blob(str(path), digest=digest, check_exists=False))
+        if pushed != digest:
+            raise ImageContentError(f"{self.name}: the registry stored {path} as {pushed}, not {digest}")
+
+    def put_bytes(self, data: bytes, digest: str) -> None:
+        if self.has_blob(digest):
+            return
+        self._call(f"push {digest[:19]}…", lambda: self._dxf.push_blob(data=iter([data]), digest=digest, check_exists=False))
+
+    def put_manifest(self, tag: str, manifest: Manifest) -> None:
+        # Byte for byte, under the type it was served with: dxf's set_manifest reads the type from
+        # the document (an OCI manifest may omit it) and re-sends it as text; its request method
+        # sends these bytes with the same auth and TLS handling.
+        media_type = manifest.media_type or str(json.loads(manifest.data).get("mediaType") or "")
+        self._call(f"push manifest {tag}", lambda: self._dxf._request(
+            "put", "manifests/" + tag, data=manifest.data, headers={"Content-Type": media_type}))
+
+
+def config_timeout() -> float:
+    """--timeout, as the rest of patchctl's network reads take it."""
+    from patchctl.sources import http
+
+    return http.TIMEOUT
