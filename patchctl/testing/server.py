@@ -205,8 +205,17 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
         self.end_headers()
         sent = 0
+        # Each event at its due time (the delays summed from the first), not a delay after the
+        # previous write: on a loaded machine every sleep overshoots, and summed overshoots would
+        # make the stream's known timings (a test's truth) slower than they were set. But never
+        # less than half its delay after the previous one, and a stream far behind forgets its
+        # debt: catching up in a burst would look like a buffered stream.
+        due = time.perf_counter()
         for delay, data in reply.events or ():
-            time.sleep(delay)
+            now = time.perf_counter()
+            due = max(due + delay, now - delay)
+            if (wait := max(due - now, delay / 2)) > 0:
+                time.sleep(wait)
             self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data) if framing == CHUNKED else data)
             self.wfile.flush()
             sent += len(data)

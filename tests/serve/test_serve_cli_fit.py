@@ -210,7 +210,7 @@ def test_a_single_request_against_a_baseline_warns_that_its_noise_is_unknown(sha
 # --- 4. a baseline is compared on the levels both runs measured --------------------------------
 
 def test_a_baseline_is_compared_only_on_levels_measured_in_both_runs(shape_server, tmp_path):
-    shape_server.settings["delay_s"] = 0
+    shape_server.settings["delay_s"] = 0.001  # not 0: the decode rate (compared too) needs a TPOT
     common = ("vllm", "--url", shape_server.base_url, "--no-answers", "--requests", "2", "--max-tokens", "12",
               "--baseline-dir", str(tmp_path / "b"), "--threshold", "0.99")
     validate_json(*common, "--concurrency", "1,8,32", "--update-baseline", expect=0)
@@ -218,7 +218,7 @@ def test_a_baseline_is_compared_only_on_levels_measured_in_both_runs(shape_serve
     doc = validate_json(*common, "--concurrency", "1", expect=0)
     b = doc["report"]["baseline"]
     assert b["status"] == "compared"
-    assert [(c["concurrency"], c["metric"]) for c in b["checks"]] == [(1, "output_tok_s")]
+    assert [(c["concurrency"], c["metric"]) for c in b["checks"]] == [(1, "output_tok_s"), (1, "decode_tok_s_p50")]
     assert all(c["current"] is not None for c in b["checks"])
     assert b["not_compared"] == [{"concurrency": 8, "reason": "only in the baseline"},
                                  {"concurrency": 32, "reason": "only in the baseline"}]
