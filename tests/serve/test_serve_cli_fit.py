@@ -90,7 +90,8 @@ def test_the_default_prompt_is_the_fields_counting_prompt_at_temperature_0(shape
     # Led by TTFT and the decode rate (issue 25); output tok/s over E2E follows.
     assert single == {"concurrency": 1, "requests": 2, "ttft_ms": one["ttft_ms"], "decode_tok_s": one["decode_tok_s"],
                       "tpot_ms": one["tpot_ms"], "itl_ms": one["itl_ms"], "e2e_ms": one["e2e_ms"],
-                      "output_tok_s": one["output_tok_s"], "stream": "streamed", "latency_not_measured": None}
+                      "output_tok_s": one["output_tok_s"], "stream": "streamed", "latency_not_measured": None,
+                      "token_count_method": "usage"}
     assert list(single)[2:4] == ["ttft_ms", "decode_tok_s"]
     assert single["output_tok_s"] > 0 and single["ttft_ms"]["p50"] > 0 and single["decode_tok_s"]["p50"] > 0
     # Counting at temperature 0: every request decodes the same tokens (4 thinking + 50 lines).
@@ -105,6 +106,7 @@ def test_the_single_request_figure_comes_first_in_the_text(shape_server):
     assert first == 0  # the report's first line, before the header, coherence and throughput tables
     assert lines[first].startswith("single request: TTFT ") and ", decode " in lines[first]
     assert "output tok/s over E2E" in lines[first] and "concurrency 1, 2 requests, counting prompt" in lines[first]
+    assert "tokens by server usage" in lines[first]  # how its tokens were counted (issue 25, item 7)
     assert result.stdout.index("coherence: answers") > result.stdout.index("single request: ")
 
     no_single = validate("vllm", "--url", shape_server.base_url, "--no-answers", "--concurrency", "2",
