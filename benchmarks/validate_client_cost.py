@@ -114,13 +114,13 @@ def main() -> None:
         measure_validate(url, 4, 8, 8)  # warm-up
         for conc in (int(c) for c in args.concurrency.split(",")):
             n = max(16, 2 * conc)
-            row = {"concurrency": conc, "validate": measure_validate(url, conc, n, args.max_tokens)}
+            row: dict[str, Any] = {"concurrency": conc, "validate": measure_validate(url, conc, n, args.max_tokens)}
             if args.peer_python and args.bench_tree:
                 row["bench_serving"] = measure_bench(args.peer_python, args.bench_tree, url, tokenizer, conc, n,
                                                      args.max_tokens, tmp, args.client_cpu)
             rows.append(row)
     tools = [t for t in ("validate", "bench_serving") if t in rows[0]]
-    print(f"{datetime.date.today()}; truth: TTFT {truth_ttft:.1f} ms, ITL {truth_ttft and truth_itl:.1f} ms; "
+    print(f"{datetime.date.today()}; truth: TTFT {truth_ttft:.1f} ms, ITL {truth_itl:.1f} ms; "
           f"clients on core {args.client_cpu}, server on core {args.server_cpu}")
     print("| c | tool | TTFT p50 ms | ITL p50 ms | CPU µs / token | faithful (within 5%) |")
     print("|---|---|---|---|---|---|")

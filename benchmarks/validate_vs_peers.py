@@ -104,8 +104,11 @@ def run_bench(peer: str, tree: Path, url: str, tokenizer: Path, conc: int, n: in
 
 def run_vllm(peer: str, tree: Path, url: str, tokenizer: Path, conc: int, n: int, max_tokens: int,
              out: Path) -> dict[str, Any]:
+    import requests
+
+    model = requests.get(f"{url}/v1/models", timeout=30).json()["data"][0]["id"]
     cmd = [peer, "-c", VLLM_RUNNER, str(tree), "--backend", "openai-chat", "--base-url", url,
-           "--endpoint", "/v1/chat/completions", "--model", "tiny-reasoner", "--tokenizer", str(tokenizer),
+           "--endpoint", "/v1/chat/completions", "--model", model, "--tokenizer", str(tokenizer),
            "--dataset-name", "random", "--random-input-len", "8", "--random-output-len", str(max_tokens),
            "--num-prompts", str(n), "--max-concurrency", str(conc), "--request-rate", "inf", "--seed", "1",
            "--save-result", "--result-dir", str(out.parent), "--result-filename", out.name, "--disable-tqdm"]
@@ -143,6 +146,17 @@ def spread_pct(xs: list[float]) -> float | None:
     """(max - min) / median of the repeats, in %."""
     m = median(xs)
     return (max(xs) - min(xs)) / m * 100 if len(xs) > 1 and m else None
+
+
+LLAMA = Path.home() / ".cache" / "patchctl" / "llama-server"
+
+
+def llama_server(port: int, python: Path, model: Path) -> list[str]:
+    """llama.cpp's server as tests/serve/test_serve_llama.py starts it (llama-cpp-python, the Gemma 3
+    270M GGUF scripts/serve/setup_llama_server.sh assembles)."""
+    return [str(python), "-m", "llama_cpp.server", "--model", str(model), "--model_alias", "gemma3-270m",
+            "--host", "127.0.0.1", "--port", str(port), "--chat_format", "gemma", "--n_ctx", "2048",
+            "--interrupt_requests", "False"]
 
 
 def start_server(port: int, ttft: float, itl: float) -> list[str]:
@@ -193,6 +207,10 @@ def main() -> None:
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--repeat", type=int, default=1, help="runs of each tool per level (medians, spread)")
     p.add_argument("--json", type=Path, help="also write the rows here")
+    p.add_argument("--server", choices=("test", "llama"), default="test",
+                   help="the test server with known timings, or llama.cpp's (llama-cpp-python) server")
+    p.add_argument("--llama-python", type=Path, default=LLAMA / "venv" / "bin" / "python")
+    p.add_argument("--llama-model", type=Path, default=LLAMA / "gemma-3-270m-q4_k_m.gguf")
     args = p.parse_args()
     peers: dict[str, tuple[str, Path]] = {"bench_serving": (args.peer_python, args.bench_tree)}
     if args.vllm_python and args.vllm_tree:
@@ -200,11 +218,15 @@ def main() -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     concs = [int(c) for c in args.concurrency.split(",")]
-    with tempfile.TemporaryDirectory() as tmp_s, \
-            ServerProcess(start_server(port, args.ttft, args.itl), url, Path(tmp_s), ready_timeout_s=30):
+    if args.server == "llama":
+        server, ready = llama_server(port, args.llama_python, args.llama_model), 180.0
+        truth: dict[str, float | None] = dict.fromkeys(FIGURES)
+    else:
+        server, ready = start_server(port, args.ttft, args.itl), 30.0
+        truth = {"ttft": (args.ttft + args.itl) * 1000, "tpot": args.itl * 1000, "itl": args.itl * 1000,
+                 "tok_s": None}
+    with tempfile.TemporaryDirectory() as tmp_s, ServerProcess(server, url, Path(tmp_s), ready_timeout_s=ready):
         result = compare(url, Path(tmp_s), peers, concs, args.requests, args.max_tokens, args.repeat)
-    truth = {"ttft": (args.ttft + args.itl) * 1000, "tpot": args.itl * 1000, "itl": args.itl * 1000,
-             "tok_s": None}
     rows = []
     for conc, tools in result.items():
         for f in FIGURES:
@@ -221,7 +243,8 @@ def main() -> None:
     fmt = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
     pct = lambda v: "-" if v is None else f"{v:+.1f}%"  # noqa: E731
     spr = lambda v: "" if v is None else f" (±{v / 2:.1f}%)"  # noqa: E731
-    print(f"{datetime.date.today()}, {args.repeat} run(s) per tool and level; (±x%): half the runs' range")
+    print(f"{datetime.date.today()}, {args.server} server, {args.repeat} run(s) per tool and level; "
+          "(±x%): half the runs' range")
     head = ["c", "figure", "validate", *peers, *(f"validate vs {q}" for q in peers), "server's truth"]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
