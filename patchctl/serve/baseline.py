@@ -25,10 +25,11 @@ if TYPE_CHECKING:
 
 FORMAT = 1
 DEFAULT_THRESHOLD = 0.05
-DEFAULT_METRICS: tuple[str, ...] = ("output_tok_s",)
+# The decode rate beside throughput: a slower decode hidden by a faster prefill still fails.
+DEFAULT_METRICS: tuple[str, ...] = ("output_tok_s", "decode_tok_s_p50")
 
 # Which way is better for every metric a level can report (metrics.LevelMetrics.flat).
-HIGHER_IS_BETTER = {"output_tok_s", "request_tok_s_p50"}
+HIGHER_IS_BETTER = {"output_tok_s", "request_tok_s_p50", "decode_tok_s_p50"}
 LOWER_IS_BETTER = {
     f"{m}_{q}" for m in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms") for q in ("p50", "p99")
 }

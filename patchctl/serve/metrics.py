@@ -234,6 +234,8 @@ class LevelMetrics(NamedTuple):
         out: dict[str, float] = {}
         if self.output_tok_s is not None:
             out["output_tok_s"] = self.output_tok_s
+        if self.decode_tok_s is not None:
+            out["decode_tok_s_p50"] = self.decode_tok_s.p50
         if self.request_tok_s is not None:
             out["request_tok_s_p50"] = self.request_tok_s.p50
             if self.request_tok_s.median_ci_pct is not None:

@@ -47,6 +47,7 @@ class SingleRequest(NamedTuple):
     output_tok_s: float | None
     stream: str | None  # streamed | buffered | not streamed | too short to tell
     latency_not_measured: str | None  # why the latency figures are None
+    token_count_method: str | None = None  # usage | chunks | mixed | unknown: how its tokens were counted
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,8 @@ class ThroughputReport:
         one = next((lv for lv in self.levels if lv.concurrency == 1), None)
         if one is not None:
             single = SingleRequest(1, one.requests, one.ttft_ms, one.decode_tok_s, one.tpot_ms, one.itl_ms,
-                                   one.e2e_ms, one.output_tok_s, one.stream, one.latency_not_measured)
+                                   one.e2e_ms, one.output_tok_s, one.stream, one.latency_not_measured,
+                                   one.token_count_method)
             object.__setattr__(self, "single_request", single)
 
     @property

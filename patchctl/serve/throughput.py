@@ -1,8 +1,9 @@
 """Load generation: N requests at a fixed concurrency, measured per request."""
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+import itertools
+import threading
+from collections.abc import Mapping
 from typing import Any
 
 from patchctl.serve.client import OpenAIClient
@@ -28,6 +29,7 @@ TEMPERATURE = 0.0  # every throughput request: greedy, so runs decode the same t
 # +-2.5 s/sqrt(n): with s = 4%, n = 16 gives +-2.5%, half the threshold (4 requests gave +-5%, as
 # wide as the threshold itself). Two waves, so a level is not just its first batch's ramp-up.
 MIN_REQUESTS = 16
+BARRIER_TIMEOUT_S = 60.0  # the slowest worker's connection set-up, at most
 
 
 def default_requests(concurrency: int) -> int:
@@ -72,15 +74,42 @@ def run_level(
     stream: bool = True,
     extra: Mapping[str, Any] | None = None,
 ) -> LevelMetrics:
-    def one(_: int) -> RequestRecord:
-        return client.timed_request(api, prompt, max_tokens, stream=stream, temperature=TEMPERATURE, extra=extra)
+    """`num_requests` requests, never more than `concurrency` in flight, the first `concurrency` of
+    them sent at once.
 
-    with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        records: Sequence[RequestRecord] = list(pool.map(one, range(num_requests)))
-    # Wall time from the first request sent to the last reply done: pool start-up
-    # and teardown are not the server's time.
-    duration = max(r.end for r in records) - min(r.start for r in records)
-    return aggregate(concurrency, records, duration, stream)
+    One worker thread per slot, each started and its connection opened before the level begins;
+    they wait at one barrier and then take requests from a shared counter. Without that (a pool's
+    workers created as work is submitted, each opening its connection in its first timed request)
+    the first wave left over some tens of ms, and one wave of 32 requests is a large part of a
+    level's wall time: output throughput read 15% under SGLang's bench_serving, whose asyncio loop
+    sends a wave at once.
+    """
+    workers = max(1, min(concurrency, num_requests))
+    barrier = threading.Barrier(workers)
+    taken = itertools.count()
+    records: list[RequestRecord | None] = [None] * num_requests
+
+    def work() -> None:
+        client.connect()
+        try:
+            barrier.wait(timeout=BARRIER_TIMEOUT_S)
+        except threading.BrokenBarrierError:
+            pass  # a worker that never arrived: the others go on rather than hang
+        while (i := next(taken)) < num_requests:
+            records[i] = client.timed_request(
+                api, prompt, max_tokens, stream=stream, temperature=TEMPERATURE, extra=extra
+            )
+
+    threads = [threading.Thread(target=work, name=f"validate-{k}", daemon=True) for k in range(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    done = [r for r in records if r is not None]
+    # Wall time from the first request sent to the last reply done: thread start-up and teardown
+    # are not the server's time.
+    duration = max(r.end for r in done) - min(r.start for r in done)
+    return aggregate(concurrency, done, duration, stream)
 
 
 def warm_up(client: OpenAIClient, api: str, prompt: str, n: int, extra: Mapping[str, Any] | None = None) -> None:

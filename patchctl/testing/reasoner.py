@@ -59,6 +59,7 @@ def default_settings() -> dict[str, Any]:
         "shift_at": None,  # golden: change the token at this index
         "delay_s": 0.002,  # before each streamed output chunk, so timings are not all zero
         "ttft_s": 0.0,  # more before the first output chunk: the prefill of a known TTFT
+        "role_at_first_token": False,  # the role chunk waits for prefill (as vLLM and SGLang send it)
         "framing": CHUNKED,  # of streams: chunked, close (close-delimited) or buffered
         "version": "0.0.0+shape",
         "fail": False,  # answer every POST with HTTP 500
@@ -135,8 +136,11 @@ class Reasoner:
     def _chat_events(self, pieces: list[tuple[str, str]], body: dict[str, Any], finish: str,
                      delay: float) -> Iterator[tuple[float, str | dict[str, Any]]]:
         chunk = "chat.completion.chunk"
-        # vLLM's first chunk: the role, no output yet.
-        yield 0.0, {"object": chunk, "choices": [
+        # vLLM's first chunk: the role, no output yet. Sent at once, or (role_at_first_token) when
+        # prefill is done, right before the first token, as vLLM's and SGLang's servers send it: a
+        # client that starts TTFT at the first chunk of any kind (vLLM's `bench serve`) then agrees.
+        late = bool(self.settings["role_at_first_token"]) and bool(pieces)
+        yield (self._delay(0, delay) if late else 0.0), {"object": chunk, "choices": [
             {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
         for i, (kind, text) in enumerate(pieces):
             if self.settings["truncate_after"] == i:
@@ -144,7 +148,7 @@ class Reasoner:
                 yield 0.0, "[DONE]"
                 return
             delta = {"content": None, "reasoning_content": text} if kind == "reasoning" else {"content": text}
-            yield self._delay(i, delay), {"object": chunk, "choices": [
+            yield (0.0 if late and i == 0 else self._delay(i, delay)), {"object": chunk, "choices": [
                 {"index": 0, "delta": delta, "finish_reason": None}]}
         yield 0.0, {"object": chunk, "choices": [{"index": 0, "delta": {"content": None}, "finish_reason": finish}]}
         yield from self._end(len(pieces), body, chunk)
@@ -223,6 +227,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--ttft", type=float, default=0.0, help="seconds before the first token (settings ttft_s)")
     p.add_argument("--itl", type=float, default=None, help="seconds between tokens (settings delay_s)")
     p.add_argument("--no-reasoning", action="store_true", help="answer without thinking first")
+    p.add_argument("--role-at-first-token", action="store_true",
+                   help="send the role chunk when prefill is done, not at once (settings role_at_first_token)")
     args = p.parse_args(argv)
     print("starting", flush=True)
     if args.exit is not None:
@@ -237,7 +243,8 @@ def main(argv: list[str] | None = None) -> None:
             f.write(str(child.pid))
     time.sleep(args.delay)
     model = Reasoner()
-    model.settings.update(ttft_s=args.ttft, reasoning=not args.no_reasoning)
+    model.settings.update(ttft_s=args.ttft, reasoning=not args.no_reasoning,
+                          role_at_first_token=args.role_at_first_token)
     if args.itl is not None:
         model.settings["delay_s"] = args.itl
     TestServer([model], port=args.port).serve_forever()

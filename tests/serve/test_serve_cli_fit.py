@@ -90,7 +90,8 @@ def test_the_default_prompt_is_the_fields_counting_prompt_at_temperature_0(shape
     # Led by TTFT and the decode rate (issue 25); output tok/s over E2E follows.
     assert single == {"concurrency": 1, "requests": 2, "ttft_ms": one["ttft_ms"], "decode_tok_s": one["decode_tok_s"],
                       "tpot_ms": one["tpot_ms"], "itl_ms": one["itl_ms"], "e2e_ms": one["e2e_ms"],
-                      "output_tok_s": one["output_tok_s"], "stream": "streamed", "latency_not_measured": None}
+                      "output_tok_s": one["output_tok_s"], "stream": "streamed", "latency_not_measured": None,
+                      "token_count_method": "usage"}
     assert list(single)[2:4] == ["ttft_ms", "decode_tok_s"]
     assert single["output_tok_s"] > 0 and single["ttft_ms"]["p50"] > 0 and single["decode_tok_s"]["p50"] > 0
     # Counting at temperature 0: every request decodes the same tokens (4 thinking + 50 lines).
@@ -105,6 +106,7 @@ def test_the_single_request_figure_comes_first_in_the_text(shape_server):
     assert first == 0  # the report's first line, before the header, coherence and throughput tables
     assert lines[first].startswith("single request: TTFT ") and ", decode " in lines[first]
     assert "output tok/s over E2E" in lines[first] and "concurrency 1, 2 requests, counting prompt" in lines[first]
+    assert "tokens by server usage" in lines[first]  # how its tokens were counted (issue 25, item 7)
     assert result.stdout.index("coherence: answers") > result.stdout.index("single request: ")
 
     no_single = validate("vllm", "--url", shape_server.base_url, "--no-answers", "--concurrency", "2",
@@ -210,7 +212,7 @@ def test_a_single_request_against_a_baseline_warns_that_its_noise_is_unknown(sha
 # --- 4. a baseline is compared on the levels both runs measured --------------------------------
 
 def test_a_baseline_is_compared_only_on_levels_measured_in_both_runs(shape_server, tmp_path):
-    shape_server.settings["delay_s"] = 0
+    shape_server.settings["delay_s"] = 0.001  # not 0: the decode rate (compared too) needs a TPOT
     common = ("vllm", "--url", shape_server.base_url, "--no-answers", "--requests", "2", "--max-tokens", "12",
               "--baseline-dir", str(tmp_path / "b"), "--threshold", "0.99")
     validate_json(*common, "--concurrency", "1,8,32", "--update-baseline", expect=0)
@@ -218,7 +220,7 @@ def test_a_baseline_is_compared_only_on_levels_measured_in_both_runs(shape_serve
     doc = validate_json(*common, "--concurrency", "1", expect=0)
     b = doc["report"]["baseline"]
     assert b["status"] == "compared"
-    assert [(c["concurrency"], c["metric"]) for c in b["checks"]] == [(1, "output_tok_s")]
+    assert [(c["concurrency"], c["metric"]) for c in b["checks"]] == [(1, "output_tok_s"), (1, "decode_tok_s_p50")]
     assert all(c["current"] is not None for c in b["checks"])
     assert b["not_compared"] == [{"concurrency": 8, "reason": "only in the baseline"},
                                  {"concurrency": 32, "reason": "only in the baseline"}]

@@ -119,3 +119,22 @@ def test_without_usage_the_level_says_tokens_came_from_chunks_and_warns(shape_se
     report = run_validate(config(shape_server, tmp_path))
     assert report.throughput.levels[0].token_count_method == "usage"
     assert not [w for w in report.warnings if "counted from chunks" in w]
+
+
+def test_every_level_says_how_its_tokens_were_counted_in_json_and_text(shape_server):
+    """Issue 25, item 7: the JSON's every level and its single-request block, and the text's table and
+    first line, say chunks when the server sent no usage (and usage when it did), with a warning."""
+    for usage, method, words in ((False, "chunks", "tokens by chunks (no server usage)"),
+                                 (True, "usage", "tokens by server usage")):
+        shape_server.settings.update(usage=usage, reasoning=False)
+        args = ["vllm", "--url", shape_server.base_url, "--no-answers", "--concurrency", "1,2", "--requests", "2",
+                "--max-tokens", "8"]
+        doc = json.loads(CliRunner().invoke(main, ["validate", *args, "--json"]).stdout)
+        tp = doc["report"]["throughput"]
+        assert [lv["token_count_method"] for lv in tp["levels"]] == [method, method]
+        assert tp["single_request"]["token_count_method"] == method
+        assert bool([w for w in doc["warnings"] if "counted from chunks" in w]) == (not usage)
+        text = CliRunner().invoke(main, ["validate", *args]).stdout
+        assert words in text.splitlines()[0]
+        rows = [ln.split() for ln in text.splitlines() if ln.split()[:1] in (["1"], ["2"])]
+        assert [r[-1] for r in rows] == [method, method], text
