@@ -59,8 +59,8 @@ def main() -> None:
     stubs.install("vllm.vllm_flash_attn", kind="anything")
     import torch
     import vllm
-    import vllm.platforms as platforms
     import vllm.model_executor.models.registry as registry
+    import vllm.platforms as platforms
     from vllm.platforms.cuda import CudaPlatform
     from vllm.platforms.interface import DeviceCapability
 

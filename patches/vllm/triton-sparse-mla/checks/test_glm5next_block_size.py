@@ -19,6 +19,7 @@ import pathlib
 import tempfile
 
 import pytest
+
 from checklib import probe
 
 PROBE = pathlib.Path(__file__).with_name("_glm5next_block_probe.py")
