@@ -119,7 +119,10 @@ def main() -> None:
         return
 
     from vllm.models.glm5next.common.attention import Glm5NextIndexerCache, Glm5NextTailCache
-    from vllm.v1.core.kv_cache_planning import get_kv_cache_groups
+    try:  # 0.33: planning split out of kv_cache_utils
+        from vllm.v1.core.kv_cache_planning import get_kv_cache_groups
+    except ModuleNotFoundError:
+        from vllm.v1.core.kv_cache_utils import get_kv_cache_groups
     from vllm.v1.kv_cache_interface import MambaSpec, MLAAttentionSpec
     from vllm.v1.worker.utils import select_common_block_size
 
