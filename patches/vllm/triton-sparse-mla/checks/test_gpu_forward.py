@@ -40,7 +40,10 @@ def _load(tree: pathlib.Path):
 @pytest.mark.parametrize("dtype_name", ["float16", "bfloat16"])
 @pytest.mark.parametrize("rope,heads", [(64, 16), (0, 8), (0, 16)], ids=["rope64-h16", "rope-free-h8", "rope-free-h16"])
 @pytest.mark.parametrize("limits", ["device", "sm120"])
-def test_gpu_forward_and_cuda_graph(patched_tree, dtype_name, block_gap, rope, heads, limits):
+# page 1024: the kernel block GLM-5.3-Flash's layer group gets on 12.x (the kpool indexer's
+# index_kpool * 64 tokens, shared with the MLA layer: test_glm5next_block_size.py).
+@pytest.mark.parametrize("page", [64, 1024], ids=["page64", "page1024"])
+def test_gpu_forward_and_cuda_graph(patched_tree, dtype_name, block_gap, rope, heads, limits, page):
     # block_gap > 0: the cache's blocks are not adjacent (vLLM 0.33 may put other layers' pages
     # between them; the backend hands the strided [blocks, block_size, D] view to the kernel).
     import torch
@@ -49,11 +52,13 @@ def test_gpu_forward_and_cuda_graph(patched_tree, dtype_name, block_gap, rope, h
     dtype = getattr(torch, dtype_name)
     dev = torch.device("cuda")
     g = torch.Generator(device="cpu").manual_seed(0)
-    H, L, R, BS, TOPK, NB = heads, 512, rope, 64, 2048, 300
+    H, L, R, BS, TOPK = heads, 512, rope, page, 2048
     D = L + R
     seq_lens, q_lens = [3000, 700, 2500, 4100], [1, 1, 1, 37]
     T = sum(q_lens)
-    bt = torch.randperm(NB, generator=g)[: 4 * 65].view(4, 65).to(torch.int32)
+    per_req = -(-4160 // BS)  # blocks per request row (65 of 64, 5 of 1024)
+    NB = 300 if BS == 64 else 24
+    bt = torch.randperm(NB, generator=g)[: 4 * per_req].view(4, per_req).to(torch.int32)
     kv_full = (torch.randn(NB, BS + block_gap, D, generator=g) * 0.5).to(dtype)
     kv = kv_full[:, :BS]
     topk = torch.full((T, TOPK), -1, dtype=torch.int32)

@@ -173,8 +173,12 @@ class TritonMLASparseBackend(AttentionBackend):
     def get_supported_kernel_block_sizes(
         kv_cache_spec: Any = None,
     ) -> list[int | MultipleOf]:
-        # The DSA indexer's cache shares the block size and wants 64.
-        return [64]
+        # The kernel takes any page size that tiles by 64. The DSA indexer's cache shares the
+        # MLA layer's KV-cache group and asks for its own size (DeepSeek V3.2 / GLM-5: exactly
+        # 64; GLM-5.3-Flash's kpool indexer on 12.x: index_kpool * 64 = 1024 tokens, in a
+        # hybrid-forced block of e.g. 5120): an exact [64] here left the group no common
+        # kernel block ("No common block size") at KV-cache setup.
+        return [MultipleOf(64)]
 
     @staticmethod
     def get_name() -> str:
