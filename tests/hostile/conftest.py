@@ -34,11 +34,20 @@ class Outcome(NamedTuple):
         return (self.doc.get("error") or {}).get("message", "") or self.doc.get("message", "")
 
 
-def run_cli(*args: str, timeout: float = 30.0) -> Outcome:
-    """`patchctl ARGS --json` in a process of its own."""
+SWAP_HOOK = Path(__file__).with_name("swap_hook.py")
+
+
+def run_cli(*args: str, timeout: float = 30.0, swap: dict | None = None) -> Outcome:
+    """`patchctl ARGS --json` in a process of its own. swap: run it under swap_hook.py (a name of
+    the tree swapped for a link out of it between its check and its use; the hook's HOSTILE_SWAP)."""
+    env = dict(os.environ)
+    command = [sys.executable, "-m", "patchctl.cli"]
+    if swap is not None:
+        env["HOSTILE_SWAP"] = json.dumps(swap)
+        command = [sys.executable, str(SWAP_HOOK)]
     try:
-        proc = subprocess.run([sys.executable, "-m", "patchctl.cli", *args, "--json"], capture_output=True,
-                              text=True, timeout=timeout, env=dict(os.environ))
+        proc = subprocess.run([*command, *args, "--json"], capture_output=True, text=True, timeout=timeout,
+                              env=env)
     except subprocess.TimeoutExpired:
         return Outcome("hang", None, {}, "")
     try:
