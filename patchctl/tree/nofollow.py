@@ -7,7 +7,12 @@ O_DIRECTORY | O_NOFOLLOW (a link in its place is refused, not followed), a file 
 O_NOFOLLOW | O_NONBLOCK and read only when fstat says it is a regular file, and no more bytes than a
 stated limit are read. Removal never descends through a link. This is what git's safe.directory and
 systemd-tmpfiles' safe path resolution do for the same reason (CVE-2022-24765: not trusting what
-another user controls)."""
+another user controls).
+
+The bookkeeping follows no link at all (open_dir, read_at, ...). The tree's own files may be reached
+through links the tree holds (`*_beneath`): those are read with readlinkat and followed only while
+they stay inside the tree, every step relative to the folder before it, so nothing the tree's owner
+swaps in between a check and a use is followed out of it."""
 from __future__ import annotations
 
 import errno

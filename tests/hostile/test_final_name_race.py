@@ -5,7 +5,8 @@ link out of it before patchctl reads, writes, renames or removes it (the tree's 
 to a file outside holding the patched bytes, so a read through it looks right), its __pycache__ (a
 link to a folder holding the same .pyc names) and its package folder (a link to a copy of it
 outside). Every case: nothing outside changes, no traceback, no hang; once the swap happened, the
-command stops with exit 3 naming the link out of the tree (nothing is read or written through it).
+command stops with exit 3 naming the link out of the tree, and nothing is read, listed or written
+through it (every file and folder outside keeps its atime, set to 0 before the command).
 On the code before the fix the reads followed the link (`status` said intact, exit 0), bytecode was
 removed through the swapped folder (outside .pyc files deleted) and a swapped package folder was a
 traceback."""
@@ -28,6 +29,16 @@ def _bytecode(folder):
         (folder / name).write_bytes(b"\x00bytecode of " + name.encode())
 
 
+def _mark_unread(outside):
+    """Every file and folder outside with atime 0, older than its mtime: the next read (or listing)
+    of it sets its atime (relatime), so a read through the link shows."""
+    marked = [outside, *outside.rglob("*")]
+    for path in marked:
+        st = os.stat(path)
+        os.utime(path, ns=(0, st.st_mtime_ns))
+    return marked
+
+
 @pytest.mark.parametrize("what,command,at,applied", CASES, ids=[f"{w}-{c}-{n}" for w, c, n, _ in CASES])
 def test_a_name_swapped_for_a_link_out_between_check_and_use_is_never_followed(case, site, store, tmp_path,
                                                                                what, command, at, applied):
@@ -46,7 +57,11 @@ def test_a_name_swapped_for_a_link_out_between_check_and_use_is_never_followed(c
     swap = {"site": str(site), "outside": str(outside), "rel": "vllm/loader.py", "at": at, "what": what,
             "marker": str(marker)}
     extra = ["--store", str(store)] if command == "apply" else []
-    out = c.record(run_cli(command, "vllm", "--target", str(site), *extra, swap=swap))
+    unread = _mark_unread(outside)
+    out = run_cli(command, "vllm", "--target", str(site), *extra, swap=swap)
+    read = sorted(str(p.relative_to(outside)) for p in unread if os.stat(p).st_atime_ns != 0)
+    out = c.record(out)  # (reads outside itself: after the atimes were looked at)
+    assert not read, f"read through the link: {read}"
     assert marker.exists(), "the command never checked the path that often: the case tests nothing"
     assert out.code == 3 and "outside the tree" in out.message, out
     for path in site.rglob("*"):  # nothing of outside's was copied in, nor its mode
