@@ -9,7 +9,7 @@ a deleted one."""
 import os
 
 import pytest
-from conftest import run_cli
+from hostile_cli import run_cli
 
 from patchctl.testing.builders import write_tree
 
