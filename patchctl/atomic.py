@@ -8,7 +8,6 @@ through. `_os_write` is the seam tests monkeypatch to simulate short writes and 
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 import stat
 import threading
@@ -108,25 +107,6 @@ def _write_in(dir_fd: int, name: str, data: bytes, *, mode: int | None, owner: t
             raise
         reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
         raise WriteError(getattr(exc, "errno", None), reason, shown) from exc
-
-
-def write_verified(path: str | os.PathLike, data: bytes) -> None:
-    """A download-cache file that vouches for itself: the sha256 of `data`, a newline, `data`; not
-    fsynced (read_verified checks every read, so a write a crash lost is a miss, never a wrong byte)."""
-    write_atomic(path, hashlib.sha256(data).hexdigest().encode() + b"\n" + data, durable=False)
-
-
-def read_verified(path: str | os.PathLike) -> bytes | None:
-    """The bytes write_verified wrote; None when the file is missing or not what was written
-    (truncated, damaged, an older layout)."""
-    try:
-        raw = Path(path).read_bytes()
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    expected, data = raw[:64], raw[65:]
-    if raw[64:65] == b"\n" and hashlib.sha256(data).hexdigest().encode() == expected:
-        return data
-    return None
 
 
 def _write_all(fd: int, data: bytes) -> None:

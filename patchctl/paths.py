@@ -1,11 +1,23 @@
 """Paths that must stay inside a root: the one check every reader and writer of a tree uses
-(the tree's bookkeeping, a directory source, an archive being unpacked)."""
+(the tree's bookkeeping, a directory source, an archive being unpacked); and the one rule of which
+files of a tree a patch may touch (`outside_packages`)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 from patchctl.errors import StoreError
+
+
+def outside_packages(paths: Iterable[str], packages: Iterable[str]) -> list[str]:
+    """The paths (relative to the import root) that are not files inside one of the engine's
+    `packages` (engines.yaml): a `.pth` beside them runs code at every interpreter start, a dist-info
+    or another distribution's files are not the engine's. The one outside-package rule: variants
+    (patching.evaluate), every tree write (tree.operations.check_paths) and every path a record or
+    journal names (tree.journal) ask it."""
+    packages = tuple(packages)
+    return [p for p in paths if "/" not in p or p.split("/", 1)[0] not in packages]
 
 
 def resolve_inside(root: Path, path: str) -> Path:

@@ -138,14 +138,16 @@ def test_no_validator_code_is_read_from_the_cache(fresh_cache):
     import subprocess
     import sys
 
-    from patchctl.atomic import write_verified
+    from patchctl.sources.cache import framed
 
     marker = fresh_cache / "ran"
     planted = compile(f"open({str(marker)!r}, 'w').close()\ndef validate(data):\n    return data\n", "<planted>", "exec")
     for name in SCHEMAS:
         raw = (REPO / "patchctl" / "schemas" / f"{name}.json").read_bytes()
         key = hashlib.sha256(b"\0".join((raw, fastjsonschema.VERSION.encode(), sys.version.encode()))).hexdigest()[:16]
-        write_verified(fresh_cache / "validators" / f"{name}-{key}.marshal", marshal.dumps(planted))
+        planted_file = fresh_cache / "validators" / f"{name}-{key}.marshal"
+        planted_file.parent.mkdir(parents=True, exist_ok=True)
+        planted_file.write_bytes(framed(marshal.dumps(planted)))  # as older patchctl framed them
     code = ("import sys; from patchctl.schemas import problem; "
             "print(problem('series', {'engine': 'vllm'}) is not None); "
             "print(any(m == 'patchctl.config' for m in sys.modules))")

@@ -18,6 +18,7 @@ from packaging.version import Version
 from patchctl import outcomes as O
 from patchctl.errors import StoreError
 from patchctl.patching.hunks import FilePatch, FileResult, Hunk, ParsedVariant, apply_hunks, parse_variant, split_lines
+from patchctl.paths import outside_packages
 from patchctl.sources.files import FileSource
 from patchctl.store import Patch, Variant, choose_variant
 
@@ -109,7 +110,7 @@ def outside_package(patch: Patch, variant: Variant, parsed: ParsedVariant) -> No
     from patchctl.engines import get_engine
 
     packages = get_engine(patch.engine).packages
-    bad = [path for path in parsed.paths if path.split("/", 1)[0] not in packages or "/" not in path]
+    bad = outside_packages(parsed.paths, packages)
     if bad:
         raise StoreError(
             f"{patch.engine}/{patch.name}/{variant.filename}: refusing {', '.join(bad)}: a patch may only change "

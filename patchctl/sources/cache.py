@@ -318,7 +318,7 @@ _MIGRATIONS = (_drop_validators, _rekey_artifacts)
 
 def framed(data: bytes) -> bytes:
     """A cache file that vouches for itself against damage: the sha256 of `data`, a newline, `data`
-    (the framing of atomic.write_verified, written through `write` so that its folders are checked)."""
+    (written through `write`, so that its folders are checked)."""
     return hashlib.sha256(data).hexdigest().encode() + b"\n" + data
 
 

@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -77,23 +78,34 @@ def pip_install(python: str, requirement: str, extra_args: tuple[str, ...] = ())
         raise EnvironmentProblem(f"`{' '.join(cmd)}` failed with exit code {proc.returncode}")
 
 
-def version_of_tree(engine: Engine, root: Path) -> Version | None:
-    """The version of an unpacked tree or checkout, from the metadata that lies in it."""
+def _read_file(path: Path) -> bytes | None:
+    return path.read_bytes() if path.is_file() else None
+
+
+def version_of_tree(engine: Engine, root: Path,
+                    read: Callable[[Path], bytes | None] | None = None) -> Version | None:
+    """The version of an unpacked tree or checkout, from the metadata that lies in it. read: how a
+    file of it is read (None: missing); a tree patchctl writes into passes the no-follow reader."""
     import email
 
+    read = read or _read_file
     candidates = (list(root.glob("*.dist-info/METADATA")) + list(root.glob("PKG-INFO"))
                   + list(root.glob("*.egg-info/PKG-INFO")))
     for meta in candidates:
-        message = email.message_from_string(meta.read_text(errors="replace"))
+        raw = read(meta)
+        if raw is None:
+            continue
+        message = email.message_from_string(raw.decode(errors="replace"))
         name = (message.get("Name") or "").replace("_", "-").lower()
         if name == engine.dist and message.get("Version"):
             return Version(message["Version"])
     for rel in engine.version_paths():
-        file = root / rel
-        if file.is_file():
+        data = read(root / rel)
+        if data is not None:
             import re
 
-            m = re.search(r"""(?:__version__|version)\s*(?::\s*str\s*)?=\s*['"]([^'"]+)['"]""", file.read_text())
+            m = re.search(r"""(?:__version__|version)\s*(?::\s*str\s*)?=\s*['"]([^'"]+)['"]""",
+                          data.decode(errors="replace"))
             if m:
                 try:
                     return Version(m.group(1))

@@ -10,7 +10,6 @@ them, and hashing vLLM's .so files costs seconds.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -19,7 +18,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from patchctl import outcomes as O
 from patchctl.errors import EnvironmentProblem, PatchctlError, UsageError
+from patchctl.paths import outside_packages
 from patchctl.tree.journal import FileRecord, PatchRecord, StateRecord, sha256
+from patchctl.tree.nofollow import RECORD_LIMIT, read_beneath
 from patchctl.tree.operations import Target
 
 if TYPE_CHECKING:
@@ -65,29 +66,33 @@ def record_of(target: Target) -> dict[str, str] | None:
     from patchctl.sources.zipread import record_hashes
 
     prefix = target.engine.dist.replace("-", "_") + "-"
-    infos = [d for d in sorted(target.root.glob("*.dist-info")) if (d / "RECORD").is_file()
-             and d.name.startswith(prefix) and d.name.removesuffix(".dist-info").endswith(f"-{target.version}")]
-    if not infos:
+    infos = [d for d in sorted(target.root.glob("*.dist-info"))
+             if d.name.startswith(prefix) and d.name.removesuffix(".dist-info").endswith(f"-{target.version}")]
+    records = [raw for raw in (dist_info_file(target.root, d.name, "RECORD") for d in infos) if raw is not None]
+    if not records:
         return None
     hashes: dict[str, str] = {}
-    for info in infos:
-        hashes.update(record_hashes((info / "RECORD").read_bytes()))
+    for raw in records:
+        hashes.update(record_hashes(raw))
     return hashes
 
 
+def dist_info_file(root: Path, info: str, name: str) -> bytes | None:
+    """A file of a dist-info folder in the tree (RECORD, METADATA, direct_url.json), read as every
+    tree file is (nofollow.read_beneath): None when missing; a FIFO, a device, a link out of the tree
+    or a file over 64 MiB is refused (exit 3), not read."""
+    return read_beneath(root, f"{info}/{name}", RECORD_LIMIT)
+
+
 def _wanted(path: str, packages: Sequence[str], only_py: bool) -> bool:
-    if path.split("/", 1)[0] not in packages or "/" not in path or "__pycache__/" in path:
+    if outside_packages([path], packages) or "__pycache__/" in path:
         return False
     return path.endswith(".py") if only_py else not path.endswith(COMPILED)
 
 
-def _digest(file: Path) -> str | None:
-    try:
-        if not file.is_file():
-            return None
-        return hashlib.sha256(file.read_bytes()).hexdigest()
-    except (FileNotFoundError, NotADirectoryError):
-        return None
+def _digest(target: Target, path: str) -> str | None:
+    """The sha256 of a tree file now (None: missing), read as every tree file is (read_beneath)."""
+    return sha256(read_beneath(target.root, path))
 
 
 def tree_files(target: Target, *, only_py: bool) -> list[str]:
@@ -119,14 +124,14 @@ def record_mismatches(target: Target, *, only_py: bool = False, added: bool = Fa
     for path, digest in sorted(record.items()):
         if (named is not None and path not in named) or (named is None and not _wanted(path, packages, only_py)):
             continue
-        now = _digest(target.root / path)
+        now = _digest(target, path)
         if now != digest:
             out.append(Edit(path, DELETED if now is None else MODIFIED, now, digest))
     if added or named is not None:
         candidates = tree_files(target, only_py=only_py) if named is None else named
         for path in candidates:
             if path not in record:
-                now = _digest(target.root / path)
+                now = _digest(target, path)
                 if now is not None:
                     out.append(Edit(path, ADDED, now, None))
     return sorted(out)
@@ -143,7 +148,7 @@ def release_mismatches(target: Target, release: ReleaseSource, *, paths: Iterabl
     release.prefetch(wanted)
     out = []
     for path in wanted:
-        now = _digest(target.root / path)
+        now = _digest(target, path)
         then = sha256(release.read(path))
         if now != then:
             status = ADDED if then is None else DELETED if now is None else MODIFIED
@@ -225,7 +230,7 @@ def inside_engine(target: Target, path: str) -> str:
             rel = None
     if rel is None and not raw.is_absolute():
         rel = raw.as_posix()
-    if rel is None or ".." in rel.split("/") or "/" not in rel or rel.split("/", 1)[0] not in target.engine.packages:
+    if rel is None or ".." in rel.split("/") or outside_packages([rel], target.engine.packages):
         raise UsageError(f"--file {path}: not a file of the {', '.join(target.engine.packages)} package in {target.root}",
                          hint=f"name it relative to the import root, e.g. {target.engine.packages[0]}/module.py")
     return rel
@@ -272,8 +277,8 @@ def base_bytes(target: Target, edit: Edit, pristine: bytes | None) -> bytes | No
 
 
 def current_bytes(target: Target, path: str) -> bytes | None:
-    file = target.root / path
-    return file.read_bytes() if file.is_file() else None
+    """The tree's bytes of `path` now (None: missing), read as every tree file is (read_beneath)."""
+    return read_beneath(target.root, path)
 
 
 # --- taking edits into the record --------------------------------------------------------------------
@@ -334,5 +339,5 @@ def adopt(target: Target, patch: str, variant: str, files: Mapping[str, tuple[by
     return None
 
 
-__all__ = ["Edit", "Scan", "adopt", "base_bytes", "current_bytes", "inside_engine", "pristine_bytes",
+__all__ = ["Edit", "Scan", "adopt", "base_bytes", "current_bytes", "dist_info_file", "inside_engine", "pristine_bytes",
            "record_mismatches", "record_of", "release_mismatches", "scan", "unmanaged"]

@@ -17,7 +17,9 @@ from patchctl.errors import UsageError
 from patchctl.interpreter import dist_versions
 from patchctl.sources import installed as inst
 from patchctl.spec import EngineRef
+from patchctl.tree.edits import dist_info_file
 from patchctl.tree.journal import BuildRecord
+from patchctl.tree.nofollow import RECORD_LIMIT, read_beneath
 from patchctl.tree.operations import Target
 
 if TYPE_CHECKING:
@@ -91,10 +93,13 @@ def find_target(ref: EngineRef, where: TargetSpec, *, install: bool = False,
 def tree_version(engine: Engine, root: Path) -> Version | None:
     """The version of the engine's tree at root: from its dist-info (the one whose RECORD matches the
     files, when pip left two), else from PKG-INFO or the package's version file."""
-    infos = [d for d in root.glob("*.dist-info") if _dist_name(d) == engine.dist and (d / "METADATA").is_file()]
+    infos = [d for d in root.glob("*.dist-info")
+             if _dist_name(d) == engine.dist and dist_info_file(root, d.name, "METADATA") is not None]
     if len(infos) > 1:
         return _version_matching_files(engine, root, infos)
-    return inst.version_of_tree(engine, root)
+    # Its metadata read as every file of a tree patchctl may write (no link out, no FIFO, bounded).
+    return inst.version_of_tree(engine, root, read=lambda p: read_beneath(root, p.relative_to(root).as_posix(),
+                                                                          RECORD_LIMIT))
 
 
 def _info_version(info: Path) -> Version | None:
@@ -116,9 +121,10 @@ def _version_matching_files(engine: Engine, root: Path, infos: list[Path]) -> Ve
     from patchctl.sources.zipread import record_hashes
 
     def version_of(info: Path) -> Version:
-        return Version(email.message_from_string((info / "METADATA").read_text(errors="replace"))["Version"])
+        raw = dist_info_file(root, info.name, "METADATA") or b""
+        return Version(email.message_from_string(raw.decode(errors="replace"))["Version"])
 
-    records = {info: record_hashes((info / "RECORD").read_bytes()) if (info / "RECORD").is_file() else {}
+    records = {info: record_hashes(raw) if (raw := dist_info_file(root, info.name, "RECORD")) is not None else {}
                for info in infos}
     # Files the candidates disagree on decide it; files patchctl patched match neither, so they only
     # lower every score alike.
@@ -127,8 +133,8 @@ def _version_matching_files(engine: Engine, root: Path, infos: list[Path]) -> Ve
                  and len({r.get(path) for r in records.values()}) > 1}
     current = {}
     for path in sorted(contested)[:2000]:
-        file = root / path
-        current[path] = hashlib.sha256(file.read_bytes()).hexdigest() if file.is_file() else None
+        data = read_beneath(root, path)
+        current[path] = None if data is None else hashlib.sha256(data).hexdigest()
     scores = {info: sum(current.get(p) == rec.get(p) for p in current) for info, rec in records.items()}
     ranked = sorted(scores.items(), key=lambda kv: kv[1], reverse=True)
     if ranked[0][1] > 0 and ranked[0][1] > ranked[1][1]:
@@ -244,11 +250,14 @@ def installed_build(engine: Engine, root: Path, version: Version) -> BuildRecord
 
     commit, url = commit_of(version), None
     for info in root.glob("*.dist-info"):
-        if _dist_name(info) != engine.dist or not (info / "direct_url.json").is_file():
+        if _dist_name(info) != engine.dist:
+            continue
+        raw = dist_info_file(root, info.name, "direct_url.json")
+        if raw is None:
             continue
         try:
-            direct = json.loads((info / "direct_url.json").read_text())
-        except (OSError, ValueError):
+            direct = json.loads(raw.decode())
+        except ValueError:  # UnicodeDecodeError included
             continue
         if not isinstance(direct, dict) or _info_version(info) != version:
             continue  # another version's dist-info, left behind

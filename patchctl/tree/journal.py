@@ -29,14 +29,27 @@ import signal
 import stat
 import time
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from patchctl.atomic import write_atomic_at
 from patchctl.errors import EnvironmentProblem, PatchctlError, StateDamaged
-from patchctl.paths import resolve_inside
-from patchctl.tree.nofollow import RECORD_LIMIT, Planted, exists_at, open_dir, read_at, read_path, rmtree_at, unlink_at
+from patchctl.paths import outside_packages, resolve_inside
+from patchctl.tree.nofollow import (
+    RECORD_LIMIT,
+    Planted,
+    exists_at,
+    folder_beneath,
+    lstat_beneath,
+    open_dir,
+    parent_beneath,
+    read_at,
+    read_beneath,
+    rmtree_at,
+    stat_beneath,
+    unlink_at,
+)
 
 STATE_SCHEMA = "patchctl-state/3"
 # Records this patchctl reads: /2 (before 2026-12-02) lacks each patch's store and fingerprint and
@@ -235,21 +248,6 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def sweep_temp_files(directories: Iterable[Path]) -> list[Path]:
-    """Remove write_atomic's temp files left by processes that died (kill -9) in these directories."""
-    removed = []
-    for directory in directories:
-        try:
-            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-        except OSError:
-            continue
-        try:
-            removed += [directory / name for name in _sweep_at(fd)]
-        finally:
-            os.close(fd)
-    return removed
-
-
 def _sweep_at(dir_fd: int) -> list[str]:
     removed: list[str] = []
     try:
@@ -403,7 +401,7 @@ class TargetState:
         tree is not a damaged record: it is said as it is (Planted)."""
         if os.path.isabs(rel) or ".." in Path(rel).parts or "\0" in rel:
             raise StateDamaged(f"{where} names {rel!r}, which leaves the tree", hint=self._way_out)
-        if self.packages is not None and (rel.split("/", 1)[0] not in self.packages or "/" not in rel):
+        if self.packages is not None and outside_packages([rel], self.packages):
             raise StateDamaged(f"{where} names {rel!r}, outside the {', '.join(p + '/' for p in self.packages)} "
                                f"package: patchctl writes nothing else", hint=self._way_out)
         try:
@@ -562,17 +560,23 @@ class TargetState:
     # journaled writes ------------------------------------------------------------------------
     def capture(self, rel: str) -> tuple[int | None, tuple[tuple[str, str], ...]]:
         """The file's mtime and its .pyc files (stashed as blobs), to put back when it is restored."""
-        path = self.inside(rel, self.state_file)
-        try:
-            mtime = path.lstat().st_mtime_ns
-        except FileNotFoundError:
+        self.inside(rel, self.state_file)
+        st = lstat_beneath(self.root, rel)
+        if st is None:
             return None, ()
         stashed = []
         for pyc in _bytecode_of(self.root, rel):
-            data = read_path(self.inside(pyc, self.state_file))
+            data = self.read_tree(pyc, self.state_file)
             if data is not None:
                 stashed.append((pyc, self.put_blob(data)))
-        return mtime, tuple(stashed)
+        return st.st_mtime_ns, tuple(stashed)
+
+    def read_tree(self, rel: str, where: Path) -> bytes | None:
+        """The bytes of a tree file a record or journal (`where`) names: the path checked by inside(),
+        then read without resolving it by name (nofollow.read_beneath): a link swapped in meanwhile is
+        followed only inside the tree; a FIFO or a device is refused, not read."""
+        self.inside(rel, where)
+        return read_beneath(self.root, rel)
 
     def write_files(self, changes: list[Change], new_record: StateRecord | None) -> None:
         """Replace files under the root all-or-nothing, then save new_record."""
@@ -656,13 +660,18 @@ class TargetState:
             return False
         journal = self._read_journal()
         # Every folder the interrupted write can have written into: the files' and their bytecode's.
-        written = set()
+        written: set[str] = set()
         for e in journal["entries"]:
-            parent = self.inside(e["path"], self.journal_file).parent
-            written |= {parent, parent / "__pycache__"}
+            self.inside(e["path"], self.journal_file)
+            parent = os.path.dirname(e["path"])
+            written |= {parent, f"{parent}/__pycache__"}
             for pyc, _ in list(e["before_bytecode"]) + list(e["after_bytecode"]):
-                written.add(self.inside(pyc, self.journal_file).parent)
-        sweep_temp_files(sorted(written))
+                self.inside(pyc, self.journal_file)
+                written.add(os.path.dirname(pyc))
+        for folder in sorted(written):
+            with folder_beneath(self.root, folder) as fd:
+                if fd is not None:
+                    _sweep_at(fd)
         try:
             for e in reversed(journal["entries"]):
                 if self._current_digest(e["path"]) == e["before"]:
@@ -683,60 +692,51 @@ class TargetState:
         return True
 
     def _current_digest(self, rel: str) -> str | None:
-        return sha256(read_path(self.inside(rel, self.journal_file)))
+        return sha256(self.read_tree(rel, self.journal_file))
 
     def _put(self, rel: str, blob: str | None, mtime_ns: int | None, bytecode: Iterable[Iterable[str]]) -> None:
-        target = self.inside(rel, self.journal_file)
+        """The file `rel` made `blob`'s bytes (None: removed), with its bytecode and mtime. Every step is
+        relative to the descriptor of the file's folder (nofollow.parent_beneath: reached from the
+        tree's root, following no link out of it), and the last name itself is never followed: the
+        new file is renamed over whatever is there (a link is replaced, not written through)."""
+        self.inside(rel, self.journal_file)
+        target = self.root / rel
         data = None if blob is None else self.blob(blob)
-        folder = self._open_parent(target)
-        try:
-            name = target.name
+        with ExitStack() as opened:
+            try:
+                folder, name = opened.enter_context(parent_beneath(self.root, rel, create=data is not None))
+            except FileNotFoundError:
+                if data is None:
+                    return  # its folder is gone: nothing to remove, no bytecode beside it
+                raise
             if data is None:
                 unlink_at(folder, name)
             else:
                 try:
                     st = os.stat(name, dir_fd=folder, follow_symlinks=False)
                     if stat.S_ISLNK(st.st_mode):
-                        # A link inside the tree (inside() checked where it leads): the file it names
-                        # gives the mode, not the link's own 0777.
-                        st = os.stat(name, dir_fd=folder)
-                    mode, owner = st.st_mode & 0o7777, (st.st_uid, st.st_gid)
+                        # A link inside the tree: the file it names gives the mode, not the link's own
+                        # 0777 (followed only inside the tree; one that leads out gives nothing).
+                        st = stat_beneath(self.root, rel) or st
+                    if stat.S_ISREG(st.st_mode):
+                        mode, owner = st.st_mode & 0o7777, (st.st_uid, st.st_gid)
+                    else:
+                        mode, owner = 0o644, None
                 except FileNotFoundError:
                     mode, owner = 0o644, None
                 # A new inode (rename over): hardlinked installs (uv's cache) are never written through.
                 write_atomic_at(folder, name, data, mode=mode, owner=owner, shown=str(target))
             for pyc in _bytecode_of(self.root, rel):
-                (self.root / pyc).unlink(missing_ok=True)
+                self.inside(pyc, self.journal_file)
+                with parent_beneath(self.root, pyc) as (cache, pyc_name):
+                    unlink_at(cache, pyc_name)
             for pyc, digest in bytecode:
-                path = self.inside(pyc, self.journal_file)
-                cache = self._open_parent(path)
-                try:
-                    write_atomic_at(cache, path.name, self.blob(digest), shown=str(path))
-                finally:
-                    os.close(cache)
+                self.inside(pyc, self.journal_file)
+                with parent_beneath(self.root, pyc, create=True) as (cache, pyc_name):
+                    write_atomic_at(cache, pyc_name, self.blob(digest), shown=str(self.root / pyc))
                 _crash_point("bytecode")
             if data is not None and mtime_ns is not None:
                 os.utime(name, ns=(mtime_ns, mtime_ns), dir_fd=folder, follow_symlinks=False)
-        finally:
-            os.close(folder)
-
-    def _open_parent(self, path: Path) -> int:
-        """The folder `path` goes into, opened by walking its real path from the tree's root one
-        component at a time with O_NOFOLLOW (made when missing): a folder swapped for a link after
-        inside() resolved it is refused, not followed out of the tree."""
-        real_root = self.root.resolve()
-        parts = path.parent.resolve().relative_to(real_root).parts
-        fd = os.open(real_root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            for n, part in enumerate(parts):
-                below = open_dir(fd, part, real_root.joinpath(*parts[:n + 1]), create=True)
-                assert below is not None  # created
-                os.close(fd)
-                fd = below
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd
 
     # records of patchctl before 2026-12 ------------------------------------------------------
     def _migrate_legacy(self) -> None:
@@ -754,7 +754,7 @@ class TargetState:
             raise StateDamaged(f"{legacy / 'state.json'} is damaged ({exc})", hint=self._way_out) from None
         if (legacy / "blobs").is_dir():
             for blob in (legacy / "blobs").iterdir():
-                data = read_path(blob)
+                data = read_beneath(legacy / "blobs", blob.name)
                 if data is not None:
                     self.put_blob(data)
         self.save(record)
@@ -769,11 +769,14 @@ def _quietly(func: Any, *args: Any, **kwargs: Any) -> None:
 
 
 def _bytecode_of(root: Path, rel: str) -> list[str]:
-    """The .pyc files of a module (every interpreter and optimisation level), relative to root."""
+    """The .pyc files of a module (every interpreter and optimisation level), relative to root; its
+    __pycache__ listed through its descriptor (reached as every tree file is: nofollow.folder_beneath)."""
     if not rel.endswith(".py"):
         return []
-    source = root / rel
-    cache = source.parent / "__pycache__"
-    if not cache.is_dir():
-        return []
-    return sorted(str(p.relative_to(root)) for p in cache.glob(f"{source.stem}.*.pyc"))
+    folder, name = os.path.split(rel)
+    cache = f"{folder}/__pycache__" if folder else "__pycache__"
+    stem = name[:-len(".py")]
+    with folder_beneath(root, cache) as fd:
+        names = [] if fd is None else os.listdir(fd)
+    return sorted(f"{cache}/{n}" for n in names
+                  if n.startswith(stem + ".") and n.endswith(".pyc") and "/" not in n and not _TEMP.match(n))

@@ -7,12 +7,19 @@ O_DIRECTORY | O_NOFOLLOW (a link in its place is refused, not followed), a file 
 O_NOFOLLOW | O_NONBLOCK and read only when fstat says it is a regular file, and no more bytes than a
 stated limit are read. Removal never descends through a link. This is what git's safe.directory and
 systemd-tmpfiles' safe path resolution do for the same reason (CVE-2022-24765: not trusting what
-another user controls)."""
+another user controls).
+
+The bookkeeping follows no link at all (open_dir, read_at, ...). The tree's own files may be reached
+through links the tree holds (`*_beneath`): those are read with readlinkat and followed only while
+they stay inside the tree, every step relative to the folder before it, so nothing the tree's owner
+swaps in between a check and a use is followed out of it."""
 from __future__ import annotations
 
 import errno
 import os
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from patchctl.errors import Planted
@@ -78,17 +85,205 @@ def read_at(dir_fd: int, name: str, shown: Path | str, limit: int = FILE_LIMIT) 
         os.close(fd)
 
 
-def read_path(path: Path, limit: int = FILE_LIMIT) -> bytes | None:
-    """A file of the tree (its path already checked to stay inside it; links inside the tree are
-    followed): None when missing or not a file; a FIFO, a device or a file over `limit`: Planted."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+# --- files of the tree itself: links inside the tree followed, by hand, never out of it -------------
+#
+# A tree file's path may run through links the tree holds on purpose (a symlinked folder, a module
+# that is a link to another one). Resolving it by path and then opening the result leaves a window
+# in which its owner can swap a name for a link out of the tree. So each step is made relative to the
+# descriptor of the folder before it (openat with O_NOFOLLOW); a link met on the way is read with
+# readlinkat and its target walked the same way from the tree's root, refused when it leaves the
+# tree (systemd's chase_symlinks, openat2's RESOLVE_BENEATH, done by hand: Python has no openat2).
+
+_MAX_LINKS = 40  # as the kernel's own limit on links in one path
+
+
+class _Beneath:
+    """A walk of paths inside the tree at `root` (named by the user: the root itself is trusted)."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self.real_root = os.path.realpath(root)
+        self.links = 0
+
+    def _root_fd(self) -> int:
+        return os.open(self.root, _DIR & ~getattr(os, "O_NOFOLLOW", 0))
+
+    def _followed(self, shown: str, folder: str, target: str) -> list[str]:
+        """The path (as parts from the root) a link in `folder` (parts joined by /) pointing at
+        `target` names; refused when it leads out of the tree."""
+        self.links += 1
+        if self.links > _MAX_LINKS:
+            raise Planted(f"{self.root / shown}: more than {_MAX_LINKS} symlinks on the way (a loop?)")
+        if os.path.isabs(target):
+            joined = os.path.normpath(target)
+            if joined != self.real_root and not joined.startswith(self.real_root.rstrip("/") + "/"):
+                raise self._outside(shown, joined)
+            joined = os.path.relpath(joined, self.real_root)
+        else:
+            joined = os.path.normpath(os.path.join(folder, target)) if folder else os.path.normpath(target)
+        if joined == ".." or joined.startswith("../") or os.path.isabs(joined):
+            raise self._outside(shown, os.path.normpath(os.path.join(self.real_root, joined)))
+        return [p for p in joined.split("/") if p not in ("", ".")]
+
+    def _outside(self, shown: str, where: str) -> Planted:
+        return Planted(f"{self.root / shown} is a symlink (or lies under one) to {where}, outside the tree: "
+                       f"patchctl reads and writes nothing through it",
+                       hint="replace the link by the file it names (or remove it), then run the command again")
+
+    def folder(self, parts: list[str], shown: str, *, create: bool = False) -> tuple[int, list[str]]:
+        """The folder `parts` open (links inside the tree followed) and its real parts from the root.
+        Missing (and not create): FileNotFoundError; a file on the way: NotADirectoryError."""
+        todo = list(parts)
+        fd = self._root_fd()
+        real: list[str] = []
+        try:
+            while todo:
+                part = todo.pop(0)
+                if part in ("", "."):
+                    continue
+                if part == "..":  # only from a link's target, already normalised: never above the root
+                    todo = self._followed(shown, "/".join(real), "/".join([".."] + todo))
+                    real = []
+                    os.close(fd)
+                    fd = self._root_fd()
+                    continue
+                try:
+                    below = os.open(part, _DIR, dir_fd=fd)
+                except FileNotFoundError:
+                    if not create:
+                        raise
+                    try:
+                        os.mkdir(part, 0o755, dir_fd=fd)
+                    except FileExistsError:
+                        pass
+                    todo.insert(0, part)
+                    continue
+                except OSError as exc:
+                    if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                        raise
+                    try:
+                        target = os.readlink(part, dir_fd=fd)
+                    except OSError as again:
+                        if again.errno == errno.EINVAL and exc.errno == errno.ENOTDIR:
+                            raise NotADirectoryError(errno.ENOTDIR, "a file, not a folder",
+                                                     str(self.root.joinpath(*real, part))) from None
+                        if again.errno in (errno.EINVAL, errno.ENOENT):  # swapped meanwhile: look again
+                            todo.insert(0, part)
+                            self.links += 1
+                            if self.links > _MAX_LINKS:
+                                raise Planted(f"{self.root / shown} keeps changing while patchctl opens it") from None
+                            continue
+                        raise
+                    todo = self._followed(shown, "/".join(real), target) + todo
+                    real = []
+                    os.close(fd)
+                    fd = self._root_fd()
+                    continue
+                os.close(fd)
+                fd = below
+                real.append(part)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd, real
+
+    def final(self, rel: str, *, create: bool = False) -> tuple[int, str, list[str]]:
+        """(the folder `rel` lies in, open; its last name; that folder's real parts from the root)."""
+        parts = [p for p in rel.split("/") if p not in ("", ".")]
+        if not parts or parts[-1] == "..":
+            raise NotADirectoryError(errno.EISDIR, "not a file", str(self.root / rel))
+        fd, real = self.folder(parts[:-1], rel, create=create)
+        return fd, parts[-1], real
+
+    def open_file(self, rel: str) -> int | None:
+        """A descriptor of the file `rel` names, links inside the tree followed (None: missing or a
+        folder); opened O_NONBLOCK, so a FIFO there does not hang the open (_read_fd refuses it)."""
+        shown = rel
+        while True:
+            try:
+                folder, name, real = self.final(rel)
+            except (FileNotFoundError, NotADirectoryError):
+                return None
+            try:
+                fd = os.open(name, _FILE, dir_fd=folder)
+            except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+                return None
+            except OSError as exc:
+                if exc.errno != errno.ELOOP:
+                    raise
+                try:
+                    target = os.readlink(name, dir_fd=folder)
+                except OSError:
+                    target = name  # swapped back meanwhile: look again (counted as a link)
+                rel = "/".join(self._followed(shown, "/".join(real), target))
+                if not rel:
+                    return None  # the link names the root: a folder
+                continue
+            finally:
+                os.close(folder)
+            if stat.S_ISDIR(os.fstat(fd).st_mode):
+                os.close(fd)
+                return None
+            return fd
+
+
+def read_beneath(root: Path, rel: str, limit: int = FILE_LIMIT) -> bytes | None:
+    """A file of the tree at `root`: None when missing (or a folder, or under a file); a link on the
+    way is followed only inside the tree (one that leads out: Planted); a FIFO, a device or a file
+    over `limit`: Planted. No step resolves a path by name, so nothing swapped meanwhile is followed."""
+    fd = _Beneath(root).open_file(rel)
+    if fd is None:
         return None
     try:
-        if stat.S_ISDIR(os.fstat(fd).st_mode):
-            return None
-        return _read_fd(fd, path, limit)
+        return _read_fd(fd, root / rel, limit)
+    finally:
+        os.close(fd)
+
+
+def stat_beneath(root: Path, rel: str) -> os.stat_result | None:
+    """What the file `rel` names (links inside the tree followed, as read_beneath follows them), not
+    read: None when missing or a folder."""
+    fd = _Beneath(root).open_file(rel)
+    if fd is None:
+        return None
+    try:
+        return os.fstat(fd)
+    finally:
+        os.close(fd)
+
+
+def lstat_beneath(root: Path, rel: str) -> os.stat_result | None:
+    """The entry `rel` itself (a link as a link), its folders reached as read_beneath reaches them."""
+    try:
+        with parent_beneath(root, rel) as (folder, name):
+            return os.stat(name, dir_fd=folder, follow_symlinks=False)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+@contextmanager
+def parent_beneath(root: Path, rel: str, *, create: bool = False) -> Iterator[tuple[int, str]]:
+    """(the folder `rel` goes into, open; its last name), for writing, renaming or removing that name
+    relative to the folder (write_atomic_at, unlink_at): the folders on the way reached as
+    read_beneath reaches them (create: made when missing), the last name itself never followed (a
+    rename over a link replaces the link). Missing folder: FileNotFoundError."""
+    folder, name, _ = _Beneath(root).final(rel, create=create)
+    try:
+        yield folder, name
+    finally:
+        os.close(folder)
+
+
+@contextmanager
+def folder_beneath(root: Path, rel: str) -> Iterator[int | None]:
+    """The folder `rel` of the tree open (links inside the tree followed), None when missing."""
+    try:
+        fd, _ = _Beneath(root).folder([p for p in rel.split("/") if p not in ("", ".")], rel)
+    except (FileNotFoundError, NotADirectoryError):
+        yield None
+        return
+    try:
+        yield fd
     finally:
         os.close(fd)
 
@@ -156,5 +351,5 @@ def rmtree_at(dir_fd: int, name: str) -> None:
         pass
 
 
-__all__ = ["FILE_LIMIT", "RECORD_LIMIT", "Planted", "exists_at", "open_dir", "read_at", "read_path", "rmtree_at",
-           "unlink_at"]
+__all__ = ["FILE_LIMIT", "RECORD_LIMIT", "Planted", "exists_at", "folder_beneath", "lstat_beneath", "open_dir",
+           "parent_beneath", "read_at", "read_beneath", "rmtree_at", "stat_beneath", "unlink_at"]

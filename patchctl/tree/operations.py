@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -38,7 +39,7 @@ from patchctl.tree.journal import (
     TargetState,
     sha256,
 )
-from patchctl.tree.nofollow import read_path
+from patchctl.tree.nofollow import lstat_beneath, read_beneath
 
 if TYPE_CHECKING:
     # The apply engine (the diff reader, the store, packaging.requirements under it) is imported by
@@ -83,7 +84,7 @@ def status(target: Target) -> TargetStatus:
         return TargetStatus("not-applied", None, (), f"no patches applied to {target.engine.name} at {target.root}")
     files = []
     for f in record.files:
-        data = read_path(st.inside(f.path, st.state_file))
+        data = st.read_tree(f.path, st.state_file)
         digest = sha256(data)
         if digest == f.patched_sha256:
             files.append(FileStatus(f.path, "patched"))
@@ -300,7 +301,7 @@ def _apply_locked(target: Target, st: TargetState, current: TargetStatus, patche
         raise _failed(target, result, [o for o in result.outcomes if o.outcome == O.CONFLICT])
     if dry_run:
         return ApplyReport(result, (), recovered, "dry run: nothing written", current.state)
-    changes = [c._replace(before=(target.root / c.path).read_bytes()) if c.path in leftovers else c
+    changes = [c._replace(before=st.read_tree(c.path, st.state_file)) if c.path in leftovers else c
                for c in result.changes]
     origins = _origins(patches, result)
     # A record is rewritten without file changes when the series, the choice, the stores or the build
@@ -405,8 +406,12 @@ class _TreeSource:
         from patchctl.sources.files import resolve_inside
 
         check_paths(self._target, [path])  # before the file system is asked: bad input is exit 2
-        data = read_path(resolve_inside(self._tree.root, path))  # a FIFO in the tree is refused, not read
-        if data is not None and (self._tree.root / path).is_symlink():
+        resolve_inside(self._tree.root, path)  # a link out of the tree: refused (exit 2) as every source refuses it
+        # Read relative to folder descriptors (nofollow.read_beneath): a FIFO is refused, not read, and a
+        # name swapped for a link meanwhile is followed only inside the tree.
+        data = read_beneath(self._tree.root, path)
+        entry = lstat_beneath(self._tree.root, path) if data is not None else None
+        if entry is not None and stat.S_ISLNK(entry.st_mode):
             raise UsageError(f"{path} is a symlink: patchctl replaces files by rename and would turn it into a "
                              f"copy, so it refuses to patch it",
                              hint="replace the link by the file itself, or patch the tree it points into")
@@ -435,12 +440,14 @@ def check_paths(target: Target, paths: Iterable[str]) -> None:
     system can hold there: no name over NAME_MAX, no file where a folder must be, no folder where the
     file goes. Bad patch input is refused (exit 2) before anything is written, never an exit 3
     from the writer halfway."""
+    from patchctl.paths import outside_packages
+
     packages = tuple(target.engine.packages)
     for rel in paths:
         parts = rel.split("/")
         if os.path.isabs(rel) or ".." in parts or "\0" in rel:
             raise StoreError(f"refusing {rel!r}: it leaves the tree")
-        if parts[0] not in packages or len(parts) < 2:
+        if outside_packages([rel], packages):
             raise StoreError(f"refusing {rel}: patchctl writes only files inside the "
                              f"{', '.join(p + '/' for p in packages)} package",
                              hint="a patch of another distribution belongs in that engine's series")
@@ -526,7 +533,7 @@ def revert(target: Target, *, force: bool = False, wait: float = 0.0) -> RevertR
             # Only files the patches created are still ours: pip replaced the others.
             created = [f for f, s in zip(current.record.files, current.files, strict=True)
                        if f.pristine_sha256 is None and s.status == "patched"]
-            changes = [Change(f.path, read_path(st.inside(f.path, st.state_file)), None) for f in created]
+            changes = [Change(f.path, st.read_tree(f.path, st.state_file), None) for f in created]
             st.write_files(changes, None)
             return RevertReport(tuple(c.path for c in changes), (), recovered,
                                 f"{current.message} Dropped the stale record"
@@ -539,7 +546,7 @@ def revert(target: Target, *, force: bool = False, wait: float = 0.0) -> RevertR
             if fs.status != "patched" and not force:
                 raise PatchFailed(f"{record.path} changed since it was patched; refusing to overwrite it",
                                   hint="pass --force to restore the pristine file anyway")
-            before = read_path(st.inside(record.path, st.state_file))
+            before = st.read_tree(record.path, st.state_file)
             pristine = None if record.pristine_sha256 is None else st.blob(record.pristine_sha256)
             changes.append(Change(record.path, before, pristine, record.pristine_mtime_ns, record.bytecode))
         check_paths(target, [c.path for c in changes])
@@ -598,7 +605,7 @@ def repair_from_release(target: Target, release: FileSource, paths: list[str], *
     with st.locked(wait):
         changes, skipped = [], []
         for rel in paths:
-            current = read_path(st.inside(rel, st.dir))
+            current = st.read_tree(rel, st.dir)
             pristine = release.read(rel)
             if current == pristine:
                 skipped.append(rel)

@@ -1,89 +1,16 @@
 """The hostile-target suite: a tree (and its bookkeeping) written by someone other than the user who
 runs patchctl, as when root runs `ensure` on a venv a service user owns. Every case runs the real
-CLI in its own process (a hang is a timeout, not a stuck suite) and is classed as: ok, a clean error
-(exit 1/2/3, one JSON document, no traceback), a traceback, a hang; and every case checks that
-nothing outside the tree changed. The terminal summary prints the count per class (issue 23)."""
+CLI in its own process and is classed (hostile_cli.py); the terminal summary prints the count per
+class (issue 23)."""
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from collections import Counter, defaultdict
 from pathlib import Path
-from typing import NamedTuple
 
 import pytest
+from hostile_cli import PATCHED_LOADER, PATCHED_UTILS, TALLY, Case
 
 from patchctl.testing.builders import install_fake_dist
-from patchctl.testing.fixtures import PRISTINE, loader_with
-
-PATCHED_LOADER = loader_with({10: "ten\n"})
-PATCHED_UTILS = PRISTINE["vllm/utils.py"].replace("return 2", "return 3")
-TALLY: dict[str, Counter] = defaultdict(Counter)
-
-
-class Outcome(NamedTuple):
-    kind: str  # ok | clean-error | traceback | hang
-    code: int | None
-    doc: dict
-    stderr: str
-
-    @property
-    def message(self) -> str:
-        return (self.doc.get("error") or {}).get("message", "") or self.doc.get("message", "")
-
-
-def run_cli(*args: str, timeout: float = 30.0) -> Outcome:
-    """`patchctl ARGS --json` in a process of its own."""
-    try:
-        proc = subprocess.run([sys.executable, "-m", "patchctl.cli", *args, "--json"], capture_output=True,
-                              text=True, timeout=timeout, env=dict(os.environ))
-    except subprocess.TimeoutExpired:
-        return Outcome("hang", None, {}, "")
-    try:
-        doc = json.loads(proc.stdout)
-    except ValueError:
-        doc = {}
-    if "Traceback" in proc.stderr or proc.returncode not in (0, 1, 2, 3) or not doc:
-        return Outcome("traceback", proc.returncode, doc, proc.stderr)
-    return Outcome("ok" if proc.returncode == 0 else "clean-error", proc.returncode, doc, proc.stderr)
-
-
-def contents(root: Path) -> dict[str, object]:
-    """Everything under root, links as links (not followed): what a write outside the tree would change."""
-    out: dict[str, object] = {}
-    if not root.exists():
-        return out
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            p = Path(dirpath) / name
-            rel = p.relative_to(root).as_posix()
-            if p.is_symlink():
-                out[rel] = ("link", os.readlink(p))
-            elif p.is_file():
-                out[rel] = (p.read_bytes(), p.stat().st_mode & 0o7777)
-            else:
-                out[rel] = "dir"
-    return out
-
-
-class Case:
-    """One hostile case of a class: run it, then `record` what it did (and whether it wrote outside)."""
-
-    def __init__(self, klass: str, outside: Path):
-        self.klass, self.outside = klass, outside
-        self.before = contents(outside)
-
-    def record(self, outcome: Outcome) -> Outcome:
-        wrote_outside = contents(self.outside) != self.before
-        TALLY[self.klass]["cases"] += 1
-        TALLY[self.klass][outcome.kind] += 1
-        if wrote_outside:
-            TALLY[self.klass]["outside-writes"] += 1
-        assert not wrote_outside, f"{self.klass}: something outside the tree changed"
-        assert outcome.kind not in ("traceback", "hang"), (outcome, outcome.stderr[-2000:])
-        return outcome
+from patchctl.testing.fixtures import PRISTINE
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import Outcome, run_cli
+from hostile_cli import Outcome, run_cli
 
 # (what is replaced, where the link points in the outside folder)
 LINKS = [

@@ -7,7 +7,7 @@ import json
 import re
 
 import pytest
-from conftest import run_cli
+from hostile_cli import run_cli
 
 from patchctl.testing.builders import install_fake_dist
 from patchctl.testing.fixtures import PRISTINE, four_release_index

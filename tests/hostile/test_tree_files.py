@@ -7,7 +7,7 @@ import os
 import stat
 
 import pytest
-from conftest import contents, run_cli
+from hostile_cli import contents, run_cli
 
 from patchctl.testing.fixtures import PRISTINE
 
