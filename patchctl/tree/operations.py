@@ -346,7 +346,7 @@ def _rebuild_locked(target: Target, st: TargetState, current: TargetStatus, patc
     changes: list[Change] = []
     files: list[FileRecord] = []
     for path in dict.fromkeys([*by_path, *wanted]):
-        now = read_path(st.inside(path, st.state_file))
+        now = st.read_tree(path, st.state_file)
         old = by_path.get(path)
         if path in wanted:
             after = wanted[path]
