@@ -1,8 +1,9 @@
 """Tiny GGUF files for smoke checks, written the way llama.cpp's converter writes them.
 
 Nothing here downloads anything: models are random tiny configs (seeded), converted to GGUF with
-gguf-py. gguf-py has no K-quant quantizer, so Q4_K tensors are written as valid raw blocks
-(256 values per block, rows of 256) and the HF reference values are the dequantized blocks.
+gguf-py. gguf-py has no K-quant quantizer, so Q4_K and Q5_K tensors are written as valid raw blocks
+(256 values per block, rows of 256) and the HF reference values are the dequantized blocks; Q8_0,
+Q4_0 and Q5_0 go through gguf-py's own quantizer.
 For every quantized tensor the HF reference is set to what the file really holds, so a
 correct loader must reproduce it exactly.
 
@@ -34,17 +35,27 @@ def _gguf():
 # Raw quantized data
 # ---------------------------------------------------------------------------------------------
 
-def q4_k_blocks(rng: np.random.Generator, rows_shape: tuple[int, ...], cols: int) -> np.ndarray:
-    """Valid raw Q4_K data: per block of 256 values d, dmin (f16), 12 bytes of 6-bit
-    scales/mins, 128 bytes of 4-bit quants (144 bytes). Returns uint8 [..., cols/256*144]."""
-    assert cols % 256 == 0, "Q4_K rows are made of 256-value blocks"
+# K-quant block parts after d and dmin (f16): 12 bytes of 6-bit scales/mins, Q5_K's 32 bytes of
+# high bits, 128 bytes of low 4-bit quants (drawn one part at a time, as Q4_K always was)
+_K_BLOCK_PARTS = {"Q4_K": (12, 128), "Q5_K": (12, 32, 128)}
+
+
+def k_quant_blocks(rng: np.random.Generator, qtype: str, rows_shape: tuple[int, ...], cols: int) -> np.ndarray:
+    """Valid raw Q4_K / Q5_K data: per block of 256 values d, dmin (f16, small and positive, so
+    the values stay finite), then random scales and quants (144 / 176 bytes a block).
+    Returns uint8 [..., cols/256*block bytes]."""
+    assert cols % 256 == 0, f"{qtype} rows are made of 256-value blocks"
     nblocks = int(np.prod(rows_shape)) * (cols // 256)
     d = rng.uniform(0.002, 0.02, size=(nblocks, 1)).astype(np.float16)
     dmin = rng.uniform(0.0, 0.01, size=(nblocks, 1)).astype(np.float16)
-    scales = rng.integers(0, 256, size=(nblocks, 12), dtype=np.uint8)
-    qs = rng.integers(0, 256, size=(nblocks, 128), dtype=np.uint8)
-    raw = np.concatenate([d.view(np.uint8), dmin.view(np.uint8), scales, qs], axis=1)
-    return raw.reshape(*rows_shape, (cols // 256) * 144)
+    parts = [rng.integers(0, 256, size=(nblocks, n), dtype=np.uint8) for n in _K_BLOCK_PARTS[qtype]]
+    raw = np.concatenate([d.view(np.uint8), dmin.view(np.uint8), *parts], axis=1)
+    return raw.reshape(*rows_shape, (cols // 256) * raw.shape[1])
+
+
+def q4_k_blocks(rng: np.random.Generator, rows_shape: tuple[int, ...], cols: int) -> np.ndarray:
+    """Valid raw Q4_K data (k_quant_blocks)."""
+    return k_quant_blocks(rng, "Q4_K", rows_shape, cols)
 
 
 def encode(rng: np.random.Generator, values: np.ndarray, qtype: str) -> tuple[np.ndarray, np.ndarray]:
@@ -56,12 +67,12 @@ def encode(rng: np.random.Generator, values: np.ndarray, qtype: str) -> tuple[np
     if qtype == "F16":
         data = values.astype(np.float16)
         return data, data.astype(np.float32)
-    if qtype == "Q8_0":
-        data = gguf.quants.quantize(values.astype(np.float32), Q.Q8_0)
-        return data, gguf.quants.dequantize(data, Q.Q8_0).astype(np.float32)
-    if qtype == "Q4_K":
-        data = q4_k_blocks(rng, values.shape[:-1], values.shape[-1])
-        return data, gguf.quants.dequantize(data, Q.Q4_K).astype(np.float32)
+    if qtype in ("Q8_0", "Q4_0", "Q5_0"):  # gguf-py quantizes these itself
+        data = gguf.quants.quantize(values.astype(np.float32), getattr(Q, qtype))
+        return data, gguf.quants.dequantize(data, getattr(Q, qtype)).astype(np.float32)
+    if qtype in _K_BLOCK_PARTS:
+        data = k_quant_blocks(rng, qtype, values.shape[:-1], values.shape[-1])
+        return data, gguf.quants.dequantize(data, getattr(Q, qtype)).astype(np.float32)
     raise ValueError(qtype)
 
 
