@@ -15,15 +15,17 @@ import dataclasses
 import os
 import pathlib
 import sys
+from typing import Any
 
 import numpy as np
 
-Q = None  # gguf.GGMLQuantizationType, bound lazily (gguf is imported after sys.path is set)
+Q: Any = None  # gguf.GGMLQuantizationType, bound lazily (gguf is imported after sys.path is set)
 
 FLOAT_TYPES = ("F32", "F16", "BF16")
 
 
-def _gguf():
+def _gguf() -> Any:
+    """The gguf module (imported after sys.path is set), Q bound to its quant types."""
     import gguf
 
     global Q
@@ -94,20 +96,20 @@ class TinyGGUF:
     ckpt: dict
 
 
-def _writer(path: pathlib.Path, arch: str):
+def _writer(path: pathlib.Path, arch: str) -> Any:
     gguf = _gguf()
     w = gguf.GGUFWriter(str(path), arch)
     return w
 
 
-def _write(w, name: str, data: np.ndarray, qtype: str) -> None:
+def _write(w: Any, name: str, data: np.ndarray, qtype: str) -> None:
     if qtype in ("F32", "F16"):
         w.add_tensor(name, data)
     else:
         w.add_tensor(name, data, raw_dtype=getattr(Q, qtype))
 
 
-def _finish(w) -> None:
+def _finish(w: Any) -> None:
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -141,7 +143,7 @@ MLA_DIMS = dict(
 )
 
 
-def glm_dsa_config(**overrides):
+def glm_dsa_config(**overrides: Any) -> Any:
     """overrides: config fields on top of the tiny dims (e.g. topk_method="noaux_tc", which GLM-5's
     config.json sets and vLLM reads to build the router's e_score_correction_bias)."""
     from transformers import GlmMoeDsaConfig
@@ -149,13 +151,13 @@ def glm_dsa_config(**overrides):
     return GlmMoeDsaConfig(**{**MLA_DIMS, "index_head_dim": 32, "index_n_heads": 4, "index_topk": 8, **overrides})
 
 
-def deepseek_v3_config():
+def deepseek_v3_config() -> Any:
     from transformers import DeepseekV3Config
 
     return DeepseekV3Config(**MLA_DIMS)
 
 
-def llama_config():
+def llama_config() -> Any:
     from transformers import LlamaConfig
 
     return LlamaConfig(
@@ -169,7 +171,7 @@ def llama_config():
     )
 
 
-def hf_shapes(config) -> dict[str, tuple[int, ...]]:
+def hf_shapes(config: Any) -> dict[str, tuple[int, ...]]:
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -214,7 +216,10 @@ def _glm_type(gname: str, layer: int | None, overrides: dict | None = None) -> s
         "ffn_down_shexp": "Q8_0",
     }
     t = (overrides or {}).get(kind, table[kind])
-    return t[layer % 2] if isinstance(t, tuple) else t
+    if isinstance(t, tuple):
+        assert layer is not None, f"{gname}: a per-layer type needs a layer"
+        return t[layer % 2]
+    return t
 
 
 def build_mla_gguf(path: pathlib.Path, kind: str, seed: int = 0, split_kv_b: bool = True,
@@ -240,7 +245,7 @@ def build_mla_gguf(path: pathlib.Path, kind: str, seed: int = 0, split_kv_b: boo
     stored: dict[str, Stored] = {}
     ckpt: dict[str, tuple[str, str]] = {}
 
-    def put(gname, values, layer, hf_name_for_ckpt):
+    def put(gname: str, values: np.ndarray, layer: int | None, hf_name_for_ckpt: str | None) -> np.ndarray:
         qtype = _glm_type(gname, layer, type_overrides)
         data, held = encode(rng, values, qtype)
         if gname not in drop:
@@ -317,6 +322,6 @@ def use_tree(tree: pathlib.Path, cache_dir: pathlib.Path) -> None:
     """Import vllm (or vllm_gguf_plugin) from `tree`; VLLM_CACHE_ROOT goes to a temp dir."""
     os.environ["VLLM_CACHE_ROOT"] = str(cache_dir)
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
-    tree = str(tree)
-    if tree not in sys.path:
-        sys.path.insert(0, tree)
+    path = str(tree)
+    if path not in sys.path:
+        sys.path.insert(0, path)
