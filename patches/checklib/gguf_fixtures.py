@@ -1,8 +1,9 @@
 """Tiny GGUF files for smoke checks, written the way llama.cpp's converter writes them.
 
 Nothing here downloads anything: models are random tiny configs (seeded), converted to GGUF with
-gguf-py. gguf-py has no K-quant quantizer, so Q4_K tensors are written as valid raw blocks
-(256 values per block, rows of 256) and the HF reference values are the dequantized blocks.
+gguf-py. gguf-py has no K-quant quantizer, so Q4_K and Q5_K tensors are written as valid raw blocks
+(256 values per block, rows of 256) and the HF reference values are the dequantized blocks; Q8_0,
+Q4_0 and Q5_0 go through gguf-py's own quantizer.
 For every quantized tensor the HF reference is set to what the file really holds, so a
 correct loader must reproduce it exactly.
 
@@ -14,15 +15,17 @@ import dataclasses
 import os
 import pathlib
 import sys
+from typing import Any
 
 import numpy as np
 
-Q = None  # gguf.GGMLQuantizationType, bound lazily (gguf is imported after sys.path is set)
+Q: Any = None  # gguf.GGMLQuantizationType, bound lazily (gguf is imported after sys.path is set)
 
 FLOAT_TYPES = ("F32", "F16", "BF16")
 
 
-def _gguf():
+def _gguf() -> Any:
+    """The gguf module (imported after sys.path is set), Q bound to its quant types."""
     import gguf
 
     global Q
@@ -34,17 +37,27 @@ def _gguf():
 # Raw quantized data
 # ---------------------------------------------------------------------------------------------
 
-def q4_k_blocks(rng: np.random.Generator, rows_shape: tuple[int, ...], cols: int) -> np.ndarray:
-    """Valid raw Q4_K data: per block of 256 values d, dmin (f16), 12 bytes of 6-bit
-    scales/mins, 128 bytes of 4-bit quants (144 bytes). Returns uint8 [..., cols/256*144]."""
-    assert cols % 256 == 0, "Q4_K rows are made of 256-value blocks"
+# K-quant block parts after d and dmin (f16): 12 bytes of 6-bit scales/mins, Q5_K's 32 bytes of
+# high bits, 128 bytes of low 4-bit quants (drawn one part at a time, as Q4_K always was)
+_K_BLOCK_PARTS = {"Q4_K": (12, 128), "Q5_K": (12, 32, 128)}
+
+
+def k_quant_blocks(rng: np.random.Generator, qtype: str, rows_shape: tuple[int, ...], cols: int) -> np.ndarray:
+    """Valid raw Q4_K / Q5_K data: per block of 256 values d, dmin (f16, small and positive, so
+    the values stay finite), then random scales and quants (144 / 176 bytes a block).
+    Returns uint8 [..., cols/256*block bytes]."""
+    assert cols % 256 == 0, f"{qtype} rows are made of 256-value blocks"
     nblocks = int(np.prod(rows_shape)) * (cols // 256)
     d = rng.uniform(0.002, 0.02, size=(nblocks, 1)).astype(np.float16)
     dmin = rng.uniform(0.0, 0.01, size=(nblocks, 1)).astype(np.float16)
-    scales = rng.integers(0, 256, size=(nblocks, 12), dtype=np.uint8)
-    qs = rng.integers(0, 256, size=(nblocks, 128), dtype=np.uint8)
-    raw = np.concatenate([d.view(np.uint8), dmin.view(np.uint8), scales, qs], axis=1)
-    return raw.reshape(*rows_shape, (cols // 256) * 144)
+    parts = [rng.integers(0, 256, size=(nblocks, n), dtype=np.uint8) for n in _K_BLOCK_PARTS[qtype]]
+    raw = np.concatenate([d.view(np.uint8), dmin.view(np.uint8), *parts], axis=1)
+    return raw.reshape(*rows_shape, (cols // 256) * raw.shape[1])
+
+
+def q4_k_blocks(rng: np.random.Generator, rows_shape: tuple[int, ...], cols: int) -> np.ndarray:
+    """Valid raw Q4_K data (k_quant_blocks)."""
+    return k_quant_blocks(rng, "Q4_K", rows_shape, cols)
 
 
 def encode(rng: np.random.Generator, values: np.ndarray, qtype: str) -> tuple[np.ndarray, np.ndarray]:
@@ -56,12 +69,12 @@ def encode(rng: np.random.Generator, values: np.ndarray, qtype: str) -> tuple[np
     if qtype == "F16":
         data = values.astype(np.float16)
         return data, data.astype(np.float32)
-    if qtype == "Q8_0":
-        data = gguf.quants.quantize(values.astype(np.float32), Q.Q8_0)
-        return data, gguf.quants.dequantize(data, Q.Q8_0).astype(np.float32)
-    if qtype == "Q4_K":
-        data = q4_k_blocks(rng, values.shape[:-1], values.shape[-1])
-        return data, gguf.quants.dequantize(data, Q.Q4_K).astype(np.float32)
+    if qtype in ("Q8_0", "Q4_0", "Q5_0"):  # gguf-py quantizes these itself
+        data = gguf.quants.quantize(values.astype(np.float32), getattr(Q, qtype))
+        return data, gguf.quants.dequantize(data, getattr(Q, qtype)).astype(np.float32)
+    if qtype in _K_BLOCK_PARTS:
+        data = k_quant_blocks(rng, qtype, values.shape[:-1], values.shape[-1])
+        return data, gguf.quants.dequantize(data, getattr(Q, qtype)).astype(np.float32)
     raise ValueError(qtype)
 
 
@@ -83,20 +96,20 @@ class TinyGGUF:
     ckpt: dict
 
 
-def _writer(path: pathlib.Path, arch: str):
+def _writer(path: pathlib.Path, arch: str) -> Any:
     gguf = _gguf()
     w = gguf.GGUFWriter(str(path), arch)
     return w
 
 
-def _write(w, name: str, data: np.ndarray, qtype: str) -> None:
+def _write(w: Any, name: str, data: np.ndarray, qtype: str) -> None:
     if qtype in ("F32", "F16"):
         w.add_tensor(name, data)
     else:
         w.add_tensor(name, data, raw_dtype=getattr(Q, qtype))
 
 
-def _finish(w) -> None:
+def _finish(w: Any) -> None:
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -130,7 +143,7 @@ MLA_DIMS = dict(
 )
 
 
-def glm_dsa_config(**overrides):
+def glm_dsa_config(**overrides: Any) -> Any:
     """overrides: config fields on top of the tiny dims (e.g. topk_method="noaux_tc", which GLM-5's
     config.json sets and vLLM reads to build the router's e_score_correction_bias)."""
     from transformers import GlmMoeDsaConfig
@@ -138,13 +151,13 @@ def glm_dsa_config(**overrides):
     return GlmMoeDsaConfig(**{**MLA_DIMS, "index_head_dim": 32, "index_n_heads": 4, "index_topk": 8, **overrides})
 
 
-def deepseek_v3_config():
+def deepseek_v3_config() -> Any:
     from transformers import DeepseekV3Config
 
     return DeepseekV3Config(**MLA_DIMS)
 
 
-def llama_config():
+def llama_config() -> Any:
     from transformers import LlamaConfig
 
     return LlamaConfig(
@@ -158,7 +171,7 @@ def llama_config():
     )
 
 
-def hf_shapes(config) -> dict[str, tuple[int, ...]]:
+def hf_shapes(config: Any) -> dict[str, tuple[int, ...]]:
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -203,7 +216,10 @@ def _glm_type(gname: str, layer: int | None, overrides: dict | None = None) -> s
         "ffn_down_shexp": "Q8_0",
     }
     t = (overrides or {}).get(kind, table[kind])
-    return t[layer % 2] if isinstance(t, tuple) else t
+    if isinstance(t, tuple):
+        assert layer is not None, f"{gname}: a per-layer type needs a layer"
+        return t[layer % 2]
+    return t
 
 
 def build_mla_gguf(path: pathlib.Path, kind: str, seed: int = 0, split_kv_b: bool = True,
@@ -229,7 +245,7 @@ def build_mla_gguf(path: pathlib.Path, kind: str, seed: int = 0, split_kv_b: boo
     stored: dict[str, Stored] = {}
     ckpt: dict[str, tuple[str, str]] = {}
 
-    def put(gname, values, layer, hf_name_for_ckpt):
+    def put(gname: str, values: np.ndarray, layer: int | None, hf_name_for_ckpt: str | None) -> np.ndarray:
         qtype = _glm_type(gname, layer, type_overrides)
         data, held = encode(rng, values, qtype)
         if gname not in drop:
@@ -306,6 +322,6 @@ def use_tree(tree: pathlib.Path, cache_dir: pathlib.Path) -> None:
     """Import vllm (or vllm_gguf_plugin) from `tree`; VLLM_CACHE_ROOT goes to a temp dir."""
     os.environ["VLLM_CACHE_ROOT"] = str(cache_dir)
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
-    tree = str(tree)
-    if tree not in sys.path:
-        sys.path.insert(0, tree)
+    path = str(tree)
+    if path not in sys.path:
+        sys.path.insert(0, path)

@@ -42,6 +42,10 @@ MIXED_TYPES = {
     "ffn_gate_shexp": ("Q8_0", "Q8_0"),
     "ffn_up_shexp": ("Q8_0", "Q4_K"),
 }
+# Routed experts whose gate and up differ in type, of equal row width in bytes (144 per 256
+# values): the patched loader refuses the file; "unguarded" loads it with the refusal switched off,
+# to show what the plugin's MoE method makes of it.
+MIXED_EXPERT_TYPES = {"ffn_gate_exps": "Q4_K", "ffn_up_exps": "Q4_0"}
 # what GLM-5's config.json sets beyond transformers' defaults and vLLM reads while building
 GLM5_CONFIG = {"topk_method": "noaux_tc", "architectures": ["GlmMoeDsaForCausalLM"]}
 
@@ -336,8 +340,9 @@ def _engine(vllm_tree: str, plugin_tree: str) -> dict:
     return {"info": info, "ModelConfig": ModelConfig, "VllmConfig": VllmConfig}
 
 
-def _load(engine: dict, types: dict | None, seed: int) -> dict:
-    """One GGUF file through GGUFModelLoader.load_model into a fresh model."""
+def _load(engine: dict, types: dict | None, seed: int, unguarded: bool = False) -> dict:
+    """One GGUF file through GGUFModelLoader.load_model into a fresh model (unguarded: with the
+    patch's refusal of mixed routed-expert types switched off, where the tree has it)."""
     import torch
     from vllm.config import LoadConfig
     from vllm.model_executor.model_loader.weight_utils import default_weight_loader
@@ -394,6 +399,9 @@ def _load(engine: dict, types: dict | None, seed: int) -> dict:
 
     default.GGUFWeightsAdapter.prepare_weights = spy_prepare
     loader_mod.initialize_model = spy_init
+    refusal = getattr(default, "_refuse_mixed_expert_types", None)
+    if unguarded and refusal is not None:
+        default._refuse_mixed_expert_types = lambda *a, **k: None
     try:
         model = loader_mod.GGUFModelLoader(LoadConfig()).load_model(vllm_config, model_config)
     except Exception as exc:  # reported, asserted by the check
@@ -402,6 +410,8 @@ def _load(engine: dict, types: dict | None, seed: int) -> dict:
     finally:
         default.GGUFWeightsAdapter.prepare_weights = real_prepare
         loader_mod.initialize_model = real_init
+        if refusal is not None:
+            default._refuse_mixed_expert_types = refusal
     report["yielded"] = [n for n, _ in yielded]
     report["unconsumed"] = [n for n, t in yielded if id(t) not in received]
     report["loaded"] = snap.get("loaded")
@@ -412,7 +422,10 @@ def _load(engine: dict, types: dict | None, seed: int) -> dict:
     return report
 
 
-VARIANTS = {"standard": (None, 11), "mixed": (MIXED_TYPES, 12)}
+# variant: (type overrides, seed, refusal switched off)
+VARIANTS = {"standard": (None, 11, False), "mixed": (MIXED_TYPES, 12, False),
+            "mixed_experts": (MIXED_EXPERT_TYPES, 13, False),
+            "mixed_experts_unguarded": (MIXED_EXPERT_TYPES, 13, True)}
 
 
 def main(argv):
@@ -425,12 +438,12 @@ def main(argv):
         error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc()[-3000:]}"
         reports = {v: {"error": error} for v in VARIANTS}
     else:
-        for variant, (types, seed) in VARIANTS.items():
+        for variant, (types, seed, unguarded) in VARIANTS.items():
             if "plugin_incompatible" in engine["info"]:
                 reports[variant] = {"error": None, **engine["info"]}
                 continue
             try:
-                reports[variant] = _load(engine, types, seed)
+                reports[variant] = _load(engine, types, seed, unguarded)
             except Exception as exc:
                 reports[variant] = {"error": f"{type(exc).__name__}: {exc}\n{traceback.format_exc()[-3000:]}"}
     pathlib.Path(out).write_text(json.dumps(reports, indent=1, default=str))

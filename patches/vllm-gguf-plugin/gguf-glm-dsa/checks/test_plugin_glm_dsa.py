@@ -132,6 +132,27 @@ def test_kv_b_proj_rebuilt_and_tp_shards(plugin, files, key):
                 assert torch.equal(shard[:, nope:], torch.stack([v_b[h] for h in heads])), (tp, rank)
 
 
+# Routed experts with gate and up in different types: the first two pairs have equal row widths
+# in bytes (Q4_K / Q4_0: 144 bytes per 256 values, Q5_K / Q5_0: 176), so the fused w13 takes both
+# shards and only its single type is wrong; Q8_0 / Q4_K differ in width (272 vs 144).
+MIXED_EXPERTS = [("Q4_K", "Q4_0"), ("Q5_K", "Q5_0"), ("Q4_0", "Q4_K"), ("Q8_0", "Q4_K")]
+
+
+@pytest.mark.parametrize("gate,up", MIXED_EXPERTS, ids=[f"{g}-{u}" for g, u in MIXED_EXPERTS])
+def test_mixed_expert_types_refused_at_load(plugin, tmp_path, gate, up):
+    tiny = gf.build_mla_gguf(tmp_path / "glm5-mixed-experts.gguf", "glm-dsa", seed=21,
+                             type_overrides={"ffn_gate_exps": gate, "ffn_up_exps": up})
+    moe_layers = [i for i in range(tiny.config.num_hidden_layers) if f"blk.{i}.ffn_gate_exps.weight" in tiny.stored]
+    assert moe_layers, "fixture must have routed experts"
+    with pytest.raises(ValueError) as err:
+        load(plugin, tiny)
+    message = str(err.value)
+    for i in moe_layers:
+        assert (f"layer {i}: blk.{i}.ffn_gate_exps.weight is {gate}, blk.{i}.ffn_up_exps.weight is {up}"
+                in message), message
+    assert "one type for ffn_gate_exps and ffn_up_exps" in message, message
+
+
 def test_missing_weight_is_an_error_naming_the_parameter(plugin, files):
     tiny = files["llama_missing"]
     expected = {"model.layers.1.post_attention_layernorm.weight", "model.norm.weight"}
@@ -156,6 +177,8 @@ def test_missing_weight_is_an_error_naming_the_parameter(plugin, files):
 HERE = pathlib.Path(__file__).resolve().parent
 COMPANIONS = tuple(ref.split("@", 1)[1] for ref in
                    yaml.safe_load((HERE.parent / "patch.yaml").read_text())["smoke"]["with"])
+# the files _glm5_model_probe.py loads (its VARIANTS)
+PROBE_VARIANTS = ("standard", "mixed", "mixed_experts", "mixed_experts_unguarded")
 # the class GlmMoeDsaForCausalLM resolves to on CUDA: deepseek_v2's subclass up to 0.28, the DSA
 # model package's own implementation from 0.29
 DSA_PACKAGE_FROM = (0, 29)
@@ -196,22 +219,30 @@ def real_models(patched_tree, tmp_path_factory):
         log = proc.communicate(timeout=900)[0]
         path = out / f"{version}.json"
         reports[version] = (json.loads(path.read_text()) if path.is_file()
-                            else {"standard": {"error": log[-3000:]}, "mixed": {"error": log[-3000:]}})
+                            else {variant: {"error": log[-3000:]} for variant in PROBE_VARIANTS})
     return reports
 
 
-@pytest.mark.parametrize("variant", ["standard", "mixed"])
+def _real_report(real_models, version, variant):
+    if version not in real_models:
+        pytest.skip(f"no companion tree for vllm@{version}: smoke passes it in PATCHCTL_VLLM_TREES "
+                    f"(have: {sorted(real_models) or 'none'})")
+    r = real_models[version].get(variant, {"error": f"the probe reported no {variant!r} variant"})
+    if r.get("plugin_incompatible"):
+        pytest.skip(f"this plugin release does not import against vLLM {version}: {r['plugin_incompatible']}")
+    return r
+
+
+LOADING_VARIANTS = ("standard", "mixed")
+
+
+@pytest.mark.parametrize("variant", LOADING_VARIANTS)
 @pytest.mark.parametrize("version", COMPANIONS)
 def test_real_glm5_model_takes_exactly_the_plugin_weights(real_models, version, variant):
     """The names the patched plugin yields for a llama.cpp GLM-5 GGUF are exactly what the
     release's GLM-5 model consumes in load_weights, and every parameter holds the file's value.
     "mixed": attn_q_a / attn_kv_a_mqa (and the shared expert's gate / up) in different types."""
-    if version not in real_models:
-        pytest.skip(f"no companion tree for vllm@{version}: smoke passes it in PATCHCTL_VLLM_TREES "
-                    f"(have: {sorted(real_models) or 'none'})")
-    r = real_models[version][variant]
-    if r.get("plugin_incompatible"):
-        pytest.skip(f"this plugin release does not import against vLLM {version}: {r['plugin_incompatible']}")
+    r = _real_report(real_models, version, variant)
     assert r["error"] is None, r["error"]
     assert r["vllm_version"] == version
     new = tuple(int(x) for x in version.split(".")[:2]) >= DSA_PACKAGE_FROM
@@ -228,12 +259,45 @@ def test_real_glm5_model_takes_exactly_the_plugin_weights(real_models, version, 
         assert any(fused in p for p in params), f"{fused} is not a parameter of {r['model_class']}"
 
 
+@pytest.mark.parametrize("version", COMPANIONS)
+def test_real_glm5_mixed_expert_types_refused(real_models, version):
+    """Routed experts' ffn_gate_exps Q4_K and ffn_up_exps Q4_0 (equal row width): load_model stops
+    with the refusal naming both tensors and types, before any weight reaches the model."""
+    r = _real_report(real_models, version, "mixed_experts")
+    assert r["file_types"]["blk.1.ffn_gate_exps.weight"] == "Q4_K", r["file_types"]
+    assert r["file_types"]["blk.1.ffn_up_exps.weight"] == "Q4_0", r["file_types"]
+    assert r["error"] is not None, ("loaded without an error; value mismatches: "
+                                    f"{r.get('value_mismatches')}")
+    assert r["error"].startswith("ValueError: GGUF routed experts store gate and up in different types"), r["error"]
+    assert "layer 1: blk.1.ffn_gate_exps.weight is Q4_K, blk.1.ffn_up_exps.weight is Q4_0" in r["error"]
+    assert not r["yielded"], "weights reached the model before the refusal"
+
+
+@pytest.mark.parametrize("version", COMPANIONS)
+def test_real_glm5_moe_keeps_one_w13_type(real_models, version):
+    """Why the file is refused rather than loaded: the same file with the refusal switched off
+    loads without an error into the release's GLM-5 model, and the routed experts' fused w13
+    carries one quant type (the gate's, Q4_K) for both halves, so the up half (Q4_0 in the file)
+    would be decoded as Q4_K. When the plugin keeps a type per w13 shard, this check fails:
+    then the refusal can give way to loading the file."""
+    r = _real_report(real_models, version, "mixed_experts_unguarded")
+    assert r["error"] is None, r["error"]
+    q4_k = int(gf._gguf().GGMLQuantizationType.Q4_K)
+    # the only mismatch: both halves' bytes are where the kernels read them, the type is one
+    want = re.compile(rf"model\.layers\.1\.mlp\.experts\.(\w+\.)?w13_qweight: type {q4_k}, file has Q4_0")
+    assert len(r["value_mismatches"]) == 1 and want.fullmatch(r["value_mismatches"][0]), r["value_mismatches"]
+
+
 PRISTINE_FAILS = {
     "test_glm_map_covers_every_tensor": "Unknown gguf model_type: glm_moe_dsa",
     "test_glm_indexer_float_and_suffix_only": "Unknown gguf model_type: glm_moe_dsa",
     "test_kv_b_proj_rebuilt_and_tp_shards[glm]": "Unknown gguf model_type: glm_moe_dsa",
     "test_kv_b_proj_rebuilt_and_tp_shards[ds_split]": "Failed to map GGUF parameters",
     "test_missing_weight_is_an_error_naming_the_parameter": "DID NOT RAISE",
+    # the unpatched plugin cannot map a GLM-5 file at all (a mixed-type file of a model it maps
+    # loads silently: test_real_glm5_moe_keeps_one_w13_type shows it on the patched loader)
+    **{f"test_mixed_expert_types_refused_at_load[{g}-{u}]": "Unknown gguf model_type: glm_moe_dsa"
+       for g, u in MIXED_EXPERTS},
 }
 REAL_PRISTINE_FAILS = "Unknown gguf model_type: glm_moe_dsa"
 
@@ -245,9 +309,12 @@ def test_pristine_release_fails(pristine_tree, tmp_path, plugin, real_models):
     expected = dict(PRISTINE_FAILS)
     # the real-model checks, where they ran on the patched plugin (a tree was passed, the plugin
     # release imports against it)
+    ran = [v for v, reports in real_models.items()
+           if not any(r.get("plugin_incompatible") for r in reports.values())]
     expected.update({f"test_real_glm5_model_takes_exactly_the_plugin_weights[{v}-{variant}]": REAL_PRISTINE_FAILS
-                     for v, reports in real_models.items() for variant, r in reports.items()
-                     if not r.get("plugin_incompatible")})
+                     for v in ran for variant in LOADING_VARIANTS})
+    expected.update({f"test_real_glm5_{test}[{v}]": REAL_PRISTINE_FAILS
+                     for v in ran for test in ("mixed_expert_types_refused", "moe_keeps_one_w13_type")})
     for test, needle in expected.items():
         outcome, message = results.get(test, ("absent", ""))
         # "error": the shared fixture that loads the GLM file raised (setup of the test)

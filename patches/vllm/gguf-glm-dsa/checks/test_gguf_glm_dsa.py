@@ -287,6 +287,53 @@ def test_llama_loads_as_before(loader, files):
 
 
 # ---------------------------------------------------------------------------------------------
+# Routed experts whose gate and up differ in type are refused
+# ---------------------------------------------------------------------------------------------
+
+# equal row widths in bytes first (Q4_K / Q4_0: 144 per 256 values, Q5_K / Q5_0: 176): the fused
+# w13 takes both shards and only its single type is wrong; Q8_0 / Q4_K differ in width
+MIXED_EXPERTS = [("Q4_K", "Q4_0"), ("Q5_K", "Q5_0"), ("Q4_0", "Q4_K"), ("Q8_0", "Q4_K")]
+
+
+@pytest.mark.parametrize("gate,up", MIXED_EXPERTS, ids=[f"{g}-{u}" for g, u in MIXED_EXPERTS])
+def test_mixed_expert_types_refused_at_load(loader, tmp_path, gate, up):
+    tiny = gf.build_mla_gguf(tmp_path / "glm5-mixed-experts.gguf", "glm-dsa", seed=21,
+                             type_overrides={"ffn_gate_exps": gate, "ffn_up_exps": up})
+    moe_layers = [i for i in range(tiny.config.num_hidden_layers) if f"blk.{i}.ffn_gate_exps.weight" in tiny.stored]
+    assert moe_layers, "fixture must have routed experts"
+    model = _Recorder(expected_names(tiny))
+    with pytest.raises(ValueError) as err:
+        loader.load_weights(model, model_config(tiny))
+    message = str(err.value)
+    for i in moe_layers:
+        assert (f"layer {i}: blk.{i}.ffn_gate_exps.weight is {gate}, blk.{i}.ffn_up_exps.weight is {up}"
+                in message), message
+    assert "one type for ffn_gate_exps and ffn_up_exps" in message, message
+    assert not model.seen, "weights reached the model before the refusal"
+
+
+def test_fused_moe_keeps_one_w13_type(gguf_loader):
+    """Why such a file is refused rather than loaded: the release's FusedMoE.weight_loader keeps
+    one GGUF type for w13, the last shard's (gate Q4_K then up Q4_0 leaves Q4_0 for both halves),
+    and GGUFMoEMethod.apply hands that one type to the MoE kernels. Passes on the pristine release
+    too; fails once vLLM keeps a type per w13 shard."""
+    from vllm.model_executor.layers.fused_moe.layer import FusedMoE
+
+    # the attributes weight_loader reads before its GGUF type branch
+    standin = types.SimpleNamespace(quant_config=types.SimpleNamespace(get_name=lambda: "gguf"),
+                                    quant_method=object(),
+                                    _map_global_expert_id_to_local_expert_id=lambda expert_id: expert_id)
+    param = torch.nn.Parameter(torch.empty(1, dtype=torch.uint8), requires_grad=False)
+    param.is_gguf_weight_type = True
+    param.weight_type = 0
+    Q = gf._gguf().GGMLQuantizationType
+    for shard_id, qtype in (("w1", Q.Q4_K), ("w3", Q.Q4_0)):
+        FusedMoE.weight_loader(standin, param, torch.tensor(int(qtype), dtype=torch.uint8),
+                               "experts.w13_qweight_type", shard_id=shard_id, expert_id=0)
+    assert param.weight_type == int(Q.Q4_0), param.weight_type
+
+
+# ---------------------------------------------------------------------------------------------
 # The same checks on the pristine release
 # ---------------------------------------------------------------------------------------------
 
@@ -304,8 +351,12 @@ PRISTINE_FAILS = {
     "test_deepseek2_kv_b_proj_loaded_as_float[ds_split]": "kv_b_proj.weight",
     "test_deepseek2_kv_b_proj_loaded_as_float[ds_legacy]": "kv_b_proj.qweight",
     "test_missing_weight_is_an_error_naming_the_parameter": "DID NOT RAISE",
+    # the unpatched release cannot map a GLM-5 file at all (what a mixed file would meet there:
+    # test_fused_moe_keeps_one_w13_type)
+    **{f"test_mixed_expert_types_refused_at_load[{g}-{u}]": "Unknown gguf model_type: glm_moe_dsa"
+       for g, u in MIXED_EXPERTS},
 }
-PRISTINE_PASSES = {"test_llama_loads_as_before"}
+PRISTINE_PASSES = {"test_llama_loads_as_before", "test_fused_moe_keeps_one_w13_type"}
 
 
 @pytest.mark.pristine_fails
