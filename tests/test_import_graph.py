@@ -31,7 +31,8 @@ ROOT = Path(patchctl.__file__).parent
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("ground", ("patchctl", "patchctl.errors", "patchctl.paths", "patchctl.atomic", "patchctl.yamlio",
                 "patchctl.config", "patchctl.schemas", "patchctl.outcomes", "patchctl.interpreter",
-                "patchctl.gitutil", "patchctl.engines", "patchctl.bundled", "patchctl.versions")),
+                "patchctl.gitutil", "patchctl.engines", "patchctl.bundled", "patchctl.versions",
+                "patchctl.nofollow")),
     ("sources and store", ("patchctl.sources", "patchctl.spec", "patchctl.store", "patchctl.image")),
     ("the work", ("patchctl.patching", "patchctl.tree", "patchctl.smoketest", "patchctl.serve",
                   "patchctl.matrix", "patchctl.rebase", "patchctl.capture", "patchctl.image.patch")),

@@ -65,11 +65,12 @@ class DirectorySource:
         self._description = description or str(root)
 
     def read(self, path: str) -> bytes | None:
-        file = resolve_inside(self.root, path)
-        try:
-            return file.read_bytes()
-        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-            return None
+        """The file `path` of the tree, reached beneath the root (nofollow.read_beneath): a link is
+        followed only inside the tree, a FIFO or a device is refused (exit 3), never a hang."""
+        from patchctl.nofollow import read_beneath
+
+        resolve_inside(self.root, path)  # refuses `..`, absolute and escaping names
+        return read_beneath(self.root, path)
 
     def prefetch(self, paths: Iterable[str]) -> None:
         pass

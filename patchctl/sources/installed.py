@@ -78,17 +78,17 @@ def pip_install(python: str, requirement: str, extra_args: tuple[str, ...] = ())
         raise EnvironmentProblem(f"`{' '.join(cmd)}` failed with exit code {proc.returncode}")
 
 
-def _read_file(path: Path) -> bytes | None:
-    return path.read_bytes() if path.is_file() else None
-
-
 def version_of_tree(engine: Engine, root: Path,
                     read: Callable[[Path], bytes | None] | None = None) -> Version | None:
     """The version of an unpacked tree or checkout, from the metadata that lies in it. read: how a
     file of it is read (None: missing); a tree patchctl writes into passes the no-follow reader."""
     import email
 
-    read = read or _read_file
+    if read is None:
+        from patchctl.nofollow import read_beneath
+
+        def read(path: Path) -> bytes | None:
+            return read_beneath(root, str(path.relative_to(root)))
     candidates = (list(root.glob("*.dist-info/METADATA")) + list(root.glob("PKG-INFO"))
                   + list(root.glob("*.egg-info/PKG-INFO")))
     for meta in candidates:

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from patchctl import outcomes as O
 from patchctl.errors import EnvironmentProblem, PatchctlError, UsageError
+from patchctl.nofollow import RECORD_LIMIT, read_beneath
 from patchctl.paths import outside_packages
 from patchctl.tree.journal import FileRecord, PatchRecord, StateRecord, sha256
-from patchctl.tree.nofollow import RECORD_LIMIT, read_beneath
 from patchctl.tree.operations import Target
 
 if TYPE_CHECKING:

@@ -35,8 +35,7 @@ from typing import Any, NamedTuple
 
 from patchctl.atomic import write_atomic_at
 from patchctl.errors import EnvironmentProblem, PatchctlError, StateDamaged
-from patchctl.paths import outside_packages, resolve_inside
-from patchctl.tree.nofollow import (
+from patchctl.nofollow import (
     RECORD_LIMIT,
     Planted,
     exists_at,
@@ -50,6 +49,7 @@ from patchctl.tree.nofollow import (
     stat_beneath,
     unlink_at,
 )
+from patchctl.paths import outside_packages, resolve_inside
 
 STATE_SCHEMA = "patchctl-state/3"
 # Records this patchctl reads: /2 (before 2026-12-02) lacks each patch's store and fingerprint and

@@ -28,6 +28,7 @@ from patchctl.errors import (
     StoreError,
     UsageError,
 )
+from patchctl.nofollow import lstat_beneath, read_beneath
 from patchctl.tree.journal import (
     BuildRecord,
     Change,
@@ -39,7 +40,6 @@ from patchctl.tree.journal import (
     TargetState,
     sha256,
 )
-from patchctl.tree.nofollow import lstat_beneath, read_beneath
 
 if TYPE_CHECKING:
     # The apply engine (the diff reader, the store, packaging.requirements under it) is imported by

@@ -62,3 +62,19 @@ def test_a_fifo_in_place_of_a_tree_file_is_refused_not_read(case, fifo_site, sto
         assert out.code in (0, 1, 3), out
         if out.code == 3:
             assert "not a regular file" in out.message, out
+
+
+@pytest.mark.parametrize("klass", ["patched file", "METADATA"])
+def test_a_fifo_in_a_directory_upstream_is_refused_not_read(case, site, store, klass):
+    """`check vllm@DIR` reads the directory as an upstream (sources.files.DirectorySource and
+    installed.version_of_tree): before, both read by path, so a FIFO there hung `check`."""
+    from patchctl.testing.builders import install_fake_dist
+    from patchctl.testing.fixtures import PRISTINE
+
+    install_fake_dist(site, "vllm", "1.0", PRISTINE)
+    rel = FILES[klass][0]
+    c = case("directory upstream: FIFO in place of a file")
+    os.unlink(site / rel)
+    os.mkfifo(site / rel)
+    out = c.record(run_cli("check", f"vllm@{site}", "--store", str(store), timeout=30))
+    assert out.code == 3 and "not a regular file" in out.message and rel in out.message, out

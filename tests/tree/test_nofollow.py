@@ -7,7 +7,7 @@ import os
 import pytest
 
 from patchctl.errors import Planted
-from patchctl.tree.nofollow import lstat_beneath, parent_beneath, read_beneath
+from patchctl.nofollow import lstat_beneath, parent_beneath, read_beneath
 
 
 @pytest.fixture
