@@ -17,7 +17,7 @@ from patchctl.options import ENGINE, checks_python_option, json_option, source_o
 if TYPE_CHECKING:
     from packaging.version import Version
 
-    from patchctl.matrix.build import SmokeRunner
+    from patchctl.matrix.build import ImageStatus, SmokeRunner
     from patchctl.sources.fetch import SourceContext
     from patchctl.spec import EngineRef
     from patchctl.store import Store
@@ -49,15 +49,31 @@ def smoke_runner(store: Store, ctx: SourceContext, python: str | None) -> SmokeR
     return run_cells
 
 
+def image_status(store: Store, ctx: SourceContext) -> ImageStatus:
+    """(engine, image) -> the `image` section of `patchctl status ENGINE --image REF`: the image's
+    digest and, per platform, its state and patch-set fingerprint (None where patchctl never
+    patched it)."""
+    from patchctl.commands import status
+    from patchctl.image.command import status as image_status_of
+    from patchctl.image.options import ImageOptions
+
+    def one(engine: str, image: str) -> dict:
+        doc, _ = image_status_of(status.run, engine, ImageOptions(image, None, False), wait=30.0)
+        return dict(doc["image"])
+
+    return one
+
+
 def run(store: Store, ctx: SourceContext, *, engines: tuple[str, ...] = (), output: Path = Path("compat_matrix.yaml"),
         shard: str | None = None, previous: Path | None = None, markdown: Path | None = None, workers: int = 4,
         smoke: bool = False, python: str | None = None, nightly: bool = True, html: Path | None = None,
-        versions: tuple[str, ...] = ()) -> tuple[dict, int]:
+        versions: tuple[str, ...] = (), images: tuple[str, ...] = ()) -> tuple[dict, int]:
     from patchctl.matrix import build as matrix
 
     doc = matrix.build(store, ctx, engines=list(engines) or None, shard=parse_shard(shard), workers=workers,
                        smoke=smoke_runner(store, ctx, python) if smoke else None, nightly=nightly,
-                       only_versions=set(versions) or None)
+                       only_versions=set(versions) or None, images=images,
+                       image_status=image_status(store, ctx) if images else None)
     write_atomic(output, matrix.dump(doc).encode())
     _renderings(doc, markdown, html)
     fields: dict = {"output": str(output), "versions": {e: len(d["versions"]) for e, d in doc["engines"].items()}}
@@ -71,11 +87,17 @@ def run(store: Store, ctx: SourceContext, *, engines: tuple[str, ...] = (), outp
     if failed_nightly:
         fields["nightly_failed"] = failed_nightly
         code = EXIT_PATCH_FAILED
-    conflicts = sum(1 for d in doc["engines"].values() for r in d["versions"].values()
+    failed_images = matrix.images_failed(doc)
+    if failed_images:
+        fields["images_failed"] = failed_images
+        code = EXIT_PATCH_FAILED
+    conflicts = sum(1 for d in doc["engines"].values()
+                    for r in [*d["versions"].values(), *(d.get("images") or {}).values()]
                     for p in r["patches"].values() if p["outcome"] == "conflict")
     fields["message"] = (f"wrote {output}: " + ", ".join(f"{e} {n} versions" for e, n in fields["versions"].items())
                          + f"; {conflicts} conflict cell(s)"
-                         + "".join(f"; {e} nightly FAILED: {doc['engines'][e]['nightly']}" for e in failed_nightly))
+                         + "".join(f"; {e} nightly FAILED: {doc['engines'][e]['nightly']}" for e in failed_nightly)
+                         + "".join(f"; image FAILED: {x}" for x in failed_images))
     return document("matrix", code, **fields), code
 
 
@@ -122,6 +144,7 @@ _IN = click.Path(exists=True, dir_okay=False, path_type=Path)
                  "patchctl matrix --engine vllm --version 0.23.0 --smoke -o part.yaml",
                  "patchctl matrix --diff compat_matrix.yaml -o new.yaml   exit 1 on a regression",
                  "patchctl matrix merge shard-*.yaml -o compat_matrix.yaml",
+                 "patchctl matrix --engine vllm --image vllm/vllm-openai:nightly   an image beside the releases",
              ))
 # An option, not an argument: positional engine names would swallow the subcommands' names.
 @click.option("--engine", "engines", multiple=True, type=ENGINE,
@@ -136,6 +159,9 @@ _IN = click.Path(exists=True, dir_okay=False, path_type=Path)
 @click.option("--no-nightly", is_flag=True, help="Leave the nightly build out.")
 @click.option("--version", "versions", multiple=True,
               help="Only these versions (e.g. to add smoke results for a few; merge with a full run).")
+@click.option("--image", "images", multiple=True, metavar="REF",
+              help="Also check the engine tree inside this container image (repeatable; REGISTRY/REPO:TAG or "
+                   "oci:DIR:TAG), with its digest and patch-set fingerprint.")
 @checks_python_option
 @store_option
 @source_options
@@ -143,7 +169,8 @@ _IN = click.Path(exists=True, dir_okay=False, path_type=Path)
 @click.pass_context
 def command(click_ctx: click.Context, engines: tuple[str, ...], output: Path, shard: str | None,
             previous: Path | None, markdown: Path | None, html_out: Path | None, workers: int, smoke: bool,
-            no_nightly: bool, versions: tuple[str, ...], python: str | None, store: Store, ctx: SourceContext,
+            no_nightly: bool, versions: tuple[str, ...], images: tuple[str, ...],
+            python: str | None, store: Store, ctx: SourceContext,
             as_json: bool) -> None:
     """Every patch x every release from the oldest any patch claims: compat_matrix.yaml."""
     if click_ctx.invoked_subcommand:
@@ -151,7 +178,16 @@ def command(click_ctx: click.Context, engines: tuple[str, ...], output: Path, sh
     run_and_exit("matrix", as_json, lambda: run(
         store, ctx, engines=tuple(engines), output=output, shard=shard, previous=previous,
         markdown=markdown, workers=workers, smoke=smoke, python=python, nightly=not no_nightly, html=html_out,
-        versions=versions), None)
+        versions=versions, images=_checked_images(images)), None)
+
+
+def _checked_images(images: tuple[str, ...]) -> tuple[str, ...]:
+    """A malformed reference is exit 2 before any release is fetched."""
+    from patchctl.image.reference import parse_reference
+
+    for image in images:
+        parse_reference(image)
+    return images
 
 
 @subcommand("merge", document_name="matrix-merge",

@@ -145,12 +145,34 @@ class RegistryRepository:
 
         self._dxf = dxf.DXF(self.host, ref.repository, auth=authenticate, insecure=plain,
                             timeout=config_timeout())
+        # dxf sends through the first of its sessions (the module `requests` unless one is pushed):
+        # one whose pools let image/deadline.py give each request one deadline.
+        from patchctl.image.deadline import session
+
+        self._dxf._sessions.insert(0, session())
 
     @property
     def name(self) -> str:
         return f"{self.ref.registry}/{self.ref.repository}"
 
-    def _call(self, what: str, fn: Callable[[], T]) -> T:
+    def _call(self, what: str, fn: Callable[[], T], size: int | None = None) -> T:
+        """fn's requests, under one deadline: --timeout, plus size bytes at http.MIN_RATE."""
+        from patchctl.image.deadline import watched
+        from patchctl.sources import http
+
+        seconds = config_timeout() + (size or 0) / http.MIN_RATE
+        with watched(seconds) as watch:
+            try:
+                return self._mapped(what, fn)
+            except RegistryError:
+                if watch.expired:
+                    raise RegistryError(
+                        f"{self.name}: {what}: no complete answer within {seconds:.0f} s (the deadline of a request: "
+                        f"--timeout, plus the size at {http.MIN_RATE >> 10} KiB/s)",
+                        hint="a slow or stalled registry; pass a larger --timeout SECONDS on a slow link") from None
+                raise
+
+    def _mapped(self, what: str, fn: Callable[[], T]) -> T:
         import requests
         from dxf import exceptions as dx
 
@@ -223,7 +245,7 @@ class RegistryRepository:
                 if self._progress is not None:
                     self._progress.finish()
 
-        self._call(f"blob {digest[:19]}…", pull)
+        self._call(f"blob {digest[:19]}…", pull, size)
         return final
 
     def small_blob(self, digest: str, limit: int = MAX_CONFIG) -> bytes:
@@ -235,7 +257,7 @@ class RegistryRepository:
                 if len(data) > limit:
                     raise RegistryError(f"{self.name}: blob {digest[:19]}… is over {limit} bytes")
 
-        self._call(f"blob {digest[:19]}…", pull)
+        self._call(f"blob {digest[:19]}…", pull, limit)
         if "sha256:" + hashlib.sha256(data).hexdigest() != digest:
             raise RegistryError(f"{self.name}: blob {digest[:19]}… does not have that digest")
         return bytes(data)
@@ -264,7 +286,7 @@ class RegistryRepository:
             except RegistryError:
                 pass  # a registry without cross-repository mounts: uploaded below
         pushed = self._call(f"push {digest[:19]}…",
-                            lambda: self._dxf.push_blob(str(path), digest=digest, check_exists=False))
+                            lambda: self._dxf.push_blob(str(path), digest=digest, check_exists=False), size)
         if pushed != digest:
             raise ImageContentError(f"{self.name}: the registry stored {path} as {pushed}, not {digest}")
 

@@ -31,6 +31,11 @@ SCHEMA = "patchctl-matrix/1"
 # EngineRef, None for a release).
 SmokeRunner = Callable[[str, Version, "EngineRef | None"], dict[str, dict]]
 
+# (engine, image reference) -> the `image` section of `status --image` on it: the top manifest's
+# digest and, per platform, its state and patch-set fingerprint (handed in by the command, which
+# owns status; this module never imports a command).
+ImageStatus = Callable[[str, str], dict]
+
 
 def lowest_claimed(specifiers: Iterable[SpecifierSet]) -> Version | None:
     lows = []
@@ -128,7 +133,8 @@ def _evidence(outcome: str, smoke: dict | None) -> str:
 def build(store: Store, ctx: fetch.SourceContext, *, engines: list[str] | None = None,
           shard: tuple[int, int] | None = None, workers: int = 4, progress: Callable[[str, Version], None] | None = None,
           smoke: SmokeRunner | None = None,
-          nightly: bool = True, only_versions: set[str] | None = None) -> dict:
+          nightly: bool = True, only_versions: set[str] | None = None, images: Iterable[str] = (),
+          image_status: ImageStatus | None = None) -> dict:
     engines = engines or store.engines()
     jobs = [(e, v) for e in engines for v in versions_for(e, store, ctx)
             if not only_versions or str(v) in only_versions]
@@ -155,7 +161,61 @@ def build(store: Store, ctx: fetch.SourceContext, *, engines: list[str] | None =
             row, note = _nightly_row(engine, store, ctx, smoke)
             nightly_notes[engine] = note
             rows[(engine, "nightly")] = row
-    return assemble(store, engines, rows, nightly_notes)
+    image_rows: dict[str, dict[str, dict]] = {}
+    if images and (not shard or shard[0] == 1):
+        image_rows = _image_columns(list(images), engines, store, ctx, image_status)
+    doc = assemble(store, engines, rows, nightly_notes)
+    for engine, columns in image_rows.items():
+        doc["engines"][engine]["images"] = columns
+    return doc
+
+
+def _image_columns(images: list[str], engines: list[str], store: Store, ctx: fetch.SourceContext,
+                   image_status: ImageStatus | None) -> dict[str, dict[str, dict]]:
+    """engine -> {image reference: its column}. Each image is checked as `check ENGINE@image:REF`
+    is, for the engine whose tree it holds; an image that holds none of the engines, or cannot be
+    read, is a column with `error` under every engine asked for (exit 1: never a silent gap)."""
+    from patchctl.errors import ImageContentError
+    from patchctl.sources import registry
+    from patchctl.spec import parse_spec
+
+    out: dict[str, dict[str, dict]] = {}
+    for image in images:
+        found, missing = False, []
+        for engine in engines:
+            try:
+                upstream = registry.open_upstream(parse_spec(f"{engine}@image:{image}"), ctx)
+            except ImageContentError as exc:
+                missing.append(exc.message)
+                continue
+            except PatchctlError as exc:
+                missing = [exc.message]
+                break
+            found = True
+            row = check_one(engine, upstream.version, store, ctx, upstream=upstream)
+            row["image"] = image
+            row["digest"] = f"sha256:{row['sha256']}" if row.get("sha256") else None
+            if image_status is not None and not row.get("error"):
+                try:
+                    section = image_status(engine, image)
+                except PatchctlError as exc:
+                    row["error"], row["patches"] = f"status --image: {exc.message}", {}
+                else:
+                    row["digest"] = section.get("digest", row["digest"])
+                    row["platforms"] = [{"platform": p.get("platform"), "state": p.get("state"),
+                                         "patch_set": p.get("patch_set")} for p in section.get("platforms", [])]
+            out.setdefault(engine, {})[image] = row
+        if not found:
+            why = "; ".join(dict.fromkeys(missing)) or "no engine asked for"
+            for engine in engines:
+                out.setdefault(engine, {})[image] = {"image": image, "error": why, "patches": {}}
+    return out
+
+
+def images_failed(doc: dict) -> list[str]:
+    """`engine image` for every image column that could not be evaluated (exit 1 for `patchctl matrix`)."""
+    return [f"{engine} {image}" for engine, data in doc.get("engines", {}).items()
+            for image, row in (data.get("images") or {}).items() if row.get("error")]
 
 
 NIGHTLY_SKIPPED = "skipped: disabled"
@@ -234,6 +294,8 @@ def merge(documents: list[dict]) -> dict:
             target["versions"].update(data["versions"])
             if "nightly" in data:
                 target["nightly"] = data["nightly"]
+            if data.get("images"):
+                target.setdefault("images", {}).update(data["images"])
     for data in merged_engines.values():
         data["versions"] = dict(sorted(data["versions"].items(), key=lambda kv: _version_key(kv[0])))
     return merged
@@ -317,16 +379,24 @@ def markdown(doc: dict) -> str:
             if row.get("error"):
                 out.append(f"| {version} | " + " | ".join(["error"] * len(data["patches"])) + " |")
                 continue
-            cells = []
-            for name in data["patches"]:
-                entry = row["patches"].get(name, {})
-                cell = SYMBOL.get(entry.get("outcome"), entry.get("outcome", "?"))
-                if entry.get("variant"):
-                    cell += f" ({entry['variant'].removesuffix('.patch')})"
-                cells.append(cell)
-            out.append(f"| {version} | " + " | ".join(cells) + " |")
+            out.append(f"| {version} | " + " | ".join(_cell(row["patches"].get(n, {})) for n in data["patches"]) + " |")
+        # Images after the releases: each row names the image and the release its engine tree is.
+        for image, row in (data.get("images") or {}).items():
+            label = f"image `{image}`" + (f" ({row['version']})" if row.get("version") else "")
+            if row.get("error"):
+                out.append(f"| {label} | " + " | ".join(["error"] * len(data["patches"])) + " |")
+                continue
+            out.append(f"| {label} | " + " | ".join(_cell(row["patches"].get(n, {})) for n in data["patches"]) + " |")
         out.append("")
     return "\n".join(out)
+
+
+def _cell(entry: dict) -> str:
+    outcome = str(entry.get("outcome", "?"))
+    cell = SYMBOL.get(outcome, outcome)
+    if entry.get("variant"):
+        cell += f" ({entry['variant'].removesuffix('.patch')})"
+    return cell
 
 
 def first_bad(doc: dict) -> dict[str, dict[str, str]]:
