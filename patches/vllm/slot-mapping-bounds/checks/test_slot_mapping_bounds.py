@@ -99,13 +99,13 @@ def _expected() -> list[int]:
     return out + [PAD] * (MAX_TOKENS - len(POSITIONS))
 
 
-def test_out_of_row_position_maps_to_pad(patched_tree, tmp_path):
+def test_out_of_row_position_maps_to_pad(patched_tree: pathlib.Path, tmp_path: pathlib.Path) -> None:
     got = _slots(patched_tree, tmp_path)
     assert got == _expected(), got          # [40, 41, 45, -1, 82, 87, -1, -1]
     assert got[3] == PAD
 
 
-def test_pristine_reads_the_next_row(pristine_tree, tmp_path):
+def test_pristine_reads_the_next_row(pristine_tree: pathlib.Path, tmp_path: pathlib.Path) -> None:
     """pristine_fails: the release's kernel maps the out-of-row token to row 1's block 20."""
     got = _slots(pristine_tree, tmp_path)
     assert got[3] == ROWS[1][0] * KV_BLOCK + POSITIONS[3] % KV_BLOCK, got   # 81, not PAD
