@@ -48,6 +48,22 @@ def test_nightly_workflow_has_no_actionlint_findings():
     assert findings == [], "\n".join(f"{f['line']}:{f['column']} {f['message']}" for f in findings)
 
 
+def test_the_nightly_image_job_waits_for_the_matrix_and_keeps_credentials_off_command_lines():
+    """Issue 26, item 3: the patched nightly image is pushed only when the merged matrix says the
+    vLLM series applies to the nightly and the repository names a registry; the login reaches
+    patchctl through REGISTRY_AUTH_FILE, never as an argument."""
+    jobs = yaml.safe_load(WORKFLOW.read_text())["jobs"]
+    job = jobs["nightly-image"]
+    assert job["needs"] == "merge" or "merge" in job["needs"]
+    assert "vars.PATCHED_IMAGE_REPO" in job["if"] and "needs.merge.outputs.vllm_nightly_applies == 'true'" in job["if"]
+    assert "vllm_nightly_applies" in jobs["merge"]["outputs"]
+    runs = [step for step in job["steps"] if "run" in step]
+    push = next(step for step in runs if "patchctl apply vllm --image" in step["run"])
+    assert "--to" in push["run"] and "${{ secrets" not in push["run"] and "TOKEN" not in push["run"]
+    login = next(step for step in runs if "REGISTRY_AUTH_FILE" in step["run"])
+    assert "secrets.PATCHED_IMAGE_TOKEN" in login["env"]["REGISTRY_TOKEN"] and "${{ secrets" not in login["run"]
+
+
 @needs_actionlint
 def test_actionlint_catches_a_broken_workflow(tmp_path):
     """The lint above is worth something only if the linter really reports; and the allowance for
