@@ -8,7 +8,7 @@ import click
 from patchctl.commands.framework import patchctl_command
 from patchctl.commands.text import table
 from patchctl.documents import document
-from patchctl.errors import EXIT_OK, UsageError
+from patchctl.errors import EXIT_OK
 from patchctl.options import source_options, store_option
 
 if TYPE_CHECKING:
@@ -30,8 +30,12 @@ def run(store: Store, spec: str | None = None, ctx: SourceContext | None = None)
 
         version = latest_release(ref.engine, ctx or SourceContext())
     elif ref is not None and ref.kind not in ("exact", "installed"):
-        raise UsageError(f"list takes ENGINE, ENGINE@VERSION or ENGINE@latest, not {ref}",
-                         hint=f"patchctl check {ref} says which variant that upstream gets")
+        # Any other upstream (nightly, a commit, a file, a directory, an image) is asked for its
+        # version through the kinds' registry, as check asks it; list writes nothing either way.
+        from patchctl.sources.fetch import SourceContext
+        from patchctl.sources.registry import open_upstream
+
+        version = open_upstream(ref, ctx or SourceContext()).version
     rows = []
     for name in [engine] if engine else store.engines():
         dist = ref.engine.dist if ref else _dist(name)

@@ -1,6 +1,5 @@
 """`patchctl show PATCH [ENGINE@VERSION]` and `list ENGINE@latest` (issue 24 item 2 and 7): a patch's
 why, links and evidence without opening the YAML inside site-packages; @latest resolved on the index."""
-import json
 
 from click.testing import CliRunner
 
@@ -49,7 +48,13 @@ def test_latest_is_resolved_on_the_index_by_show_and_list(tmp_path, builder, fre
     assert all("chosen_variant" in row for row in listed["series"])
 
 
-def test_list_refuses_a_kind_it_cannot_name_a_version_for():
-    result = CliRunner().invoke(main, ["list", "vllm@git:main", "--json"], catch_exceptions=False)
-    assert result.exit_code == 2
-    assert "list takes ENGINE, ENGINE@VERSION or ENGINE@latest" in json.loads(result.stdout)["error"]["message"]
+def test_list_asks_any_other_upstream_for_its_version(tmp_path):
+    """list ENGINE@UPSTREAM for the kinds beyond a version (a directory here; a file, a nightly, a
+    commit or an image the same way, through the kinds' registry): it was refused with exit 2."""
+    from patchctl.testing.builders import install_fake_dist
+    from patchctl.testing.fixtures import PRISTINE
+
+    install_fake_dist(tmp_path / "site", "vllm", "0.21.0", PRISTINE)
+    listed = run_json("list", f"vllm@{tmp_path / 'site'}", expect=0)
+    assert listed["version"] == "0.21.0"
+    assert listed["series"] and all("chosen_variant" in row for row in listed["series"])

@@ -150,6 +150,16 @@ def test_check_reads_the_engine_in_an_image_as_its_release(sglang_image, store):
         [(p["name"], p["outcome"], p["files"]) for p in release["patches"]]
 
 
+def test_list_names_the_variants_the_engine_in_an_image_gets(sglang_image, store):
+    """`list ENGINE@image:REF` (issue 26, item 1): the series with the variant each patch would get
+    for the version found in the image, as for that release."""
+    listed = run_json("list", f"sglang@image:{sglang_image}", "--store", store, expect=0)
+    release = run_json("list", f"sglang@{SGLANG}", "--store", store, expect=0)
+    assert listed["version"] == SGLANG
+    assert [(r["name"], r["chosen_variant"]) for r in listed["series"]] == \
+        [(r["name"], r["chosen_variant"]) for r in release["series"]]
+
+
 def test_revert_pushes_the_image_it_was_made_from_byte_for_byte(patched, registry, sglang_image):
     to, _ = patched
     back = f"{registry}/test/sglang:{SGLANG}-reverted"
