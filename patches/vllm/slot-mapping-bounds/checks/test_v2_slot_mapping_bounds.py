@@ -111,7 +111,7 @@ def _slots(tree: pathlib.Path, tmp_path: pathlib.Path) -> list[list[int]]:
 
 def _expected() -> list[list[int]]:
     out = []
-    for group, (table, size) in enumerate(zip(TABLES, BLOCK_SIZES)):
+    for table, size in zip(TABLES, BLOCK_SIZES, strict=True):
         row_slots = []
         for batch, row in enumerate(IDX_MAPPING):
             for p in POSITIONS[QUERY_START[batch]:QUERY_START[batch + 1]]:
