@@ -22,6 +22,7 @@ from __future__ import annotations
 import glob
 import sys
 import tempfile
+from typing import Any
 
 from checklib import probe, stubs
 
@@ -35,7 +36,7 @@ GUESSED = {"mhc": False, "mla_use_nope": True, "indexer_rope_interleave": False,
 MAX_LEN = 4096
 
 
-def _config(transformers_cls):  # noqa: ANN001, ANN202 - the release's class, imported late
+def _config(transformers_cls: Any) -> Any:  # the release's class, imported late
     return transformers_cls(
         num_hidden_layers=8, hidden_size=256, intermediate_size=512, moe_intermediate_size=128,
         n_routed_experts=4, num_experts_per_tok=2, vocab_size=1024, pad_token_id=0,
@@ -74,7 +75,7 @@ def main() -> None:
         cur = getattr(mod, "current_platform", None)
         if cur is not None and cur is not cpu and not isinstance(cur, CpuPlatform):
             try:
-                mod.current_platform = cpu
+                vars(mod)["current_platform"] = cpu
             except Exception:  # noqa: BLE001 - a module that refuses the attribute keeps its own
                 pass
     CudaPlatform.get_device_capability = classmethod(lambda cls, device_id=0: DeviceCapability(12, 0))
@@ -82,7 +83,8 @@ def main() -> None:
     cuda_select = CudaPlatform.get_attn_backend_cls.__func__
     chosen: list = []
 
-    def _select(cls, selected_backend, attn_selector_config, num_heads=None):  # noqa: ANN001, ANN202
+    def _select(cls: Any, selected_backend: Any, attn_selector_config: Any,
+                num_heads: int | None = None) -> str:
         if attn_selector_config.use_sparse:
             got = cuda_select(CudaPlatform, selected_backend, attn_selector_config, num_heads)
             chosen.append({"head_size": attn_selector_config.head_size, "backend": got})
@@ -154,12 +156,12 @@ def main() -> None:
             res["load"] = {"params": len(params), "loaded": len(loaded & set(params)),
                            "missing": sorted(set(params) - loaded)[:20]}
             lay = next(i for i, t in enumerate(hf.layer_types) if t != "linear_attention")
-            e = params["model.embed_tokens.weight"].data
+            emb = params["model.embed_tokens.weight"].data
             w13 = params[f"model.layers.{lay}.mlp.experts.routed_experts.w13_weight"].data[1]
             qkv = params[f"model.layers.{lay}.self_attn.fused_qkv_a_proj.weight"].data
             pre = f"layers.{lay}."
             res["equal"] = {
-                "embed_tokens": bool(torch.equal(e, sd["embed_tokens.weight"][: e.shape[0]])),
+                "embed_tokens": bool(torch.equal(emb, sd["embed_tokens.weight"][: emb.shape[0]])),
                 "expert1_w13": bool(torch.equal(w13, torch.cat([sd[pre + "mlp.experts.1.gate_proj.weight"],
                                                                 sd[pre + "mlp.experts.1.up_proj.weight"]]))),
                 "fused_qkv_a": bool(torch.equal(qkv, torch.cat([sd[pre + "self_attn.q_a_proj.weight"],

@@ -41,11 +41,11 @@ def _run(tree: pathlib.Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def patched(patched_tree):
+def patched(patched_tree: pathlib.Path) -> dict:
     return _run(patched_tree)
 
 
-def test_sparse_layers_get_ours_with_head_size_512(patched):
+def test_sparse_layers_get_ours_with_head_size_512(patched: dict) -> None:
     assert "error" not in patched, patched["error"]
     assert patched["built"] == "Glm5NextForCausalLM"
     layers = patched["attn_layers"]
@@ -56,7 +56,7 @@ def test_sparse_layers_get_ours_with_head_size_512(patched):
     assert patched["sparse_selections"] and all(s["head_size"] == 512 for s in patched["sparse_selections"])
 
 
-def test_transformers_checkpoint_loads_into_every_parameter(patched):
+def test_transformers_checkpoint_loads_into_every_parameter(patched: dict) -> None:
     assert "error" not in patched, patched["error"]
     load = patched["load"]
     assert load["params"] > 0 and load["loaded"] == load["params"], load
@@ -67,7 +67,7 @@ def test_transformers_checkpoint_loads_into_every_parameter(patched):
 
 
 @pytest.mark.pristine_fails
-def test_pristine_release_cannot_build_it(pristine_tree):
+def test_pristine_release_cannot_build_it(pristine_tree: pathlib.Path) -> None:
     res = _run(pristine_tree)
     assert res.get("error", {}).get("step") == "build", res
     assert "No valid attention backend" in res["error"]["what"], res["error"]
