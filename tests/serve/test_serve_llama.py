@@ -118,7 +118,10 @@ def test_whole_tier_against_llama_cpp(llama_url, tmp_path):
     again = run_validate(small_config(llama_url, tmp_path, golden_path=golden_path, answers=False, threshold=0.99))
     assert again.golden.mode == "compared"
     assert again.golden.diffs and all(d.matched for d in again.golden.diffs), again.golden.diffs
-    assert again.baseline.status == "compared" and len(again.baseline.checks) == 2
+    # Both levels, each on output throughput and the decode rate (baseline.DEFAULT_METRICS).
+    assert again.baseline.status == "compared"
+    assert sorted((c.concurrency, c.metric) for c in again.baseline.checks) == [
+        (1, "decode_tok_s_p50"), (1, "output_tok_s"), (4, "decode_tok_s_p50"), (4, "output_tok_s")]
     assert not again.baseline.regressions, again.baseline.checks
 
     table = validate_text(again)
@@ -150,8 +153,9 @@ def test_validate_command_against_llama_cpp(llama_url, tmp_path):
     run_json(*common, "--concurrency", "1,2", "--requests", "2", "--update-baseline", expect=0)
     doc = run_json(*args, "--threshold", "0.99", expect=0)
     b = doc["report"]["baseline"]
-    assert [c["concurrency"] for c in b["checks"]] == [1] and b["not_compared"] == [
-        {"concurrency": 2, "reason": "only in the baseline"}]
+    assert sorted((c["concurrency"], c["metric"]) for c in b["checks"]) == [
+        (1, "decode_tok_s_p50"), (1, "output_tok_s")]
+    assert b["not_compared"] == [{"concurrency": 2, "reason": "only in the baseline"}]
 
 
 def test_non_streaming_measures_only_what_it_can(llama_url, tmp_path):
