@@ -30,9 +30,25 @@ def _has_glm5next(tree: pathlib.Path) -> bool:
     return (tree / "vllm/models/glm5next").is_dir()
 
 
+# Built and verified against 0.32.0 and 0.33.0 (issue 27). On 0.30.0/0.31.0, which also ship
+# glm5_next, the probe exits 1 before the check (its config path predates theirs): not verified
+# there, open in issue 27, so it says so instead of reporting a failure of the patch.
+VERIFIED_FROM = (0, 32)
+
+
+def _release() -> tuple[int, ...] | None:
+    raw = os.environ.get("PATCHCTL_ENGINE_VERSION", "")
+    parts = raw.split(".")[:2]
+    return tuple(int(p) for p in parts) if len(parts) == 2 and all(p.isdigit() for p in parts) else None
+
+
 def _run(tree: pathlib.Path, *args: str) -> dict:
     if not _has_glm5next(tree):
         pytest.skip("this vLLM has no glm5_next model (vllm/models/glm5next: 0.33+)")
+    release = _release()
+    if release is not None and release < VERIFIED_FROM:
+        pytest.skip("the glm5_next block-size probe is verified on vLLM 0.32.0 and 0.33.0 only; on "
+                    f"{os.environ['PATCHCTL_ENGINE_VERSION']} it exits before the check (issue 27, open)")
     env = {
         "VLLM_CACHE_ROOT": os.environ.get("VLLM_CACHE_ROOT") or tempfile.mkdtemp(prefix="g5n-vllm-cache-"),
         "PYTHONPATH": os.pathsep.join(p for p in (str(tree), os.environ.get("PYTHONPATH", "")) if p),
