@@ -4,40 +4,18 @@ modules present at exit."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from patchctl.testing.builders import install_fake_dist
 from patchctl.testing.fixtures import PRISTINE, loader_with
-from patchctl.testing.invoke import run_json
+from patchctl.testing.invoke import heavy_imports as probe_heavy_imports
+from patchctl.testing.invoke import heavy_imports_run, run_json
 
 HEAVY = ("requests", "git", "rich", "matplotlib", "urllib3")
 
-PROBE = r"""
-import json, sys
-watched = json.loads(sys.argv[2])
-sys.argv = ["patchctl"] + json.loads(sys.argv[1])
-code = None
-try:
-    from patchctl.cli import main
-    main()
-except SystemExit as exc:
-    code = exc.code
-sys.stdout.flush()
-heavy = sorted(m for m in watched if m in sys.modules)
-sys.stderr.write("\nHEAVY " + json.dumps({"exit": code, "heavy": heavy}) + "\n")
-"""
-
-
 def heavy_imports(*argv: str) -> dict:
-    proc = subprocess.run([sys.executable, "-c", PROBE, json.dumps(argv), json.dumps(HEAVY)],
-                          capture_output=True, text=True)
-    for line in proc.stderr.splitlines():
-        if line.startswith("HEAVY "):
-            return json.loads(line[6:])
-    raise AssertionError(f"no report from patchctl {' '.join(argv)}:\n{proc.stderr}")
+    return probe_heavy_imports(argv, HEAVY)
 
 
 @pytest.fixture
@@ -100,8 +78,7 @@ NOT_ON_THE_INTACT_PATH = ("patchctl.patching.evaluate", "patchctl.patching.hunks
 
 def test_ensure_on_an_intact_target_with_no_store_stays_off_the_apply_engine(applied):
     _, tree = applied  # no --store: the record names the store
-    proc = subprocess.run([sys.executable, "-c", PROBE, json.dumps(["ensure", "vllm", "--target", str(tree), "--json"]),
-                           json.dumps(NOT_ON_THE_INTACT_PATH)], capture_output=True, text=True)
-    report = next(json.loads(line[6:]) for line in proc.stderr.splitlines() if line.startswith("HEAVY "))
-    assert report == {"exit": 0, "heavy": []}, proc.stderr[-2000:]
-    assert json.loads(proc.stdout)["written"] == []
+    report, stdout, stderr = heavy_imports_run(["ensure", "vllm", "--target", str(tree), "--json"],
+                                               NOT_ON_THE_INTACT_PATH)
+    assert report == {"exit": 0, "heavy": []}, stderr[-2000:]
+    assert json.loads(stdout)["written"] == []

@@ -3,10 +3,7 @@ naming the file, the line and the key; its settings fill the commands' options, 
 wins over the file, which wins over the defaults; relative paths are relative to the file."""
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import click
@@ -16,7 +13,7 @@ from click.testing import CliRunner
 from patchctl.cli import main
 from patchctl.testing.builders import install_fake_dist
 from patchctl.testing.fixtures import PRISTINE, loader_with
-from patchctl.testing.invoke import run_json
+from patchctl.testing.invoke import heavy_imports, run_json
 
 
 def write(path: Path, text: str) -> Path:
@@ -276,24 +273,11 @@ def test_help_works_with_a_broken_deployment_in_the_environment(monkeypatch, tmp
     assert result.exit_code == 0 and "--deployment FILE" in result.output
 
 
-PROBE = r"""
-import json, sys
-sys.argv = ["patchctl"] + json.loads(sys.argv[1])
-code = None
-try:
-    from patchctl.cli import main
-    main()
-except SystemExit as exc:
-    code = exc.code
-heavy = sorted(m for m in ("requests", "git", "rich", "matplotlib", "urllib3", "platformdirs") if m in sys.modules)
-sys.stderr.write("\nHEAVY " + json.dumps({"exit": code, "heavy": heavy}) + "\n")
-"""
+DEPLOYMENT_HEAVY = ("requests", "git", "rich", "matplotlib", "urllib3", "platformdirs")
 
 
 def test_ensure_with_a_deployment_imports_nothing_heavy(served):
     deployment, _ = served
     run_json("ensure", "--deployment", str(deployment), expect=0)
-    proc = subprocess.run([sys.executable, "-c", PROBE, json.dumps(["ensure", "--deployment", str(deployment)])],
-                          capture_output=True, text=True)
-    report = next(json.loads(line[6:]) for line in proc.stderr.splitlines() if line.startswith("HEAVY "))
+    report = heavy_imports(["ensure", "--deployment", str(deployment)], DEPLOYMENT_HEAVY)
     assert report == {"exit": 0, "heavy": []}
