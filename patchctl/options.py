@@ -9,6 +9,7 @@ document with its exit code, not a traceback. Nothing heavy is imported here: `e
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -114,8 +115,13 @@ def store_option(f: F) -> F:
 
 def _set_timeout(ctx: click.Context, param: click.Parameter, value: float | None) -> None:
     """--timeout goes to the one module that talks to the network, process-wide (imported only when
-    given: `ensure` on an intact target never touches the network, nor imports it)."""
+    given: `ensure` on an intact target never touches the network, nor imports it). Not given, a
+    module already loaded goes back to the default: the setting is this command's, not the process's
+    (commands invoked in one process, as the tests and embedding code do, would inherit it)."""
     if value is None:
+        loaded = sys.modules.get("patchctl.sources.http")
+        if loaded is not None:
+            loaded.set_timeout(None)
         return
     if not value > 0:  # also NaN
         raise click.BadParameter(f"{value!r} is not a number of seconds > 0", ctx, param)

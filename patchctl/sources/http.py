@@ -32,7 +32,8 @@ from patchctl.errors import AnswerTooLarge, NetworkError, RangeNotSupported
 if TYPE_CHECKING:
     import ssl
 
-TIMEOUT = 60.0  # seconds: one request's deadline, connect to last byte, and the longest wait for a read (--timeout)
+DEFAULT_TIMEOUT = 60.0  # seconds: one request's deadline, connect to last byte, and the longest wait for a read (--timeout)
+TIMEOUT = DEFAULT_TIMEOUT
 MIN_RATE = 256 << 10  # bytes/s: a larger answer's deadline grows by its size at this rate (2 Mbit/s)
 PAGE_MAX_BYTES = 8 << 20  # an index page (any answer read whole), as sent and as decompressed: ~100x vLLM's
 DOWNLOAD_MAX_BYTES = 2 << 30  # a whole download whose size neither the caller, the index nor Content-Length states
@@ -47,10 +48,11 @@ _ssl_context = None
 _declared: dict[str, int] = {}  # artifact URL -> the size its index page lists (declare_size)
 
 
-def set_timeout(seconds: float) -> None:
-    """The --timeout of this process (options.py sets it before any request)."""
+def set_timeout(seconds: float | None) -> None:
+    """The --timeout of this command (options.py sets it before any request); None: the default
+    (a second command in the same process must not inherit the first one's)."""
     global TIMEOUT
-    TIMEOUT = float(seconds)
+    TIMEOUT = DEFAULT_TIMEOUT if seconds is None else float(seconds)
 
 
 def declare_size(url: str, size: int) -> None:

@@ -190,8 +190,10 @@ def test_baseline_drop_is_a_failure_naming_numbers(llama_url, tmp_path):
     path.write_text(json.dumps(data))
     report = run_validate(cfg)
     assert not report.ok
-    (msg,) = [f for f in report.failures if f.startswith("baseline")]
-    assert "c=1 output_tok_s" in msg and "vs baseline" in msg and "REGRESSED" in msg
+    # The decode rate (the other default metric) may or may not cross the threshold on a shared
+    # machine; the throughput that was raised 100-fold must, with both numbers named.
+    (msg,) = [f for f in report.failures if f.startswith("baseline c=1 output_tok_s")]
+    assert "vs baseline" in msg and "REGRESSED" in msg
 
 
 def test_streams_interrupted_by_the_server_are_caught(tmp_path):

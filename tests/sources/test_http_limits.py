@@ -457,6 +457,19 @@ def test_the_timeout_option_sets_the_deadline(store, fresh_cache):
     assert result["seconds"] < 12
 
 
+
+def test_the_timeout_option_is_the_commands_not_the_processes(tmp_path):
+    """Commands invoked in one process (the tests, code embedding patchctl) must not inherit an
+    earlier command's --timeout: CI's image deadline test (--timeout 2) left 2 s for every later
+    in-process test, and the matrix's unreachable-nightly row said "timed out", not "refused"."""
+    from patchctl.sources import http
+    from patchctl.testing.invoke import run_json
+
+    run_json("check", "sglang@file:" + str(tmp_path / "none.whl"), "--timeout", "2")
+    assert http.TIMEOUT == 2.0
+    run_json("check", "sglang@file:" + str(tmp_path / "none.whl"))
+    assert http.TIMEOUT == http.DEFAULT_TIMEOUT == 60.0
+
 # --- 6. an index page in a charset no codec knows ------------------------------------------------
 
 CHARSETS = ["x-unknown", "utf-99", "utf8mb4", "latin-9000", "no-such-codec-" + hashlib.sha256(b"6").hexdigest()[:8],
