@@ -5,16 +5,20 @@ imports (run_checks puts patchctl's own folder on its PYTHONPATH).
 Chat completions put the text in `reasoning_content` with `content: null` (streaming and not);
 /generate answers natively. Each completion is OUTPUT_WORDS words, one token each in the tiny
 WordLevel tokenizer that `make_tokenizer` saves; the server reports its directory as model path.
+`start(..., ping=True)` puts an SSE comment line before every event of a streamed reply, the
+keep-alive sse-starlette servers (llama.cpp's Python server among them) send every 15 s.
 """
 import json
 import time
 
-from patchctl.testing.server import Reply, Request, TestServer, json_reply, sse_reply
+from patchctl.testing.server import CHUNKED, Reply, Request, TestServer, json_reply, sse_reply
 
 SERVED_NAME = "glm-5-reasoning-served"
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"]
 OUTPUT_WORDS = 8
 TOKEN_DELAY_S = 0.004
+# sse-starlette's keep-alive, byte for byte as it frames it (a comment field, CRLF line ends).
+KEEPALIVE = b": ping - 2026-12-02 08:00:00.000000+00:00\r\n\r\n"
 
 
 def make_tokenizer(directory):
@@ -50,6 +54,12 @@ def _get(request, model_path):
     return json_reply({})
 
 
+def _pinged(reply: Reply) -> Reply:
+    """The same stream with a keep-alive comment before each event."""
+    events = [part for delay, data in reply.events for part in ((delay, KEEPALIVE), (0.0, data))]
+    return Reply(reply.status, b"", reply.headers, events=events, framing=CHUNKED)
+
+
 def _post(request):
     req = request.json()
     words = WORDS[:OUTPUT_WORDS]
@@ -80,11 +90,14 @@ def _post(request):
     return json_reply({})
 
 
-def start(model_path) -> TestServer:
+def start(model_path, ping: bool = False) -> TestServer:
     """The server, started; `.root` is its URL, `.stop()` ends it."""
     model_path = str(model_path)
 
     def respond(request: Request) -> Reply:
-        return _post(request) if request.method == "POST" else _get(request, model_path)
+        if request.method != "POST":
+            return _get(request, model_path)
+        reply = _post(request)
+        return _pinged(reply) if ping and reply.events is not None else reply
 
     return TestServer([respond]).start()

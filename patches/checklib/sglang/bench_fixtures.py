@@ -1,6 +1,6 @@
 """Shared by the SGLang bench_serving checks: a local reasoning-model server and a runner.
 
-Each bench patch's checks/conftest.py imports the `reasoning_server` fixture from here; its
+Each bench patch's checks/conftest.py imports the `reasoning_server` fixture (or `pinging_server`) from here; its
 checks import `run_bench` and `assert_sane`."""
 import json
 import os
@@ -19,6 +19,15 @@ HERE = pathlib.Path(__file__).resolve().parent
 def reasoning_server(tmp_path_factory):
     model_dir = fake.make_tokenizer(tmp_path_factory.mktemp("tiny-tokenizer"))
     server = fake.start(model_dir)
+    yield {"base_url": server.root, "model_path": str(model_dir)}
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def pinging_server(tmp_path_factory):
+    """The same server, with an SSE keep-alive comment before every streamed event."""
+    model_dir = fake.make_tokenizer(tmp_path_factory.mktemp("tiny-tokenizer-ping"))
+    server = fake.start(model_dir, ping=True)
     yield {"base_url": server.root, "model_path": str(model_dir)}
     server.stop()
 
