@@ -48,11 +48,21 @@ _ssl_context = None
 _declared: dict[str, int] = {}  # artifact URL -> the size its index page lists (declare_size)
 
 
+_before_option: float | None = None  # TIMEOUT as it was before a --timeout replaced it
+
+
 def set_timeout(seconds: float | None) -> None:
-    """The --timeout of this command (options.py sets it before any request); None: the default
-    (a second command in the same process must not inherit the first one's)."""
-    global TIMEOUT
-    TIMEOUT = DEFAULT_TIMEOUT if seconds is None else float(seconds)
+    """The --timeout of this command (options.py sets it before any request); None: undo an earlier
+    command's --timeout (a second command in the same process must not inherit it), keeping any
+    value set otherwise."""
+    global TIMEOUT, _before_option
+    if seconds is None:
+        if _before_option is not None:
+            TIMEOUT, _before_option = _before_option, None
+        return
+    if _before_option is None:
+        _before_option = TIMEOUT
+    TIMEOUT = float(seconds)
 
 
 def declare_size(url: str, size: int) -> None:
