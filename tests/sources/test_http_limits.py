@@ -457,7 +457,6 @@ def test_the_timeout_option_sets_the_deadline(store, fresh_cache):
     assert result["seconds"] < 12
 
 
-
 def test_the_timeout_option_is_the_commands_not_the_processes(tmp_path):
     """Commands invoked in one process (the tests, code embedding patchctl) must not inherit an
     earlier command's --timeout: CI's image deadline test (--timeout 2) left 2 s for every later
@@ -469,6 +468,7 @@ def test_the_timeout_option_is_the_commands_not_the_processes(tmp_path):
     assert http.TIMEOUT == 2.0
     run_json("check", "sglang@file:" + str(tmp_path / "none.whl"))
     assert http.TIMEOUT == http.DEFAULT_TIMEOUT == 60.0
+
 
 # --- 6. an index page in a charset no codec knows ------------------------------------------------
 

@@ -11,7 +11,7 @@ keep-alive sse-starlette servers (llama.cpp's Python server among them) send eve
 import json
 import time
 
-from patchctl.testing.server import CHUNKED, Reply, Request, TestServer, json_reply, sse_reply
+from patchctl.testing.server import Reply, Request, TestServer, json_reply, sse_reply
 
 SERVED_NAME = "glm-5-reasoning-served"
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"]
@@ -57,7 +57,7 @@ def _get(request, model_path):
 def _pinged(reply: Reply) -> Reply:
     """The same stream with a keep-alive comment before each event."""
     events = [part for delay, data in reply.events for part in ((delay, KEEPALIVE), (0.0, data))]
-    return Reply(reply.status, b"", reply.headers, events=events, framing=CHUNKED)
+    return Reply(reply.status, b"", reply.headers, events=events, framing=reply.framing)
 
 
 def _post(request):

@@ -15,21 +15,22 @@ from checklib.sglang import _fake_reasoning_server as fake
 HERE = pathlib.Path(__file__).resolve().parent
 
 
-@pytest.fixture(scope="session")
-def reasoning_server(tmp_path_factory):
+def _serve(tmp_path_factory, ping):
     model_dir = fake.make_tokenizer(tmp_path_factory.mktemp("tiny-tokenizer"))
-    server = fake.start(model_dir)
+    server = fake.start(model_dir, ping=ping)
     yield {"base_url": server.root, "model_path": str(model_dir)}
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def reasoning_server(tmp_path_factory):
+    yield from _serve(tmp_path_factory, ping=False)
 
 
 @pytest.fixture(scope="session")
 def pinging_server(tmp_path_factory):
     """The same server, with an SSE keep-alive comment before every streamed event."""
-    model_dir = fake.make_tokenizer(tmp_path_factory.mktemp("tiny-tokenizer-ping"))
-    server = fake.start(model_dir, ping=True)
-    yield {"base_url": server.root, "model_path": str(model_dir)}
-    server.stop()
+    yield from _serve(tmp_path_factory, ping=True)
 
 
 NUM_PROMPTS = 3
