@@ -194,6 +194,15 @@ def _evaluate_one(
     # A file the patch deletes may be gone: that is the patch's own change, which the reverse check
     # below recognises (upstreamed, or already-applied).
     gone = [fp.path for fp in parsed.files if not fp.is_new and not fp.is_removed and texts[fp.path] is None]
+    kept = [fp.path for fp in parsed.files if not fp.is_new and texts[fp.path] is not None]
+    if gone and kept:
+        # Part of the code it fixes is still there (vLLM 0.34 removed the V1 runner's block_table.py,
+        # not the V2 one the same fix patches): obsolete would drop a live fix without a word.
+        return PatchOutcome(patch.name, O.CONFLICT, variant.filename,
+                            f"target file gone in {version}: {', '.join(gone)}, while {', '.join(kept)} "
+                            f"{'is' if len(kept) == 1 else 'are'} still there: it needs a variant for {version} "
+                            f"without the gone file (`patchctl rebase {patch.engine} --onto {version}`)",
+                            files=parsed.paths), {}
     if gone:
         return PatchOutcome(patch.name, O.OBSOLETE, variant.filename,
                             f"target file gone in {version}: {', '.join(gone)}", files=parsed.paths), {}

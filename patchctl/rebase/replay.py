@@ -244,7 +244,7 @@ def rebase(engine_name: str, store: Store, new: Version, ctx: fetch.SourceContex
             continue
         assert source is not None
         gone = [fp.path for fp in parsed[source.path].files if not fp.is_new and new_files.get(fp.path) is None]
-        if gone:
+        if gone and len(gone) == len([fp for fp in parsed[source.path].files if not fp.is_new]):
             proposals = relocations(source, gone)
             fail(plan, OBSOLETE, source.filename, tried + f"target file gone in {new}: {', '.join(gone)}"
                  + ("; relocation proposed" if proposals else ""), relocations=proposals)
@@ -259,8 +259,14 @@ def rebase(engine_name: str, store: Store, new: Version, ctx: fetch.SourceContex
             else:
                 git(repo, "rerere", "clear", check=False)  # the worktree below records this conflict once
                 git(repo, "cherry-pick", "--abort", check=False)
-                conflict = _conflict_report(repo, unmerged, root, patch, sha, keep)
-                fail(plan, CONFLICT, source.filename, tried + f"conflicts in {', '.join(unmerged) or 'the replay'}",
+                conflict = _conflict_report(repo, unmerged, root, patch, sha, keep, gone)
+                # Part of what the patch fixes is gone and part is not: a person decides whether the
+                # gone part moved (the relocations) or is no longer needed (git rm it, then resolve).
+                removed = (f"; {', '.join(gone)} gone in {new} while the patch's other files are still "
+                           f"there: `git rm` it in the conflict worktree if the fix is not needed there, "
+                           f"or carry it to where the code moved") if gone else ""
+                fail(plan, CONFLICT, source.filename,
+                     tried + f"conflicts in {', '.join(unmerged) or 'the replay'}{removed}",
                      conflict=conflict, relocations=relocations(source, unmerged))
                 continue
         if not git(repo, "diff", "--name-only", "HEAD~1", "HEAD").stdout.strip():
@@ -331,7 +337,8 @@ def _has_staged_resolution(repo: Path) -> bool:
         repo, "rerere", "status", check=False).stdout
 
 
-def _conflict_report(repo: Path, unmerged: list[str], root: Path, patch: Patch, sha: str, keep: bool) -> dict:
+def _conflict_report(repo: Path, unmerged: list[str], root: Path, patch: Patch, sha: str, keep: bool,
+                     gone: list[str]) -> dict:
     # Re-create the conflict where a person can work on it (and read the markers from there).
     worktree = root / "conflicts" / patch.name
     git(repo, "worktree", "add", "-q", "--detach", str(worktree), "HEAD")
@@ -347,6 +354,8 @@ def _conflict_report(repo: Path, unmerged: list[str], root: Path, patch: Patch, 
                 lo, hi = max(0, n - 8), min(len(lines), end + 9)
                 regions.append({"line": n + 1, "text": "\n".join(lines[lo:hi])})
         files.append({"path": rel, "conflicts": regions})
-    report = {"patch": patch.name, "files": files, "worktree": str(worktree) if keep else None}
+    # `resolve` reads gone_upstream: a resolution that keeps such a file would create it whole.
+    report = {"patch": patch.name, "files": files, "gone_upstream": gone,
+              "worktree": str(worktree) if keep else None}
     (root / "conflicts" / f"{patch.name}.json").write_text(json.dumps(report, indent=2))
     return report

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pathlib
 
-from _slot_probe import run
+import pytest
+from _slot_probe import V1_FILE, run
 
 KV_BLOCK = 4        # tokens per KV block
 STRIDE = 4          # blocks per request row (max_num_blocks_per_req)
@@ -19,6 +20,8 @@ PAD = -1
 
 
 def _slots(tree: pathlib.Path) -> list[int]:
+    if not (tree / V1_FILE).is_file():  # 0.34.0 removed the V1 model runner; the V2 check stays
+        pytest.skip(f"{tree}: no V1 worker block table ({V1_FILE})")
     args = {"rows": ROWS, "qsl": QUERY_START, "pos": POSITIONS, "stride": STRIDE,
             "kv_block": KV_BLOCK, "max_tokens": MAX_TOKENS, "pad": PAD}
     got: list[int] = run(tree, "v1", args)
