@@ -122,10 +122,18 @@ def _parse_junit(path: Path) -> tuple[int, int, int, list[str], list[str]]:
         skip = case.find("skipped")
         if problem is not None:
             failed += 1
-            failures.append(f"{name}: {(problem.get('message') or '').strip()[:300]}")
+            failures.append(f"{name}: {_gist((problem.get('message') or '').strip())}")
         elif skip is not None:
             skipped += 1
             skip_reasons.append((skip.get("message") or "").strip())
         else:
             passed += 1
     return passed, failed, skipped, failures, skip_reasons
+
+
+def _gist(message: str, head: int = 300, tail: int = 900) -> str:
+    """A failure's message, bounded: its start (what failed) and its end (a probe's stderr ends with
+    the traceback's last lines, which say why; the start is often an import-time warning)."""
+    if len(message) <= head + tail + 40:
+        return message
+    return f"{message[:head]} [... {len(message) - head - tail} characters ...] {message[-tail:]}"

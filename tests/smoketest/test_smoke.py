@@ -114,3 +114,21 @@ def test_upstreamed_in_is_proven_on_the_pristine_tree(tmp_path, builder, fresh_c
         # and a claim that is false is caught: 1.0 is not upstreamed, the proof run would fail
         code, doc = smoke("vllm@1.0", "--index-url", server.url, "--store", str(builder.root), "--python", sys.executable)
         assert doc["results"][0]["status"] == "passed"  # patched tree of 1.0: the patch itself
+
+
+def test_a_long_failure_keeps_its_end(tmp_path):
+    """A probe's failure starts with its stderr's first lines (often an import-time warning) and
+    ends with the traceback that says why: the report keeps both ends of a long message."""
+    from xml.sax.saxutils import quoteattr
+
+    from patchctl.smoketest.pytest_run import _parse_junit
+
+    message = "probe exited 1:\n" + "The vLLM package was not found.\n" * 200 + "AttributeError: the cause"
+    junit = tmp_path / "junit.xml"
+    junit.write_text(f'<testsuite><testcase classname="test_x" name="test_y">'
+                     f'<failure message={quoteattr(message)}/></testcase></testsuite>')
+    _, failed, _, failures, _ = _parse_junit(junit)
+    assert failed == 1
+    (failure,) = failures
+    assert failure.startswith("test_x::test_y: probe exited 1:") and failure.endswith("AttributeError: the cause")
+    assert len(failure) < 1400 and "characters ...]" in failure

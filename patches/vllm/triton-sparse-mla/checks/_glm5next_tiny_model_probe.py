@@ -20,6 +20,7 @@ Errors are reported, not raised.
 from __future__ import annotations
 
 import glob
+import importlib
 import sys
 import tempfile
 from typing import Any
@@ -112,15 +113,26 @@ def main() -> None:
     from vllm.config.vllm import set_current_vllm_config
     from vllm.distributed import init_distributed_environment, initialize_model_parallel
 
+    import vllm.triton_utils as triton_utils
+
     step = "config"
     try:
         mc = ModelConfig(model=folder, dtype="bfloat16", max_model_len=MAX_LEN)
         # The CPU platform turns prefix caching off for MLA after the hybrid config set
         # mamba_block_size = block_size, which VllmConfig then refuses; max_model_len is the value
         # it takes without prefix caching.
-        vc = VllmConfig(model_config=mc, parallel_config=ParallelConfig(),
-                        cache_config=CacheConfig(enable_prefix_caching=False, mamba_block_size=MAX_LEN),
-                        device_config=DeviceConfig(device="cpu"))
+        # 0.34's CPU platform refuses an x86 machine without a working Triton while it checks the
+        # config (its CPU model runner needs triton-cpu); this check builds the model and loads
+        # weights and runs no kernel, so the flag is raised for that check alone. The model's
+        # modules are imported first, so they keep the Triton vLLM found (its placeholder here).
+        importlib.import_module("vllm.models.glm5next")
+        has_triton, triton_utils.HAS_TRITON = triton_utils.HAS_TRITON, True
+        try:
+            vc = VllmConfig(model_config=mc, parallel_config=ParallelConfig(),
+                            cache_config=CacheConfig(enable_prefix_caching=False, mamba_block_size=MAX_LEN),
+                            device_config=DeviceConfig(device="cpu"))
+        finally:
+            triton_utils.HAS_TRITON = has_triton
         hf = mc.hf_text_config
         res["model"] = {"hybrid": bool(mc.is_hybrid), "mla": bool(mc.use_mla),
                         "head_size": mc.get_head_size(), "kv_lora_rank": hf.kv_lora_rank,

@@ -208,9 +208,14 @@ def probe_select_v24() -> dict:
             lambda cls, device_id=0: DeviceCapability(*cap)
         )
         vplat._current_platform = CudaPlatform()
+        try:  # 0.34.0+ also sets the indexer's logits dtype on it, through the real class
+            from vllm.config.attention import AttentionConfig
+            attention = AttentionConfig()
+        except ImportError:
+            attention = None
         cfg = types.SimpleNamespace(
             model_config=types.SimpleNamespace(hf_config=types.SimpleNamespace(index_topk=2048)),
-            cache_config=types.SimpleNamespace(cache_dtype=kv))
+            cache_config=types.SimpleNamespace(cache_dtype=kv), attention_config=attention)
         model_configs.DeepseekV32ForCausalLM.verify_and_update_config(cfg)
         return cfg.cache_config.cache_dtype
 
@@ -426,8 +431,9 @@ def probe_forward_v24(rope: int = 64) -> dict:
         cache_config=_ns(block_size=BS, cache_dtype="auto"),
         parallel_config=_ns(prefill_context_parallel_size=1, decode_context_parallel_size=1,
                             cp_kv_cache_interleave_size=1, tensor_parallel_size=1),
-        compilation_config=_ns(static_forward_context={"l0": _ns(prefill_backend=None)}),
-        attention_config=_ns(hisparse_config=None, sparse_mla_force_mqa=False),
+        # cudagraph_mode and sparse_mla_shard_q: read by 0.34's sparse MLA impl (ShardQ), off here
+        compilation_config=_ns(static_forward_context={"l0": _ns(prefill_backend=None)}, cudagraph_mode=None),
+        attention_config=_ns(hisparse_config=None, sparse_mla_force_mqa=False, sparse_mla_shard_q=False),
         speculative_config=None,
     )
     vcfg._current_vllm_config = vllm_config
