@@ -109,11 +109,10 @@ def main() -> None:
         sd.update(st.load_file(f))
     res["checkpoint"] = {"tensors": len(sd), "hc": sum(".hc_" in k for k in sd)}
 
+    import vllm.triton_utils as triton_utils
     from vllm.config import CacheConfig, DeviceConfig, ModelConfig, ParallelConfig, VllmConfig
     from vllm.config.vllm import set_current_vllm_config
     from vllm.distributed import init_distributed_environment, initialize_model_parallel
-
-    import vllm.triton_utils as triton_utils
 
     step = "config"
     try:
