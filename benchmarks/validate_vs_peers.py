@@ -126,14 +126,26 @@ def run_ours(url: str, conc: int, n: int, max_tokens: int, prompt: str, tmp: Pat
                                       baseline_dir=tmp / "b"))
     assert report.throughput is not None
     (lv,) = report.throughput.levels
+    done = lv.requests - lv.failed
     return {"ttft": lv.ttft_ms.p50 if lv.ttft_ms else None, "tpot": lv.tpot_ms.p50 if lv.tpot_ms else None,
             "itl": lv.itl_ms.p50 if lv.itl_ms else None, "tok_s": lv.output_tok_s,
+            "tokens": lv.output_tokens / done if lv.output_tokens is not None and done else None,
             "failed": float(lv.failed)}
 
 
-FIGURES = ("ttft", "tpot", "itl", "tok_s")
-NAMES = {"ttft": "TTFT p50 ms", "tpot": "TPOT p50 ms", "itl": "ITL p50 ms", "tok_s": "output tok/s"}
+# "tokens": output tokens per completed request. On the test server every tool gets max_tokens; on
+# a real model (llama.cpp) a request can end at EOS, and the tools' prompts differ, so the row says
+# whether the workloads matched before their throughputs are compared.
+FIGURES = ("ttft", "tpot", "itl", "tok_s", "tokens")
+NAMES = {"ttft": "TTFT p50 ms", "tpot": "TPOT p50 ms", "itl": "ITL p50 ms", "tok_s": "output tok/s",
+         "tokens": "output tokens / request"}
 PEER_KEYS = {"ttft": "median_ttft_ms", "tpot": "median_tpot_ms", "itl": "median_itl_ms", "tok_s": "output_throughput"}
+
+
+def peer_figure(result: dict[str, Any], figure: str) -> float:
+    if figure == "tokens":  # both peers' result files: total_output_tokens over completed
+        return float(result["total_output_tokens"]) / max(1, int(result["completed"]))
+    return float(result[PEER_KEYS[figure]])
 
 
 def median(xs: list[float]) -> float:
@@ -187,7 +199,7 @@ def compare(url: str, tmp: Path, peers: dict[str, tuple[str, Path]], concurrency
                 run = run_bench if name == "bench_serving" else run_vllm
                 theirs = run(python, tree, url, tokenizer, conc, requests, max_tokens, result_file)
                 for f in FIGURES:
-                    tools[name][f].append(float(theirs[PEER_KEYS[f]]))
+                    tools[name][f].append(peer_figure(theirs, f))
         out[conc] = tools
     return out
 
@@ -224,7 +236,7 @@ def main() -> None:
     else:
         server, ready = start_server(port, args.ttft, args.itl), 30.0
         truth = {"ttft": (args.ttft + args.itl) * 1000, "tpot": args.itl * 1000, "itl": args.itl * 1000,
-                 "tok_s": None}
+                 "tok_s": None, "tokens": float(args.max_tokens)}
     with tempfile.TemporaryDirectory() as tmp_s, ServerProcess(server, url, Path(tmp_s), ready_timeout_s=ready):
         result = compare(url, Path(tmp_s), peers, concs, args.requests, args.max_tokens, args.repeat)
     rows = []
