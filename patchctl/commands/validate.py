@@ -61,6 +61,7 @@ def run(
     concurrency: Sequence[int] | str = DEFAULT_CONCURRENCY,
     requests_per_level: int | None = None,
     prompt: str = "counting",
+    shared_prompt: bool = False,
     max_tokens: int = 128,
     stream: bool = True,
     baseline_dir: Path | str | None = None,
@@ -112,6 +113,7 @@ def run(
         requests_per_level=requests_per_level,
         prompt=prompt_text,
         prompt_name=prompt_name,
+        shared_prompt=shared_prompt,
         max_tokens=max_tokens,
         stream=stream,
         baseline_dir=Path(baseline_dir) if baseline_dir is not None else None,
@@ -191,7 +193,7 @@ def render(doc: dict, out: Console, err: Console) -> None:
             print_lines(out, [title])
     if tp is not None:
         how = "streaming" if tp["streamed"] else "non-streaming"
-        prompt = f"{tp['prompt']} prompt, " if tp.get("prompt") else ""
+        prompt = f"{tp['prompt']} prompt{_PROMPTS.get(tp.get('prompts') or '', '')}, " if tp.get("prompt") else ""
         t = table(f"throughput ({how}, {tp['api']}, {prompt}max_tokens {tp['max_tokens']}; latencies are p50 ms; "
                   "decode: per-request 1/TPOT p50; tok/s: output tokens over the level's wall time; spread: "
                   "per-request tok/s IQR, ± its median's 95% interval; reasoning/answer: tokens, from chunks)",
@@ -221,6 +223,8 @@ def render(doc: dict, out: Console, err: Console) -> None:
     print_lines(out, [f"wrote {path}" for path in (doc.get("files") or {}).values() if path])
 
 
+# How the throughput requests' prompts were sent (ThroughputReport.prompts); older reports: none.
+_PROMPTS = {"unique": ", unique per request", "shared": ", shared by every request"}
 _COUNTED = {"usage": "server usage", "chunks": "chunks (no server usage)", "mixed": "usage and chunks"}
 
 
@@ -230,7 +234,8 @@ def _single_request(tp: dict) -> str:
     one = tp.get("single_request")
     if one is None:
         return "single request: not measured (--concurrency has no 1)"
-    where = f"(concurrency 1, {one['requests']} requests" + (f", {tp['prompt']} prompt" if tp.get("prompt") else "")
+    where = f"(concurrency 1, {one['requests']} requests" + (
+        f", {tp['prompt']} prompt{_PROMPTS.get(tp.get('prompts') or '', '')}" if tp.get("prompt") else "")
     if one.get("token_count_method"):
         where += f", tokens by {_COUNTED.get(one['token_count_method'], one['token_count_method'])}"
     overall = f"{_num(one['output_tok_s'])} output tok/s over E2E"
@@ -341,7 +346,12 @@ def _notify(text: str) -> None:
 @click.option("--prompt", default="counting", show_default=True, metavar="counting|essay|FILE",
               help="Throughput prompt: counting (the field's deterministic \"Count from 1 to 50, writing each "
                    "number on a new line.\"), essay (open-ended, what validate used before), or a text file "
-                   "whose content is the prompt. Every throughput request is at temperature 0.")
+                   "whose content is the prompt. Every throughput request is at temperature 0, and starts with "
+                   "a tag of its own (\"[3f9a1c-7] \") so a prefix cache cannot skip its prefill.")
+@click.option("--shared-prompt", is_flag=True,
+              help="Send the prompt untagged, the same text in every throughput request: TTFT is then the "
+                   "server's prefix-cache hit (vLLM's prefix caching, SGLang's radix cache and llama.cpp reuse "
+                   "a prompt seen before), not a prefill.")
 @click.option("--max-tokens", type=click.IntRange(min=1), default=128, show_default=True,
               help="max_tokens of every throughput request.")
 @click.option("--stream/--no-stream", default=True, show_default=True,

@@ -205,6 +205,10 @@ def workload_differences(baseline: Baseline, workload: Mapping[str, Any]) -> tup
         then, now = baseline.workload.get(key), workload.get(key)
         if then is not None and then != now:
             diffs.append(f"{key} {then} -> {now}")
+    # Baselines recorded before prompts were made unique per request sent the same text every time.
+    then_prompts, now_prompts = baseline.workload.get("prompts") or "shared", workload.get("prompts") or "shared"
+    if then_prompts != now_prompts:
+        diffs.append(f"prompts {then_prompts} -> {now_prompts} (a prefix cache serves shared ones)")
     if (not diffs and baseline.workload.get("prompt_sha256")
             and baseline.workload.get("prompt_sha256") != workload.get("prompt_sha256")):
         diffs.append(f"the text of prompt {workload.get('prompt')} changed")

@@ -11,7 +11,7 @@ from patchctl.serve.golden import GoldenDiff
 from patchctl.serve.metrics import LevelMetrics, Spread, Stats
 
 # Keys have been added to format 1 since it was first written (answers' reasoning_passed,
-# finish_reason and max_tokens; throughput's prompt, prompt_sha256, temperature, single_request and
+# finish_reason and max_tokens; throughput's prompt, prompt_sha256, temperature, prompts, single_request and
 # each level's request_tok_s, decode_tok_s, request_throughput, stream, latency_not_measured,
 # buffered_requests, reasoning_tokens, content_tokens, ended_in_reasoning; baseline's not_compared
 # and workload_changes; warnings), none renamed or removed: a reader of format 1 keeps working,
@@ -59,6 +59,7 @@ class ThroughputReport:
     prompt: str | None = None  # counting | essay | the --prompt file's path; None in older reports
     prompt_sha256: str | None = None  # of the prompt's text, 16 hex digits
     temperature: float | None = None
+    prompts: str | None = None  # unique (a tag of its own per request) | shared; None in older reports
     # The concurrency-1 level, when one was measured: derived from levels, never passed.
     single_request: SingleRequest | None = field(init=False, default=None)
 
@@ -74,7 +75,7 @@ class ThroughputReport:
     def workload(self) -> dict[str, Any]:
         """What a baseline records of how it was measured, to tell a like-for-like comparison."""
         return {"prompt": self.prompt, "prompt_sha256": self.prompt_sha256, "max_tokens": self.max_tokens,
-                "api": self.api, "streamed": self.streamed}
+                "api": self.api, "streamed": self.streamed, "prompts": self.prompts}
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,20 @@ def resolve_prompt(spec: str) -> tuple[str, str]:
     return spec, text
 
 
+def request_prompts(prompt: str, n: int, unique: bool = True) -> list[str]:
+    """The prompt of each of a level's n requests. Unique (the default): each starts with a tag of
+    its own ("[3f9a1c-7] ", random per level), so a prefix cache (vLLM's automatic prefix caching,
+    SGLang's radix cache, llama.cpp's prompt reuse: all on by default) cannot serve a request's
+    prefill from an earlier one's, and TTFT is a prefill, as with the peers' random prompts. Shared
+    (--shared-prompt): the same text every time, which measures the cache-hit path."""
+    if not unique:
+        return [prompt] * n
+    import secrets
+
+    run = secrets.token_hex(3)
+    return [f"[{run}-{i}] {prompt}" for i in range(n)]
+
+
 def prompt_digest(text: str) -> str:
     import hashlib
 
@@ -73,9 +87,10 @@ def run_level(
     max_tokens: int,
     stream: bool = True,
     extra: Mapping[str, Any] | None = None,
+    unique_prompts: bool = True,
 ) -> LevelMetrics:
     """`num_requests` requests, never more than `concurrency` in flight, the first `concurrency` of
-    them sent at once.
+    them sent at once; each with a prompt of its own unless unique_prompts is off (request_prompts).
 
     One worker thread per slot, each started and its connection opened before the level begins;
     they wait at one barrier and then take requests from a shared counter. Without that (a pool's
@@ -88,6 +103,7 @@ def run_level(
     barrier = threading.Barrier(workers)
     taken = itertools.count()
     records: list[RequestRecord | None] = [None] * num_requests
+    prompts = request_prompts(prompt, num_requests, unique_prompts)
 
     def work() -> None:
         client.connect()
@@ -97,7 +113,7 @@ def run_level(
             pass  # a worker that never arrived: the others go on rather than hang
         while (i := next(taken)) < num_requests:
             records[i] = client.timed_request(
-                api, prompt, max_tokens, stream=stream, temperature=TEMPERATURE, extra=extra
+                api, prompts[i], max_tokens, stream=stream, temperature=TEMPERATURE, extra=extra
             )
 
     threads = [threading.Thread(target=work, name=f"validate-{k}", daemon=True) for k in range(workers)]

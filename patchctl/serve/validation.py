@@ -73,6 +73,7 @@ class ServeConfig:
     throughput_api: str = CHAT
     prompt: str = DEFAULT_PROMPT  # the text; throughput.resolve_prompt reads --prompt
     prompt_name: str | None = None  # for the report: counting | essay | a file's path; None: from the text
+    shared_prompt: bool = False  # every throughput request the same text (throughput.request_prompts)
     warmup_requests: int = 1
 
     baseline_dir: Path | None = None  # None: default_data_dir()/baselines
@@ -232,11 +233,13 @@ def _run_throughput(config: ServeConfig, client: OpenAIClient, extra: Mapping[st
         n = config.requests_per_level or default_requests(conc)
         say(f"throughput: concurrency {conc}, {n} requests")
         levels.append(
-            run_level(client, conc, n, config.throughput_api, config.prompt, config.max_tokens, config.stream, extra)
+            run_level(client, conc, n, config.throughput_api, config.prompt, config.max_tokens, config.stream, extra,
+                      unique_prompts=not config.shared_prompt)
         )
     name = config.prompt_name or next((k for k, v in PROMPTS.items() if v == config.prompt), "custom")
     return ThroughputReport(config.throughput_api, config.stream, config.max_tokens, tuple(levels),
-                            prompt=name, prompt_sha256=prompt_digest(config.prompt), temperature=TEMPERATURE)
+                            prompt=name, prompt_sha256=prompt_digest(config.prompt), temperature=TEMPERATURE,
+                            prompts="shared" if config.shared_prompt else "unique")
 
 
 def _run_baseline(config: ServeConfig, deployment: _baseline.Deployment,

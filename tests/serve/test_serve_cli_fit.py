@@ -2,6 +2,7 @@
 against the shape server: answers that stay in reasoning_content, the throughput prompt and the
 single-request figure, enough requests and their spread, baselines compared on shared levels only."""
 import json
+import re
 
 from click.testing import CliRunner
 
@@ -81,9 +82,13 @@ def test_the_default_prompt_is_the_fields_counting_prompt_at_temperature_0(shape
                         "--requests", "2", expect=0)
     posts = throughput_posts(shape_server)
     assert len(posts) == 4
-    assert all(p["messages"] == [{"role": "user", "content": COUNTING}] and p["temperature"] == 0 for p in posts)
+    # Each request's prompt is the counting prompt behind a tag of its own: no two share a prefix.
+    contents = [p["messages"][0]["content"] for p in posts]
+    assert all(re.fullmatch(r"\[[0-9a-f]{6}-\d+\] " + re.escape(COUNTING), c) for c in contents), contents
+    assert len({c.split("]")[0] for c in contents}) == 4
+    assert all(len(p["messages"]) == 1 and p["temperature"] == 0 for p in posts)
     tp = doc["report"]["throughput"]
-    assert (tp["prompt"], tp["temperature"], len(tp["prompt_sha256"])) == ("counting", 0, 16)
+    assert (tp["prompt"], tp["temperature"], len(tp["prompt_sha256"]), tp["prompts"]) == ("counting", 0, 16, "unique")
     # The single-request figure: the concurrency-1 level's tok/s and TTFT, in its own key.
     one, two = tp["levels"]
     single = tp["single_request"]
@@ -121,13 +126,30 @@ def test_prompt_essay_and_a_prompt_file(shape_server, tmp_path):
     quick = ("--url", shape_server.base_url, "--no-answers", "--concurrency", "1", "--requests", "1")
     doc = validate_json("vllm", *quick, "--prompt", "essay", expect=0)
     assert doc["report"]["throughput"]["prompt"] == "essay"
-    assert throughput_posts(shape_server)[-1]["messages"][0]["content"] == ESSAY_PROMPT
+    assert throughput_posts(shape_server)[-1]["messages"][0]["content"].endswith("] " + ESSAY_PROMPT)
 
     mine = tmp_path / "prompt.txt"
     mine.write_text("Summarise the plot of Hamlet.\nIn three sentences.")
     doc = validate_json("vllm", *quick, "--prompt", str(mine), expect=0)
     assert doc["report"]["throughput"]["prompt"] == str(mine)
-    assert throughput_posts(shape_server)[-1]["messages"][0]["content"] == mine.read_text()
+    assert throughput_posts(shape_server)[-1]["messages"][0]["content"].endswith("] " + mine.read_text())
+
+
+def test_shared_prompt_sends_the_same_text_and_says_so(shape_server, tmp_path):
+    """--shared-prompt: every throughput request the same untagged text (the prefix-cache hit path),
+    said in the JSON, the text and the baseline's workload (a baseline of unique prompts then warns)."""
+    common = ("--url", shape_server.base_url, "--no-answers", "--concurrency", "1", "--requests", "3",
+              "--baseline-dir", str(tmp_path / "b"))
+    validate_json("vllm", *common, "--update-baseline", expect=0)  # a baseline of unique prompts
+    before = len(throughput_posts(shape_server))
+    doc = validate_json("vllm", *common, "--shared-prompt", expect=0)
+    posts = throughput_posts(shape_server)[before:]
+    assert [p["messages"][0]["content"] for p in posts] == [COUNTING] * 3
+    tp = doc["report"]["throughput"]
+    assert tp["prompts"] == "shared"
+    assert "prompts unique -> shared" in "; ".join(doc["report"]["baseline"]["workload_changes"])
+    text = validate("vllm", *common, "--shared-prompt")
+    assert "counting prompt, shared by every request" in text.stdout
 
 
 def test_a_prompt_that_is_no_file_is_a_usage_error_before_any_request(shape_server, tmp_path):

@@ -26,6 +26,7 @@ from patchctl.serve.process import ServerProcess
 from patchctl.serve.validation import ServeConfig, run_validate, run_with_server
 from patchctl.testing.invoke import run_json
 
+from .test_serve_peers import bench_module, find_peer  # the peer as the test server's comparison finds it
 from .text import validate_text
 
 pytestmark = pytest.mark.slow
@@ -34,6 +35,7 @@ CACHE = Path(os.environ.get("PATCHCTL_LLAMA_CACHE", Path.home() / ".cache" / "pa
 PYTHON = Path(os.environ.get("PATCHCTL_LLAMA_PYTHON", CACHE / "venv" / "bin" / "python"))
 MODEL = Path(os.environ.get("PATCHCTL_LLAMA_MODEL", CACHE / "gemma-3-270m-q4_k_m.gguf"))
 ALIAS = "gemma3-270m"
+TOLERANCE_LLAMA = 0.05  # issue 25: validate within 5% of bench_serving
 
 
 def _free_port() -> int:
@@ -222,3 +224,40 @@ def test_start_stop_restart_on_the_same_port(tmp_path):
         report = run_with_server(cfg, server_command(port), ready_timeout_s=180, state_dir=state)
         assert report.throughput.levels[0].failed == 0
     assert not (state / f"{port}.pid").exists()
+
+
+def test_validate_agrees_with_bench_serving_on_llama_cpp(llama_url, tmp_path):
+    """Issue 25, item 4, on the real server: validate and SGLang's bench_serving (0.5.4 with this
+    project's bench patches, bench-sse-comments among them: llama-cpp-python sends `: ping` keep-alive
+    comments) send the same prompts (the counting prompt behind a tag of its own, none cached), the
+    same max_tokens (also as `max_tokens`: bench_serving's chat requests carry only
+    max_completion_tokens, which this server ignores), concurrency 1, 16 requests, 3 runs each.
+    Each figure's medians agree within 5%; where they do not but the two tools' runs overlap (the
+    server's pace moved between runs), the comparison is inconclusive (xfail, naming the figures and
+    runs); where every run of one tool lies more than 5% beyond every run of the other, it fails."""
+    peer = find_peer()
+    if peer is None:
+        pytest.skip("no SGLang bench_serving peer (the smoke tier builds the sglang-cpu env and the patched "
+                    "0.5.4 tree; or set PATCHCTL_PEER_PYTHON and PATCHCTL_BENCH_TREE)")
+    if "An SSE comment line" not in (peer[1] / "sglang" / "bench_serving.py").read_text(errors="replace"):
+        pytest.skip(f"the peer tree {peer[1]} predates the bench-sse-comments patch")
+    bench = bench_module()
+    result = bench.compare(llama_url, tmp_path, {"bench_serving": peer}, [1], 16, 32, 3, max_tokens_field=True)
+    ours, theirs = result[1]["validate"], result[1]["bench_serving"]
+    assert ours["tokens"] == theirs["tokens"] == [32.0] * 3, (ours["tokens"], theirs["tokens"])  # one workload
+    off, noisy = [], []
+    for figure in ("ttft", "tpot", "itl", "tok_s"):
+        a, b = bench.median(ours[figure]), bench.median(theirs[figure])
+        runs = f"validate {[round(x, 2) for x in ours[figure]]}, bench_serving {[round(x, 2) for x in theirs[figure]]}"
+        line = f"{figure}: medians {a:.2f} vs {b:.2f} ({(a - b) / b:+.1%}; runs {runs})"
+        if abs(a - b) <= TOLERANCE_LLAMA * b:
+            continue
+        # The two tools' runs take turns on the same server; on a shared machine the server's pace
+        # moves between runs. A difference is the client's only where every run of one tool lies
+        # beyond every run of the other by more than the tolerance.
+        apart = (min(ours[figure]) > max(theirs[figure]) * (1 + TOLERANCE_LLAMA)
+                 or max(ours[figure]) < min(theirs[figure]) * (1 - TOLERANCE_LLAMA))
+        (off if apart else noisy).append(line)
+    assert not off, off
+    if noisy:
+        pytest.xfail(f"inconclusive on this machine (the medians differ, the two tools' runs overlap): {noisy}")
