@@ -180,3 +180,28 @@ def test_commit_spec():
 
     ref = parse_spec("vllm@commit:2F3F441F8")
     assert (ref.kind, ref.git_ref, str(ref)) == ("commit", "2f3f441f8", "vllm@commit:2f3f441f8")
+
+
+def test_a_nightly_after_the_newest_release_gets_its_variants(tmp_path, fresh_cache):
+    """Issue 27, item 5 (`check vllm@nightly` classifies the GLM-5.3-Flash patches): the per-commit
+    index's stand-in serving the real files of the newest release a variant was written for (0.34.0
+    today), repackaged as a dev build after it (the
+    files a nightly of that day carries, as near as can be had without wheels.vllm.ai) gets every
+    patch with the same outcome and variant as the release itself: triton-sparse-mla and
+    slot-mapping-bounds included."""
+    from patchctl.store import Store
+
+    series = Store.open(STORE).series("vllm")
+    newest = max(v.base for p in series.patches for v in p.variants)
+    files = release_files("vllm", str(newest), touched("vllm"))
+    dev = f"{newest.major}.{newest.minor}.{newest.micro + 1}.dev3+gabc123def"
+    released = run("check", f"vllm@{newest}", "--store", str(STORE))["patches"]
+    on_release = {p["name"]: (p["outcome"], p["variant"]) for p in released}
+    with NightlyIndex(tmp_path) as server:
+        server.publish("abc123def", build_dev_wheel(tmp_path / "abc123def", dev, files))
+        doc = run("check", "vllm@nightly", "--nightly-source", server.url, "--store", str(STORE))
+    assert doc["version"] == dev
+    got = {p["name"]: (p["outcome"], p["variant"]) for p in doc["patches"]}
+    assert got == on_release, (got, on_release)
+    for name in ("triton-sparse-mla", "slot-mapping-bounds"):  # applied on the nightly, not dropped
+        assert got[name][0] in ("clean", "offset"), (name, got[name])
