@@ -29,15 +29,24 @@ COLOURS = {"unchanged": "green", "refreshed": "green", "upstreamed": "cyan", "ob
 
 def run(engine: str, store: Store, ctx: SourceContext, *, onto: Version | str, old: Version | None = None,
         workdir: Path | None = None, write: bool = True, python: str | None = None,
-        past_applies_to: bool = False) -> tuple[dict, int]:
+        past_applies_to: bool = False, patches: tuple[str, ...] = ()) -> tuple[dict, int]:
     from patchctl.engines import get_engine
+    from patchctl.errors import UsageError
     from patchctl.rebase import replay
     from patchctl.sources.fetch import latest_release
 
+    names = {p.name for p in store.series(engine).patches}
+    unknown = [p for p in patches if p not in names]
+    if unknown:
+        raise UsageError(f"--patch {', '.join(unknown)}: not in the {engine} series",
+                         hint=f"its patches: {', '.join(sorted(names))} (`patchctl list {engine}`)")
+    only = frozenset(patches) or None
     new = onto if isinstance(onto, Version) else latest_release(get_engine(engine), ctx)  # the word "latest"
     rep = replay.rebase(engine, store, new, ctx, old=old, workdir=workdir, write=write,
-                        verify=verify_with_smoke(store, ctx, python), past_applies_to=past_applies_to)
-    code = EXIT_PATCH_FAILED if any(i.classification == replay.CONFLICT for i in rep.items) else EXIT_OK
+                        verify=verify_with_smoke(store, ctx, python), past_applies_to=past_applies_to, only=only)
+    # With --patch, a conflict only in a patch not named is reported, not a failure of this command.
+    code = EXIT_PATCH_FAILED if any(i.classification == replay.CONFLICT and (only is None or i.name in only)
+                                    for i in rep.items) else EXIT_OK
     counts: dict[str, int] = {}
     for item in rep.items:
         counts[item.classification] = counts.get(item.classification, 0) + 1
@@ -99,6 +108,7 @@ def render(doc: dict, out: Console, err: Console) -> None:
     "patchctl rebase vllm --onto latest --no-write        classify only",
     "patchctl rebase sglang --onto 0.5.23 --workdir /tmp/rb   keep conflict worktrees for `resolve`",
     "patchctl rebase vllm --onto 0.33.0 --past-applies-to   would the patches ending at <0.24 carry?",
+    "patchctl rebase vllm --onto 0.34.0 --patch slot-mapping-bounds --workdir /tmp/rb   write that one only",
 ))
 @click.argument("engine", type=ENGINE)
 @click.option("--onto", required=True, type=VERSION_OR_LATEST, help="The new upstream version (or 'latest').")
@@ -110,11 +120,15 @@ def render(doc: dict, out: Console, err: Console) -> None:
 @click.option("--past-applies-to", is_flag=True,
               help="Also replay patches whose applies_to ends below --onto, as if it did not (their items "
                    "say `outside_applies_to`; nothing is written for them: widen applies_to, then rebase).")
+@click.option("--patch", "patches", multiple=True, metavar="NAME",
+              help="Write variants for this patch only (repeatable); the others are still replayed under it "
+                   "and classified, nothing is written for them.")
 @checks_python_option
 @store_option
 @source_options
 def command(engine: str, onto: Version | str, old: Version | None, workdir: Path | None, no_write: bool,
-            past_applies_to: bool, python: str | None, store: Store, ctx: SourceContext) -> tuple[dict, int]:
+            past_applies_to: bool, patches: tuple[str, ...], python: str | None, store: Store,
+            ctx: SourceContext) -> tuple[dict, int]:
     """Carry the series onto a new version: unchanged, refreshed, conflict, upstreamed, obsolete."""
     return run(engine, store, ctx, onto=onto, old=old, workdir=workdir, write=not no_write, python=python,
-               past_applies_to=past_applies_to)
+               past_applies_to=past_applies_to, patches=patches)

@@ -89,8 +89,10 @@ def without_upper_bound(patch: Patch) -> Patch:
 
 def rebase(engine_name: str, store: Store, new: Version, ctx: fetch.SourceContext, *, old: Version | None = None,
            workdir: Path | None = None, write: bool = True, verify: Verifier | None = None,
-           past_applies_to: bool = False) -> RebaseReport:
+           past_applies_to: bool = False, only: frozenset[str] | None = None) -> RebaseReport:
     """verify(patch, version, variant bytes) -> (ok, reason): smoke checks that gate a reused resolution.
+    only: write variants for these patches alone (--patch); the others are still replayed, since a
+    later patch is carried on top of them, and classified, but nothing is written for them.
     past_applies_to: also replay the patches whose applies_to ends below `new` (an upper bound is
     often just the last release looked at), to show whether their code carries; they are never written.
 
@@ -179,6 +181,12 @@ def rebase(engine_name: str, store: Store, new: Version, ctx: fetch.SourceContex
 
     failed: set[str] = set()
 
+    def unasked(patch: Patch) -> bool:
+        return only is not None and patch.name not in only
+
+    def writes(patch: Patch) -> bool:
+        return write and patch.name not in past and not unasked(patch)
+
     def marked(item: RebaseItem) -> RebaseItem:
         outside = past.get(item.name)
         if outside is None:
@@ -227,7 +235,7 @@ def rebase(engine_name: str, store: Store, new: Version, ctx: fetch.SourceContex
             _commit(repo, direct.changes, target)
             how = "with reduced context (fuzz): review it" if outcome.outcome == O.FUZZ else "with moved lines"
             carried(plan, _refreshed(store, patch, target, new, gitutil.format_patch(repo),
-                                     write and patch.name not in past, f"{target.filename} applies {how}"))
+                                     writes(patch), f"{target.filename} applies {how}", unasked=unasked(patch)))
             continue
         sha = commits.get(patch.name)
         tried = f"{target.filename} does not apply to {new} ({outcome.reason}); " if plan.target_is_newer else ""
@@ -287,9 +295,9 @@ def rebase(engine_name: str, store: Store, new: Version, ctx: fetch.SourceContex
             carried(plan, RebaseItem(patch.name, UNCHANGED, source.filename, source.filename,
                                      f"{source.filename} applies to {new} unchanged", resolution))
             continue
-        carried(plan, _refreshed(store, patch, source, new, new_bytes, write and patch.name not in past,
+        carried(plan, _refreshed(store, patch, source, new, new_bytes, writes(patch),
                                  tried + f"replayed {source.filename} from {old} (context or line moves)",
-                                 resolution))
+                                 resolution, unasked=unasked(patch)))
     order = {p.name: n for n, p in enumerate(series.patches)}
     items.sort(key=lambda i: order[i.name])
     if not keep:
@@ -298,7 +306,7 @@ def rebase(engine_name: str, store: Store, new: Version, ctx: fetch.SourceContex
 
 
 def _refreshed(store: Store, patch: Patch, variant: Variant, new: Version, data: bytes, write: bool, how: str,
-               resolution: str | None = None) -> RebaseItem:
+               resolution: str | None = None, unasked: bool = False) -> RebaseItem:
     new_name = f"{new}.patch"
     generator = (patch.generated_by or {}).get("generator")
     if write and not generator:
@@ -307,6 +315,8 @@ def _refreshed(store: Store, patch: Patch, variant: Variant, new: Version, data:
     # A generated patch's variants are its generator's output (tests/rebase/test_generated_variants.py
     # holds them to it): written bytes would diverge from what the generator makes.
     made = f"; {generator} makes this patch's variants: run it for {new}" if generator and write else ""
+    if unasked:
+        made += "; not named by --patch"
     return RebaseItem(patch.name, REFRESHED, variant.filename, new_name, f"would write {new_name}: {how}{made}",
                       resolution)
 

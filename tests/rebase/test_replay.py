@@ -148,3 +148,25 @@ def test_droppable_evaluates_rules(setup, fresh_cache):
     assert rows["upstream"]["droppable"] and "reverse-apply" in rows["upstream"]["why"]
     assert rows["moved"]["droppable"] and "vllm>=1.2" in rows["moved"]["why"]
     assert not rows["shift"]["droppable"]
+
+
+def test_patch_option_writes_only_the_named_patches(setup, tmp_path, fresh_cache):
+    """--patch: the named patches' variants are written; the others are replayed and classified (a
+    later patch is carried on top of them) but nothing is written for them, and a conflict only in one
+    of those is reported without failing the command."""
+    server, store = setup
+    common = ["--index-url", server.url, "--store", str(store)]
+    doc = run("rebase", "vllm", "--onto", "1.1", "--patch", "shift", *common, expect=0)
+    items = {i["name"]: i for i in doc["items"]}
+    assert items["shift"]["classification"] == "refreshed" and (store / "vllm/shift/1.1.patch").is_file()
+    assert items["clash"]["classification"] == "conflict"  # reported, not the command's failure
+
+    (store / "vllm/shift/1.1.patch").unlink()
+    run("pin", "--store", str(store))
+    doc = run("rebase", "vllm", "--onto", "1.1", "--patch", "clash", *common, expect=1)
+    shift = next(i for i in doc["items"] if i["name"] == "shift")
+    assert shift["classification"] == "refreshed" and shift["reason"].startswith("would write 1.1.patch")
+    assert shift["reason"].endswith("not named by --patch") and not (store / "vllm/shift/1.1.patch").exists()
+
+    doc = run("rebase", "vllm", "--onto", "1.1", "--patch", "nope", *common, expect=2)
+    assert "--patch nope: not in the vllm series" in doc["error"]["message"]
