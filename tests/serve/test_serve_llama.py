@@ -226,6 +226,7 @@ def test_start_stop_restart_on_the_same_port(tmp_path):
     assert not (state / f"{port}.pid").exists()
 
 
+@pytest.mark.quiet  # .ci/run runs it alone, after the smoke tier's builds
 def test_validate_agrees_with_bench_serving_on_llama_cpp(llama_url, tmp_path):
     """Issue 25, item 4, on the real server: validate and SGLang's bench_serving (0.5.4 with this
     project's bench patches, bench-sse-comments among them: llama-cpp-python sends `: ping` keep-alive
