@@ -211,10 +211,10 @@ def compare(url: str, tmp: Path, peers: dict[str, tuple[str, Path]], concurrency
     for conc in concurrency:
         tools: dict[str, dict[str, list[float]]] = {t: {f: [] for f in FIGURES} for t in ["validate", *peers]}
         for r in range(repeat):
-            ours = run_ours(url, conc, requests, max_tokens, tmp)
-            for f in FIGURES:
-                if (v := ours[f]) is not None:
-                    tools["validate"][f].append(v)
+            # The tools take turns, and every other repeat the peers go first: a server whose pace
+            # drifts over the runs then does not favour one tool in every pair.
+            if r % 2 == 0:
+                _ours_into(tools, run_ours(url, conc, requests, max_tokens, tmp))
             for name, (python, tree) in peers.items():
                 result_file = tmp / f"{name}-{conc}-{r}.json"
                 if name == "bench_serving":
@@ -225,8 +225,16 @@ def compare(url: str, tmp: Path, peers: dict[str, tuple[str, Path]], concurrency
                                       max_tokens_field)
                 for f in FIGURES:
                     tools[name][f].append(peer_figure(theirs, f))
+            if r % 2 == 1:
+                _ours_into(tools, run_ours(url, conc, requests, max_tokens, tmp))
         out[conc] = tools
     return out
+
+
+def _ours_into(tools: dict[str, dict[str, list[float]]], ours: dict[str, float | None]) -> None:
+    for f in FIGURES:
+        if (v := ours[f]) is not None:
+            tools["validate"][f].append(v)
 
 
 def main() -> None:
