@@ -193,7 +193,7 @@ def render(doc: dict, out: Console, err: Console) -> None:
             print_lines(out, [title])
     if tp is not None:
         how = "streaming" if tp["streamed"] else "non-streaming"
-        prompt = f"{tp['prompt']} prompt{_PROMPTS.get(tp.get('prompts') or '', '')}, " if tp.get("prompt") else ""
+        prompt = f"{_prompt_phrase(tp)}, " if tp.get("prompt") else ""
         t = table(f"throughput ({how}, {tp['api']}, {prompt}max_tokens {tp['max_tokens']}; latencies are p50 ms; "
                   "decode: per-request 1/TPOT p50; tok/s: output tokens over the level's wall time; spread: "
                   "per-request tok/s IQR, ± its median's 95% interval; reasoning/answer: tokens, from chunks)",
@@ -225,6 +225,11 @@ def render(doc: dict, out: Console, err: Console) -> None:
 
 # How the throughput requests' prompts were sent (ThroughputReport.prompts); older reports: none.
 _PROMPTS = {"unique": ", unique per request", "shared": ", shared by every request"}
+
+
+def _prompt_phrase(tp: dict) -> str:
+    """"counting prompt, unique per request": the throughput prompt and how it was sent."""
+    return f"{tp['prompt']} prompt{_PROMPTS.get(tp.get('prompts') or '', '')}"
 _COUNTED = {"usage": "server usage", "chunks": "chunks (no server usage)", "mixed": "usage and chunks"}
 
 
@@ -234,8 +239,7 @@ def _single_request(tp: dict) -> str:
     one = tp.get("single_request")
     if one is None:
         return "single request: not measured (--concurrency has no 1)"
-    where = f"(concurrency 1, {one['requests']} requests" + (
-        f", {tp['prompt']} prompt{_PROMPTS.get(tp.get('prompts') or '', '')}" if tp.get("prompt") else "")
+    where = f"(concurrency 1, {one['requests']} requests" + (f", {_prompt_phrase(tp)}" if tp.get("prompt") else "")
     if one.get("token_count_method"):
         where += f", tokens by {_COUNTED.get(one['token_count_method'], one['token_count_method'])}"
     overall = f"{_num(one['output_tok_s'])} output tok/s over E2E"

@@ -251,8 +251,9 @@ def rebase(engine_name: str, store: Store, new: Version, ctx: fetch.SourceContex
             fail(plan, kind, (source or target).filename, tried + why, relocations=relocations(target, lost))
             continue
         assert source is not None
-        gone = [fp.path for fp in parsed[source.path].files if not fp.is_new and new_files.get(fp.path) is None]
-        if gone and len(gone) == len([fp for fp in parsed[source.path].files if not fp.is_new]):
+        edited = [fp.path for fp in parsed[source.path].files if not fp.is_new]
+        gone = [path for path in edited if new_files.get(path) is None]
+        if gone and len(gone) == len(edited):  # all gone: obsolete; some: the cherry-pick's conflict below
             proposals = relocations(source, gone)
             fail(plan, OBSOLETE, source.filename, tried + f"target file gone in {new}: {', '.join(gone)}"
                  + ("; relocation proposed" if proposals else ""), relocations=proposals)
