@@ -43,7 +43,7 @@ _NOT_ON: dict[str, tuple[str, ...]] = {"patches": ("revert",), "exclude": ("reve
 VALIDATE_FLAGS: dict[str, str] = {
     "url": "--url", "start": "--start", "ready_timeout": "--ready-timeout", "model": "--model",
     "concurrency": "--concurrency", "requests": "--requests", "max_tokens": "--max-tokens",
-    "reasoning_budget": "--reasoning-budget", "prompt": "--prompt", "golden": "--golden",
+    "reasoning_budget": "--reasoning-budget", "prompt": "--prompt", "shared_prompt": "--shared-prompt", "golden": "--golden",
     "baseline_dir": "--baseline-dir", "threshold": "--threshold",
 }
 # validate's keys holding a path, resolved against the file's folder when relative (as target, stores

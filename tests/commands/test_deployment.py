@@ -186,13 +186,17 @@ def test_a_relative_source_is_the_files(tmp_path, source, spec):
 def test_validate_takes_its_settings(tmp_path):
     path = write(tmp_path / "d.yaml", "engine: sglang\npython: venv/bin/python\nvalidate:\n"
                  "  url: http://127.0.0.1:30000\n  concurrency: [1, 4]\n  requests: 20\n  max_tokens: 64\n"
-                 "  baseline_dir: baselines\n")
+                 "  baseline_dir: baselines\n  shared_prompt: true\n")
     params = context("validate", "--deployment", str(path), "--max-tokens", "32").params
+    assert params["shared_prompt"] is True
     assert params["engine"] == "sglang" and params["url"] == "http://127.0.0.1:30000"
     assert params["concurrency"] == (1, 4) and params["requests_per_level"] == 20
     assert params["max_tokens"] == 32  # the command line's
     assert params["python"] == str(tmp_path / "venv/bin/python")
     assert params["baseline_dir"] == tmp_path / "baselines"
+    # Absent from the file, the option's default: unique prompts.
+    path = write(tmp_path / "e.yaml", "engine: sglang\nvalidate:\n  url: http://127.0.0.1:30000\n")
+    assert context("validate", "--deployment", str(path)).params["shared_prompt"] is False
 
 
 def test_python_fills_only_the_engines_interpreter(tmp_path):
