@@ -31,15 +31,11 @@ def run(engine: str, store: Store, ctx: SourceContext, *, onto: Version | str, o
         workdir: Path | None = None, write: bool = True, python: str | None = None,
         past_applies_to: bool = False, patches: tuple[str, ...] = ()) -> tuple[dict, int]:
     from patchctl.engines import get_engine
-    from patchctl.errors import UsageError
     from patchctl.rebase import replay
     from patchctl.sources.fetch import latest_release
+    from patchctl.store import unknown_names
 
-    names = {p.name for p in store.series(engine).patches}
-    unknown = [p for p in patches if p not in names]
-    if unknown:
-        raise UsageError(f"--patch {', '.join(unknown)}: not in the {engine} series",
-                         hint=f"its patches: {', '.join(sorted(names))} (`patchctl list {engine}`)")
+    unknown_names(store.series(engine).patches, patches, engine)  # apply's and ensure's message
     only = frozenset(patches) or None
     new = onto if isinstance(onto, Version) else latest_release(get_engine(engine), ctx)  # the word "latest"
     rep = replay.rebase(engine, store, new, ctx, old=old, workdir=workdir, write=write,

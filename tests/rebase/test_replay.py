@@ -169,4 +169,4 @@ def test_patch_option_writes_only_the_named_patches(setup, tmp_path, fresh_cache
     assert shift["reason"].endswith("not named by --patch") and not (store / "vllm/shift/1.1.patch").exists()
 
     doc = run("rebase", "vllm", "--onto", "1.1", "--patch", "nope", *common, expect=2)
-    assert "--patch nope: not in the vllm series" in doc["error"]["message"]
+    assert "no patch 'nope' in the vllm series" in doc["error"]["message"]
