@@ -20,11 +20,18 @@ bench_serving where the definitions agree.
 The server sends its role chunk when prefill is done (`--role-at-first-token`), as vLLM's and
 SGLang's servers do: vLLM's client starts TTFT at the first chunk of any kind, validate and
 bench_serving at the first chunk that carries output.
+
+`--server llama` runs llama.cpp's server (llama-cpp-python) instead, whose pace moves between runs on
+a machine it shares with the clients. It times every request itself; the table then also shows the
+server's pace in each tool's runs (from its log) and, at concurrency 1, every figure at one server
+pace (paced(): the run's own server time out, the median of all runs' in), where the tools differ
+only by what the clients add.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -99,7 +106,7 @@ def prompt_file(path: Path, n: int) -> Path:
 
 
 def run_bench(peer: str, tree: Path, url: str, tokenizer: Path, conc: int, n: int, max_tokens: int,
-              out: Path, max_tokens_field: bool = False) -> dict[str, Any]:
+              out: Path, max_tokens_field: bool = False, warmup: bool = True) -> dict[str, Any]:
     prompts = prompt_file(out.with_suffix(".prompts.json"), n)
     cmd = [peer, "-c", RUNNER, str(tree), "--backend", "sglang-oai-chat", "--base-url", url,
            "--dataset-name", "sharegpt", "--dataset-path", str(prompts), "--sharegpt-output-len", str(max_tokens),
@@ -110,6 +117,11 @@ def run_bench(peer: str, tree: Path, url: str, tokenizer: Path, conc: int, n: in
         # bench_serving's chat requests carry the cap as max_completion_tokens only, which
         # llama-cpp-python's server does not read: it then generates to EOS or the context's end.
         cmd += ["--extra-request-body", json.dumps({"max_tokens": max_tokens})]
+    if not warmup:
+        # bench_serving warms up with its first prompt and then measures that prompt again: on a server
+        # with a prefix cache that request is a cache hit (TTFT 45 ms against 300 on llama.cpp), one of
+        # its n that none of validate's is (validate warms up with the untagged prompt).
+        cmd += ["--warmup-requests", "0"]
     env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1",
            "PATH": "/usr/bin:/bin"}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
@@ -149,6 +161,7 @@ def run_ours(url: str, conc: int, n: int, max_tokens: int, tmp: Path) -> dict[st
     return {"ttft": lv.ttft_ms.p50 if lv.ttft_ms else None, "tpot": lv.tpot_ms.p50 if lv.tpot_ms else None,
             "itl": lv.itl_ms.p50 if lv.itl_ms else None, "tok_s": lv.output_tok_s,
             "tokens": lv.output_tokens / done if lv.output_tokens is not None and done else None,
+            "run_tokens": float(lv.output_tokens) if lv.output_tokens is not None else None,
             "failed": float(lv.failed)}
 
 
@@ -158,6 +171,9 @@ def run_ours(url: str, conc: int, n: int, max_tokens: int, tmp: Path) -> dict[st
 FIGURES = ("ttft", "tpot", "itl", "tok_s", "tokens")
 NAMES = {"ttft": "TTFT p50 ms", "tpot": "TPOT p50 ms", "itl": "ITL p50 ms", "tok_s": "output tok/s",
          "tokens": "output tokens / request"}
+NAMES.update({f"{f}_paced": f"{NAMES[f]}, at one server pace" for f in ("ttft", "tpot", "itl", "tok_s")})
+NAMES.update({"server_prefill_ms": "server's prefill ms (its log)", "server_decode_ms": "server's decode ms/token (its log)",
+              "server_total_ms": "server's time for the run's requests, ms (its log)"})
 PEER_KEYS = {"ttft": "median_ttft_ms", "tpot": "median_tpot_ms", "itl": "median_itl_ms", "tok_s": "output_throughput"}
 
 
@@ -197,11 +213,14 @@ def start_server(port: int, ttft: float, itl: float) -> list[str]:
 
 
 def compare(url: str, tmp: Path, peers: dict[str, tuple[str, Path]], concurrency: list[int], requests: int,
-            max_tokens: int, repeat: int, max_tokens_field: bool = False) -> dict[int, dict[str, dict[str, list[float]]]]:
+            max_tokens: int, repeat: int, max_tokens_field: bool = False,
+            server_log: Path | None = None) -> dict[int, dict[str, dict[str, list[float]]]]:
     """{concurrency: {tool: {figure: [one value per repeat]}}}; tools: validate and each peer
     (bench_serving: (python, tree), vllm: (python, tree)). The tools take turns in each repeat.
     max_tokens_field: also send the cap as `max_tokens` from bench_serving (servers that read only
-    that field: llama-cpp-python's)."""
+    that field: llama-cpp-python's). server_log: llama.cpp's log, whose per-request timings give each
+    run's server pace (PACE figures, see pace_of); bench_serving then sends no warm-up request (its
+    warm-up would make its first measured request a prefix-cache hit)."""
     tokenizer = tmp / "tok"
     any_python = next(iter(peers.values()))[0]
     if not tokenizer.exists():
@@ -214,27 +233,109 @@ def compare(url: str, tmp: Path, peers: dict[str, tuple[str, Path]], concurrency
             # The tools take turns, and every other repeat the peers go first: a server whose pace
             # drifts over the runs then does not favour one tool in every pair.
             if r % 2 == 0:
-                _ours_into(tools, run_ours(url, conc, requests, max_tokens, tmp))
+                _ours_into(tools, url, conc, requests, max_tokens, tmp, server_log)
             for name, (python, tree) in peers.items():
                 result_file = tmp / f"{name}-{conc}-{r}.json"
+                mark = log_size(server_log)
                 if name == "bench_serving":
                     theirs = run_bench(python, tree, url, tokenizer, conc, requests, max_tokens, result_file,
-                                       max_tokens_field)
+                                       max_tokens_field, warmup=server_log is None)
                 else:
                     theirs = run_vllm(python, tree, url, tokenizer, conc, requests, max_tokens, result_file,
                                       max_tokens_field)
                 for f in FIGURES:
                     tools[name][f].append(peer_figure(theirs, f))
+                tools[name].setdefault("run_tokens", []).append(float(theirs["total_output_tokens"]))
+                pace_into(tools[name], server_log, mark, requests)
             if r % 2 == 1:
-                _ours_into(tools, run_ours(url, conc, requests, max_tokens, tmp))
+                _ours_into(tools, url, conc, requests, max_tokens, tmp, server_log)
         out[conc] = tools
     return out
 
 
-def _ours_into(tools: dict[str, dict[str, list[float]]], ours: dict[str, float | None]) -> None:
-    for f in FIGURES:
+def _ours_into(tools: dict[str, dict[str, list[float]]], url: str, conc: int, requests: int, max_tokens: int,
+               tmp: Path, server_log: Path | None) -> None:
+    mark = log_size(server_log)
+    ours = run_ours(url, conc, requests, max_tokens, tmp)
+    for f in (*FIGURES, "run_tokens"):
         if (v := ours[f]) is not None:
-            tools["validate"][f].append(v)
+            tools["validate"].setdefault(f, []).append(v)
+    pace_into(tools["validate"], server_log, mark, requests)
+
+
+# --- the server's pace: llama.cpp's own timing of each request -------------------------------------
+# On a machine the server shares with the clients its pace moves between runs (prefill of the same 24
+# tokens 140 to 380 ms, in two bands; decode 26 to 37 ms a token), more than the 5% the clients are
+# held to, so two runs of different tools differ by the server's drift. llama.cpp times every request
+# itself (llama_perf_context_print after each); pace_of turns a run's lines into its server pace, and
+# paced() takes that pace out of each run's figures: what is left differs only by the clients.
+PACE = ("server_prefill_ms", "server_decode_ms", "server_total_ms")
+_PERF = re.compile(r"llama_perf_context_print:\s+(prompt eval|eval|total) time =\s+([\d.]+) ms /\s+(\d+) (?:tokens|runs)")
+
+
+def log_size(log: Path | None) -> int:
+    return log.stat().st_size if log is not None else 0
+
+
+def server_timings(text: str) -> list[dict[str, float]]:
+    """One {prompt eval, eval, total: (ms, count)} per request, in the order the server ran them."""
+    out: list[dict[str, float]] = []
+    for kind, ms, count in _PERF.findall(text):
+        if kind == "prompt eval":
+            out.append({})
+        if out:
+            out[-1][kind] = float(ms)
+            out[-1][kind + " n"] = float(count)
+    return [t for t in out if {"prompt eval", "eval", "total"} <= t.keys()]
+
+
+def pace_of(text: str, n: int) -> dict[str, float] | None:
+    """A run's server pace from its n requests (the last n timings: a warm-up comes first): the median
+    prefill (prompt eval; entries under 1 ms a token left out: a prefix-cache hit, or llama.cpp's
+    counter reading 0.05 ms for a real 30-token prefill, seen for a server's first requests), the median
+    decode time per token, and the sum of the requests' total times. None when the log has fewer."""
+    timings = server_timings(text)[-n:]
+    prefills = [t["prompt eval"] for t in timings if t["prompt eval"] >= t["prompt eval n"] >= 1]
+    decodes = [t["eval"] / t["eval n"] for t in timings if t["eval n"] >= 1]
+    if len(timings) < n or not prefills or not decodes:
+        return None
+    return {"server_prefill_ms": median(prefills), "server_decode_ms": median(decodes),
+            "server_total_ms": sum(t["total"] for t in timings)}
+
+
+def pace_into(tool: dict[str, list[float]], log: Path | None, mark: int, n: int) -> None:
+    if log is None:
+        return
+    with log.open("rb") as f:
+        f.seek(mark)
+        pace = pace_of(f.read().decode(errors="replace"), n)
+    if pace is None:
+        raise SystemExit(f"the server's log {log} has no timing for each of the run's {n} requests")
+    for key, value in pace.items():
+        tool.setdefault(key, []).append(value)
+
+
+def paced(tools: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, list[float]]]:
+    """Each run's figures at one server pace, the median of all the level's runs (every tool's), for a
+    level at concurrency 1 (one request at a time: a request's TTFT is its own prefill, not a queue):
+    TTFT - the run's prefill + the common prefill; TPOT and ITL likewise with the decode time per token;
+    output tok/s over the run's wall time less its requests' server time plus the common server time.
+    What the server spent is the same for every tool; what is left is the client's and the transport's."""
+    runs = [t for t in tools.values() if t.get("server_prefill_ms")]
+    ref = {key: median([v for t in runs for v in t[key]]) for key in PACE}
+    out: dict[str, dict[str, list[float]]] = {}
+    for name, t in tools.items():
+        if not t.get("server_prefill_ms"):
+            continue
+        figs: dict[str, list[float]] = {"ttft": [], "tpot": [], "itl": [], "tok_s": []}
+        for r, (prefill, decode, total) in enumerate(zip(*(t[key] for key in PACE), strict=True)):
+            figs["ttft"].append(t["ttft"][r] - prefill + ref["server_prefill_ms"])
+            figs["tpot"].append(t["tpot"][r] - decode + ref["server_decode_ms"])
+            figs["itl"].append(t["itl"][r] - decode + ref["server_decode_ms"])
+            wall_s = t["run_tokens"][r] / t["tok_s"][r]
+            figs["tok_s"].append(t["run_tokens"][r] / (wall_s + (ref["server_total_ms"] - total) / 1000))
+        out[name] = figs
+    return out
 
 
 def main() -> None:
@@ -270,15 +371,23 @@ def main() -> None:
         server, ready = start_server(port, args.ttft, args.itl), 30.0
         truth = {"ttft": (args.ttft + args.itl) * 1000, "tpot": args.itl * 1000, "itl": args.itl * 1000,
                  "tok_s": None, "tokens": float(args.max_tokens)}
-    with tempfile.TemporaryDirectory() as tmp_s, ServerProcess(server, url, Path(tmp_s), ready_timeout_s=ready):
+    with tempfile.TemporaryDirectory() as tmp_s, \
+            ServerProcess(server, url, Path(tmp_s), ready_timeout_s=ready) as running:
         result = compare(url, Path(tmp_s), peers, concs, args.requests, args.max_tokens, args.repeat,
-                         max_tokens_field=args.server == "llama")
+                         max_tokens_field=args.server == "llama",
+                         server_log=running.log_path if args.server == "llama" else None)
     rows = []
     for conc, tools in result.items():
-        for f in FIGURES:
-            row: dict[str, Any] = {"concurrency": conc, "figure": f, "truth": truth[f]}
-            for tool, figs in tools.items():
-                xs = figs[f]
+        # figure -> tool -> one value per run: the figures as measured, then (llama.cpp, c=1) the
+        # server's own pace in each tool's runs and the figures at one pace (paced).
+        series = {f: {tool: figs[f] for tool, figs in tools.items()} for f in FIGURES}
+        if conc == 1 and all(figs.get("server_prefill_ms") for figs in tools.values()):
+            series.update({key: {tool: figs[key] for tool, figs in tools.items()} for key in PACE})
+            at_pace = paced(tools)
+            series.update({f"{f}_paced": {tool: figs[f] for tool, figs in at_pace.items()} for f in at_pace["validate"]})
+        for f, by_tool in series.items():
+            row: dict[str, Any] = {"concurrency": conc, "figure": f, "truth": truth.get(f)}
+            for tool, xs in by_tool.items():
                 row[tool] = median(xs) if xs else None
                 row[f"{tool}_spread_pct"] = spread_pct(xs) if xs else None
                 row[f"{tool}_runs"] = xs
