@@ -67,18 +67,20 @@ class Reply:
 Responder = Callable[[Request], "Reply | None"]
 
 
-@dataclass(frozen=True)
+@dataclass
 class Logged:
     method: str
     path: str  # as requested, query included
     range: str | None  # the Range header
     status: int
-    sent: int  # body bytes written
+    sent: int = 0  # body bytes written: set once the reply is written
 
 
 class TestServer:
     """`with TestServer([responder, ...]) as server:` serves on `server.root` until the block ends.
-    `log` has one `Logged` per request answered. `protocol` is the HTTP version the handler speaks
+    `log` has one `Logged` per request answered, entered before its reply is written: a client that
+    has its reply finds the request there (entered after, a loaded machine let a test read the log
+    before the handler's thread got to it). `protocol` is the HTTP version the handler speaks
     (HTTP/1.1 keeps connections open and is needed for chunked streams)."""
 
     __test__ = False  # not a pytest test class, despite the name
@@ -169,8 +171,9 @@ class _Handler(BaseHTTPRequestHandler):
         body = self.rfile.read(length) if length else b""
         path, _, query = self.path.partition("?")
         reply = self.owner.answer(Request(self.command, path, query, self.headers, body))
-        sent = self._send(reply, head=self.command == "HEAD")
-        self.owner.log.append(Logged(self.command, self.path, self.headers.get("Range"), reply.status, sent))
+        logged = Logged(self.command, self.path, self.headers.get("Range"), reply.status)
+        self.owner.log.append(logged)
+        logged.sent = self._send(reply, head=self.command == "HEAD")
 
     def _send(self, reply: Reply, head: bool) -> int:
         if reply.framing == RAW:
