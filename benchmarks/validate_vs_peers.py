@@ -71,7 +71,7 @@ if sys.argv[2] == "--llama-cpp":
     # only (what is timed, and how, stays the client's): its x-request-id must be a UUID (the
     # client's "bench-1a2b3c4d-7" is answered 400 with an empty body), and its gemma chat format
     # renders only string content (a [{"type": "text", ...}] list became an empty prompt: 7 prompt
-    # tokens instead of 24, the same for every request, and so a prefix-cache hit).
+    # tokens, the template alone, the same for every request, and so a prefix-cache hit).
     del sys.argv[2]
     import uuid
     from vllm.benchmarks.lib import endpoint_request_func as erf
@@ -262,8 +262,8 @@ def compare(url: str, tmp: Path, peers: dict[str, tuple[str, Path]], concurrency
     tokenizer = tmp / "tok"
     # Made by the python of the peer that counts with it (vLLM's client; bench_serving takes the
     # requested max_tokens when the server reports no usage): the sglang-cpu env's transformers
-    # 5.12.1 converts Gemma 3's GGUF vocabulary wrongly (38 tokens for a text that llama.cpp and
-    # transformers 5.25.0 make 18 of; vLLM's client then counted 78 tokens for 32).
+    # 5.12.1 converts Gemma 3's GGUF vocabulary wrongly (38 tokens for a text that 5.25.0's makes 18
+    # of, whose counts matched the server's usage; vLLM's client then counted 78 tokens for 32).
     builder = peers.get("vllm", next(iter(peers.values())))[0]
     if not tokenizer.exists():
         script = [GGUF_TOKENIZER, str(tokenizer), str(gguf)] if gguf else [TOKENIZER, str(tokenizer)]
