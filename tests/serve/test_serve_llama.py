@@ -286,9 +286,10 @@ def test_validate_agrees_with_vllm_bench_serve_on_llama_cpp(llama_server, tmp_pa
     tools = result[1]
     ours, theirs = tools["validate"], tools["vllm"]
     # One workload: every request decoded to max_tokens (validate counts chunks), and vLLM's client
-    # counts the same from the text (a re-tokenized text may merge a token differently: 1% allowed).
+    # counts the same from the text, give or take a re-tokenized merge (2% allowed: the benchmark's 10
+    # runs read 31.875 to 32.3125 a request; the stand-in tokenizer's word count read 13.8).
     assert ours["tokens"] == [32.0] * 3, ours["tokens"]
-    assert all(abs(n - 32.0) <= 0.32 for n in theirs["tokens"]), theirs["tokens"]
+    assert all(abs(n - 32.0) <= 0.64 for n in theirs["tokens"]), theirs["tokens"]
     off = _apart_at_one_pace(bench, tools, "vllm")
     pace = {key: (ours[key], theirs[key]) for key in bench.PACE}
     assert not off, (off, f"the server's pace per run (validate's, vLLM's): {pace}")
