@@ -68,8 +68,10 @@ def run(spec: str, dest: Path, store: Store, ctx: SourceContext, options: Option
             shutil.rmtree(work, ignore_errors=True)
     if not full:
         _make_packages_importable(dest, written)
+    note = (f"wrote the whole package ({', '.join(ref.engine.packages)}) to {dest}, {len(written)} of its "
+            "file(s) patched" if full else f"wrote {len(written)} patched file(s) to {dest}")
     # The provenance after the copy: its bytes_fetched counts the download of the whole artifact.
-    return document("export", EXIT_OK, written=written, note=f"wrote {len(written)} patched file(s) to {dest}",
+    return document("export", EXIT_OK, written=written, note=note,
                     source=source.provenance()._asdict(), **fields), EXIT_OK
 
 

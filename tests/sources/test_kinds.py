@@ -207,9 +207,11 @@ def test_export_writes_the_patched_files_and_the_whole_package(artifact, request
     code, doc = invoke("export", f"vllm@file:{path}", str(tmp_path / "overlay"), "--store", str(store))
     assert code == 0, doc
     assert doc["written"] == ["vllm/loader.py"]
+    assert doc["note"] == f"wrote 1 patched file(s) to {tmp_path / 'overlay'}"
     assert "ten" in (tmp_path / "overlay" / "vllm/loader.py").read_text()
     code, doc = invoke("export", f"vllm@file:{path}", str(tmp_path / "full"), "--full", "--store", str(store))
     assert code == 0, doc
+    assert doc["note"] == f"wrote the whole package (vllm) to {tmp_path / 'full'}, 1 of its file(s) patched"
     for rel in PRISTINE:
         assert (tmp_path / "full" / rel).is_file(), rel
     assert "ten" in (tmp_path / "full" / "vllm/loader.py").read_text()
