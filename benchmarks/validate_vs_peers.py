@@ -140,14 +140,14 @@ def prompt_file(path: Path, n: int) -> Path:
 
 
 def run_bench(peer: str, tree: Path, url: str, tokenizer: Path, conc: int, n: int, max_tokens: int,
-              out: Path, max_tokens_field: bool = False, warmup: bool = True) -> dict[str, Any]:
+              out: Path, llama_cpp: bool = False, warmup: bool = True) -> dict[str, Any]:
     prompts = prompt_file(out.with_suffix(".prompts.json"), n)
     cmd = [peer, "-c", RUNNER, str(tree), "--backend", "sglang-oai-chat", "--base-url", url,
            "--dataset-name", "sharegpt", "--dataset-path", str(prompts), "--sharegpt-output-len", str(max_tokens),
            "--num-prompts", str(n), "--max-concurrency", str(conc),
            "--request-rate", "inf", "--seed", "1", "--output-file", str(out), "--disable-tqdm",
            "--tokenizer", str(tokenizer)]
-    if max_tokens_field:
+    if llama_cpp:
         # bench_serving's chat requests carry the cap as max_completion_tokens only, which
         # llama-cpp-python's server does not read: it then generates to EOS or the context's end.
         cmd += ["--extra-request-body", json.dumps({"max_tokens": max_tokens})]
@@ -165,19 +165,19 @@ def run_bench(peer: str, tree: Path, url: str, tokenizer: Path, conc: int, n: in
 
 
 def run_vllm(peer: str, tree: Path, url: str, tokenizer: Path, conc: int, n: int, max_tokens: int,
-             out: Path, max_tokens_field: bool = False) -> dict[str, Any]:
+             out: Path, llama_cpp: bool = False) -> dict[str, Any]:
     import requests
 
     model = requests.get(f"{url}/v1/models", timeout=30).json()["data"][0]["id"]
-    cmd = [peer, "-c", VLLM_RUNNER, str(tree), *(["--llama-cpp"] if max_tokens_field else []),
+    cmd = [peer, "-c", VLLM_RUNNER, str(tree), *(["--llama-cpp"] if llama_cpp else []),
            "--backend", "openai-chat", "--base-url", url,
            "--endpoint", "/v1/chat/completions", "--model", model, "--tokenizer", str(tokenizer),
            "--dataset-name", "sharegpt", "--dataset-path", str(prompt_file(out.with_suffix(".prompts.json"), n)),
            "--sharegpt-output-len", str(max_tokens), "--num-prompts", str(n), "--max-concurrency", str(conc),
            "--request-rate", "inf", "--seed", "1",
            "--save-result", "--result-dir", str(out.parent), "--result-filename", out.name, "--disable-tqdm"]
-    if max_tokens_field:  # llama-cpp-python's server: as bench_serving's, its chat requests carry
-        # max_completion_tokens only; and the runner's --llama-cpp mends two more (VLLM_RUNNER)
+    if llama_cpp:  # as bench_serving's, its chat requests carry max_completion_tokens only; and the
+        # runner's --llama-cpp mends two more (VLLM_RUNNER)
         cmd += ["--extra-body", json.dumps({"max_tokens": max_tokens})]
     env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1",
            "PATH": "/usr/bin:/bin"}
@@ -249,16 +249,17 @@ def start_server(port: int, ttft: float, itl: float) -> list[str]:
 
 
 def compare(url: str, tmp: Path, peers: dict[str, tuple[str, Path]], concurrency: list[int], requests: int,
-            max_tokens: int, repeat: int, max_tokens_field: bool = False,
+            max_tokens: int, repeat: int, llama_cpp: bool = False,
             server_log: Path | None = None,
             gguf: Path | None = None) -> dict[int, dict[str, dict[str, list[float]]]]:
     """{concurrency: {tool: {figure: [one value per repeat]}}}; tools: validate and each peer
     (bench_serving: (python, tree), vllm: (python, tree)). The tools take turns in each repeat.
-    max_tokens_field: also send the cap as `max_tokens` from bench_serving (servers that read only
-    that field: llama-cpp-python's). server_log: llama.cpp's log, whose per-request timings give each
-    run's server pace (PACE figures, see pace_of); bench_serving then sends no warm-up request (its
-    warm-up would make its first measured request a prefix-cache hit). gguf: the served model's file,
-    whose own tokenizer the peers then get (GGUF_TOKENIZER) instead of the stand-in."""
+    llama_cpp: the server is llama-cpp-python's: the peers also send the cap as `max_tokens` (the only
+    field it reads), and vLLM's client's requests are mended (VLLM_RUNNER's --llama-cpp).
+    server_log: llama.cpp's log, whose per-request timings give each run's server pace (PACE figures,
+    see pace_of); bench_serving then sends no warm-up request (its warm-up would make its first
+    measured request a prefix-cache hit). gguf: the served model's file, whose own tokenizer the peers
+    then get (GGUF_TOKENIZER) instead of the stand-in."""
     tokenizer = tmp / "tok"
     # Made by the python of the peer that counts with it (vLLM's client; bench_serving takes the
     # requested max_tokens when the server reports no usage): the sglang-cpu env's transformers
@@ -281,10 +282,10 @@ def compare(url: str, tmp: Path, peers: dict[str, tuple[str, Path]], concurrency
                 mark = log_size(server_log)
                 if name == "bench_serving":
                     theirs = run_bench(python, tree, url, tokenizer, conc, requests, max_tokens, result_file,
-                                       max_tokens_field, warmup=server_log is None)
+                                       llama_cpp, warmup=server_log is None)
                 else:
                     theirs = run_vllm(python, tree, url, tokenizer, conc, requests, max_tokens, result_file,
-                                      max_tokens_field)
+                                      llama_cpp)
                 for f in FIGURES:
                     tools[name][f].append(peer_figure(theirs, f))
                 tools[name].setdefault("run_tokens", []).append(float(theirs["total_output_tokens"]))
@@ -416,7 +417,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp_s, \
             ServerProcess(server, url, Path(tmp_s), ready_timeout_s=ready) as running:
         result = compare(url, Path(tmp_s), peers, concs, args.requests, args.max_tokens, args.repeat,
-                         max_tokens_field=args.server == "llama",
+                         llama_cpp=args.server == "llama",
                          server_log=running.log_path if args.server == "llama" else None,
                          gguf=args.llama_model if args.server == "llama" else None)
     rows = []

