@@ -66,6 +66,8 @@ UNIT = {torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8}
 DTYPES = [torch.float16, torch.bfloat16]
 HAS_FP8 = hasattr(torch, "float8_e4m3fn")
 gpu = pytest.mark.skipif(not HAS_CUDA, reason="full GLM-5 shapes need a CUDA GPU")
+SM120 = kmod._Limits(sms=188, smem_per_block=101376, smem_per_sm=102400)
+H200 = kmod._Limits(sms=132, smem_per_block=232448, smem_per_sm=233472)
 
 
 # ---------------------------------------------------------------- helpers
@@ -164,6 +166,13 @@ def run(q, kv, idx, sm_scale, out=None, cfg=None, kv_scale=None):
 
 # Launch variants: automatic choice, one split (single-kernel path), many splits.
 CFGS = {"auto": None, "nosplit": {"num_splits": 1}, "split": {"num_splits": 64}}
+
+
+def fp8_cfg(name):
+    """Launch parameters of a named config of the 8-bit kernel (its split count left to the caller)."""
+    c = kmod._fp8.FP8_CONFIGS[name]
+    return dict(block_h=c.block_h, block_n=c.block_n, num_warps=c.num_warps, num_stages=c.num_stages,
+                pv_reload=c.pv_reload, num_splits=4)
 
 
 # ---------------------------------------------------------------- small (CPU interpreter or GPU)
@@ -288,10 +297,11 @@ def test_fp8_kv_cache(dtype):
 @pytest.mark.skipif(not HAS_FP8, reason="this torch has no float8_e4m3fn")
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
 @pytest.mark.parametrize("gapped", [False, True], ids=["blocks_back_to_back", "blocks_with_gaps"])
-def test_fp8_kv_cache_word_kernel(dtype, gapped):
-    """fp8 cache with 16-head blocks from 8 rows on: the kernel that reads the cache as
-    16-bit words (even/odd dims as separate fp16 dots) -- ragged rows, holes, an empty
-    row, split and single-kernel paths, and a cache whose blocks are not adjacent."""
+@pytest.mark.parametrize("name", sorted(kmod._fp8.FP8_CONFIGS))
+def test_fp8_kv_cache_8bit_kernel(dtype, gapped, name):
+    """Per-tensor fp8 cache from 8 rows on: the 8-bit kernel (one byte per element, four
+    128-wide latent tiles) under each of its configs -- ragged rows, holes, an empty row,
+    split and single-kernel paths, and a cache whose blocks are not adjacent."""
     T, H, topk, bs = 9, 8, 80, 16
     q, kv0, idx, kv_scale = make_inputs(T, H, topk, dtype, block_size=bs, kv_dtype=torch.float8_e4m3fn,
                                         valid_counts=[80, 1, 33, 0, 80, 79, 2, 64, 40], empty_rows=(3,),
@@ -302,19 +312,19 @@ def test_fp8_kv_cache_word_kernel(dtype, gapped):
         kv = big[:, :bs]
         kv.copy_(kv0)
         assert kv.stride(0) != bs * kv.stride(1)
-    assert kmod._fp8_words_apply(kv, 16, T, ROPE, ROPE)
+    assert kmod.pick_launch(T, H, topk, SM120, "fp8")["kernel"] == "8bit"
     ref, ref_lse = reference(q, kv0, idx, 0.1, kv_scale=kv_scale)
     for mode in ("nosplit", "split"):
         out = torch.empty(T, H, DV, dtype=dtype, device=DEV)
-        o, lse = run(q, kv, idx, 0.1, out=out, cfg=CFGS[mode], kv_scale=kv_scale)
-        assert_close(o, ref, dtype, f"fp8 words {mode}")
-        assert_lse(lse, ref_lse, f"fp8 words {mode}")
+        o, lse = run(q, kv, idx, 0.1, out=out, cfg=dict(fp8_cfg(name), **CFGS[mode]), kv_scale=kv_scale)
+        assert_close(o, ref, dtype, f"fp8 8-bit {name} {mode}")
+        assert_lse(lse, ref_lse, f"fp8 8-bit {name} {mode}")
         assert torch.all(o[3] == 0)
 
 
 @pytest.mark.skipif(not HAS_FP8, reason="this torch has no float8_e4m3fn")
 @pytest.mark.parametrize("q_mul", [2.0**20, 2.0**-20], ids=["q_beyond_fp16_range", "tiny_q"])
-@pytest.mark.parametrize("T", [2, 8], ids=["generic_kernel", "word_kernel"])
+@pytest.mark.parametrize("T", [2, 8], ids=["generic_kernel", "8bit_kernel"])
 def test_fp8_kv_cache_q_outside_fp16_range(q_mul, T):
     """With an fp8 cache the dots may run in fp16: a bf16 q far beyond fp16's range (or far
     below its normal range) must still give the reference result, not inf/NaN or zeros."""
@@ -437,8 +447,6 @@ def test_every_named_config(name, heads):
 # ---------------------------------------------------------------- launch configs vs device limits
 # SM120 (RTX PRO 6000 / RTX 50xx): 99 KB of shared memory per program (the opt-in
 # maximum Triton checks at launch), against 227 KB on an H200.
-SM120 = kmod._Limits(sms=188, smem_per_block=101376, smem_per_sm=102400)
-H200 = kmod._Limits(sms=132, smem_per_block=232448, smem_per_sm=233472)
 ROWS = [1, 2, 3, 8, 31, 32, 64, 127, 128, 300]
 
 
@@ -505,10 +513,10 @@ def test_rope_free_matches_reference(dtype, heads, mode):
 
 
 @pytest.mark.skipif(not HAS_FP8, reason="torch has no float8_e4m3fn")
-@pytest.mark.parametrize("T", [2, 8], ids=["below_word_kernel_rows", "word_kernel_rows"])
+@pytest.mark.parametrize("T", [2, 8], ids=["below_8bit_kernel_rows", "8bit_kernel_rows"])
 def test_rope_free_fp8_kv_cache(T):
-    """An fp8 e4m3 rope-free cache: the generic kernel at every batch (the 16-bit-word
-    kernel needs a rope part of its own width)."""
+    """An fp8 e4m3 rope-free cache: the generic kernel below 8 rows, the 8-bit one (no rope
+    part) from 8 rows on."""
     dtype = torch.bfloat16
     q, kv, idx, kv_scale = make_inputs(T, 8, 64, dtype, rope=0, kv_dtype=torch.float8_e4m3fn, mid_padding=True)
     o, lse = run(q, kv, idx, 0.06, out=torch.empty(T, 8, DV, dtype=dtype, device=DEV), kv_scale=kv_scale)
