@@ -1,24 +1,22 @@
-"""An fp8_ds_mla cache written the way vLLM's writer (``concat_and_cache_ds_mla``) lays it
-out, for the kernel tests and the benchmark: per token the e4m3 latent (512 bytes, each
-128-value tile divided by its scale max|x| / 448), the 4 fp32 tile scales, then the rope
-part as bf16 (64 values; none for the rope-free variant). CPU or GPU, torch only."""
+"""fp8_ds_mla caches for the kernel tests. The writer is the benchmark's (bench_peer.py: the
+layout of vLLM's ``concat_and_cache_ds_mla``: per token the e4m3 latent, 512 bytes, each
+128-value tile divided by its scale max|x| / 448, the 4 fp32 tile scales, then the rope part
+as bf16, none for the rope-free variant); the reader here is written independently of the
+benchmark's dequantisation, which test_bench_plan.py checks against it."""
 from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
 
 import torch
 
+_PEER = Path(__file__).resolve().parents[2] / "benchmarks" / "sparse_mla" / "bench_peer.py"
+_spec = importlib.util.spec_from_file_location("sparse_mla_bench_peer", _PEER)
+bench_peer = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench_peer)
+write_ds_mla = bench_peer.write_ds_mla
+
 LATENT, TILE = 512, 128
-
-
-def write_ds_mla(rows: torch.Tensor, rope: int) -> torch.Tensor:
-    """rows [..., 512 + rope] (float) -> uint8 [..., 512 + 16 + 2 * rope]."""
-    lead = rows.shape[:-1]
-    lat = rows[..., :LATENT].float().reshape(*lead, LATENT // TILE, TILE)
-    scale = (lat.abs().amax(-1) / 448.0).clamp_min(torch.finfo(torch.float32).tiny)
-    q8 = (lat / scale[..., None]).to(torch.float8_e4m3fn).reshape(*lead, LATENT)
-    parts = [q8.view(torch.uint8), scale.contiguous().view(torch.uint8).reshape(*lead, 4 * (LATENT // TILE))]
-    if rope:
-        parts.append(rows[..., LATENT:].to(torch.bfloat16).contiguous().view(torch.uint8).reshape(*lead, 2 * rope))
-    return torch.cat(parts, -1).contiguous()
 
 
 def read_ds_mla(cache: torch.Tensor, rope: int) -> torch.Tensor:

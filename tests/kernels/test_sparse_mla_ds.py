@@ -11,7 +11,6 @@ another, or none, fails)."""
 from __future__ import annotations
 
 import pytest
-
 import test_sparse_mla as base  # noqa: I001 -- sets TRITON_INTERPRET before triton is imported
 from ds_mla_cache import bytes_per_token, read_ds_mla, write_ds_mla
 
