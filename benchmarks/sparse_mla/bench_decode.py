@@ -321,6 +321,9 @@ def run_fp8_sweep(kmod, bw, topk, page, results, batches, heads, kv, limits, rop
     for H in heads:
         for B in batches:
             for name, c in fp8.FP8_CONFIGS.items():
+                if c.smem > limits.smem_per_block:  # would not launch on the part these limits stand for
+                    print(f"{kv:<10} {H:>3} {B:>4} {name:<22} skipped: {c.smem} B > {limits.smem_per_block} B")
+                    continue
                 per_sm = max(1, min(c.per_sm, limits.smem_per_sm // (c.smem + 1024)))
                 splits = kmod._num_splits(B * triton.cdiv(H, c.block_h), triton.cdiv(topk, c.block_n), per_sm,
                                           limits.sms)

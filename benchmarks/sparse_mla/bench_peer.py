@@ -1,6 +1,6 @@
 """Caches in the three formats bench_decode.py times, and the plain-torch peer it compares
 with: gather the top-k rows, dequantise them (fp8: the per-tensor scale; fp8_ds_mla: the
-per-128-tile fp32 scales, the bf16 rope part as it is), then two batched matmuls and a
+per-128-tile fp32 scales, the 16-bit rope part as it is), then two batched matmuls and a
 softmax. torch only, any device (the peer's maths is checked on CPU against the kernel
 tests' float64 reference)."""
 
@@ -12,17 +12,17 @@ DV = 512
 TILE = 128
 
 
-def write_ds_mla(rows: torch.Tensor, rope: int) -> torch.Tensor:
+def write_ds_mla(rows: torch.Tensor, rope: int, rope_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
     """float rows [..., 512 + rope] -> uint8 fp8_ds_mla rows, laid out as vLLM's
     concat_and_cache_ds_mla writes them: e4m3 of each 128-value tile / (max|x| / 448), the
-    4 fp32 scales, the rope part as bf16."""
+    4 fp32 scales, the rope part in the activations' 16-bit dtype (rope_dtype)."""
     lead = rows.shape[:-1]
     lat = rows[..., :DV].float().reshape(*lead, DV // TILE, TILE)
     scale = (lat.abs().amax(-1) / 448.0).clamp_min(torch.finfo(torch.float32).tiny)
     parts = [(lat / scale[..., None]).to(torch.float8_e4m3fn).reshape(*lead, DV).view(torch.uint8),
              scale.contiguous().view(torch.uint8).reshape(*lead, 4 * (DV // TILE))]
     if rope:
-        parts.append(rows[..., DV:].to(torch.bfloat16).contiguous().view(torch.uint8).reshape(*lead, 2 * rope))
+        parts.append(rows[..., DV:].to(rope_dtype).contiguous().view(torch.uint8).reshape(*lead, 2 * rope))
     return torch.cat(parts, -1).contiguous()
 
 
@@ -40,7 +40,7 @@ def make_cache(kv: str, n_blocks: int, page: int, rope: int, act_dtype: torch.dt
         step = max(1, (64 << 20) // (page * d * 4))
         for b0 in range(0, n_blocks, step):
             b1 = min(n_blocks, b0 + step)
-            out[b0:b1] = write_ds_mla(torch.randn(b1 - b0, page, d, device=device), rope)
+            out[b0:b1] = write_ds_mla(torch.randn(b1 - b0, page, d, device=device), rope, act_dtype)
         return out, {"kv_format": "fp8_ds_mla"}
     raise ValueError(f"unknown kv format {kv!r}")
 
@@ -58,7 +58,7 @@ def dequant_rows(rows: torch.Tensor, kv: str, rope: int, dtype: torch.dtype, kv_
         lat = (lat.reshape(*lead, DV // TILE, TILE) * scales[..., None]).reshape(*lead, DV)
         parts = [lat.to(dtype)]
         if rope:
-            parts.append(rows[..., DV + 16:].contiguous().view(torch.bfloat16).to(dtype))
+            parts.append(rows[..., DV + 16:].contiguous().view(dtype))  # the activations' dtype
         return torch.cat(parts, -1)
     raise ValueError(f"unknown kv format {kv!r}")
 

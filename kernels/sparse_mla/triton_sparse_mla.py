@@ -551,6 +551,9 @@ def sparse_mla_attention(
     # The 8-bit kernel reads the cache as bytes and needs a contiguous row (even strides).
     eight_bit = _uses_8bit_kernel(fmt, T, H, limits, rope_dim, dpe, dv) and (
         fmt == "fp8_ds_mla" or kv_cache.stride(2) == 1)
+    if _config and _config.get("kernel") in ("8bit", "generic") and fmt == "fp8":
+        # a launch picked for other limits (pick_launch(..., SM120)): its kernel too
+        eight_bit = _config["kernel"] == "8bit" and kv_cache.stride(2) == 1 and rope_dim in (0, dpe) and dv >= 64
     cfg = _pick_fp8_config(T, H, topk, limits) if eight_bit else _pick_config(T, H, topk, limits)
     if _config:
         cfg.update(_config)

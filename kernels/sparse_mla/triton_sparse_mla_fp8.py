@@ -7,7 +7,8 @@ Two cache layouts, both read one byte per latent element:
   values (latent then rope), one dequantisation scale for the whole cache;
 * ``fp8_ds_mla`` (what vLLM's ``concat_and_cache_ds_mla`` kernel writes for DSA
   models): a row is 512 e4m3 latent bytes, 4 fp32 scales (one per 128-value
-  tile of the latent), then the rope part as 64 bf16 values (656 bytes). The
+  tile of the latent), then the rope part as 64 16-bit values (656 bytes): bf16,
+  or fp16 where the activations are (the writer copies their bits; read in q's dtype). The
   rope-free variant (D 512, GLM-5.3-Flash) is the same without the rope part
   (528 bytes).
 
@@ -172,9 +173,11 @@ def _sparse_mla_stage1_8bit(
             qk += tl.dot(q3, tl.trans(k3)) * s3[None, :]
             qk = qk * nope_scale
             if HAS_PE:
-                # bf16 rope after the scales; fp32 operands (exact in tf32 on the GPU:
+                # The rope after the scales, 16-bit values as the writer got them (vLLM's
+                # concat_and_cache_ds_mla copies the activations' bits: bf16 for bf16 models,
+                # fp16 for fp16), so in q's dtype. fp32 operands (exact in tf32 on the GPU:
                 # bf16 and fp16 values fit its mantissa) keep q's own range.
-                pe_ptr = (row_ptr + DV + _SCALE_BYTES).to(tl.pointer_type(tl.bfloat16), bitcast=True)
+                pe_ptr = (row_ptr + DV + _SCALE_BYTES).to(tl.pointer_type(Q.dtype.element_ty), bitcast=True)
                 k_pe = tl.load(pe_ptr[:, None] + offs_pe[None, :], mask=valid[:, None], other=0.0)
                 qk += tl.dot(q_pe, tl.trans(k_pe.to(tl.float32)))
         else:
@@ -250,9 +253,10 @@ class Fp8Config(NamedTuple):
 FP8_CONFIGS = {
     # Default: every latent tile staged by cp.async, 2 tiles in flight (the bf16 default's
     # structure at half the DRAM bytes per tile); the P.V copy costs L2 reads, not DRAM.
-    "f8_h16_n32_w4_s3_rl": Fp8Config(16, 32, 4, 3, 1, 0, True),
-    # 64-key tiles, one in flight: half the tiles (per-tile fixed cost) per byte.
-    "f8_h16_n64_w4_s2_rl": Fp8Config(16, 64, 4, 2, 1, 0, True),
+    "f8_h16_n32_w4_s3_rl": Fp8Config(16, 32, 4, 3, 1, 100352, True),
+    # 64-key tiles, one in flight: half the tiles (per-tile fixed cost) per byte. fp8_ds_mla
+    # needs 104448 B (over SM120's 101376): picked for e4m3 only where it fits (the sweep).
+    "f8_h16_n64_w4_s2_rl": Fp8Config(16, 64, 4, 2, 1, 104448, True),
     # One latent load per tile (P.V through a register shuffle, not staged): a third of the
     # shared memory, so two programs fit an SM120 SM.
     "f8_h16_n64_w4_s3": Fp8Config(16, 64, 4, 3, 2, 0, False),

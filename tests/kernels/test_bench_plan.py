@@ -124,7 +124,7 @@ def test_peer_matches_float64_reference(kv, rope, seed):
     cache, kw = peer.make_cache(kv, 12, page, rope, torch.bfloat16, "cpu")
     flat = cache.reshape(-1, cache.shape[-1])
     vals = {"bf16": lambda: flat.double(), "fp8": lambda: flat.double() * kw["kv_scale"],
-            "fp8_ds_mla": lambda: read_ds_mla(flat, rope).double()}[kv]()
+            "fp8_ds_mla": lambda: read_ds_mla(flat, rope, torch.bfloat16).double()}[kv]()
     assert vals.shape[-1] == d
     idx = torch.randperm(flat.shape[0], generator=g)[:B * topk].view(B, topk).to(torch.int32)
     idx[1, 5:] = -1

@@ -472,8 +472,27 @@ def test_large_head_blocks_only_where_they_fit():
             < kmod._pick_config(32, 8, GLM5_TOPK, H200)["num_splits"])
 
 
+@pytest.mark.parametrize("kv", ["fp8", "fp8_ds_mla"])
+@pytest.mark.parametrize("heads", [1, 8, 16, 32, 64, 128])
+def test_8bit_launch_fits_sm120(kv, heads):
+    """Every 8-bit launch SM120 can get fits its 99 KB; fp8_ds_mla always runs the 8-bit kernel,
+    per-tensor fp8 from 8 rows on; the split count respects the shared memory per SM."""
+    for rows in ROWS:
+        for rope in (0, 64):
+            cfg = kmod.pick_launch(rows, heads, GLM5_TOPK, SM120, kv, rope)
+            if cfg["kernel"] == "generic":
+                assert kv == "fp8" and rows < kmod._FP8_KERNEL_MIN_ROWS, (rows, heads, cfg)
+                continue
+            c = kmod._fp8.FP8_CONFIGS[cfg["name"]]
+            assert 0 < c.smem <= SM120.smem_per_block, cfg
+            assert cfg["num_splits"] >= 1 and cfg["block_h"] == 16
+
+
 @pytest.mark.parametrize("name", sorted({kmod._pick_config(r, h, GLM5_TOPK, SM120)["name"]
-                                         for r in ROWS for h in (8, 32, 64)} | set(kmod._SMALL_FALLBACKS)))
+                                         for r in ROWS for h in (8, 32, 64)} | set(kmod._SMALL_FALLBACKS)
+                                        | {kmod.pick_launch(r, h, GLM5_TOPK, SM120, kv, rope)["name"]
+                                           for r in ROWS for h in (8, 16) for kv in ("fp8", "fp8_ds_mla")
+                                           for rope in (0, 64)} | set(kmod._fp8.FP8_PREFERRED)))
 def test_sm120_configs_compile_within_99kb(name):
     """What the SM120 choice relies on, checked with the compiler: each config it
     can pick compiles for sm_120 within 99 KB and within its recorded size.
@@ -486,7 +505,7 @@ def test_sm120_configs_compile_within_99kb(name):
         pytest.skip(f"cannot compile for sm_120 here: {proc.stdout.strip()[-200:]}")
     assert proc.returncode == 0, proc.stderr[-2000:]
     sizes = json.loads(proc.stdout)
-    recorded = kmod._CONFIGS[name].smem
+    recorded = (kmod._CONFIGS.get(name) or kmod._fp8.FP8_CONFIGS[name]).smem
     assert max(sizes.values()) <= SM120.smem_per_block, (name, sizes)
     assert max(sizes.values()) <= recorded, (name, sizes, recorded)
 

@@ -33,8 +33,8 @@ def ds_inputs(T, H, topk, dtype, rope, seed, *, block_size=16, tile_spread=True,
         e = torch.randint(-10, 11, rows.shape[:-1] + (4,), generator=g).to(rows.device)
         mul = torch.pow(2.0, e.float()).repeat_interleave(128, -1)
         rows = torch.cat([rows[..., :DV] * mul, rows[..., DV:]], -1)
-    cache = write_ds_mla(rows, rope)
-    return q, cache, idx, read_ds_mla(cache, rope)
+    cache = write_ds_mla(rows, rope, dtype)  # the rope part in the activations' dtype, as vLLM writes it
+    return q, cache, idx, read_ds_mla(cache, rope, dtype)
 
 
 def run_ds(q, cache, idx, sm_scale, cfg=None):
