@@ -34,7 +34,7 @@ B="python benchmarks/sparse_mla/bench_decode.py --no-dense --heads 8,16 --batche
 
 # 1. correctness on the GPU: every fp8_ds_mla case (CPU shapes, GLM-5 shapes, CUDA-graph replay,
 #    the SM120 configs), the per-tensor fp8 and graph cases of the main test file.
-step kernel-tests 200 python -m pytest -q -p no:cacheprovider -p no:randomly \
+step kernel-tests 220 python -m pytest -q -p no:cacheprovider -p no:randomly \
   tests/kernels/test_sparse_mla_ds.py tests/kernels/test_sparse_mla.py \
   -k "ds_mla or 8bit or fp8 or cuda_graph" --junitxml "$out/kernel-tests.xml"
 # 2. the benchmark as an SM120 part would choose (99 KB per program, mma.sync), this tree's kernel
@@ -50,7 +50,7 @@ fi
 step sweep-sm120 80 $B --sm120-limits --kv fp8,fp8_ds_mla --sweep --sweep-batches 32,128 --no-table --no-peer \
   --json "$out/sweep-sm120.json"
 # 5. the H200's own limits, for the record (the rope-free D 512 rows after it if time is left)
-step bench-device 60 $B --kv bf16,fp8,fp8_ds_mla --no-peer --json "$out/bench-device.json"
+step bench-device 40 $B --kv bf16,fp8,fp8_ds_mla --no-peer --json "$out/bench-device.json"
 step bench-sm120-d512 50 $B --sm120-limits --rope 0 --kv bf16,fp8,fp8_ds_mla --no-peer --json "$out/bench-sm120-d512.json"
 rm -rf "$out/triton-cache"
 echo "status $status, $(( $(date +%s) - start ))s" | tee -a "$out/summary.txt"

@@ -517,8 +517,10 @@ def sparse_mla_attention(
         if kv_cache.dtype != torch.uint8 or kv_cache.shape[-1] != row:
             raise ValueError(f"an fp8_ds_mla cache is uint8 [blocks, block_size, {row}], got {kv_cache.dtype} "
                              f"{tuple(kv_cache.shape)}")
-        if kv_cache.stride(2) != 1 or kv_cache.stride(1) % 16 or kv_cache.stride(0) % 16:
-            raise ValueError("an fp8_ds_mla cache needs contiguous rows and 16-byte aligned row strides")
+        if kv_cache.stride(2) != 1 or kv_cache.stride(1) % 16 or kv_cache.stride(0) % 16 or kv_cache.data_ptr() % 16:
+            # the fp32 scales and 16-bit rope values are read in place: rows must start 16-byte aligned
+            raise ValueError("an fp8_ds_mla cache needs contiguous rows, 16-byte aligned row strides and a "
+                             "16-byte aligned start")
         kv_fp8, fmt = True, "fp8_ds_mla"
     else:
         if kv_cache.shape[-1] != D:

@@ -111,6 +111,8 @@ BAD = {
     "row_657_bytes": lambda c: torch.nn.functional.pad(c, (0, 1)),
     "row_bytes_strided": lambda c: torch.zeros(c.shape[0], c.shape[1], 2 * 656, dtype=torch.uint8,
                                                device=c.device)[..., ::2],
+    "start_not_16_aligned": lambda c: torch.zeros(c.numel() + 8, dtype=torch.uint8, device=c.device)[8:].view(
+        c.shape),
     "misaligned_row_stride": lambda c: torch.zeros(c.shape[0], c.shape[1], 657, dtype=torch.uint8,
                                                    device=c.device)[..., :656],
 }
