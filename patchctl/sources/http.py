@@ -1,4 +1,6 @@
-"""HTTP with retries, range reads and friendly errors; the only module that talks to the network.
+"""HTTP with retries, size caps and friendly errors; the only module that talks to the network.
+
+Range reads are ranges.py's, each request's deadline deadline.py's, both through get() here.
 
 On the standard library's http.client: requests (with urllib3 and charset_normalizer) costs ~0.2 s
 of CPU to import, as much as the round trips of a whole `check` on a fast link. What patchctl needs

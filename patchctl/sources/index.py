@@ -12,7 +12,7 @@ import re
 import time
 import urllib.parse
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
@@ -206,7 +206,7 @@ def _refuse_constant(name: str) -> float:
     raise ValueError(f"{name} is not JSON")
 
 
-def strict_json(raw: bytes) -> object:
+def strict_json(raw: bytes) -> Any:
     """JSON as RFC 8259 has it: NaN and Infinity are refused (json.loads takes them), and an integer
     of over 4300 digits is a ValueError (Python's limit) like any other bad document. The numbers
     that remain are bounded by the schemas (a size at most http.MAX_SIZE)."""
