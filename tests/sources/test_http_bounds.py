@@ -318,3 +318,40 @@ def test_the_default_cap_holds_twice_the_largest_engine_wheel():
 
     assert http.DEFAULT_DOWNLOAD_MAX_BYTES >= 2 * 509_219_874
     assert "--max-download" in (Path(__file__).parents[2] / "README.md").read_text()
+
+
+# --- 6. the deadline's allowance, in process: fixed once, whatever arrives -----------------------
+
+@pytest.mark.parametrize("framing,listed", [("close", None), ("chunked", None), ("close", 3 * MB // 2),
+                                            ("chunked", 3 * MB // 2), ("close", 10**12), ("length", None)])
+def test_the_deadline_does_not_follow_the_bytes_received(framing, listed, monkeypatch):
+    """The allowance is the --timeout plus what the answer may carry (its Content-Length, else the
+    size the index lists, within the download cap) at MIN_RATE, fixed when the headers are in: the
+    old deadline grew by every byte received, so an answer of no stated size ran as long as it
+    flowed (the sweep: 36 s and 2.4 GB under --timeout 5)."""
+    from patchctl.errors import NetworkError
+    from patchctl.sources import http
+
+    MIN_RATE = http.MIN_RATE  # noqa: N806
+    cap = 2 * MB
+    monkeypatch.setattr(http, "DOWNLOAD_MAX_BYTES", cap)
+    monkeypatch.setattr(http, "TIMEOUT", 30.0)
+    monkeypatch.setattr(http, "_declared", {})
+    body_pieces = [(0.0, bytes(256 << 10)) for _ in range(4)]  # 1 MiB in all, under every limit
+    framing_of = {"close": testserver.CLOSE, "chunked": testserver.CHUNKED, "length": testserver.LENGTH}[framing]
+    with testserver.TestServer([lambda r: Reply(200, b"", {}, events=iter(body_pieces), framing=framing_of)]) as srv:
+        url = f"{srv.root}/files/x.whl"
+        if listed is not None:
+            http.declare_size(url, listed)
+        if listed is not None and listed > cap:
+            with pytest.raises(NetworkError, match="--max-download"):
+                http.get(url, stream=True)
+            return
+        response = http.get(url, stream=True)
+        deadline = response._deadline
+        assert deadline is not None
+        fixed = deadline.at()
+        stated = MB if framing == "length" else (listed or cap)
+        assert fixed == pytest.approx(deadline.start + 30.0 + stated / MIN_RATE)
+        seen = [deadline.at() for _ in response.iter_content(64 << 10)]
+    assert len(seen) >= 4 and set(seen) == {fixed}
