@@ -355,3 +355,43 @@ def test_the_deadline_does_not_follow_the_bytes_received(framing, listed, monkey
         assert fixed == pytest.approx(deadline.start + 30.0 + stated / MIN_RATE)
         seen = [deadline.at() for _ in response.iter_content(64 << 10)]
     assert len(seen) >= 4 and set(seen) == {fixed}
+
+
+# --- 7. numbers out of range in the cached copy of an index page ----------------------------------
+
+CACHED_NUMBERS = {
+    # name: the cached document's fetched_at and size (as JSON text)
+    "fetched_at-10^400": (str(10**400), "1000"),
+    "fetched_at-1e308": ("1e308", "1000"),
+    "fetched_at-negative": ("-1e300", "1000"),
+    "fetched_at-5000-digits": (BIG, "1000"),
+    "size-10^400": ("1", str(10**400)),
+    "size-NaN": ("1", "NaN"),
+}
+
+
+@pytest.mark.parametrize("offline", [False, True], ids=["online", "offline"])
+@pytest.mark.parametrize("name", list(CACHED_NUMBERS))
+def test_a_number_out_of_range_in_a_cached_page_is_a_damaged_entry(name, offline, store, fresh_cache, monkeypatch):
+    """The download cache is shared (README, Threat model): a planted page whose fetched_at is
+    10**400 made `time.time() - fetched_at` an OverflowError (exit 4). Online it is fetched again
+    (and the check is clean), offline it is named as damaged (exit 3)."""
+    from patchctl.sources.cache import ArtifactCache
+
+    fetched_at, size = CACHED_NUMBERS[name]
+    monkeypatch.setenv("PATCHCTL_INDEX_MAX_AGE", "3600")  # (a fresh page would be used without asking)
+    wheel = _honest()
+    with Hostile(wheel) as server:
+        page = ArtifactCache(fresh_cache).index_page(server.url, "vllm")
+        page.parent.mkdir(parents=True)
+        sha = hashlib.sha256(wheel).hexdigest()
+        page.write_text(f'{{"name": "vllm", "fetched_at": {fetched_at}, "files": '
+                        f'[["{WHEEL}", "{server.url.rsplit("/", 1)[0]}/files/{WHEEL}", "{sha}", {size}, false]]}}')
+        argv = check_args(server, store) + (["--offline"] if offline else [])
+        result = run_case("cached index numbers", f"{name}-{'offline' if offline else 'online'}", argv, wait=60,
+                          ok_exit=3 if offline else 0)
+    assert result["outcome"] == "clean", {k: v for k, v in result.items() if k != "doc"}
+    if offline:
+        assert str(page) in result["doc"]["error"]["message"]
+    else:
+        assert result["doc"]["patches"][0]["outcome"] == "clean"
