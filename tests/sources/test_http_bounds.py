@@ -19,6 +19,8 @@ import threading
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_http_limits import MB, WHEEL, Hostile, _honest, assert_clean, check_args, run_case
 
 from patchctl.testing import server as testserver
@@ -395,3 +397,20 @@ def test_a_number_out_of_range_in_a_cached_page_is_a_damaged_entry(name, offline
         assert str(page) in result["doc"]["error"]["message"]
     else:
         assert result["doc"]["patches"][0]["outcome"] == "clean"
+
+
+# --- 8. any header text: a byte count in range or a NetworkError, nothing else --------------------
+
+@given(st.one_of(st.text(max_size=60), st.integers(min_value=-(10**30), max_value=10**30).map(str),
+                 st.from_regex(r"\s*[0-9\u00b2\u0660-\u0669]{1,40}\s*", fullmatch=True)))
+@settings(max_examples=300, deadline=None)
+def test_byte_count_takes_only_ascii_counts_in_range(text):
+    from patchctl.errors import NetworkError
+    from patchctl.sources import http
+
+    try:
+        n = http.byte_count(text, "http://127.0.0.1/x", "Content-Length")
+    except NetworkError as exc:
+        assert "http://127.0.0.1/x" in exc.message
+    else:
+        assert 0 <= n <= http.MAX_SIZE and str(n) == text.strip().lstrip("0").rjust(1, "0")
