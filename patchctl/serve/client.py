@@ -17,11 +17,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
+from types import SimpleNamespace
 from typing import Any, NamedTuple
 
 import requests
 
-from patchctl.errors import BadServerReply, NetworkError, ServerError, TruncatedStream
+from patchctl.errors import BadServerReply, NetworkError, ServerError, TruncatedStream, plain_network_reason
 from patchctl.image.deadline import Watch, session, watched
 from patchctl.serve.metrics import RequestRecord
 from patchctl.serve.sse import Delta, delta_from_object, excerpt, iter_sse_data, load_json, parse_event, usage_problem
@@ -30,9 +31,10 @@ CHAT = "chat"
 COMPLETIONS = "completions"
 
 DEFAULT_TIMEOUT_S = 300.0  # one request's deadline (--timeout): 128 tokens at 1 tok/s, and a queue
-# A whole reply: 1 MiB, and 4 KiB per token max_tokens allows (a streamed chunk carrying one token is
-# ~300 bytes; one with top-20 logprobs a few KiB). Past it the request fails (BadServerReply).
-REPLY_BASE_BYTES = 1 << 20
+# A whole reply: 2 MiB (two lines at their cap, so that a line too long is named as such), and 4 KiB
+# per token max_tokens allows (a streamed chunk carrying one token is ~300 bytes; one with top-20
+# logprobs a few KiB). Past it the request fails (BadServerReply).
+REPLY_BASE_BYTES = 2 << 20
 REPLY_PER_TOKEN_BYTES = 4 << 10
 SMALL_REPLY_BYTES = 1 << 20  # /v1/models, /version, the part of an error's body that is read
 BAD_REPLIES_KEPT = 20  # sentences kept for the report; the rest are counted
@@ -83,6 +85,7 @@ class OpenAIClient:
         self._lock = threading.Lock()
         self.answered = 0  # requests the server answered (a status line came)
         self.unanswered = 0  # requests that ended with no answer (refused, reset, the deadline passed)
+        self.last_unanswered = ""  # why the last of them got none
         self.bad_replies: list[str] = []  # "LABEL: why", one per request whose reply broke the protocol or a cap
         self.bad_reply_count = 0
         if api_key:
@@ -97,12 +100,13 @@ class OpenAIClient:
 
     # -- bounded exchanges ---------------------------------------------------------
 
-    def _count(self, answered: bool) -> None:
+    def _count(self, answered: bool, why: str = "") -> None:
         with self._lock:
             if answered:
                 self.answered += 1
             else:
                 self.unanswered += 1
+                self.last_unanswered = why
 
     def note_bad_reply(self, label: str, exc: BadServerReply) -> str:
         """Keep "LABEL: why" for the report (the first BAD_REPLIES_KEPT; bad_reply_count counts all)."""
@@ -121,8 +125,8 @@ class OpenAIClient:
         """NetworkError (exit 3) when the server never answered any request so far."""
         if self.never_answered():
             raise NetworkError(
-                f"no answer from {self.base_url}: {self.unanswered} request(s) sent, none answered within "
-                f"--timeout {self.timeout_s:g} s",
+                f"no answer from {self.base_url}: {self.unanswered} request(s) sent, none answered (the last: "
+                f"{self.last_unanswered})",
                 hint="is the server up and serving on that port? pass a larger --timeout SECONDS for a slow one")
 
     def _exchange(self, method: str, url: str, seconds: float, consume: Any, body: Any = None,
@@ -139,17 +143,19 @@ class OpenAIClient:
                                              stream=True) as resp:
                     answered = True
                     self._count(True)
+                    _watch_body(watch, resp)
                     encoding = resp.headers.get("Content-Encoding", "").strip().lower()
                     if encoding not in ("", "identity"):
                         raise BadServerReply(f"the reply is compressed (Content-Encoding {encoding[:40]}) though "
                                              "identity was asked: its size could not be capped as it is read")
                     result = consume(resp)
         except Exception as exc:
+            # requests' own timeout (a read waits no longer than the deadline) is the deadline too
+            expired = watch is not None and watch.expired or isinstance(exc, requests.Timeout)
+            error = self._deadline(url, seconds, why, answered) if expired else exc
             if not answered:
-                self._count(False)
-            if watch is not None and watch.expired:
-                raise self._deadline(url, seconds, why, answered) from None
-            raise exc
+                self._count(False, str(error) if expired else plain_network_reason(str(exc)))
+            raise error from None
         if watch.expired:  # the watchdog cut it short: what was read is not the whole reply
             raise self._deadline(url, seconds, why, answered)
         return result
@@ -391,6 +397,16 @@ def _sane_usage(delta: Delta, max_tokens: int) -> tuple[int | None, str | None]:
         return None, None
     problem = usage_problem(delta.completion_tokens, max_tokens)
     return (None, problem) if problem else (delta.completion_tokens, None)
+
+
+def _watch_body(watch: Watch, resp: requests.Response) -> None:
+    """Have the deadline's watchdog shut the body's socket down too: http.client hands a reply that
+    will close (close-delimited, `Connection: close`) its socket and drops it from the connection,
+    where the watchdog looks (image/deadline.py), so such a stream would otherwise read on for ever."""
+    fp = getattr(getattr(resp.raw, "_fp", None), "fp", None)  # http.client's socket file
+    sock = getattr(getattr(fp, "raw", None), "_sock", None)
+    if sock is not None:
+        watch.add(SimpleNamespace(sock=sock))
 
 
 def read_capped(resp: requests.Response, cap: int) -> bytes:

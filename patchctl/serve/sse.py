@@ -123,7 +123,7 @@ def _text(holder: dict[str, Any], key: str, where: str) -> str:
     if value is None:
         return ""
     if not isinstance(value, str):
-        raise BadServerReply(f"{where}.{key} is {_kind(value)} {excerpt(json.dumps(value), 40)}, not a string")
+        raise BadServerReply(f"{where}.{key} is {_kind(value)} {json.dumps(value)[:40]}, not a string")
     return value
 
 
@@ -164,7 +164,7 @@ def delta_from_object(obj: Any) -> Delta:
         return Delta(content, reasoning, None, finish)
     if type(tokens) is not int:  # bool is an int to Python, not to JSON
         return Delta(content, reasoning, None, finish,
-                     f"usage.completion_tokens {excerpt(json.dumps(tokens), 40)} is not an integer")
+                     f"usage.completion_tokens {json.dumps(tokens)[:40]} is not an integer")
     return Delta(content, reasoning, tokens, finish)
 
 
