@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
-from types import SimpleNamespace
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import requests
@@ -25,24 +24,23 @@ import requests
 from patchctl.errors import BadServerReply, NetworkError, ServerError, TruncatedStream, plain_network_reason
 from patchctl.image.deadline import Watch, session, watched
 from patchctl.serve.metrics import RequestRecord
-from patchctl.serve.sse import Delta, delta_from_object, excerpt, iter_sse_data, load_json, parse_event, usage_problem
+from patchctl.serve.reading import (
+    SMALL_REPLY_BYTES,
+    Reading,
+    error_text,
+    read_capped,
+    reply_cap,
+    sane_usage,
+    watch_body,
+)
+from patchctl.serve.sse import delta_from_object, excerpt, load_json
 
 CHAT = "chat"
 COMPLETIONS = "completions"
 
 DEFAULT_TIMEOUT_S = 300.0  # one request's deadline (--timeout): 128 tokens at 1 tok/s, and a queue
-# A whole reply: 2 MiB (two lines at their cap, so that a line too long is named as such), and 4 KiB
-# per token max_tokens allows (a streamed chunk carrying one token is ~300 bytes; one with top-20
-# logprobs a few KiB). Past it the request fails (BadServerReply).
-REPLY_BASE_BYTES = 2 << 20
-REPLY_PER_TOKEN_BYTES = 4 << 10
-SMALL_REPLY_BYTES = 1 << 20  # /v1/models, /version, the part of an error's body that is read
 BAD_REPLIES_KEPT = 20  # sentences kept for the report; the rest are counted
 PROBE_TIMEOUT_S = 30.0  # /v1/models and /version, at most (and never more than --timeout)
-
-
-def reply_cap(max_tokens: int) -> int:
-    return REPLY_BASE_BYTES + max(0, max_tokens) * REPLY_PER_TOKEN_BYTES
 
 
 class Completion(NamedTuple):
@@ -130,20 +128,23 @@ class OpenAIClient:
                 hint="is the server up and serving on that port? pass a larger --timeout SECONDS for a slow one")
 
     def _exchange(self, method: str, url: str, seconds: float, consume: Any, body: Any = None,
-                  why: str | None = None) -> Any:
+                  why: str | None = None, sending: Any = None) -> Any:
         """One request under one deadline of `seconds`, connect to last byte: consume(response) reads
         it (the response still open, its body not read). RequestDeadline when the deadline passed,
-        BadServerReply for a compressed reply; a status of 400 or more is consume's to judge."""
+        BadServerReply for a compressed reply; a status of 400 or more is consume's to judge. sending()
+        is called once the watchdog runs, right before the request goes out (a timed request's start)."""
         why = why or f"--timeout {self.timeout_s:g} s"
         answered = False
         watch: Watch | None = None
         try:
             with watched(seconds) as watch:
+                if sending is not None:
+                    sending()
                 with self._session().request(method, url, json=body, headers=self._headers, timeout=seconds,
                                              stream=True) as resp:
                     answered = True
                     self._count(True)
-                    _watch_body(watch, resp)
+                    watch_body(watch, resp)
                     encoding = resp.headers.get("Content-Encoding", "").strip().lower()
                     if encoding not in ("", "identity"):
                         raise BadServerReply(f"the reply is compressed (Content-Encoding {encoding[:40]}) though "
@@ -274,7 +275,7 @@ class OpenAIClient:
         except requests.RequestException:
             self.require_answer()
             raise
-        usage = _sane_usage(delta, max_tokens)[0]
+        usage = sane_usage(delta, max_tokens)[0]
         return Completion(delta.content, delta.reasoning, tokens, usage, delta.finish_reason)
 
     def timed_request(
@@ -302,11 +303,15 @@ class OpenAIClient:
             body["stream"] = True
             # Servers that know it put exact token counts in a final chunk.
             body.setdefault("stream_options", {"include_usage": True})
-        got = _Reading(max_tokens)
-        start = time.perf_counter()
+        got = Reading(max_tokens)
+        started = [time.perf_counter()]
+
+        def sending() -> None:  # the watchdog's start-up is not the server's time
+            started[0] = time.perf_counter()
+
         try:
             self._exchange("POST", self._url(api), self.timeout_s if seconds is None else seconds,
-                           lambda resp: got.read(resp, stream), body, why)
+                           lambda resp: got.read(resp, stream), body, why, sending)
             error = None
         except BadServerReply as exc:
             self.note_bad_reply(label, exc)
@@ -318,7 +323,7 @@ class OpenAIClient:
             ok=error is None,
             error=error,
             streamed=stream,
-            start=start,
+            start=started[0],
             end=end,
             chunk_times=tuple(got.chunk_times),
             usage_tokens=got.usage,
@@ -332,142 +337,6 @@ class OpenAIClient:
             ended_in_reasoning=got.finish == "length" and got.last_kind == "reasoning",
             usage_rejected=got.usage_rejected,
         )
-
-
-class _Reading:
-    """What one timed request has read so far (kept when it fails half way)."""
-
-    def __init__(self, max_tokens: int) -> None:
-        self.max_tokens = max_tokens
-        self.chunk_times: list[float] = []
-        self.content: list[str] = []
-        self.reasoning: list[str] = []
-        self.usage: int | None = None
-        self.usage_rejected: str | None = None
-        self.finish: str | None = None
-        self.reasoning_chunks = self.content_chunks = 0
-        self.last_kind = ""
-        self.reads: set[int] = set()
-
-    def read(self, resp: requests.Response, stream: bool) -> None:
-        if resp.status_code >= 400:
-            raise requests.HTTPError(f"HTTP {resp.status_code}: {error_text(resp)}")
-        cap = reply_cap(self.max_tokens)
-        if not stream:
-            self._take(delta_from_object(load_json(read_capped(resp, cap))), time.perf_counter())
-            return
-        arrivals = Arrivals(resp, cap)
-        for event, payload in enumerate(iter_sse_data(arrivals), start=1):
-            now = time.perf_counter()
-            try:
-                delta = parse_event(payload)
-            except BadServerReply as exc:
-                raise BadServerReply(f"event {event}: {exc}") from None
-            if delta is None:
-                break
-            if delta.has_output:
-                self.chunk_times.append(now)
-                self.reads.add(arrivals.count)
-            self._take(delta, now)
-        if self.finish is None:
-            # Every complete OpenAI stream carries a finish_reason. A dropped one may still send
-            # [DONE]: llama-cpp-python, interrupting a stream for a newer request, sends the role
-            # chunk, [DONE], and nothing else. Counting that as a request would report short, fast
-            # "successes".
-            raise TruncatedStream(f"stream ended without a finish_reason after {len(self.chunk_times)} chunks")
-
-    def _take(self, delta: Delta, now: float) -> None:
-        if delta.content or delta.reasoning:
-            self.content.append(delta.content)
-            self.reasoning.append(delta.reasoning)
-            self.reasoning_chunks += bool(delta.reasoning)
-            self.content_chunks += bool(delta.content)
-            self.last_kind = "content" if delta.content else "reasoning"
-        usage, rejected = _sane_usage(delta, self.max_tokens)
-        if usage is not None or rejected is not None:
-            self.usage, self.usage_rejected = usage, rejected
-        self.finish = delta.finish_reason or self.finish
-
-
-def _sane_usage(delta: Delta, max_tokens: int) -> tuple[int | None, str | None]:
-    """(the server's completion_tokens if they make sense, why not otherwise)."""
-    if delta.usage_not_integer is not None:
-        return None, delta.usage_not_integer
-    if delta.completion_tokens is None:
-        return None, None
-    problem = usage_problem(delta.completion_tokens, max_tokens)
-    return (None, problem) if problem else (delta.completion_tokens, None)
-
-
-def _watch_body(watch: Watch, resp: requests.Response) -> None:
-    """Have the deadline's watchdog shut the body's socket down too: http.client hands a reply that
-    will close (close-delimited, `Connection: close`) its socket and drops it from the connection,
-    where the watchdog looks (image/deadline.py), so such a stream would otherwise read on for ever."""
-    fp = getattr(getattr(resp.raw, "_fp", None), "fp", None)  # http.client's socket file
-    sock = getattr(getattr(fp, "raw", None), "_sock", None)
-    if sock is not None:
-        watch.add(SimpleNamespace(sock=sock))
-
-
-def read_capped(resp: requests.Response, cap: int) -> bytes:
-    """The whole body, BadServerReply past `cap` bytes (a Content-Length above it: before reading)."""
-    declared = resp.headers.get("Content-Length", "")
-    if declared.strip().isdigit() and int(declared) > cap:
-        raise BadServerReply(f"the reply declares {declared.strip()[:20]} bytes, over the cap of {cap} bytes")
-    got = bytearray()
-    for piece in resp.iter_content(Arrivals.READ):
-        got += piece
-        if len(got) > cap:
-            raise BadServerReply(f"the reply passed {cap} bytes (the cap of a reply: {_cap_words()})")
-    return bytes(got)
-
-
-def error_text(resp: requests.Response, limit: int = 300) -> str:
-    """The start of an error reply's body: only that much is read."""
-    got = bytearray()
-    for piece in resp.iter_content(4096):
-        got += piece
-        if len(got) >= limit:
-            break
-    return bytes(got[:limit]).decode("utf-8", errors="replace")
-
-
-def _cap_words() -> str:
-    return f"{REPLY_BASE_BYTES >> 20} MiB + {REPLY_PER_TOKEN_BYTES >> 10} KiB per max_tokens"
-
-
-class Arrivals:
-    """The bytes of a streamed body, handed over as they arrive; `count` is how many reads so far,
-    `received` how many bytes (BadServerReply past `cap`).
-
-    A chunked body comes one HTTP chunk at a time (urllib3 decodes the framing). A body without
-    chunks (close-delimited, or with a Content-Length) must not be read with a size: a sized read
-    waits until that many bytes came, and iter_content(None) on such a body reads it to the end, so
-    every token would seem to arrive at once. read1 returns whatever one read from the socket gave.
-    """
-
-    READ = 65536
-
-    def __init__(self, resp: requests.Response, cap: int | None = None) -> None:
-        self.resp = resp
-        self.count = 0
-        self.received = 0
-        self.cap = cap
-
-    def __iter__(self) -> Iterator[bytes]:
-        raw = self.resp.raw
-        read1 = getattr(raw, "read1", None)  # urllib3 >= 2
-        if getattr(raw, "chunked", False) or read1 is None:
-            pieces: Iterable[bytes] = self.resp.iter_content(chunk_size=None)
-        else:
-            pieces = iter(lambda: read1(self.READ, decode_content=True), b"")
-        for piece in pieces:
-            if piece:
-                self.count += 1
-                self.received += len(piece)
-                if self.cap is not None and self.received > self.cap:
-                    raise BadServerReply(f"the reply passed {self.cap} bytes (the cap of a reply: {_cap_words()})")
-                yield piece
 
 
 def _tokens_of(obj: Mapping[str, Any]) -> tuple[str, ...] | None:
