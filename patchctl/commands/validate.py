@@ -336,7 +336,7 @@ def _notify(text: str) -> None:
                    "within it is exit 3.")
 @click.option("--level-timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
               help="Deadline of each concurrency level: requests in flight then fail, the rest are not sent "
-                   "(default: the level's waves, requests / concurrency rounded up, times --timeout), "
+                   "(default: the level's waves, requests / concurrency rounded up, times --timeout + 1 s), "
                    "e.g. --level-timeout 600.")
 @click.option("--model", help="Model to request (default: the first of /v1/models).")
 @click.option("--engine-version", help="Engine version for the baseline key (default: the server's /version).")

@@ -80,9 +80,13 @@ def prompt_digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+LEVEL_SLACK_S = 1.0  # a wave's time between its requests (taking the next, a reconnect), in a level's deadline
+
+
 def level_deadline(num_requests: int, concurrency: int, timeout_s: float) -> float:
-    """A level's default deadline: its waves (ceil(requests / concurrency)) times one request's."""
-    return math.ceil(num_requests / max(1, concurrency)) * timeout_s
+    """A level's default deadline: its waves (ceil(requests / concurrency)) times one request's, and
+    LEVEL_SLACK_S a wave, so that by default no request's own deadline is cut short by the level's."""
+    return math.ceil(num_requests / max(1, concurrency)) * (timeout_s + LEVEL_SLACK_S)
 
 
 def run_level(
