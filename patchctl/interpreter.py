@@ -126,7 +126,10 @@ def probe(python: str, script: str, *args: str, timeout: float = 60, isolated: b
     value as its last line. isolated=False only for an interpreter patchctl built and checked (a smoke
     environment: its site is needed to import torch)."""
     flags = ISOLATED if isolated else ()
-    ran = run_bounded([python, *flags, "-c", script, *args], timeout=timeout, what=f"the Python interpreter {python}")
+    # No bytecode written: a sealed smoke venv must stay as built (smoketest/sealed.py).
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    ran = run_bounded([python, *flags, "-c", script, *args], timeout=timeout, env=env,
+                      what=f"the Python interpreter {python}")
     stdout = ran.stdout.decode(errors="replace")
     if ran.returncode != 0:
         stderr = ran.stderr.decode(errors="replace")
