@@ -373,3 +373,58 @@ def test_smoke_rebuilds_a_tampered_tree(tmp_path, builder, fresh_cache, tamper):
     assert second.exit_code == 0 and result["status"] == "passed", result
     said = [line for line in second.stderr.splitlines() if "rebuilding" in line]
     assert len(said) == (0 if tamper is _untouched else 1), second.stderr
+
+
+HANGING_CHECK = '''
+import subprocess, time
+
+def test_hangs(patched_tree):
+    child = subprocess.Popen(["sh", "-c", {script!r}])
+    open({pids!r}, "w").write(str(child.pid))
+    time.sleep(1000)
+'''
+CHILDREN = {
+    "sleeps": "exec sleep 1000",
+    "ignores SIGTERM": "trap '' TERM; while :; do sleep 1; done",
+    "leaves a grandchild": "sleep 1000 & wait",
+    "holds pytest's stdout": "exec sleep 1000 >&1",
+    "spins": "while :; do :; done",
+}
+DEADLINE = 12  # pytest's start on a loaded machine takes seconds: the check must be running by then
+
+
+@pytest.mark.parametrize("child", sorted(CHILDREN))
+def test_a_hanging_check_is_stopped_with_its_children(tmp_path, builder, child):
+    """pytest in its own process group: at the deadline the whole group goes, what the check
+    started included (subprocess.run's timeout killed pytest alone)."""
+    import time
+
+    from patchctl.smoketest.pytest_run import run_checks
+    from patchctl.store import Store
+    from patchctl.testing.fixtures import PRISTINE
+
+    pids = tmp_path / "pids"
+    patch_dir = builder.add("vllm", "hang", variants={"1.0": builder.variant(PRISTINE, {"vllm/utils.py": "X = 1\n"})})
+    (patch_dir / "checks").mkdir()
+    (patch_dir / "checks" / "test_hang.py").write_text(HANGING_CHECK.format(script=CHILDREN[child], pids=str(pids)))
+    patch = Store.open(builder.root).series("vllm").get("hang")
+    start = time.monotonic()
+    result = run_checks(patch, "cpu", sys.executable, engine="vllm", version="1.0", patched=tmp_path,
+                        pristine=tmp_path, timeout=DEADLINE)
+    assert result.status == "error" and result.reason == f"timed out after {DEADLINE} s", result
+    assert time.monotonic() - start < DEADLINE + 5
+    time.sleep(0.2)
+    leader = int(pids.read_text())
+    group = os.getpgid(leader) if Path(f"/proc/{leader}").exists() else None
+    alive = [p for p in os.listdir("/proc") if p.isdigit() and Path(f"/proc/{p}/stat").exists()
+             and _pgid_state(int(p)) == (group, "alive")] if group else []
+    state = _pgid_state(leader)[1]
+    assert state in ("gone", "zombie") and not alive, (state, alive)
+
+
+def _pgid_state(pid: int) -> tuple[int | None, str]:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None, "gone"
+    return int(fields[2]), ("zombie" if fields[0] == "Z" else "alive")
