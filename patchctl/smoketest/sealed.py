@@ -7,9 +7,9 @@ no one else (`ArtifactCache.foreign`), and a walk that follows no link must find
 marker lists, every file owned likewise and writable by no one else. Anything else: rebuild, and the
 output says why in one line.
 
-Cost: the walk hashes every file. A smoke venv with pytest (~2 000 files, ~25 MB) takes ~0.1 s; a
-vLLM tree (~2 500 files, ~40 MB) ~0.15 s; a GPU profile's venv (torch: ~20 000 files, ~5 GB) tens of
-seconds: small beside a smoke run (minutes), and checked once per process."""
+Cost: the walk hashes every file. Measured on this project's 2-core CI machine: 2 000 files / 24 MB
+(a smoke venv with pytest, a vLLM tree) 0.10 s; a site-packages with torch (73 000 entries, 2.4 GB) 24 s.
+Small beside a smoke run (minutes); each entry is checked once per process."""
 from __future__ import annotations
 
 import hashlib

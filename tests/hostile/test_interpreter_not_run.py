@@ -277,3 +277,45 @@ def test_the_targets_machine_is_read_from_its_elf_header_not_asked(tmp_path, hea
     python.write_bytes(head + bytes(64) if expected else head)
     python.chmod(0o755)
     assert machine_of(str(python)) == (expected or os.uname().machine)
+
+
+def _fifo(path: Path) -> None:
+    path.unlink(missing_ok=True)
+    os.mkfifo(path)
+
+
+HOSTILE_FILES = {
+    "pyvenv.cfg a FIFO": lambda venv, site: _fifo(venv / "pyvenv.cfg"),
+    "pyvenv.cfg huge": lambda venv, site: (venv / "pyvenv.cfg").write_bytes(b"version = 3.11\n" * 100_000),
+    "pyvenv.cfg binary": lambda venv, site: (venv / "pyvenv.cfg").write_bytes(bytes(range(256)) * 10),
+    "pyvenv.cfg a link out": lambda venv, site: ((venv / "pyvenv.cfg").unlink(),
+                                                 (venv / "pyvenv.cfg").symlink_to("/etc/passwd")),
+    "version not a version": lambda venv, site: (venv / "pyvenv.cfg").write_text("version = banana\n"),
+    ".pth a FIFO": lambda venv, site: _fifo(site / "a.pth"),
+    ".pth huge": lambda venv, site: (site / "a.pth").write_bytes(b"/nowhere\n" * 300_000),
+    ".pth binary": lambda venv, site: (site / "a.pth").write_bytes(bytes(range(256)) * 10),
+    ".pth names a file, a loop": lambda venv, site: ((site / "a.pth").write_text("a.pth\n.\n..\n/\n"),),
+    "METADATA a FIFO": lambda venv, site: _fifo(site / "vllm-1.0.dist-info" / "METADATA"),
+    "METADATA version garbage": lambda venv, site: (site / "vllm-1.0.dist-info" / "METADATA").write_text(
+        "Name: vllm\nVersion: \x00not-a-version\n"),
+    "dist-info a link out": lambda venv, site: (site / "vllm-2.0.dist-info").symlink_to("/etc"),
+    "editable finder garbage": lambda venv, site: ((site / "e.pth").write_text("import __editable___x_finder\n"),
+                                                   (site / "__editable___x_finder.py").write_bytes(b"MAPPING = {(")),
+    "editable finder not a dict": lambda venv, site: (
+        (site / "e.pth").write_text("import __editable___x_finder\n"),
+        (site / "__editable___x_finder.py").write_text("MAPPING = [1, 2]\nMAPPING: int = 3\n")),
+}
+
+
+@pytest.mark.parametrize("what", sorted(HOSTILE_FILES))
+def test_a_hostile_venv_file_is_a_clean_answer(case, tmp_path, monkeypatch, what):
+    """What the venv's owner writes where patchctl reads it: an answer or exit 3, never a hang, a
+    traceback or a run of anything."""
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    venv = tmp_path / "venv"
+    site = fake_venv(venv)
+    install_fake_dist(site, "vllm", "1.0", PRISTINE)
+    HOSTILE_FILES[what](venv, site)
+    outcome, _ = _run("status", "vllm", "--python", str(venv / "bin" / "python"), timeout=30)
+    case("hostile venv files").record(outcome)
+    assert outcome.code in (0, 3), outcome
