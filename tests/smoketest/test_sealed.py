@@ -200,6 +200,16 @@ def _same_size_edit(root):
     (root / "vllm" / "sub" / "m.py").write_text("Y = 3\n")
 
 
+def _same_size_edit_mtime_kept(root):
+    """The seal skips hashing a file whose stamp (inode, ctime, size) is unchanged: an edit that keeps
+    size and mtime must still be caught (the kernel moves ctime; nobody can set it back)."""
+    path = root / "vllm" / "sub" / "m.py"
+    before = os.stat(path)
+    path.write_text("Y = 3\n")
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert os.stat(path).st_size == before.st_size
+
+
 def _added(root):
     (root / "vllm" / "sitecustomize.py").write_text("")
 
@@ -248,8 +258,8 @@ def _folder_writable(root):
     (root / "vllm" / "sub").chmod(0o777)
 
 
-TAMPER = [_edit, _same_size_edit, _added, _added_folder, _removed, _chmod, _relinked, _file_for_link, _fifo,
-          _seal_dropped, _seal_damaged, _marker_writable, _folder_writable]
+TAMPER = [_edit, _same_size_edit, _same_size_edit_mtime_kept, _added, _added_folder, _removed, _chmod, _relinked,
+          _file_for_link, _fifo, _seal_dropped, _seal_damaged, _marker_writable, _folder_writable]
 
 
 @pytest.mark.parametrize("tamper", TAMPER, ids=[t.__name__.strip("_") for t in TAMPER])
@@ -300,11 +310,15 @@ def test_seal_cost_is_measured(tmp_path, capsys):
     sealed.seal(root, "x\n")
     sealed._checked.clear()
     start = time.monotonic()
-    assert sealed.untrusted(cache, root, "x\n") is None
-    took = time.monotonic() - start
+    assert sealed.untrusted(cache, root, "x\n") is None  # stamps unchanged: nothing hashed
+    stamps = time.monotonic() - start
+    start = time.monotonic()
+    listing, problem = sealed._listing(root)  # what a copied env (new stamps) costs: every file hashed
+    hashed = time.monotonic() - start
+    assert problem is None and len(listing) == 2000 + 40
     with capsys.disabled():
-        print(f"\nseal check: 2000 files, 24 MB in {took:.2f} s")
-    assert took < 10
+        print(f"\nseal check: 2000 files, 24 MB: {stamps:.2f} s by stamps, {hashed:.2f} s hashing every file")
+    assert stamps < 10 and hashed < 10
 
 
 TREE_CHECK = '''
