@@ -70,13 +70,14 @@ def apply_image(source: ImageRef, dest: ImageRef, engine: Engine, paths: list[st
     repo = open_repository(source, insecure=insecure, progress=progress)
     top = repo.manifest(source.target)
     images, index = _platform_images(repo, top)
-    wanted = L.engine_filter(engine, L.with_bytecode(paths))
+    wanted = L.engine_filter(engine, L.with_bytecode(paths), set(paths).__contains__)
     results: list[PlatformResult] = []
     left_out: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="patchctl-image-") as work:
         for number, (_, image) in enumerate(images):
             folder = Path(work) / f"p{number}"
-            staged = L.read_layers(repo, M.layers_of(image.doc), wanted, folder / "rootfs", progress)
+            staged = L.read_layers(repo, M.layers_of(image.doc), wanted, folder / "rootfs", progress,
+                                   own=M.patchctl_layers(image.config))
             try:
                 found = L.find_engine(staged, engine)
             except ImageContentError as exc:
@@ -208,7 +209,8 @@ def status_image(source: ImageRef, engine: Engine, operation: TreeOperation, *, 
                                   "layers_read": 0, "message": "no patchctl layer in the image's history"})
                 continue
             layers = M.layers_of(image.doc)[ours[0]:]
-            staged = L.read_layers(repo, layers, wanted, Path(work) / f"p{number}", progress)
+            staged = L.read_layers(repo, layers, wanted, Path(work) / f"p{number}", progress,
+                                   own=[i - ours[0] for i in ours])
             found = L.find_engine(staged, engine) if any(n.endswith("/METADATA") for n in staged.files) else None
             root = found.local if found else _record_root(staged, engine)
             recorded = _record(root, engine)
