@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from packaging.version import Version
 
 from patchctl import outcomes as O
-from patchctl.errors import ImageContentError, RegistryError
+from patchctl.errors import EnvironmentProblem, ImageContentError, RegistryError
 from patchctl.image import layers as L
 from patchctl.image import manifest as M
 from patchctl.image.newlayer import Entry, WrittenLayer, new_file_meta, write_layer
@@ -129,7 +129,11 @@ def _new_layer(result: PlatformResult, staged: L.Staged, before: dict[str, str],
     for rel in removed:
         image_path = found.root + rel
         entries.append(Entry(image_path, None, staged.files[image_path]))
-    layer = write_layer(entries, staged.dirs, folder / "layer.tar.gz")
+    try:
+        layer = write_layer(entries, staged.dirs, folder / "layer.tar.gz")
+    except OSError as exc:  # a full temporary folder: named, not a bare errno
+        raise EnvironmentProblem(f"cannot write the new layer to {folder / 'layer.tar.gz'}: {exc.strerror or exc}",
+                                 hint="set TMPDIR to a folder with room") from None
     record = _record(found.local, engine)
     fingerprint = (record.store_fingerprint or "") if record else ""
     patches = [p.name for p in record.patches if p.outcome in O.WRITES] if record else []

@@ -7,6 +7,7 @@ Blobs are streamed, never held whole: a pulled blob goes to the download cache b
 RegistryError (exit 3) carrying what the registry answered."""
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -107,7 +108,11 @@ def streamed_into(final: Path, digest: str, size: int | None) -> Iterator[Callab
     hasher = hashlib.sha256()
     written = 0
     try:
-        with open(tmp, "wb") as raw:
+        try:
+            raw = open(tmp, "wb", buffering=0)  # unbuffered: a failed write fails here, not again at close
+        except OSError as exc:
+            raise _cannot_write(tmp, exc) from None
+        with raw:
             def write(chunk: bytes) -> None:
                 nonlocal written
                 written += len(chunk)
@@ -115,7 +120,15 @@ def streamed_into(final: Path, digest: str, size: int | None) -> Iterator[Callab
                     raise RegistryError(f"blob {digest[:19]}… is longer than the {size or MAX_BLOB} bytes "
                                         f"the manifest says")
                 hasher.update(chunk)
-                raw.write(chunk)
+                view = memoryview(chunk)
+                while view:
+                    try:
+                        done = raw.write(view)
+                        if not done:
+                            raise OSError(errno.EIO, "the file system took no bytes")
+                    except OSError as exc:
+                        raise _cannot_write(tmp, exc) from None
+                    view = view[done:]
 
             yield write
         got = "sha256:" + hasher.hexdigest()
@@ -125,6 +138,11 @@ def streamed_into(final: Path, digest: str, size: int | None) -> Iterator[Callab
         os.replace(tmp, final)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _cannot_write(path: Path, exc: OSError) -> EnvironmentProblem:
+    return EnvironmentProblem(f"cannot write {path}: {exc.strerror or exc}",
+                              hint="free space there, or write the image somewhere with room")
 
 
 class RegistryRepository:

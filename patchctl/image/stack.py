@@ -9,7 +9,9 @@ against its digest, inflated within a cap and read under one deadline (stream.py
 out is capped per file and in total."""
 from __future__ import annotations
 
+import errno
 import io
+import shutil
 import tarfile
 import tempfile
 from collections.abc import Callable
@@ -211,10 +213,10 @@ class Stack:
             self._parents = {str(p) for n in self.files for p in PurePosixPath(n).parents}
         inside = [n for n in self.files if n.startswith(name + "/")] if name in self._parents else []
         for n in inside:
-            self._drop(n)
-            if self.want.protected(n) or n in self.from_own:
+            if self.want.protected(n) or n in self.from_own:  # asked before _drop forgets where it came from
                 self.damage[n] = (number, f"/{n} is gone: /{name} is a {kind} in layer {at.layer}, where the "
                                           f"folder holding it was")
+            self._drop(n)
         if self.packages.get(name, number) < number:
             self.gone[name] = (number, f"the engine's package /{name} is a {kind} in layer {at.layer}, where its "
                                        f"folder was")
@@ -222,9 +224,9 @@ class Stack:
     def _delete(self, target: str, number: int, what: str, own: bool, *, opaque: bool) -> None:
         """A whiteout: target (an opaque one: what target holds) as lower layers left it is gone."""
         for n in [n for n in self.files if _under(n, target, itself=not opaque) and n not in self._layer_files]:
-            self._drop(n)
-            if not own and (self.want.protected(n) or n in self.from_own):
+            if not own and (self.want.protected(n) or n in self.from_own):  # asked before _drop forgets
                 self.damage[n] = (number, f"/{n} is deleted by {what}")
+            self._drop(n)
         for n in [n for n, (k, _) in self.damage.items() if k < number and _under(n, target, itself=not opaque)]:
             if not own and self.want.protected(n):
                 self.damage[n] = (number, f"/{n} is deleted by {what}")
@@ -280,19 +282,22 @@ def _place(folder: Path, name: str, stream: IO[bytes], at: Position) -> None:
             if here.is_symlink() or (here.exists() and not here.is_dir()):
                 here.unlink()
         dest.parent.mkdir(parents=True, exist_ok=True)
-        out = open(dest, "wb")
+        if dest.is_dir() and not dest.is_symlink():  # a folder of a lower layer that this file replaces
+            shutil.rmtree(dest)
+        out = open(dest, "wb", buffering=0)  # unbuffered: a failed write fails here, not again at close
     except OSError as exc:
         raise _staging_error(dest, name, at, exc) from None
     with stream, out:
         while chunk := stream.read(_CHUNK):
-            try:
-                out.write(chunk)
-            except OSError as exc:
-                raise _staging_error(dest, name, at, exc) from None
-        try:
-            out.flush()
-        except OSError as exc:
-            raise _staging_error(dest, name, at, exc) from None
+            view = memoryview(chunk)
+            while view:
+                try:
+                    written = out.write(view)
+                    if not written:
+                        raise OSError(errno.EIO, "the file system took no bytes")
+                except OSError as exc:
+                    raise _staging_error(dest, name, at, exc) from None
+                view = view[written:]
 
 
 def _staging_error(dest: Path, name: str, at: Position, exc: OSError) -> EnvironmentProblem:

@@ -8,10 +8,11 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import struct
 import tarfile
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,7 +51,7 @@ def opaque(folder: str) -> TarEntry:
     return TarEntry(f"{folder.rstrip('/')}/.wh..wh..opq")
 
 
-def engine_files(site: str, dist: str, version: str, files: dict[str, str | bytes]) -> list[TarEntry]:
+def engine_files(site: str, dist: str, version: str, files: Mapping[str, str | bytes]) -> list[TarEntry]:
     """What pip leaves under an import root `site`: the package's files and the dist-info METADATA."""
     site = site.rstrip("/") + "/"
     info = f"{site}{dist.replace('-', '_')}-{version}.dist-info/METADATA"
@@ -210,3 +211,50 @@ def flip_byte(path: Path, at: int) -> None:
         old = f.read(1)
         f.seek(at)
         f.write(bytes([old[0] ^ 0xFF]))
+
+
+# --- a small SGLang in an image, and a store of two patches for it --------------------------------
+
+SITE = "usr/lib/python3/site-packages/"
+A_PY = "".join(f"def a{i}():\n    return {i}\n\n\n" for i in range(8))
+B_PY = "".join(f"def b{i}():\n    return {i}\n\n\n" for i in range(8))
+ENGINE = {"sglang/__init__.py": "", "sglang/srt/__init__.py": "", "sglang/srt/a.py": A_PY,
+          "sglang/srt/b.py": B_PY, "sglang/srt/c.py": "C = 1\n"}
+PATCHED = ("sglang/srt/a.py", "sglang/srt/b.py")  # the files the store's patches edit
+
+
+def sglang_layer(version: str = "0.5.9") -> list[TarEntry]:
+    return engine_files(SITE, "sglang", version, ENGINE)
+
+
+def two_patch_store(root: Path, *, delete: str | None = None) -> Path:
+    """patches/sglang with `pa` (edits a.py) and `pb` (edits b.py), and with delete a third patch
+    `pd` removing that file: a store `--store` takes."""
+    from patchctl.testing.builders import StoreBuilder
+
+    builder = StoreBuilder(root)
+    builder.add("sglang", "pa", variants={"0.5.0": builder.variant(
+        {"sglang/srt/a.py": A_PY}, {"sglang/srt/a.py": A_PY.replace("return 3", "return 30")})})
+    builder.add("sglang", "pb", variants={"0.5.0": builder.variant(
+        {"sglang/srt/b.py": B_PY}, {"sglang/srt/b.py": B_PY.replace("return 5", "return 50")})})
+    if delete is not None:
+        content = ENGINE[delete]
+        builder.add("sglang", "pd", variants={"0.5.0": builder.variant({delete: content}, {delete: None})})
+    return root
+
+
+def copy_layer(source: Path, dest: Path, layer: BuiltLayer) -> BuiltLayer:
+    """A layer of one layout put into another (a large generated layer is made once)."""
+    (dest / "blobs" / "sha256").mkdir(parents=True, exist_ok=True)
+    target = blob_path(dest, layer.digest)
+    if not target.exists():
+        os.link(blob_path(source, layer.digest), target)
+    return layer
+
+
+def tagged(root: Path, tag: str) -> bool:
+    """Whether the layout at root has an image tagged `tag` (what a push would have written)."""
+    index = root / "index.json"
+    if not index.is_file():
+        return False
+    return any((m.get("annotations") or {}).get(REF_NAME) == tag for m in json.loads(index.read_text())["manifests"])
