@@ -153,7 +153,7 @@ class Inflated(io.RawIOBase):
         if self.count > self.limit:
             raise ImageContentError(
                 f"{self._at}: the layer inflates to more than {self.limit} bytes, the most patchctl inflates of a "
-                f"layer ({INFLATE_RATIO}× its compressed size, at least {INFLATE_FLOOR >> 30} GiB, at most "
+                f"layer ({INFLATE_RATIO}× its compressed size, at least {INFLATE_FLOOR >> 20} MiB, at most "
                 f"{MAX_INFLATED >> 30} GiB)",
                 hint="a decompression bomb, or a file of zeros stored whole (a sparse file): rebuild the image "
                      "without it")
