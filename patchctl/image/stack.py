@@ -1,12 +1,12 @@
-"""The layers stacked as a container runtime stacks them (a later entry replaces an earlier one,
-`.wh.NAME` deletes NAME, `.wh..wh..opq` empties a folder of what lower layers put there), with the
-files a filter wants written out to a staging folder, and damage refused rather than read as
-"obsolete": a FIFO, a device, a link or a folder where a wanted file is, a whiteout deleting a
-patched file, or one deleting the engine's package while its dist-info stays. A damaged path is
-remembered until a later entry mends it (the same file again: what the runtime would show) and is an
-error (exit 3, naming the path and the layer) when the stack ends damaged. Every layer is hashed
-against its digest, inflated within a cap and read under one deadline (stream.py); what is written
-out is capped per file and in total."""
+"""The layers stacked as a container runtime stacks them, with damage refused. A later entry
+replaces an earlier one, `.wh.NAME` deletes NAME, `.wh..wh..opq` empties a folder of what lower
+layers put there; the files a filter wants are written out to a staging folder. Damage is refused
+rather than read as "obsolete": a FIFO, a device, a link or a folder where a wanted file is, a
+whiteout deleting a patched file, or one deleting the engine's package while its dist-info stays. A
+damaged path is remembered until a later entry mends it (the same file again: what the runtime
+would show) and is an error (exit 3, naming the path and the layer) when the stack ends damaged.
+Every layer is hashed against its digest, inflated within a cap and read under one deadline
+(stream.py); what is written out is capped per file and in total."""
 from __future__ import annotations
 
 import errno
