@@ -146,3 +146,26 @@ def test_a_layout_file_that_is_not_a_regular_file_is_exit_3_without_a_hang(tmp_p
     assert proc.returncode == 3, doc
     assert str(layout) in doc["error"]["message"], doc["error"]
     assert not oci.tagged(tmp_path / "o", "p")
+
+
+# --- a registry's blob in the download cache -------------------------------------------------------
+
+@pytest.mark.network
+@pytest.mark.parametrize("where", ["first", "gzip-mtime", "middle", "near-end", "last"])
+def test_a_damaged_cached_registry_blob_is_fetched_again(tmp_path, registry, where):
+    """The cache is shared by a machine's users: a cached layer changed in place (same size) is
+    caught by its digest as it is read, dropped, and fetched again; the command then succeeds."""
+    import hashlib
+
+    from patchctl.image.registry import cached_blob
+    from tests.image.conftest import need, run
+
+    layout, layers, store = build(tmp_path)
+    ref = f"{registry}/test/cached-{where}:1"
+    run(need("skopeo"), "copy", "--quiet", "--dest-tls-verify=false", f"oci:{layout}:base", f"docker://{ref}")
+    first = run_json("check", f"sglang@image:{ref}", "--store", str(store), expect=0)
+    cached = cached_blob(layers[0].digest)
+    oci.flip_byte(cached, offsets(layers[0].size)[where])
+    again = run_json("check", f"sglang@image:{ref}", "--store", str(store), expect=0)
+    assert [p["outcome"] for p in again["patches"]] == [p["outcome"] for p in first["patches"]]
+    assert "sha256:" + hashlib.sha256(cached.read_bytes()).hexdigest() == layers[0].digest
