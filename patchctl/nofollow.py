@@ -373,11 +373,16 @@ def open_regular(root: Path, rel: str) -> int | None:
             last = i == len(parts) - 1
             try:
                 below = os.open(part, _FILE if last else _DIR, dir_fd=fd)
-            except (FileNotFoundError, NotADirectoryError):
+            except FileNotFoundError:
                 return None
             except OSError as exc:
-                if exc.errno == errno.ELOOP:
+                # A link where a folder belongs fails O_DIRECTORY | O_NOFOLLOW with ENOTDIR, not ELOOP.
+                linked = exc.errno == errno.ELOOP or (exc.errno == errno.ENOTDIR and stat.S_ISLNK(
+                    os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode))
+                if linked:
                     raise Planted(f"{shown} is a symlink: patchctl follows no link there") from None
+                if exc.errno == errno.ENOTDIR:
+                    return None  # a file where a folder belongs: nothing under it
                 raise
             os.close(fd)
             fd = below
