@@ -134,3 +134,58 @@ def test_patchctl_s_own_whiteouts_are_not_damage(tmp_path):
     oci.write_image(out, layers, tag="later", history=config["history"] + [{"created_by": "rm a.py"}])
     doc = run_json("status", "sglang", "--image", f"oci:{out}:later", expect=3)
     assert f"/{A} is deleted by a whiteout" in doc["error"]["message"], doc["error"]
+
+
+# --- any stacking: an answer or a clean error, never a traceback, nothing written outside ---------
+
+_NAMES = [oci.SITE + p for p in ("sglang", "sglang/srt", "sglang/srt/a.py", "sglang/srt/b.py",
+                                 "sglang/srt/__pycache__/a.cpython-311.pyc", ".patchctl/sglang/state.json",
+                                 "sglang-0.5.9.dist-info/METADATA")] + [oci.SITE.rstrip("/"), "etc/x", "../escape"]
+
+
+def _entries():
+    from hypothesis import strategies as st
+
+    name = st.sampled_from(_NAMES)
+    plain = st.builds(lambda n, d: oci.file(n, d), name, st.binary(max_size=64))
+    odd = st.builds(lambda n, k: oci.TarEntry(n, k, link="etc/x" if k in ("symlink", "hardlink") else ""),
+                    name, st.sampled_from(["dir", "fifo", "chr", "symlink", "hardlink"]))
+    wh = st.builds(oci.whiteout, name)
+    opq = st.builds(oci.opaque, st.sampled_from([n for n in _NAMES if not n.endswith((".py", ".pyc", ".json"))]))
+    return st.lists(st.one_of(plain, odd, wh, opq), max_size=8)
+
+
+def test_any_stacking_is_an_answer_or_a_clean_error(tmp_path_factory):
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from patchctl.engines import get_engine
+    from patchctl.errors import PatchctlError
+    from patchctl.image import layers as L
+    from patchctl.image.layout import LayoutRepository
+    from patchctl.image.manifest import Layer
+
+    engine = get_engine("sglang")
+    want = L.engine_filter(engine, L.with_bytecode(oci.PATCHED), set(oci.PATCHED).__contains__)
+
+    @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(uppers=st.lists(_entries(), min_size=1, max_size=3), own=st.sets(st.integers(0, 3)))
+    def prop(uppers, own):
+        root = tmp_path_factory.mktemp("stack")
+        repo = LayoutRepository(root / "L", create=True)
+        built = [oci.write_layer(repo.root, e) for e in [oci.sglang_layer()] + uppers]
+        staging = root / "work" / "staged"
+        try:
+            staged = L.read_layers(repo, [Layer(b.digest, b.size, b.media_type) for b in built], want, staging,
+                                   own=own)
+        except PatchctlError as exc:
+            assert exc.exit_code == 3 and exc.message
+        else:
+            for name in staged.files:
+                path = staging / name
+                assert path.is_file() and not path.is_symlink()
+        assert not (root / "work" / "escape").exists() and not (root / "escape").exists()
+        outside = [p for p in (root / "work").rglob("*") if not str(p).startswith(str(staging))]
+        assert outside == []
+
+    prop()
