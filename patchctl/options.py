@@ -134,7 +134,8 @@ def _set_timeout(ctx: click.Context, param: click.Parameter, value: float | None
 timeout_option = click.option(
     "--timeout", type=float, default=None, expose_value=False, callback=_set_timeout, metavar="SECONDS",
     help="Deadline of each network request, connect to last byte [default: 60]; a larger answer's "
-         "grows by the size it may carry at 256 KiB/s, fixed up front (README, Limits). Lock waits are --wait's.")
+         "grows by the size it may carry at 256 KiB/s, fixed up front (README, Limits); reading an image's "
+         "layers, by their size at 4 MiB/s. Lock waits are --wait's.")
 
 
 _SIZE = re.compile(r"([0-9]{1,20})\s*(?:([KMGT])(?:iB)?)?", re.ASCII | re.IGNORECASE)
