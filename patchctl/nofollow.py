@@ -353,3 +353,47 @@ def rmtree_at(dir_fd: int, name: str) -> None:
 
 __all__ = ["FILE_LIMIT", "RECORD_LIMIT", "Planted", "exists_at", "folder_beneath", "lstat_beneath", "open_dir",
            "parent_beneath", "read_at", "read_beneath", "rmtree_at", "stat_beneath", "unlink_at"]
+
+
+# --- a folder that may hold no link at all (an OCI layout directory) ------------------------------
+
+def open_regular(root: Path, rel: str) -> int | None:
+    """A descriptor of the regular file root/rel, opened following no link: neither a folder on the
+    way nor the file itself (root is the caller's, named by the user). None when missing. A link, a
+    FIFO, a device or a folder there: Planted naming it (opened O_NONBLOCK, so a FIFO does not hang
+    the open; the descriptor is made blocking again for reading)."""
+    parts = [p for p in rel.split("/") if p not in ("", ".")]
+    try:
+        fd = os.open(root, _DIR & ~getattr(os, "O_NOFOLLOW", 0))
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    try:
+        for i, part in enumerate(parts):
+            shown = root.joinpath(*parts[:i + 1])
+            last = i == len(parts) - 1
+            try:
+                below = os.open(part, _FILE if last else _DIR, dir_fd=fd)
+            except FileNotFoundError:
+                return None
+            except OSError as exc:
+                # A link where a folder belongs fails O_DIRECTORY | O_NOFOLLOW with ENOTDIR, not ELOOP.
+                linked = exc.errno == errno.ELOOP or (exc.errno == errno.ENOTDIR and stat.S_ISLNK(
+                    os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode))
+                if linked:
+                    raise Planted(f"{shown} is a symlink: patchctl follows no link there") from None
+                if exc.errno == errno.ENOTDIR:
+                    return None  # a file where a folder belongs: nothing under it
+                raise
+            os.close(fd)
+            fd = below
+            if last:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    raise Planted(f"{shown} is not a regular file (a FIFO, a device, a socket or a folder): "
+                                  f"patchctl reads none")
+                os.set_blocking(fd, True)
+                result, fd = fd, -1
+                return result
+        return None  # rel named root itself: a folder
+    finally:
+        if fd >= 0:
+            os.close(fd)

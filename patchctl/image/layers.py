@@ -9,52 +9,29 @@ from __future__ import annotations
 
 import email
 import hashlib
-import io
 import os
 import re
 import shutil
-import tarfile
 from collections.abc import Callable, Iterable
-from pathlib import Path, PurePosixPath
-from typing import IO, TYPE_CHECKING, NamedTuple
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
 
 from packaging.version import InvalidVersion, Version
 
-from patchctl.errors import ImageContentError, RegistryError
+from patchctl.errors import ImageContentError
 from patchctl.image.manifest import Layer
 from patchctl.image.registry import Repository
+from patchctl.image.stream import BlobMismatch
 
 if TYPE_CHECKING:
-    from _typeshed import WriteableBuffer
-
     from patchctl.engines import Engine
     from patchctl.sources.files import ProgressSink
 
-WHITEOUT = ".wh."
-OPAQUE = ".wh..wh..opq"
+from patchctl.image.stack import MAX_FILE, MAX_STAGED, OPAQUE, WHITEOUT, Meta, Stack, Staged, Want, clean_name
+
+__all__ = ["MAX_FILE", "MAX_STAGED", "OPAQUE", "WHITEOUT", "Meta", "Staged", "Want", "clean_name", "read_layers"]
+
 _DIST_INFO = re.compile(r"(?P<root>(?:.*/)?)(?P<name>[^/]+)-(?P<version>[^/-]+)\.dist-info/METADATA")
-# A file patchctl reads out of a layer is source or its own record: past this it is not one.
-MAX_FILE = 64 << 20
-
-
-class Meta(NamedTuple):
-    """What a tar entry said about a file or folder (kept so the new layer writes it back alike)."""
-
-    mode: int
-    uid: int
-    gid: int
-    uname: str
-    gname: str
-    mtime: float
-
-
-class Staged(NamedTuple):
-    """The image's files that were read, as the top of the stack shows them."""
-
-    folder: Path  # the staging folder: <folder>/<image path>
-    files: dict[str, Meta]  # image path → its entry's metadata (the files written under folder)
-    dirs: dict[str, Meta]  # every folder entry seen, for the new layer's parent folders
-    layers_read: int
 
 
 class Found(NamedTuple):
@@ -65,181 +42,68 @@ class Found(NamedTuple):
     version: Version
 
 
-def clean_name(name: str) -> str | None:
-    """A tar member's path as an image path without a leading ./ or /; None when it leaves the
-    root (`..`): such entries are never written out."""
-    path = name.lstrip("/")
-    while path.startswith("./"):
-        path = path[2:]
-    path = path.rstrip("/")
-    parts = PurePosixPath(path).parts if path else ()
-    if ".." in parts or "\0" in path:
-        return None
-    return "/".join(parts)
-
-
-class _Counting(io.RawIOBase):
-    """A read-only file that reports how much of it was read (the progress of one layer)."""
-
-    def __init__(self, raw: IO[bytes], progress: ProgressSink | None):
-        self._raw = raw
-        self._progress = progress
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: WriteableBuffer) -> int:
-        view = memoryview(buffer).cast("B")
-        data = self._raw.read(len(view))
-        view[:len(data)] = data
-        if self._progress is not None and data:
-            self._progress.advance(len(data))
-        return len(data)
-
-    def close(self) -> None:
-        self._raw.close()
-        super().close()
-
-
-def open_layer(path: Path, layer: Layer, progress: ProgressSink | None) -> tarfile.TarFile:
-    """The layer's tar, streamed (mode r|: forward only, nothing buffered whole)."""
-    raw = open(path, "rb")
-    magic = raw.read(4)
-    raw.seek(0)
-    if magic == b"\x28\xb5\x2f\xfd":
-        raw.close()
-        raise RegistryError(f"layer {layer.digest[:19]}… is zstd-compressed ({layer.media_type}): patchctl reads "
-                            f"tar and tar+gzip layers only")
-    stream = io.BufferedReader(_Counting(raw, progress), 1 << 20)
-    try:
-        if magic[:2] == b"\x1f\x8b":
-            return tarfile.open(fileobj=stream, mode="r|gz")
-        return tarfile.open(fileobj=stream, mode="r|")
-    except tarfile.TarError as exc:
-        raw.close()
-        raise RegistryError(f"layer {layer.digest[:19]}… is not a tar: {exc}") from None
-
-
 Wanted = Callable[[str], bool]
 
 
-def read_layers(repo: Repository, layers: Iterable[Layer], wanted: Wanted, folder: Path,
-                progress: ProgressSink | None = None) -> Staged:
-    """Stream every layer, in order, and write the files `wanted(image_path)` accepts under folder."""
-    files: dict[str, Meta] = {}
-    dirs: dict[str, Meta] = {}
-    count = 0
+def read_layers(repo: Repository, layers: Iterable[Layer], wanted: Want | Wanted, folder: Path,
+                progress: ProgressSink | None = None, *, own: Iterable[int] = ()) -> Staged:
+    """Stream every layer, in order, and write the files `wanted` accepts under folder. Every blob is
+    hashed against its digest as it streams, and nothing read out of it is used before that holds.
+    own: the indexes (into layers) of patchctl's own layers, whose whiteouts are what apply removed.
+    A copy in the download cache found damaged is dropped and fetched once more."""
+    want = wanted if isinstance(wanted, Want) else Want(wanted)
     layers = list(layers)
-    for number, layer in enumerate(layers, 1):
-        path = repo.blob(layer.digest, layer.size)
-        if progress is not None:
-            progress.start(f"layer {number}/{len(layers)}", layer.size)
+    ours = frozenset(own)
+    for attempt in (1, 2):
         try:
-            _read_one(path, layer, wanted, folder, files, dirs, progress)
-        finally:
-            if progress is not None:
-                progress.finish()
-        count += 1
-    return Staged(folder, files, dirs, count)
-
-
-def _remove(folder: Path, files: dict[str, Meta], target: str, keep: set[str]) -> None:
-    """A whiteout: the file or the folder's whole subtree, as lower layers left it, is gone."""
-    prefix = target + "/"
-    for name in [n for n in files if (n == target or n.startswith(prefix) or not target) and n not in keep]:
-        del files[name]
-        (folder / name).unlink(missing_ok=True)
-
-
-def _read_one(path: Path, layer: Layer, wanted: Wanted, folder: Path, files: dict[str, Meta],
-              dirs: dict[str, Meta], progress: ProgressSink | None) -> None:
-    this_layer: set[str] = set()
-    tar = open_layer(path, layer, progress)
-    try:
-        for member in tar:
-            name = clean_name(member.name)
-            if name is None:
-                continue
-            parent, _, base = name.rpartition("/")
-            if base == OPAQUE:
-                _remove(folder, files, parent, this_layer)
-                continue
-            if base.startswith(WHITEOUT):
-                _remove(folder, files, f"{parent}/{base[len(WHITEOUT):]}" if parent else base[len(WHITEOUT):],
-                        this_layer)
-                continue
-            meta = Meta(member.mode, member.uid, member.gid, member.uname, member.gname, member.mtime)
-            if member.isdir():
-                dirs[name] = meta
-                continue
-            if not wanted(name):
-                # A file here replaces what a lower layer had at this path, even one not read out.
-                if name in files:
-                    _remove(folder, files, name, this_layer)
-                continue
-            _remove(folder, files, name, this_layer)
-            if member.issym() or member.islnk() and member.linkname.lstrip("/") not in files:
-                raise ImageContentError(f"{name} is a link in layer {layer.digest[:19]}… (to {member.linkname}): "
-                                        f"patchctl patches regular files only")
-            if member.islnk():
-                source = clean_name(member.linkname)
-                assert source is not None and source in files  # checked just above
-                _place(folder, name, open(folder / source, "rb"))
-            elif member.isfile():
-                if member.size > MAX_FILE:
-                    raise ImageContentError(f"{name} is {member.size} bytes in the image: more than patchctl reads "
-                                            f"of one file ({MAX_FILE})")
-                stream = tar.extractfile(member)
-                assert stream is not None  # a regular file always has a stream
-                _place(folder, name, stream)
-            else:
-                continue  # a device or a FIFO in the image is never read
-            files[name] = meta
-            this_layer.add(name)
-    except tarfile.TarError as exc:
-        raise RegistryError(f"layer {layer.digest[:19]}… is damaged: {exc}") from None
-    finally:
-        tar.close()
-
-
-def _place(folder: Path, name: str, stream: IO[bytes]) -> None:
-    dest = folder / name
-    # An image path's folders become real folders here; a file in the way (a file an upper layer
-    # turned into a folder) is replaced.
-    here = folder
-    for part in PurePosixPath(name).parts[:-1]:
-        here = here / part
-        if here.is_symlink() or (here.exists() and not here.is_dir()):
-            here.unlink()
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    with stream, open(dest, "wb") as out:
-        shutil.copyfileobj(stream, out, 1 << 20)
+            return Stack(folder, want, ours).read(repo, layers, progress)
+        except BlobMismatch as exc:
+            if attempt == 2 or not repo.forget(exc.digest):
+                raise
+            shutil.rmtree(folder, ignore_errors=True)
+    raise AssertionError("unreachable: the second attempt returns or raises")
 
 
 # --- what to read, for an engine --------------------------------------------------------------
 
-def engine_filter(engine: Engine, relative: Callable[[str], bool]) -> Wanted:
+def engine_filter(engine: Engine, relative: Callable[[str], bool],
+                  protected: Callable[[str], bool] | None = None) -> Want:
     """The image paths under any folder holding the engine's packages whose path relative to that
-    folder `relative` accepts, the engine's dist-info METADATA and the `.patchctl/` record."""
+    folder `relative` accepts, the engine's dist-info METADATA and its `.patchctl/` record; of those,
+    the ones `protected` accepts (the files the series patches) may not be deleted by a whiteout,
+    nor may the engine's package folder while its dist-info stays."""
     packages = tuple(engine.packages)
     patterns = tuple(f"/{p}/" for p in packages)
+    record = (f"/.patchctl/{engine.name}/", )
 
-    def wanted(name: str) -> bool:
-        if name.endswith(".dist-info/METADATA"):
-            match = _DIST_INFO.fullmatch(name)
-            return match is not None and _normal(match["name"]) == engine.dist
-        if "/.patchctl/" in f"/{name}":
-            return True
+    def dist_info_root(name: str) -> str | None:
+        if not name.endswith(".dist-info/METADATA"):
+            return None
+        match = _DIST_INFO.fullmatch(name)
+        return match["root"] if match is not None and _normal(match["name"]) == engine.dist else None
+
+    def matches(name: str, accept: Callable[[str], bool]) -> bool:
         padded = f"/{name}"
         for pattern in patterns:
             at = padded.find(pattern)
             while at >= 0:
-                if relative(padded[at + 1:]):
+                if accept(padded[at + 1:]):
                     return True
                 at = padded.find(pattern, at + 1)
         return False
 
-    return wanted
+    def wanted(name: str) -> bool:
+        if name.endswith(".dist-info/METADATA"):
+            return dist_info_root(name) is not None
+        padded = f"/{name}"
+        if padded.endswith("/.patchctl/.gitignore") or any(r in padded for r in record):
+            return True
+        return matches(name, relative)
+
+    def protect(name: str) -> bool:
+        return protected is not None and matches(name, protected)
+
+    return Want(wanted, protect, packages, dist_info_root)
 
 
 def with_bytecode(paths: Iterable[str]) -> Callable[[str], bool]:

@@ -3,12 +3,19 @@ buildah write): `oci-layout`, `index.json` (tags are the `org.opencontainers.ima
 annotation of its entries) and `blobs/sha256/<hex>`. The same interface as a registry's repository."""
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
 
 from patchctl.atomic import write_atomic
 from patchctl.errors import RegistryError
 from patchctl.image.registry import MAX_CONFIG, MAX_MANIFEST, Manifest, Repository, check_digest, streamed_into
+from patchctl.nofollow import open_regular
 
 REF_NAME = "org.opencontainers.image.ref.name"
 INDEX_TYPE = "application/vnd.oci.image.index.v1+json"
@@ -33,8 +40,21 @@ class LayoutRepository:
     def _path(self, digest: str) -> Path:
         return self.root / "blobs" / "sha256" / check_digest(digest)
 
+    def _rel(self, digest: str) -> str:
+        return f"blobs/sha256/{check_digest(digest)}"
+
+    @contextmanager
+    def _open(self, rel: str) -> Iterator[IO[bytes]]:
+        """A file of the layout, reached following no link (the layout may come from anyone: a link in
+        it could name any file, a FIFO would hang the read); missing: RegistryError naming it."""
+        fd = open_regular(self.root, rel)
+        if fd is None:
+            raise RegistryError(f"{self.root / rel} is missing from the layout")
+        with os.fdopen(fd, "rb") as f:
+            yield f
+
     def _index(self) -> dict:
-        raw = self._read(self.root / "index.json", MAX_MANIFEST)
+        raw = self._read("index.json", MAX_MANIFEST)
         try:
             doc = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -43,16 +63,11 @@ class LayoutRepository:
             raise RegistryError(f"{self.root}/index.json has no manifests list")
         return doc
 
-    def _read(self, path: Path, limit: int) -> bytes:
-        try:
-            if path.is_symlink():
-                raise RegistryError(f"{path} is a symlink: refusing to follow it out of the layout")
-            with open(path, "rb") as f:
-                data = f.read(limit + 1)
-        except FileNotFoundError:
-            raise RegistryError(f"{path} is missing from the layout") from None
+    def _read(self, rel: str, limit: int) -> bytes:
+        with self._open(rel) as f:
+            data = f.read(limit + 1)
         if len(data) > limit:
-            raise RegistryError(f"{path} is larger than {limit} bytes")
+            raise RegistryError(f"{self.root / rel} is larger than {limit} bytes, the most patchctl reads of it")
         return data
 
     def manifest(self, reference: str) -> Manifest:
@@ -67,11 +82,7 @@ class LayoutRepository:
         if descriptor is None:
             raise RegistryError(f"{self.name}: no image tagged {reference!r}")
         digest = str(descriptor.get("digest"))
-        data = self._read(self._path(digest), MAX_MANIFEST)
-        import hashlib
-
-        if "sha256:" + hashlib.sha256(data).hexdigest() != digest:
-            raise RegistryError(f"{self.name}: blob {digest[:19]}… does not have that digest")
+        data = self._checked(digest, MAX_MANIFEST)
         media_type = str(descriptor.get("mediaType") or "")
         if not media_type:
             try:
@@ -80,38 +91,62 @@ class LayoutRepository:
                 media_type = ""
         return Manifest(data, media_type, digest)
 
-    def blob(self, digest: str, size: int | None) -> Path:
-        path = self._path(digest)
-        if not path.is_file() or path.is_symlink():
-            raise RegistryError(f"{self.name}: blob {digest[:19]}… is missing")
-        if size is not None and path.stat().st_size != size:
-            raise RegistryError(f"{self.name}: blob {digest[:19]}… is {path.stat().st_size} bytes, the manifest "
-                                f"says {size}")
-        return path
-
-    def small_blob(self, digest: str, limit: int = MAX_CONFIG) -> bytes:
-        import hashlib
-
-        data = self._read(self.blob(digest, None), limit)
-        if "sha256:" + hashlib.sha256(data).hexdigest() != digest:
-            raise RegistryError(f"{self.name}: blob {digest[:19]}… does not have that digest")
+    def _checked(self, digest: str, limit: int) -> bytes:
+        """A manifest or config: read within its limit, its sha256 checked against its digest."""
+        data = self._read(self._rel(digest), limit)
+        got = "sha256:" + hashlib.sha256(data).hexdigest()
+        if got != digest:
+            raise RegistryError(f"{self.name}: blob {digest} ({self._path(digest)}) does not have its digest: its "
+                                f"{len(data)} bytes hash to {got}: refusing it",
+                                hint="the copy is damaged or was changed after its digest was taken")
         return data
 
+    def blob(self, digest: str, size: int | None) -> Path:
+        """The blob's path, for a registry to push it from (the registry checks its digest); readers
+        stream it through open_blob, which follows no link, and hash what they read."""
+        path = self._path(digest)
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            raise RegistryError(f"{self.name}: blob {digest} is missing ({path})") from None
+        if not stat.S_ISREG(st.st_mode):
+            raise RegistryError(f"{self.name}: blob {digest} ({path}) is not a regular file: patchctl follows no "
+                                f"link in a layout and reads no FIFO or device")
+        if size is not None and st.st_size != size:
+            raise RegistryError(f"{self.name}: blob {digest} ({path}) is {st.st_size} bytes, the manifest says {size}")
+        return path
+
+    @contextmanager
+    def open_blob(self, digest: str, size: int | None) -> Iterator[IO[bytes]]:
+        with self._open(self._rel(digest)) as f:
+            yield f
+
+    def forget(self, digest: str) -> bool:
+        return False  # the layout's own blob: there is no other copy to fetch
+
+    def small_blob(self, digest: str, limit: int = MAX_CONFIG) -> bytes:
+        return self._checked(digest, limit)
+
     def has_blob(self, digest: str) -> bool:
-        return self._path(digest).is_file()
+        try:
+            return stat.S_ISREG(os.lstat(self._path(digest)).st_mode)
+        except FileNotFoundError:
+            return False
 
     def put_blob(self, path: Path, digest: str, size: int, source: Repository | None = None) -> None:
-        final = self._path(digest)
-        if final.is_file():
+        if self.has_blob(digest):
             return
-        with streamed_into(final, digest, size) as write, open(path, "rb") as f:
+        final = self._path(digest)
+        # From the source repository's own copy when there is one (read following no link); the
+        # digest is checked as it is written either way.
+        with (source.open_blob(digest, size) if source is not None else open(path, "rb")) as f, \
+                streamed_into(final, digest, size) as write:
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 write(chunk)
 
     def put_bytes(self, data: bytes, digest: str) -> None:
-        final = self._path(digest)
-        if not final.is_file():
-            write_atomic(final, data)
+        if not self.has_blob(digest):
+            write_atomic(self._path(digest), data)
 
     def put_manifest(self, tag: str, manifest: Manifest) -> None:
         self.put_bytes(manifest.data, manifest.digest)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from packaging.version import Version
 
 from patchctl import outcomes as O
-from patchctl.errors import ImageContentError, RegistryError
+from patchctl.errors import EnvironmentProblem, ImageContentError, RegistryError
 from patchctl.image import layers as L
 from patchctl.image import manifest as M
 from patchctl.image.newlayer import Entry, WrittenLayer, new_file_meta, write_layer
@@ -70,13 +70,14 @@ def apply_image(source: ImageRef, dest: ImageRef, engine: Engine, paths: list[st
     repo = open_repository(source, insecure=insecure, progress=progress)
     top = repo.manifest(source.target)
     images, index = _platform_images(repo, top)
-    wanted = L.engine_filter(engine, L.with_bytecode(paths))
+    wanted = L.engine_filter(engine, L.with_bytecode(paths), set(paths).__contains__)
     results: list[PlatformResult] = []
     left_out: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="patchctl-image-") as work:
         for number, (_, image) in enumerate(images):
             folder = Path(work) / f"p{number}"
-            staged = L.read_layers(repo, M.layers_of(image.doc), wanted, folder / "rootfs", progress)
+            staged = L.read_layers(repo, M.layers_of(image.doc), wanted, folder / "rootfs", progress,
+                                   own=M.patchctl_layers(image.config))
             try:
                 found = L.find_engine(staged, engine)
             except ImageContentError as exc:
@@ -128,7 +129,11 @@ def _new_layer(result: PlatformResult, staged: L.Staged, before: dict[str, str],
     for rel in removed:
         image_path = found.root + rel
         entries.append(Entry(image_path, None, staged.files[image_path]))
-    layer = write_layer(entries, staged.dirs, folder / "layer.tar.gz")
+    try:
+        layer = write_layer(entries, staged.dirs, folder / "layer.tar.gz")
+    except OSError as exc:  # a full temporary folder: named, not a bare errno
+        raise EnvironmentProblem(f"cannot write the new layer to {folder / 'layer.tar.gz'}: {exc.strerror or exc}",
+                                 hint="set TMPDIR to a folder with room") from None
     record = _record(found.local, engine)
     fingerprint = (record.store_fingerprint or "") if record else ""
     patches = [p.name for p in record.patches if p.outcome in O.WRITES] if record else []
@@ -208,7 +213,8 @@ def status_image(source: ImageRef, engine: Engine, operation: TreeOperation, *, 
                                   "layers_read": 0, "message": "no patchctl layer in the image's history"})
                 continue
             layers = M.layers_of(image.doc)[ours[0]:]
-            staged = L.read_layers(repo, layers, wanted, Path(work) / f"p{number}", progress)
+            staged = L.read_layers(repo, layers, wanted, Path(work) / f"p{number}", progress,
+                                   own=[i - ours[0] for i in ours])
             found = L.find_engine(staged, engine) if any(n.endswith("/METADATA") for n in staged.files) else None
             root = found.local if found else _record_root(staged, engine)
             recorded = _record(root, engine)

@@ -7,13 +7,14 @@ Blobs are streamed, never held whole: a pulled blob goes to the download cache b
 RegistryError (exit 3) carrying what the registry answered."""
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeVar, cast
+from typing import IO, TYPE_CHECKING, NamedTuple, Protocol, TypeVar, cast
 
 from patchctl import config
 from patchctl.errors import EnvironmentProblem, ImageContentError, RegistryError, plain_network_reason
@@ -48,7 +49,15 @@ class Repository(Protocol):
         """The manifest or index a tag or digest names; RegistryError when there is none."""
 
     def blob(self, digest: str, size: int | None) -> Path:
-        """The blob as a local file (the cache's, or the layout's own), its digest checked."""
+        """The blob as a local file (the cache's, or the layout's own), for pushing it."""
+
+    def open_blob(self, digest: str, size: int | None) -> AbstractContextManager[IO[bytes]]:
+        """The blob's bytes to stream (the cache's copy, or the layout's own), opened following no
+        link and only when a regular file; the reader hashes them against the digest (stream.py)."""
+
+    def forget(self, digest: str) -> bool:
+        """Drop a copy found damaged so that the next open fetches it again; False when there is no
+        other copy (a layout's own blob)."""
 
     def small_blob(self, digest: str, limit: int = MAX_CONFIG) -> bytes:
         """A config or another small blob, read into memory (bounded)."""
@@ -99,7 +108,11 @@ def streamed_into(final: Path, digest: str, size: int | None) -> Iterator[Callab
     hasher = hashlib.sha256()
     written = 0
     try:
-        with open(tmp, "wb") as raw:
+        try:
+            raw = open(tmp, "wb", buffering=0)  # unbuffered: a failed write fails here, not again at close
+        except OSError as exc:
+            raise _cannot_write(tmp, exc) from None
+        with raw:
             def write(chunk: bytes) -> None:
                 nonlocal written
                 written += len(chunk)
@@ -107,7 +120,15 @@ def streamed_into(final: Path, digest: str, size: int | None) -> Iterator[Callab
                     raise RegistryError(f"blob {digest[:19]}… is longer than the {size or MAX_BLOB} bytes "
                                         f"the manifest says")
                 hasher.update(chunk)
-                raw.write(chunk)
+                view = memoryview(chunk)
+                while view:
+                    try:
+                        done = raw.write(view)
+                        if not done:
+                            raise OSError(errno.EIO, "the file system took no bytes")
+                    except OSError as exc:
+                        raise _cannot_write(tmp, exc) from None
+                    view = view[done:]
 
             yield write
         got = "sha256:" + hasher.hexdigest()
@@ -117,6 +138,11 @@ def streamed_into(final: Path, digest: str, size: int | None) -> Iterator[Callab
         os.replace(tmp, final)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _cannot_write(path: Path, exc: OSError) -> EnvironmentProblem:
+    return EnvironmentProblem(f"cannot write {path}: {exc.strerror or exc}",
+                              hint="free space there, or write the image somewhere with room")
 
 
 class RegistryRepository:
@@ -227,8 +253,17 @@ class RegistryRepository:
         return Manifest(data, media_type, digest)
 
     def blob(self, digest: str, size: int | None) -> Path:
+        from patchctl.errors import CacheFileDamaged
+        from patchctl.sources.cache import ArtifactCache
+
         final = cached_blob(digest)
-        if final.is_file() and not final.is_symlink() and (size is None or final.stat().st_size == size):
+        cache = ArtifactCache(config.cache_dir())
+        try:
+            present = cache.exists(final) and (size is None or os.stat(final, follow_symlinks=False).st_size == size)
+        except CacheFileDamaged:
+            cache.remove(final)  # a link or a FIFO planted there: removed, fetched again
+            present = False
+        if present:
             return final
 
         def pull() -> None:
@@ -247,6 +282,27 @@ class RegistryRepository:
 
         self._call(f"blob {digest[:19]}…", pull, size)
         return final
+
+    @contextmanager
+    def open_blob(self, digest: str, size: int | None) -> Iterator[IO[bytes]]:
+        from patchctl.errors import CacheFileDamaged
+        from patchctl.sources.cache import ArtifactCache
+
+        final = self.blob(digest, size)
+        try:
+            with ArtifactCache(config.cache_dir()).open_file(final, MAX_BLOB) as f:
+                if f is None:
+                    raise RegistryError(f"{self.name}: blob {digest} left the download cache ({final}) while "
+                                        f"being read")
+                yield f
+        except CacheFileDamaged as exc:  # a link or a FIFO swapped in since blob() looked
+            raise RegistryError(f"{self.name}: blob {digest}: {exc}") from None
+
+    def forget(self, digest: str) -> bool:
+        from patchctl.sources.cache import ArtifactCache
+
+        ArtifactCache(config.cache_dir()).remove(cached_blob(digest))
+        return True
 
     def small_blob(self, digest: str, limit: int = MAX_CONFIG) -> bytes:
         data = bytearray()

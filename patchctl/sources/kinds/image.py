@@ -33,10 +33,11 @@ class ImageFiles:
     """The engine's files in one platform's image, read out of its layers on demand."""
 
     def __init__(self, repo: Repository, image: Image, engine: Engine, root: str, description: str):
-        from patchctl.image.manifest import layers_of
+        from patchctl.image.manifest import layers_of, patchctl_layers
 
         self._repo = repo
         self._layers: list[Layer] = layers_of(image.doc)
+        self._own = patchctl_layers(image.config)
         self._engine = engine
         self._root = root
         self._description = description
@@ -52,7 +53,10 @@ class ImageFiles:
             return
         root = self._root
         full = {root + p for p in wanted}
-        L.read_layers(self._repo, self._layers, lambda name: name in full, Path(self._folder.name) / "files")
+        # Each file asked for is one a patch touches: a whiteout deleting it, or a FIFO, a device or a
+        # link in its place, is damage (exit 3), never a file that is not there.
+        L.read_layers(self._repo, self._layers, L.Want(full.__contains__, full.__contains__),
+                      Path(self._folder.name) / "files", own=self._own)
         self._read |= wanted
 
     def read(self, path: str) -> bytes | None:
@@ -85,7 +89,7 @@ def open_image(text: str, engine: Engine, ctx: SourceContext) -> tuple[ImageFile
     for image in candidates:
         with tempfile.TemporaryDirectory(prefix="patchctl-image-") as folder:
             staged = L.read_layers(repo, M.layers_of(image.doc), L.engine_filter(engine, lambda rel: False),
-                                   Path(folder), ctx.progress)
+                                   Path(folder), ctx.progress, own=M.patchctl_layers(image.config))
             try:
                 found = L.find_engine(staged, engine)
             except ImageContentError as exc:
