@@ -16,7 +16,8 @@ ROOT = Path(__file__).resolve().parent.parent
 FOLDERS = {
     "patches/": "the bundled patch set: <engine>/series.yaml, <engine>/<patch>/{patch.yaml, <base>.patch, checks/}; "
                 "checklib/ (helpers the checks share), envs/ (smoke environments)",
-    "kernels/": "the sparse-MLA Triton kernel, source of truth for the generated triton-sparse-mla variants",
+    "kernels/": "the sparse-MLA Triton kernel, source of truth for the generated triton-sparse-mla variants; "
+                "sparse_mla/next/ the development kernel, not shipped until measured on a GPU",
     "tests/": "mirrors patchctl/; real releases, real wheels on a local index, real git",
     "benchmarks/": "measurements run on demand, each with its baseline in the same run",
     "scripts/": "generate_variants.py (generated variants), layout.py (this section), the llama.cpp server setup",

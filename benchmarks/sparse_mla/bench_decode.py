@@ -12,8 +12,11 @@ each cache format of ``--kv`` (bf16: the activation dtype; fp8: per-tensor e4m3;
 fp8_ds_mla: vLLM's DSA layout, 656 bytes a row; bench_plan.py has the byte
 accounting: each format's floor counts its own bytes), it times one decode step of
 
-* the sparse kernel (kernels/sparse_mla/triton_sparse_mla.py), every row
-  gathering 2048 distinct random slots of a paged cache, and
+* the sparse kernel (``--kernel FILE``; by default the shipped
+  kernels/sparse_mla/triton_sparse_mla.py, which has no fp8_ds_mla path; the
+  development kernel is kernels/sparse_mla/next/triton_sparse_mla.py, and
+  gpu_recheck_fp8.sh times both), every row gathering 2048 distinct random
+  slots of a paged cache, and
 * the plain-torch peer (bench_peer.py: gather the rows, dequantise them for the fp8
   formats, two batched matmuls and a softmax; ``--no-peer`` skips it), and
 * vLLM's dense Triton MLA decode kernel (bf16 cache only; ``--no-dense`` skips it) (``decode_attention_fwd`` from a

@@ -74,7 +74,8 @@ def build_parser(description: str = "") -> argparse.ArgumentParser:
     ap.add_argument("--index-url", default=None, help="package index (default: pip's configuration)")
     ap.add_argument("--fetch-dense", type=Path, default=None, metavar="DIR",
                     help="only write the dense kernel file of --dense-version into DIR (no GPU needed) and exit")
-    ap.add_argument("--kernel", type=Path, default=None, help="the sparse kernel file to time (default: the shipped one)")
+    ap.add_argument("--kernel", type=Path, default=None, help="the sparse kernel file to time (default: the shipped one; "
+                    "kernels/sparse_mla/next/triton_sparse_mla.py: the development kernel)")
     ap.add_argument("--batches", type=_int_list, default=_int_list("1,8,32,64,128"))
     ap.add_argument("--heads", type=_int_list, default=_int_list("8,16"))
     ap.add_argument("--dtypes", default="bf16",

@@ -36,17 +36,6 @@ import torch
 import triton
 import triton.language as tl
 
-try:  # in a package (a vLLM tree): the 8-bit stage 1 sits beside this file
-    from . import triton_sparse_mla_fp8 as _fp8
-except ImportError:  # loaded by path (tests, benchmark): load the sibling file by path too
-    import importlib.util as _ilu
-    import os as _os
-
-    _spec = _ilu.spec_from_file_location(
-        __name__ + "_fp8", _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "triton_sparse_mla_fp8.py"))
-    _fp8 = _ilu.module_from_spec(_spec)
-    _spec.loader.exec_module(_fp8)
-
 _LOG2E = 1.4426950408889634
 _LN2 = 0.6931471805599453
 
@@ -212,6 +201,131 @@ def _sparse_mla_stage1(
     else:
         tl.store(o_ptr, res, mask=mask_h[:, None])
         tl.store(l_ptr, lse2, mask=mask_h)
+
+
+@triton.jit
+def _fp16_of_e4m3(b):
+    # An e4m3 byte (int32, 0..255) as the fp16 bits of its value * 2**-8: sign and
+    # the 7 exponent/mantissa bits moved up, exact for subnormals too.
+    return (((b & 0x80) << 8) | ((b & 0x7F) << 7)).to(tl.int16).to(tl.float16, bitcast=True)
+
+
+@triton.jit
+def _fp8_word_tile(idx_row, stride_ik, offs_n, end, words, stride_kvb, stride_kvs, offs_w, offs_wp,
+                   HV: tl.constexpr, PAGE: tl.constexpr, FLAT_KV: tl.constexpr):
+    # One tile's validity and its cache rows as 16-bit words (nope part, rope part);
+    # strides are in elements (bytes for fp8), hence the halving.
+    slot = tl.load(idx_row + offs_n * stride_ik, mask=offs_n < end, other=-1).to(tl.int32)
+    valid = slot >= 0
+    slot = tl.where(valid, slot, 0)
+    if FLAT_KV:
+        row = words + slot.to(tl.int64) * (stride_kvs // 2)
+    else:
+        blk = slot // PAGE
+        row = words + blk.to(tl.int64) * (stride_kvb // 2) + (slot - blk * PAGE) * (stride_kvs // 2)
+    w_nope = tl.load(row[:, None] + offs_w[None, :], mask=valid[:, None], other=0)
+    w_pe = tl.load(row[:, None] + (HV + offs_wp)[None, :], mask=valid[:, None], other=0)
+    return valid, w_nope, w_pe
+
+
+@triton.jit
+def _sparse_mla_stage1_fp8_words(
+    Q, KV, IDX, O, LSE, scale_log2, out_scale, num_heads, topk, rope_dim, tiles_per_split, num_splits,
+    num_head_blocks, stride_qt, stride_qh, stride_qd, stride_kvb, stride_kvs, stride_kvd, stride_it, stride_ik,
+    stride_ot, stride_oh, stride_os, stride_od, stride_lt, stride_lh, stride_ls,
+    DV: tl.constexpr, DPE: tl.constexpr, PAGE: tl.constexpr, FLAT_KV: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, IS_FINAL: tl.constexpr, WRITE_LSE: tl.constexpr,
+):
+    """Stage 1 for an fp8 (e4m3) cache with 16-head blocks (NOTES.md v9).
+
+    An 8-bit tile cannot be transposed by ldmatrix, so in the generic kernel the
+    fp8 tile stays out of triton's pipeliner. Here the cache is read as 16-bit
+    words (two values each) one tile ahead into registers, the even and odd
+    latent dimensions are separate dots (no interleave), and each byte becomes
+    fp16 with integer ops. The cache values arrive scaled by 2**-8 (taken back in
+    the scores and the output); q goes to fp16 scaled by a power of two that
+    keeps its largest |value| in [2**13, 2**14]. Needs a contiguous last cache
+    dimension, even row strides and rope_dim == DPE (the launcher checks)."""
+    pid = tl.program_id(0)
+    hb = pid % num_head_blocks
+    rest = pid // num_head_blocks
+    split = rest % num_splits
+    t = rest // num_splits
+    HV: tl.constexpr = DV // 2
+    HP: tl.constexpr = DPE // 2
+    offs_h = hb * BLOCK_H + tl.arange(0, BLOCK_H)
+    mask_h = offs_h < num_heads
+    offs_w = tl.arange(0, HV)
+    offs_wp = tl.arange(0, HP)
+
+    q_row = Q + t.to(tl.int64) * stride_qt + offs_h[:, None] * stride_qh
+    q_ev = tl.load(q_row + (2 * offs_w)[None, :] * stride_qd, mask=mask_h[:, None], other=0.0).to(tl.float32)
+    q_od = tl.load(q_row + (2 * offs_w + 1)[None, :] * stride_qd, mask=mask_h[:, None], other=0.0).to(tl.float32)
+    q_pev = tl.load(q_row + (DV + 2 * offs_wp)[None, :] * stride_qd, mask=mask_h[:, None], other=0.0).to(tl.float32)
+    q_pod = tl.load(q_row + (DV + 2 * offs_wp + 1)[None, :] * stride_qd, mask=mask_h[:, None],
+                    other=0.0).to(tl.float32)
+    q_abs = tl.maximum(tl.maximum(tl.max(tl.max(tl.abs(q_ev), 1), 0), tl.max(tl.max(tl.abs(q_od), 1), 0)),
+                       tl.maximum(tl.max(tl.max(tl.abs(q_pev), 1), 0), tl.max(tl.max(tl.abs(q_pod), 1), 0)))
+    # 1e-30, not smaller: a constant below fp32's normal range would make the scale fp64.
+    q_shift = tl.where(q_abs > 0.0, tl.ceil(tl.log2(tl.maximum(q_abs, 1e-30))) - 14.0, 0.0)
+    q_mul = tl.exp2(-q_shift)
+    q_ev = (q_ev * q_mul).to(tl.float16)
+    q_od = (q_od * q_mul).to(tl.float16)
+    q_pev = (q_pev * q_mul).to(tl.float16)
+    q_pod = (q_pod * q_mul).to(tl.float16)
+    score_scale = scale_log2 * 256.0 / q_mul
+
+    m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
+    acc_ev = tl.zeros([BLOCK_H, HV], dtype=tl.float32)
+    acc_od = tl.zeros([BLOCK_H, HV], dtype=tl.float32)
+    words = KV.to(tl.pointer_type(tl.int16), bitcast=True)
+
+    start = split * tiles_per_split * BLOCK_N
+    end = tl.minimum(start + tiles_per_split * BLOCK_N, topk)
+    idx_row = IDX + t.to(tl.int64) * stride_it
+    valid_next, w_nope, w_pe = _fp8_word_tile(idx_row, stride_ik, start + tl.arange(0, BLOCK_N), end, words,
+                                              stride_kvb, stride_kvs, offs_w, offs_wp, HV, PAGE, FLAT_KV)
+    for n0 in tl.range(start, end, BLOCK_N):
+        valid = valid_next
+        cur_nope = w_nope.to(tl.int32)
+        cur_pe = w_pe.to(tl.int32)
+        valid_next, w_nope, w_pe = _fp8_word_tile(idx_row, stride_ik, n0 + BLOCK_N + tl.arange(0, BLOCK_N), end,
+                                                  words, stride_kvb, stride_kvs, offs_w, offs_wp, HV, PAGE, FLAT_KV)
+
+        k_ev = _fp16_of_e4m3(cur_nope & 0xFF)
+        k_od = _fp16_of_e4m3((cur_nope >> 8) & 0xFF)
+        qk = tl.dot(q_ev, tl.trans(k_ev))
+        qk = tl.dot(q_od, tl.trans(k_od), qk)
+        qk = tl.dot(q_pev, tl.trans(_fp16_of_e4m3(cur_pe & 0xFF)), qk)
+        qk = tl.dot(q_pod, tl.trans(_fp16_of_e4m3((cur_pe >> 8) & 0xFF)), qk)
+        qk = tl.where(valid[None, :], qk * score_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m_i - m_ref)
+        p = tl.exp2(qk - m_ref[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        p16 = p.to(tl.float16)
+        acc_ev = acc_ev * alpha[:, None] + tl.dot(p16, k_ev)
+        acc_od = acc_od * alpha[:, None] + tl.dot(p16, k_od)
+        m_i = m_new
+
+    has = l_i > 0.0
+    l_safe = tl.where(has, l_i, 1.0)
+    res_ev = tl.where(has[:, None], acc_ev * 256.0 / l_safe[:, None], 0.0)
+    res_od = tl.where(has[:, None], acc_od * 256.0 / l_safe[:, None], 0.0)
+    lse2 = tl.where(has, m_i + tl.log2(l_safe), float("-inf"))
+    o_row = O + t.to(tl.int64) * stride_ot + offs_h[:, None] * stride_oh + split * stride_os
+    l_ptr = LSE + t.to(tl.int64) * stride_lt + offs_h * stride_lh + split * stride_ls
+    if IS_FINAL:
+        res_ev = res_ev * out_scale
+        res_od = res_od * out_scale
+        if WRITE_LSE:
+            tl.store(l_ptr, lse2 * 0.6931471805599453, mask=mask_h)
+    else:
+        tl.store(l_ptr, lse2, mask=mask_h)
+    tl.store(o_row + (2 * offs_w)[None, :] * stride_od, res_ev.to(O.dtype.element_ty), mask=mask_h[:, None])
+    tl.store(o_row + (2 * offs_w + 1)[None, :] * stride_od, res_od.to(O.dtype.element_ty), mask=mask_h[:, None])
 
 
 @triton.jit
@@ -422,46 +536,22 @@ def _pick_config(num_rows: int, num_heads: int, topk: int, limits: _Limits) -> d
     return dict(_config_dict(name, num_rows, num_heads, topk, limits), name=name)
 
 
-# Per-tensor e4m3 cache: the 8-bit kernel from this many rows on; below it the generic
-# kernel (batch 1: the per-program q scaling is paid by 32 splits, NOTES.md v9; the same
-# scaling is in the 8-bit kernel). fp8_ds_mla has only the 8-bit kernel.
-_FP8_KERNEL_MIN_ROWS = 8
+# fp8 cache, 16-head blocks: the 16-bit-word kernel from this many rows on. Below it
+# the generic kernel is faster (batch 1: 15.0 vs 16.2 us at heads 8; the per-program
+# q scaling is paid by 32 splits); from batch 8 on the word kernel is 6-41 % faster
+# (NOTES.md v9). With 64-head blocks (wgmma) it would spill: the generic kernel runs.
+_FP8_WORDS_MIN_ROWS = 8
 
 
-def _pick_fp8_config(num_rows: int, num_heads: int, topk: int, limits: _Limits) -> dict:
-    """The 8-bit kernel's config: the first of _fp8.FP8_PREFERRED that fits one program
-    (else the last), with the split rule of the bf16 kernel under its own shared memory."""
-    names = _fp8.FP8_PREFERRED
-    name = next((n for n in names if _fp8.FP8_CONFIGS[n].smem <= limits.smem_per_block), names[-1])
-    c = _fp8.FP8_CONFIGS[name]
-    per_sm = max(1, min(c.per_sm, limits.smem_per_sm // (c.smem + 1024)))
-    work = num_rows * triton.cdiv(num_heads, c.block_h)
-    n_tiles = max(1, triton.cdiv(topk, c.block_n))
-    return dict(block_h=c.block_h, block_n=c.block_n, num_warps=c.num_warps, num_stages=c.num_stages,
-                pv_reload=c.pv_reload, num_splits=_num_splits(work, n_tiles, per_sm, limits.sms), name=name)
+def _fp8_words_apply(kv_cache: torch.Tensor, block_h: int, num_rows: int, rope_dim: int, dpe: int) -> bool:
+    """Whether the fp8 16-bit-word kernel serves this call (its layout needs: a
+    contiguous last dimension, even strides, no padded rope columns)."""
+    return (block_h <= 16 and num_rows >= _FP8_WORDS_MIN_ROWS and rope_dim == dpe
+            and kv_cache.stride(2) == 1 and kv_cache.stride(1) % 2 == 0 and kv_cache.stride(0) % 2 == 0)
 
 
-def _uses_8bit_kernel(kv_format: str, num_rows: int, num_heads: int, limits: _Limits, rope_dim: int,
-                      dpe: int, dv: int) -> bool:
-    """Whether the 8-bit kernel serves a call: always for fp8_ds_mla; for a per-tensor e4m3
-    cache where the bf16 choice is a 16-head block (every SM120 pick; on Hopper the 64-head
-    wgmma configs stay generic), from _FP8_KERNEL_MIN_ROWS rows on, with an unpadded rope."""
-    if kv_format == "fp8_ds_mla":
-        return True
-    if kv_format != "fp8":
-        return False
-    return (_pick_config(num_rows, num_heads, 2048, limits)["block_h"] <= 16 and num_rows >= _FP8_KERNEL_MIN_ROWS
-            and (rope_dim == 0 or rope_dim == dpe) and dv >= 64)
-
-
-def pick_launch(num_rows: int, num_heads: int, topk: int, limits: _Limits, kv_format: str = "bf16",
-                rope_dim: int = 64, kv_lora_rank: int = 512) -> dict:
-    """The launch parameters a call would get on a device with these limits; name: the config,
-    kernel: "8bit" or "generic". kv_format: "bf16" (or "fp16"), "fp8" or "fp8_ds_mla"."""
-    dpe = max(16, triton.next_power_of_2(max(rope_dim, 1)))
-    if _uses_8bit_kernel(kv_format, num_rows, num_heads, limits, rope_dim, dpe, kv_lora_rank):
-        return dict(_pick_fp8_config(num_rows, num_heads, topk, limits), kernel="8bit")
-    return dict(_pick_config(num_rows, num_heads, topk, limits), kernel="generic")
+def _default_config(num_rows: int, num_heads: int, topk: int, device: torch.device) -> dict:
+    return _pick_config(num_rows, num_heads, topk, _device_limits(device))
 
 
 def sparse_mla_attention(
@@ -474,7 +564,6 @@ def sparse_mla_attention(
     return_lse: bool = False,
     *,
     kv_scale: float | None = None,
-    kv_format: str | None = None,
     _config: dict | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Sparse MLA attention over per-row top-k KV slots.
@@ -482,11 +571,7 @@ def sparse_mla_attention(
     q:        [T, H, D] fp16/bf16, D = kv_lora_rank + rope_dim, already absorbed;
               rope_dim 0 (D = kv_lora_rank: rope-free MLA) or > 0 (64: DeepSeek V3.2, GLM-5).
     kv_cache: [num_blocks, block_size, D], same dtype as q, or float8_e4m3fn
-              with ``kv_scale`` (per-tensor dequantisation scale), or with
-              ``kv_format="fp8_ds_mla"`` uint8 [num_blocks, block_size, R]: per row the
-              e4m3 latent (kv_lora_rank = 512 bytes), one fp32 scale per 128 latent
-              values (16 bytes), the rope part as bf16 (R = 656 for rope 64; 528 rope-free)
-              -- vLLM's fp8_ds_mla cache.
+              with ``kv_scale`` (per-tensor dequantisation scale).
     indices:  [T, topk] int32 global slot ids (block * block_size + offset);
               negative = padding. A row with no valid index outputs zeros and
               lse = -inf.
@@ -496,6 +581,8 @@ def sparse_mla_attention(
     if q.dim() != 3 or kv_cache.dim() != 3 or indices.dim() != 2:
         raise ValueError("expected q [T,H,D], kv_cache [blocks,block_size,D], indices [T,topk]")
     T, H, D = q.shape
+    if kv_cache.shape[-1] != D:
+        raise ValueError(f"q last dim {D} != kv_cache last dim {kv_cache.shape[-1]}")
     if indices.shape[0] != T:
         raise ValueError(f"indices has {indices.shape[0]} rows, q has {T}")
     if q.dtype not in (torch.float16, torch.bfloat16):
@@ -508,31 +595,13 @@ def sparse_mla_attention(
     rope_dim = D - dv
     if rope_dim < 0:
         raise ValueError(f"kv_lora_rank {dv} > head dim {D}")
-    if kv_format not in (None, "fp8_ds_mla"):
-        raise ValueError(f"kv_format must be None or 'fp8_ds_mla', got {kv_format!r}")
-    if kv_format == "fp8_ds_mla":
-        row = _fp8.ds_mla_row_bytes(dv, rope_dim)
-        if dv != 4 * _fp8.DS_MLA_TILE or rope_dim not in (0, 64):
-            raise ValueError(f"fp8_ds_mla needs kv_lora_rank 512 and rope 0 or 64, got {dv} and {rope_dim}")
-        if kv_cache.dtype != torch.uint8 or kv_cache.shape[-1] != row:
-            raise ValueError(f"an fp8_ds_mla cache is uint8 [blocks, block_size, {row}], got {kv_cache.dtype} "
-                             f"{tuple(kv_cache.shape)}")
-        if kv_cache.stride(2) != 1 or kv_cache.stride(1) % 16 or kv_cache.stride(0) % 16 or kv_cache.data_ptr() % 16:
-            # the fp32 scales and 16-bit rope values are read in place: rows must start 16-byte aligned
-            raise ValueError("an fp8_ds_mla cache needs contiguous rows, 16-byte aligned row strides and a "
-                             "16-byte aligned start")
-        kv_fp8, fmt = True, "fp8_ds_mla"
-    else:
-        if kv_cache.shape[-1] != D:
-            raise ValueError(f"q last dim {D} != kv_cache last dim {kv_cache.shape[-1]}")
-        kv_fp8 = kv_cache.dtype == getattr(torch, "float8_e4m3fn", None)
-        fmt = "fp8" if kv_fp8 else "bf16"
-        if kv_fp8:
-            if kv_scale is None:
-                raise ValueError("an fp8 kv_cache needs kv_scale")
-        elif kv_cache.dtype != q.dtype:
-            raise ValueError(f"kv_cache dtype {kv_cache.dtype} != q dtype {q.dtype}")
-    scale = float(kv_scale) if fmt == "fp8" else 1.0
+    kv_fp8 = kv_cache.dtype == getattr(torch, "float8_e4m3fn", None)
+    if kv_fp8:
+        if kv_scale is None:
+            raise ValueError("an fp8 kv_cache needs kv_scale")
+    elif kv_cache.dtype != q.dtype:
+        raise ValueError(f"kv_cache dtype {kv_cache.dtype} != q dtype {q.dtype}")
+    scale = float(kv_scale) if kv_fp8 else 1.0
 
     if out is None:
         out = torch.empty((T, H, dv), dtype=q.dtype, device=q.device)
@@ -548,15 +617,7 @@ def sparse_mla_attention(
             lse.fill_(float("-inf"))
         return (out, lse) if return_lse else out
 
-    dpe = max(16, triton.next_power_of_2(max(rope_dim, 1)))
-    limits = _device_limits(q.device)
-    # The 8-bit kernel reads the cache as bytes and needs a contiguous row (even strides).
-    eight_bit = _uses_8bit_kernel(fmt, T, H, limits, rope_dim, dpe, dv) and (
-        fmt == "fp8_ds_mla" or kv_cache.stride(2) == 1)
-    if _config and _config.get("kernel") in ("8bit", "generic") and fmt == "fp8":
-        # a launch picked for other limits (pick_launch(..., SM120)): its kernel too
-        eight_bit = _config["kernel"] == "8bit" and kv_cache.stride(2) == 1 and rope_dim in (0, dpe) and dv >= 64
-    cfg = _pick_fp8_config(T, H, topk, limits) if eight_bit else _pick_config(T, H, topk, limits)
+    cfg = _default_config(T, H, topk, q.device)
     if _config:
         cfg.update(_config)
     block_h, block_n = cfg["block_h"], cfg["block_n"]
@@ -565,6 +626,7 @@ def sparse_mla_attention(
     num_splits = max(1, min(int(cfg["num_splits"]), n_tiles))
     tiles_per_split = triton.cdiv(n_tiles, num_splits)
     num_splits = triton.cdiv(n_tiles, tiles_per_split)  # no empty splits
+    dpe = max(16, triton.next_power_of_2(max(rope_dim, 1)))
     scale_log2 = float(sm_scale) * scale * _LOG2E
     block_size = kv_cache.shape[1]
     grid = (T * head_blocks * num_splits,)
@@ -578,10 +640,8 @@ def sparse_mla_attention(
         num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"],
     )
-    if eight_bit:
-        stage1 = _fp8._sparse_mla_stage1_8bit
-        kv_cache = kv_cache.view(torch.uint8)  # byte strides (e4m3: the same numbers)
-        common.update(HAS_PE=rope_dim > 0, DS_MLA=fmt == "fp8_ds_mla", PV_RELOAD=bool(cfg.get("pv_reload", True)))
+    if kv_fp8 and _fp8_words_apply(kv_cache, block_h, T, rope_dim, dpe):
+        stage1 = _sparse_mla_stage1_fp8_words
     else:
         stage1 = _sparse_mla_stage1
         common.update(PE_MASKED=rope_dim != dpe, HAS_PE=rope_dim > 0, KV_FP8=kv_fp8,

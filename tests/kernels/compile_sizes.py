@@ -4,8 +4,9 @@ architecture and print its shared memory per (dtype, split/final) as JSON.
 
     python tests/kernels/compile_sizes.py KERNEL_FILE CONFIG_NAME ARCH [TTGIR_DIR]   # e.g. ... h16_n32_w4_s3 120
 
-CONFIG_NAME: a name of the kernel's _CONFIGS (bf16/fp16 stage 1) or of the 8-bit
-kernel's FP8_CONFIGS (triton_sparse_mla_fp8.py). TTGIR_DIR: also write each TTGIR there.
+CONFIG_NAME: a name of the kernel's _CONFIGS (bf16/fp16 stage 1, and the shipped kernel's
+fp8 word kernel) or, for kernels/sparse_mla/next/, of the 8-bit kernel's FP8_CONFIGS
+(next/triton_sparse_mla_fp8.py). TTGIR_DIR: also write each TTGIR there.
 
 No GPU is needed (ptxas ships with triton). Exit 3 when this triton cannot
 compile for CUDA here. Run without TRITON_INTERPRET (the interpreter switch is
@@ -32,7 +33,6 @@ def main() -> int:
     spec = importlib.util.spec_from_file_location("sparse_mla_compile", kernel_file)
     kmod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(kmod)
-    fp8 = kmod._fp8
     if name in kmod._CONFIGS:
         c = kmod._CONFIGS[name]
         # (kernel, cache dtype or None for the activation dtype ("nope": the same, rope-free),
@@ -41,13 +41,21 @@ def main() -> int:
         kernels = [(kmod._sparse_mla_stage1, None, dict(PE_MASKED=False, HAS_PE=True, KV_FP8=False, DOT_F32=False)),
                    (kmod._sparse_mla_stage1, "nope", dict(PE_MASKED=True, HAS_PE=False, KV_FP8=False,
                                                            DOT_F32=False, DPE=16))]
-    else:
+        # The shipped kernel's fp8 16-bit-word stage 1 (v9) runs with 16-head blocks only;
+        # kernels/sparse_mla/next/ has none (its 8-bit kernel has configs of its own, below).
+        if c.block_h <= 16 and hasattr(kmod, "_sparse_mla_stage1_fp8_words"):
+            kernels.append((kmod._sparse_mla_stage1_fp8_words, "fp8e4nv", {}))
+    elif hasattr(kmod, "_fp8"):
+        fp8 = kmod._fp8
         # The 8-bit kernel: per-tensor e4m3 and fp8_ds_mla, each with and without rope.
         c = fp8.FP8_CONFIGS[name]
         kernels = [(fp8._sparse_mla_stage1_8bit, f"u8:{tag}", dict(HAS_PE=pe, DS_MLA=ds, DPE=64 if pe else 16,
                                                                   PV_RELOAD=c.pv_reload))
                    for tag, pe, ds in (("e4m3", True, False), ("e4m3-nope", False, False),
                                        ("ds_mla", True, True), ("ds_mla-nope", False, True))]
+    else:
+        print(f"{name} is not a launch config of {kernel_file}", file=sys.stderr)
+        return 2
     sizes = {}
     for fn, kv_dtype, extra in kernels:
         for dtype in ("bf16", "fp16"):

@@ -66,8 +66,6 @@ UNIT = {torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8}
 DTYPES = [torch.float16, torch.bfloat16]
 HAS_FP8 = hasattr(torch, "float8_e4m3fn")
 gpu = pytest.mark.skipif(not HAS_CUDA, reason="full GLM-5 shapes need a CUDA GPU")
-SM120 = kmod._Limits(sms=188, smem_per_block=101376, smem_per_sm=102400)
-H200 = kmod._Limits(sms=132, smem_per_block=232448, smem_per_sm=233472)
 
 
 # ---------------------------------------------------------------- helpers
@@ -166,13 +164,6 @@ def run(q, kv, idx, sm_scale, out=None, cfg=None, kv_scale=None):
 
 # Launch variants: automatic choice, one split (single-kernel path), many splits.
 CFGS = {"auto": None, "nosplit": {"num_splits": 1}, "split": {"num_splits": 64}}
-
-
-def fp8_cfg(name):
-    """Launch parameters of a named config of the 8-bit kernel (its split count left to the caller)."""
-    c = kmod._fp8.FP8_CONFIGS[name]
-    return dict(block_h=c.block_h, block_n=c.block_n, num_warps=c.num_warps, num_stages=c.num_stages,
-                pv_reload=c.pv_reload, num_splits=4)
 
 
 # ---------------------------------------------------------------- small (CPU interpreter or GPU)
@@ -297,11 +288,10 @@ def test_fp8_kv_cache(dtype):
 @pytest.mark.skipif(not HAS_FP8, reason="this torch has no float8_e4m3fn")
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
 @pytest.mark.parametrize("gapped", [False, True], ids=["blocks_back_to_back", "blocks_with_gaps"])
-@pytest.mark.parametrize("name", sorted(kmod._fp8.FP8_CONFIGS))
-def test_fp8_kv_cache_8bit_kernel(dtype, gapped, name):
-    """Per-tensor fp8 cache from 8 rows on: the 8-bit kernel (one byte per element, four
-    128-wide latent tiles) under each of its configs -- ragged rows, holes, an empty row,
-    split and single-kernel paths, and a cache whose blocks are not adjacent."""
+def test_fp8_kv_cache_word_kernel(dtype, gapped):
+    """fp8 cache with 16-head blocks from 8 rows on: the kernel that reads the cache as
+    16-bit words (even/odd dims as separate fp16 dots) -- ragged rows, holes, an empty
+    row, split and single-kernel paths, and a cache whose blocks are not adjacent."""
     T, H, topk, bs = 9, 8, 80, 16
     q, kv0, idx, kv_scale = make_inputs(T, H, topk, dtype, block_size=bs, kv_dtype=torch.float8_e4m3fn,
                                         valid_counts=[80, 1, 33, 0, 80, 79, 2, 64, 40], empty_rows=(3,),
@@ -312,19 +302,19 @@ def test_fp8_kv_cache_8bit_kernel(dtype, gapped, name):
         kv = big[:, :bs]
         kv.copy_(kv0)
         assert kv.stride(0) != bs * kv.stride(1)
-    assert kmod.pick_launch(T, H, topk, SM120, "fp8")["kernel"] == "8bit"
+    assert kmod._fp8_words_apply(kv, 16, T, ROPE, ROPE)
     ref, ref_lse = reference(q, kv0, idx, 0.1, kv_scale=kv_scale)
     for mode in ("nosplit", "split"):
         out = torch.empty(T, H, DV, dtype=dtype, device=DEV)
-        o, lse = run(q, kv, idx, 0.1, out=out, cfg=dict(fp8_cfg(name), **CFGS[mode]), kv_scale=kv_scale)
-        assert_close(o, ref, dtype, f"fp8 8-bit {name} {mode}")
-        assert_lse(lse, ref_lse, f"fp8 8-bit {name} {mode}")
+        o, lse = run(q, kv, idx, 0.1, out=out, cfg=CFGS[mode], kv_scale=kv_scale)
+        assert_close(o, ref, dtype, f"fp8 words {mode}")
+        assert_lse(lse, ref_lse, f"fp8 words {mode}")
         assert torch.all(o[3] == 0)
 
 
 @pytest.mark.skipif(not HAS_FP8, reason="this torch has no float8_e4m3fn")
 @pytest.mark.parametrize("q_mul", [2.0**20, 2.0**-20], ids=["q_beyond_fp16_range", "tiny_q"])
-@pytest.mark.parametrize("T", [2, 8], ids=["generic_kernel", "8bit_kernel"])
+@pytest.mark.parametrize("T", [2, 8], ids=["generic_kernel", "word_kernel"])
 def test_fp8_kv_cache_q_outside_fp16_range(q_mul, T):
     """With an fp8 cache the dots may run in fp16: a bf16 q far beyond fp16's range (or far
     below its normal range) must still give the reference result, not inf/NaN or zeros."""
@@ -447,6 +437,8 @@ def test_every_named_config(name, heads):
 # ---------------------------------------------------------------- launch configs vs device limits
 # SM120 (RTX PRO 6000 / RTX 50xx): 99 KB of shared memory per program (the opt-in
 # maximum Triton checks at launch), against 227 KB on an H200.
+SM120 = kmod._Limits(sms=188, smem_per_block=101376, smem_per_sm=102400)
+H200 = kmod._Limits(sms=132, smem_per_block=232448, smem_per_sm=233472)
 ROWS = [1, 2, 3, 8, 31, 32, 64, 127, 128, 300]
 
 
@@ -472,27 +464,8 @@ def test_large_head_blocks_only_where_they_fit():
             < kmod._pick_config(32, 8, GLM5_TOPK, H200)["num_splits"])
 
 
-@pytest.mark.parametrize("kv", ["fp8", "fp8_ds_mla"])
-@pytest.mark.parametrize("heads", [1, 8, 16, 32, 64, 128])
-def test_8bit_launch_fits_sm120(kv, heads):
-    """Every 8-bit launch SM120 can get fits its 99 KB; fp8_ds_mla always runs the 8-bit kernel,
-    per-tensor fp8 from 8 rows on; the split count respects the shared memory per SM."""
-    for rows in ROWS:
-        for rope in (0, 64):
-            cfg = kmod.pick_launch(rows, heads, GLM5_TOPK, SM120, kv, rope)
-            if cfg["kernel"] == "generic":
-                assert kv == "fp8" and rows < kmod._FP8_KERNEL_MIN_ROWS, (rows, heads, cfg)
-                continue
-            c = kmod._fp8.FP8_CONFIGS[cfg["name"]]
-            assert 0 < c.smem <= SM120.smem_per_block, cfg
-            assert cfg["num_splits"] >= 1 and cfg["block_h"] == 16
-
-
 @pytest.mark.parametrize("name", sorted({kmod._pick_config(r, h, GLM5_TOPK, SM120)["name"]
-                                         for r in ROWS for h in (8, 32, 64)} | set(kmod._SMALL_FALLBACKS)
-                                        | {kmod.pick_launch(r, h, GLM5_TOPK, SM120, kv, rope)["name"]
-                                           for r in ROWS for h in (8, 16) for kv in ("fp8", "fp8_ds_mla")
-                                           for rope in (0, 64)} | set(kmod._fp8.FP8_PREFERRED)))
+                                         for r in ROWS for h in (8, 32, 64)} | set(kmod._SMALL_FALLBACKS)))
 def test_sm120_configs_compile_within_99kb(name):
     """What the SM120 choice relies on, checked with the compiler: each config it
     can pick compiles for sm_120 within 99 KB and within its recorded size.
@@ -505,7 +478,7 @@ def test_sm120_configs_compile_within_99kb(name):
         pytest.skip(f"cannot compile for sm_120 here: {proc.stdout.strip()[-200:]}")
     assert proc.returncode == 0, proc.stderr[-2000:]
     sizes = json.loads(proc.stdout)
-    recorded = (kmod._CONFIGS.get(name) or kmod._fp8.FP8_CONFIGS[name]).smem
+    recorded = kmod._CONFIGS[name].smem
     assert max(sizes.values()) <= SM120.smem_per_block, (name, sizes)
     assert max(sizes.values()) <= recorded, (name, sizes, recorded)
 
@@ -532,10 +505,10 @@ def test_rope_free_matches_reference(dtype, heads, mode):
 
 
 @pytest.mark.skipif(not HAS_FP8, reason="torch has no float8_e4m3fn")
-@pytest.mark.parametrize("T", [2, 8], ids=["below_8bit_kernel_rows", "8bit_kernel_rows"])
+@pytest.mark.parametrize("T", [2, 8], ids=["below_word_kernel_rows", "word_kernel_rows"])
 def test_rope_free_fp8_kv_cache(T):
-    """An fp8 e4m3 rope-free cache: the generic kernel below 8 rows, the 8-bit one (no rope
-    part) from 8 rows on."""
+    """An fp8 e4m3 rope-free cache: the generic kernel at every batch (the 16-bit-word
+    kernel needs a rope part of its own width)."""
     dtype = torch.bfloat16
     q, kv, idx, kv_scale = make_inputs(T, 8, 64, dtype, rope=0, kv_dtype=torch.float8_e4m3fn, mid_padding=True)
     o, lse = run(q, kv, idx, 0.06, out=torch.empty(T, 8, DV, dtype=dtype, device=DEV), kv_scale=kv_scale)

@@ -1,6 +1,7 @@
-"""The sparse-MLA kernel over vLLM's ``fp8_ds_mla`` cache (per token: 512 e4m3 latent bytes,
-4 fp32 scales of 128-value tiles, 64 bf16 rope values; the rope-free variant without the
-rope part), against the float64 reference of the values the cache holds.
+"""The development kernel (kernels/sparse_mla/next/: not shipped, never run on a GPU) over vLLM's
+``fp8_ds_mla`` cache (per token: 512 e4m3 latent bytes, 4 fp32 scales of 128-value tiles, 64 bf16
+rope values; the rope-free variant without the rope part), against the float64 reference of the
+values the cache holds.
 
 CPU: Triton's interpreter on small shapes (set up by test_sparse_mla, imported here);
 GPU: the same cases plus GLM-5 shapes and CUDA-graph replay. Cases are generated: seeds,
@@ -10,12 +11,13 @@ another, or none, fails)."""
 
 from __future__ import annotations
 
+import next_kernel
 import pytest
 import test_sparse_mla as base  # noqa: I001 -- sets TRITON_INTERPRET before triton is imported
 from ds_mla_cache import bytes_per_token, read_ds_mla, write_ds_mla
 
 torch = base.torch
-kmod = base.kmod
+kmod = next_kernel.load()  # the shipped kernel has no fp8_ds_mla path
 DEV, DV = base.DEV, base.DV
 FP8_NAMES = sorted(kmod._fp8.FP8_CONFIGS)
 pytestmark = pytest.mark.skipif(not base.HAS_FP8, reason="this torch has no float8_e4m3fn")
@@ -55,7 +57,7 @@ def test_ds_mla_matches_reference(name, dtype, rope, seed):
     sm_scale = (DV + rope) ** -0.5
     ref, ref_lse = base.reference(q, vals, idx, sm_scale)
     for mode in ("nosplit", "split"):
-        o, lse = run_ds(q, cache, idx, sm_scale, dict(base.fp8_cfg(name), **base.CFGS[mode]))
+        o, lse = run_ds(q, cache, idx, sm_scale, dict(next_kernel.fp8_cfg(name), **base.CFGS[mode]))
         base.assert_close(o, ref, dtype, f"ds_mla {name} rope {rope} {mode}")
         base.assert_lse(lse, ref_lse, f"ds_mla {name} rope {rope} {mode}")
         assert torch.all(o[2] == 0)
