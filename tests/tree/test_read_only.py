@@ -38,10 +38,10 @@ def read_only(folder: Path) -> Iterator[None]:
         subprocess.run(["umount", str(folder)], check=True)
 
 
-def snapshot(tree: Path, lock: bool = True) -> dict[str, tuple[int, int]]:
-    """Every file's mtime and size (lock=False: less the lock file, whose holder writes its pid)."""
+def snapshot(tree: Path) -> dict[str, tuple[int, int]]:
+    """Every file's mtime and size, the lock's included (nothing writes into it)."""
     return {str(p.relative_to(tree)): (p.stat().st_mtime_ns, p.stat().st_size)
-            for p in sorted(tree.rglob("*")) if p.is_file() and (lock or p.name != "lock")}
+            for p in sorted(tree.rglob("*")) if p.is_file()}
 
 
 def text_run(*args: str) -> tuple[int, str, str]:
@@ -151,13 +151,13 @@ def test_ensure_and_status_as_a_user_who_cannot_write_the_tree(shared_tmp):
         if p.is_dir():
             p.chmod(p.stat().st_mode | stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH)
     run_json("apply", "vllm@1.0", "--target", str(tree), "--store", str(store), expect=0)
-    before = snapshot(tree, lock=False)  # as_nobody's warm-up run as root takes the lock
+    before = snapshot(tree)  # as_nobody's warm-up run as root takes the lock, writing nothing
     code, doc = as_nobody("ensure", "vllm@1.0", "--target", str(tree), home=home)
     assert code == 0 and doc["written"] == [], doc
     assert any("Permission denied" in w for w in doc["warnings"]), doc
     code, doc = as_nobody("status", "vllm", "--target", str(tree), "--as-version", "1.0", home=home)
     assert code == 0 and doc["state"] == "intact" and any("Permission denied" in w for w in doc["warnings"])
-    assert snapshot(tree, lock=False) == before
+    assert snapshot(tree) == before
     write_tree(tree, PRISTINE)  # wiped: the service user cannot re-apply (the apply above loaded its modules)
     code, doc = as_nobody("ensure", "vllm@1.0", "--target", str(tree), home=home, warm=False)
     assert code == 3 and "Permission denied" in doc["error"]["message"], doc
