@@ -9,7 +9,7 @@ nothing there is importable, and a `.gitignore` keeps it out of a checkout's sta
   blobs/<sha>   file contents by sha256: pristine backups, staged new contents, stashed bytecode
   journal.json  present only while files are being written; its presence after a crash means
                 "undo everything in it"
-  lock          flock'ed by the one process working on this target
+  lock          flock'ed by the one process working on this target, never written (lock.py)
 
 state.json and journal.json carry a sha256 over their content and are validated against their JSON
 schemas (patchctl/schemas/state.json, journal.json); every path in them must stay inside the target.
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from patchctl.atomic import TEMP_NAME, write_atomic_at
-from patchctl.errors import EnvironmentProblem, PatchctlError, StateDamaged
+from patchctl.errors import EnvironmentProblem, PatchctlError, RollbackPending, StateDamaged, write_hint
 from patchctl.nofollow import (
     RECORD_LIMIT,
     Planted,
@@ -448,13 +448,16 @@ class TargetState:
         except (OSError, PatchctlError) as again:
             files = ", ".join(e["path"] for e in self._journal_entries())
             why = getattr(again, "strerror", None) or getattr(again, "message", None) or str(again)
+            # What stopped the rollback says what to fix (a permission, not space, for EACCES).
+            stopped = again.errno if isinstance(again, (OSError, RollbackPending)) else exc.errno
             raise EnvironmentProblem(
                 f"cannot write {failed_at}: {cause}; rolling back failed too ({why}). The journal {self.journal_file} "
                 f"is kept: {files} may be patched or pristine",
-                hint="free space (or fix the disk), then run `patchctl status` on this target: it finishes the "
-                     "rollback to the previous state",
+                hint=f"{write_hint(stopped)}, then run `patchctl status` on this target: it finishes the rollback "
+                     f"to the previous state",
             ) from None
-        raise EnvironmentProblem(f"cannot write {failed_at}: {cause}; rolled back, nothing was changed") from None
+        raise EnvironmentProblem(f"cannot write {failed_at}: {cause}; rolled back, nothing was changed",
+                                 hint=write_hint(exc.errno)) from None
 
     def _journal_entries(self) -> list[dict[str, Any]]:
         try:
@@ -510,7 +513,10 @@ class TargetState:
         try:
             for e in reversed(journal["entries"]):
                 if self._current_digest(e["path"]) == e["before"]:
-                    continue  # never reached by the interrupted write: nothing to undo (and no space needed)
+                    # The bytes are back (or were never replaced); a rollback stopped before the end
+                    # may still owe the mtime or the bytecode: without them the .pyc beside it is stale.
+                    self._finish(e["path"], e["before"], e["before_mtime_ns"], e["before_bytecode"])
+                    continue
                 self._put(e["path"], e["before"], e["before_mtime_ns"], e["before_bytecode"])
             if journal["previous_state"] is None:
                 self._unlink("state.json")
@@ -518,10 +524,10 @@ class TargetState:
                 self._write("state.json", journal["previous_state"].encode("utf-8", errors="surrogateescape"))
         except OSError as exc:
             # Every step above is idempotent: the next command's recovery starts it again.
-            raise EnvironmentProblem(
+            raise RollbackPending(
                 f"an interrupted write to {self.root} cannot be rolled back yet: {exc}; the journal "
                 f"{self.journal_file} is kept ({', '.join(e['path'] for e in journal['entries'])})",
-                hint="free space (or fix the disk), then run `patchctl status` on this target",
+                errno=exc.errno, hint=f"{write_hint(exc.errno)}, then run `patchctl status` on this target",
             ) from None
         self._unlink("journal.json")
         return True
@@ -561,17 +567,42 @@ class TargetState:
                     mode, owner = 0o644, None
                 # A new inode (rename over): hardlinked installs (uv's cache) are never written through.
                 write_atomic_at(folder, name, data, mode=mode, owner=owner, shown=str(target))
-            for pyc in _bytecode_of(self.root, rel):
-                self.inside(pyc, self.journal_file)
-                with parent_beneath(self.root, pyc) as (cache, pyc_name):
-                    unlink_at(cache, pyc_name)
-            for pyc, digest in bytecode:
-                self.inside(pyc, self.journal_file)
-                with parent_beneath(self.root, pyc, create=True) as (cache, pyc_name):
-                    write_atomic_at(cache, pyc_name, self.blob(digest), shown=str(self.root / pyc))
-                _crash_point("bytecode")
-            if data is not None and mtime_ns is not None:
-                os.utime(name, ns=(mtime_ns, mtime_ns), dir_fd=folder, follow_symlinks=False)
+                # The mtime at once, before the bytecode: a .pyc is valid only beside the mtime it was
+                # compiled from, and a write stopped in __pycache__ (EACCES, a full disk) must not
+                # leave the source with a new one.
+                if mtime_ns is not None:
+                    os.utime(name, ns=(mtime_ns, mtime_ns), dir_fd=folder, follow_symlinks=False)
+        self._put_bytecode(rel, bytecode)
+
+    def _put_bytecode(self, rel: str, bytecode: Iterable[Iterable[str]]) -> None:
+        """The module's .pyc files removed, and `bytecode` ((path, blob) pairs) put in their place."""
+        for pyc in _bytecode_of(self.root, rel):
+            self.inside(pyc, self.journal_file)
+            with parent_beneath(self.root, pyc) as (cache, pyc_name):
+                unlink_at(cache, pyc_name)
+        for pyc, digest in bytecode:
+            self.inside(pyc, self.journal_file)
+            with parent_beneath(self.root, pyc, create=True) as (cache, pyc_name):
+                write_atomic_at(cache, pyc_name, self.blob(digest), shown=str(self.root / pyc))
+            _crash_point("bytecode")
+
+    def _finish(self, rel: str, blob: str | None, mtime_ns: int | None, bytecode: Iterable[Iterable[str]]) -> None:
+        """For a file that already holds `blob`'s bytes: the mtime and the bytecode _put would have left
+        beside it, where they differ (a rollback that stopped after the source was written). Reads
+        only, when nothing differs: recovery of an entry the interrupted write never reached."""
+        self.inside(rel, self.journal_file)
+        if blob is not None and mtime_ns is not None:
+            try:
+                with parent_beneath(self.root, rel) as (folder, name):
+                    st = os.stat(name, dir_fd=folder, follow_symlinks=False)
+                    if stat.S_ISREG(st.st_mode) and st.st_mtime_ns != mtime_ns:
+                        os.utime(name, ns=(mtime_ns, mtime_ns), dir_fd=folder, follow_symlinks=False)
+            except FileNotFoundError:
+                pass
+        wanted = {pyc: digest for pyc, digest in bytecode}
+        now = {pyc: sha256(self.read_tree(pyc, self.journal_file)) for pyc in _bytecode_of(self.root, rel)}
+        if now != wanted:
+            self._put_bytecode(rel, wanted.items())
 
     # records of patchctl before 2026-12 ------------------------------------------------------
     def _migrate_legacy(self) -> None:

@@ -5,7 +5,6 @@ stderr (and in --json warnings); with a journal present, or work needed, exit 3 
 fix. Root only (mounts, setuid); each mount is undone in a finally."""
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import stat
@@ -22,7 +21,7 @@ from click.testing import CliRunner
 from patchctl.cli import main
 from patchctl.testing.builders import write_tree
 from patchctl.testing.fixtures import PRISTINE
-from patchctl.testing.invoke import run_json
+from patchctl.testing.invoke import as_nobody, run_json
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: bind mounts and a switch to another user")
 
@@ -101,39 +100,6 @@ def shared_tmp() -> Iterator[Path]:
         yield base
     finally:
         shutil.rmtree(base)
-
-
-def as_nobody(*args: str, home: Path, warm: bool = True) -> tuple[int, dict]:
-    """`patchctl ARGS --json` as uid/gid 65534 (nobody), in a forked child of this process. Not
-    `runuser -u nobody python`: this interpreter lives under /root (0700), which nobody cannot reach;
-    the fork keeps the interpreter and every module this run imported (warmed by the same command
-    as root first), and setuid makes the kernel answer EACCES as it does for a service user."""
-    if warm:
-        run_json(*args)  # as root: every module the command imports is loaded before the switch
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns into pytest
-        code = 70
-        try:
-            os.close(read)
-            os.setgroups([])
-            os.setgid(65534)
-            os.setuid(65534)
-            os.environ.update(PATCHCTL_DATA_DIR=str(home / "data"), PATCHCTL_CONFIG=str(home / "config.yaml"),
-                              PATCHCTL_CACHE_DIR=str(home / "cache"), HOME=str(home))
-            result = CliRunner().invoke(main, [*args, "--json"], catch_exceptions=True)
-            os.write(write, json.dumps({"code": result.exit_code, "stdout": result.stdout,
-                                        "stderr": result.stderr}).encode())
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(write)
-    with os.fdopen(read, "rb") as f:
-        raw = f.read()
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0, raw
-    got = json.loads(raw)
-    return got["code"], json.loads(got["stdout"])
 
 
 def test_ensure_and_status_as_a_user_who_cannot_write_the_tree(shared_tmp):
