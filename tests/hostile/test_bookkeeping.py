@@ -214,3 +214,20 @@ def test_a_bookkeeping_file_another_user_owns_is_not_trusted(case, site, store, 
         assert out.kind == "clean-error" and out.code == 3, out
         assert "uid 65534" in out.message and str(site / rel) in out.message, out.message
     assert tree_snapshot(site) == before
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_the_lock_holder_is_named_though_nothing_is_written_into_the_lock(case, site, store, command):
+    """The lock file stays empty; `another patchctl (pid N)` still names the holder (from /proc/locks)."""
+    from packaging.version import Version
+
+    from patchctl.engines import get_engine
+    from patchctl.tree.operations import Target
+
+    c = case("lock: held")
+    with Target(get_engine("vllm"), site, Version("1.0"), "t").state().locked():
+        out = c.record(run_cli(*args(command, site, store), "--wait", "0"))  # status waits 30 s by default
+        assert (site / ".patchctl/vllm/lock").stat().st_size == 0
+    assert out.code == 3 and "another patchctl" in out.message, out
+    if os.path.exists("/proc/locks"):
+        assert f"(pid {os.getpid()})" in out.message, out.message
