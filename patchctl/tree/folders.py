@@ -1,6 +1,8 @@
-"""The bookkeeping folders of one engine in one tree, `<tree>/.patchctl/<engine>/`, opened as
-descriptors following no link (nofollow.open_dir), each checked to belong to the tree's owner, root
-or the user running patchctl; and the test seam that kills a run at a named write step.
+"""The bookkeeping folders of one engine in one tree, opened following no link.
+
+`<tree>/.patchctl/<engine>/` is opened as descriptors (nofollow.open_dir), each folder checked to
+belong to the tree's owner, root or the user running patchctl. Also here: the test seam that kills
+a run at a named write step.
 
 A module of its own so that the journal (journal.py) and the lock (lock.py), which both work in
 these folders, open them one way."""

@@ -1,4 +1,6 @@
-"""The target's lock: `<tree>/.patchctl/<engine>/lock`, flock'ed by the one patchctl working on a tree.
+"""The target's lock, never written into, and the removal of the bookkeeping its holder leaves.
+
+`<tree>/.patchctl/<engine>/lock` is flock'ed by the one patchctl working on a tree.
 
 The tree (and so this folder) may belong to another user than the one running patchctl: root's
 `ensure` on a service user's venv. Three rules keep that user from turning the lock against root:
