@@ -5,9 +5,9 @@ bookkeeping folder `<tree>/.patchctl/`) may hold a symlink, a FIFO or a device w
 a file or a folder. Everything here works relative to a directory descriptor: a folder is opened with
 O_DIRECTORY | O_NOFOLLOW (a link in its place is refused, not followed), a file is opened with
 O_NOFOLLOW | O_NONBLOCK and read only when fstat says it is a regular file (in the bookkeeping also:
-one link, a trusted owner, own_file), and no more bytes than a stated limit are read. Removal never descends through a link. This is what git's safe.directory and
-systemd-tmpfiles' safe path resolution do for the same reason (CVE-2022-24765: not trusting what
-another user controls).
+one link, a trusted owner, own_file), and no more bytes than a stated limit are read. Removal never
+descends through a link. This is what git's safe.directory and systemd-tmpfiles' safe path
+resolution do for the same reason (CVE-2022-24765: not trusting what another user controls).
 
 The bookkeeping follows no link at all (open_dir, read_at, ...). The tree's own files may be reached
 through links the tree holds (`*_beneath`): those are read with readlinkat and followed only while
