@@ -100,3 +100,62 @@ def test_the_holder_never_removes_what_the_next_holder_made(case, site, store, t
     assert {p["name"] for p in status.doc["applied"]} == {"loader", "utils"}
     assert (site / ".patchctl/.gitignore").is_file(), "the .gitignore of the next holder's folder is gone"
     assert not (site / ".patchctl/vllm/journal.json").exists()
+
+
+def has_open(pid: int, path: Path) -> bool:
+    """The process `pid` holds the file at `path` open (patchctl waits for a lock with LOCK_NB and
+    short sleeps, so /proc/locks shows no waiter: an open descriptor of the lock file shows it)."""
+    want = os.stat(path)
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            st = os.stat(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == (want.st_dev, want.st_ino):
+            return True
+    return False
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc to see a process wait for a lock")
+@pytest.mark.parametrize("holder", HOLDERS)
+@pytest.mark.parametrize("third", ["apply", "status", "revert"])
+def test_a_waiter_blocked_on_the_removed_lock_takes_the_new_one(case, site, store, tmp_path, holder, third):
+    """The waiter side, without timing: the holder is paused while it holds the lock (its first look
+    into the engine's folder); an `apply --wait 30` is started and seen holding that very lock file
+    open (waiting for its flock); the holder goes on, removes the lock and the folders and leaves.
+    The waiter's flock then succeeds on a file no longer linked: it must lock the file at the path
+    instead. Paused in turn at its journal, it must exclude a third command (exit 3, "another
+    patchctl"): a waiter that kept the unlinked lock would let it in, mid-write."""
+    site = Path(os.path.realpath(site))
+    c = case("lock: waiter on a removed lock")
+    if holder == "revert":
+        assert run_cli("apply", "vllm", "--target", str(site), "--store", str(store)).code == 0
+    spec = {"call": "listdir", "path": f"{site}/.patchctl/vllm"}
+    h, h_marker, h_go = start([holder, "vllm", "--target", str(site)], spec, tmp_path, "holder")
+    w = None
+    try:
+        wait_paused(h, h_marker)
+        journal = {"call": "replace", "path": f"{site}/.patchctl/vllm/journal.json"}
+        w, w_marker, w_go = start(["apply", "vllm", "--target", str(site), "--store", str(store), "--wait", "30"],
+                                  journal, tmp_path, "waiter")
+        deadline = time.monotonic() + 30
+        while not has_open(w.pid, site / ".patchctl/vllm/lock"):
+            assert w.poll() is None and time.monotonic() < deadline, "the waiter never waited for the lock"
+            time.sleep(0.02)
+        held = c.record(finish(h, h_go))
+        wait_paused(w, w_marker)  # the waiter holds the lock, mid-write
+        third_args = [third, "vllm", "--target", str(site), "--wait", "0"]
+        if third == "apply":
+            third_args += ["--store", str(store)]
+        excluded = c.record(run_cli(*third_args))
+        waited = c.record(finish(w, w_go))
+    finally:
+        for proc in (h, w):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    assert held.code == 0, held
+    assert excluded.code == 3 and "another patchctl" in excluded.message, excluded
+    assert waited.code == 0, (waited.message, waited.stderr[-2000:])
+    status = c.record(run_cli("status", "vllm", "--target", str(site)))
+    assert status.doc.get("state") == "intact", status.doc.get("message")
