@@ -116,6 +116,15 @@ class ArtifactCache:
         with self.open_file(path, limit) as f:
             return None if f is None else f.read(limit + 1)
 
+    def read_owned(self, path: Path, limit: int = SMALL_FILE_LIMIT) -> tuple[bytes | None, bool]:
+        """`read_file`, and whether the file is one only the running user (or root) could have
+        written (`written_by_us`, asked of the descriptor read, so a name swapped after the check is
+        not what was checked)."""
+        with self.open_file(path, limit) as f:
+            if f is None:
+                return None, False
+            return f.read(limit + 1), written_by_us(os.fstat(f.fileno()))
+
     @contextmanager
     def open_file(self, path: Path, limit: int = ARTIFACT_LIMIT) -> Iterator[BinaryIO | None]:
         fd = self._open(path)
@@ -314,6 +323,15 @@ def _rekey_artifacts(cache: ArtifactCache) -> None:
 
 
 _MIGRATIONS = (_drop_validators, _rekey_artifacts)
+
+
+def written_by_us(st: os.stat_result) -> bool:
+    """Whether a cache file can only have been written by the user running patchctl or by root:
+    owned by one of them, and neither its group nor others may write it. Another user of a shared
+    cache can plant a file (or rewrite one they own, sha256 header and all) but cannot make one with
+    this owner; a file that passes this is trusted as far as what it says about itself, whereas a
+    file that does not is only data to be checked against something proven (issue 33)."""
+    return st.st_uid in (os.geteuid(), 0) and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 
 
 def framed(data: bytes) -> bytes:

@@ -36,8 +36,16 @@ from packaging.utils import canonicalize_name
 
 from patchctl.engines import Engine
 from patchctl.errors import EnvironmentProblem, NetworkError, UsageError
-from patchctl.sources import archive, http, zipread
-from patchctl.sources.cache import ARTIFACT_LIMIT, ArtifactCache, Damaged, framed, member_key, unframe
+from patchctl.sources import archive, http, proof, zipread
+from patchctl.sources.cache import (
+    ARTIFACT_LIMIT,
+    ArtifactCache,
+    Damaged,
+    framed,
+    member_key,
+    unframe,
+    written_by_us,
+)
 from patchctl.sources.download import download
 from patchctl.sources.files import NoProgress, ProgressSink, Provenance
 from patchctl.sources.index import IndexFile, IndexProject
@@ -214,9 +222,11 @@ class ReleaseSource:
         self._how: set[str] = set()  # "ranges", "whole": how this run read the artifact
         self._verified: dict[str, bytes | None] = {}  # members checked by prefetch, until read() takes them
         self._as_served = False  # some file this run served is as the index served it (not hash-verified)
-        self._artifact_ok = False
         self._entries: dict[str, ZipEntry] | None = None
         self._record: dict[str, str] | None = None
+        self._proven: dict[Path, proof.Record | None] = {}  # each folder's RECORD, read once
+        self._refetched: list[str] = []  # cache files that were not what they claimed, read again
+        self._artifact_key: str | None = None  # the stat key of the artifact this run proved
         self._lock = threading.Lock()
         self._wheel = SparseWheel(artifact.url, artifact.filename, artifact.size, self._count)
 
@@ -261,6 +271,8 @@ class ReleaseSource:
             details["why"] = self.reason
         details["read"] = "+".join(sorted(self._how)) or "cache"  # "ranges", "whole", "ranges+whole"
         details["verified"] = self.verified
+        if self._refetched:
+            details["refetched"] = list(self._refetched)
         return Provenance(self.artifact.kind, self.artifact.filename, sha256, self.bytes_fetched,
                           tuple(details.items()))
 
@@ -312,20 +324,63 @@ class ReleaseSource:
             return None
 
     def _cached_ok(self, path: str) -> bool:
-        """Whether the cache holds the member (or knows it is absent); its bytes, checked against
-        the sha256 the file starts with, wait in _verified for read(). Members taken from a verified
-        whole artifact first; then what range reads of this very URL gave."""
+        """Whether the cache holds the member (or knows it is absent), proven by the wheel's RECORD
+        kept in the same folder (`proof`), never by the sha256 the member's file starts with (that
+        only tells damage). An sdist has no RECORD: its cached members count only when this user (or
+        root) wrote them and no one else may write them. The bytes wait in _verified for read().
+        Members taken from a verified whole artifact first; then what range reads of this URL gave."""
         for verified in ((True,) if self.verify else (True, False) if self.verified_dir is not None else (False,)):
             member = self._member_file(path, verified)
-            found = self._exists(self._absent_file(path, verified))
-            data = None if found else unframe(self._read(member))
-            if found or data is not None:
+            absent = self._absent_file(path, verified)
+            raw, ours = self._read_owned(absent)
+            found = raw is not None
+            data = None
+            if not found:
+                raw, ours = self._read_owned(member)
+                data = unframe(raw)
+                if data is None:
+                    if raw is not None:
+                        self.cache.remove(member)  # damaged: fetch again
+                    continue
+            if self.artifact.kind == "wheel":
+                record = self._proven_record(member.parent.parent)
+                if record is None:
+                    continue  # nothing proven to check it against: read again, RECORD with it
+                wrong = proof.problem(record, self._archive_name(path), data)
+            else:
+                wrong = None if ours else proof.UNPROVABLE
+            if wrong is None:
                 self._verified[path] = data
                 self._as_served = self._as_served or not verified
                 return True
-            if self._exists(member):
-                self.cache.remove(member)  # corrupt: fetch again
+            if wrong != proof.UNPROVABLE:
+                self._distrust(absent if found else member, wrong)
         return False
+
+    def _read_owned(self, path: Path) -> tuple[bytes | None, bool]:
+        try:
+            return self.cache.read_owned(path)
+        except Damaged as exc:
+            self._damaged(exc)
+            return None, False
+
+    def _proven_record(self, folder: Path) -> proof.Record | None:
+        if folder not in self._proven:
+            try:
+                self._proven[folder] = proof.read(self.cache, folder)
+            except Damaged as exc:
+                self._damaged(exc)
+                self._proven[folder] = None
+        return self._proven[folder]
+
+    def _distrust(self, path: Path, why: str) -> None:
+        """A cache file whose bytes RECORD disproves (edited in place, planted): never served. Online
+        it is removed and read again, and the document says so; offline, an error naming it."""
+        if self.offline:
+            raise EnvironmentProblem(f"cache file {path} {why}: it was changed after patchctl wrote it",
+                                     hint="run once without --offline to read it again")
+        self.cache.remove(path)
+        self._refetched.append(f"cache file {path} {why}: read again")
 
     def _store(self, path: str, data: bytes | None, *, verified: bool) -> None:
         self._verified[path] = data
@@ -333,8 +388,9 @@ class ReleaseSource:
         if data is None:
             self.cache.write(self._absent_file(path, verified), b"")
             return
-        # Its sha256 first, which every read checks (_cached_ok): so not fsynced (two fsyncs, ~16 ms
-        # here, per member, and the matrix writes a few hundred).
+        # Its sha256 first (damage), and RECORD beside it (proof), which every read checks
+        # (_cached_ok): so not fsynced (two fsyncs, ~16 ms here, per member, and the matrix writes a
+        # few hundred).
         self.cache.write(self._member_file(path, verified), framed(data))
 
     def _archive_name(self, path: str) -> str:
@@ -400,24 +456,32 @@ class ReleaseSource:
     def _record_hashes(self) -> dict[str, str]:
         if self._record is not None:
             return self._record
+        kept = None if self.unhashed else self._proven_record(self.dir)
+        if kept is not None:  # RECORD as this URL's range reads gave it before (no round trip)
+            self._record = kept.hashes
+            return kept.hashes
         entries = self._central_directory()
         record_name = zipread.record_name(entries)
         hashes: dict[str, str] = {}
         if record_name:
-            hashes = self._parse_record(record_name, self._wheel.member(entries[record_name]))
+            hashes = self._parse_record(record_name, self._wheel.member(entries[record_name]), self.dir)
         elif self.unhashed:
             raise NetworkError(f"{self.artifact.filename}: the index publishes no sha256 and the wheel has "
                                "no RECORD: nothing vouches for its files")
         self._record = hashes
         return hashes
 
-    def _parse_record(self, record_name: str, raw: bytes) -> dict[str, str]:
+    def _parse_record(self, record_name: str, raw: bytes, folder: Path) -> dict[str, str]:
+        """RECORD's hashes; its bytes are kept in `folder` (where the members it proves go)."""
         if self.unhashed:
             self.cache.write(self.dir / "record.sha256", hashlib.sha256(raw).hexdigest().encode(), durable=True)
         try:
-            return zipread.record_hashes(raw)
+            record = proof.parse(raw)
         except (ValueError, csv.Error) as exc:  # not UTF-8, a sha256 that is not base64, a NUL byte
             raise NetworkError(f"{self.artifact.filename}: {record_name} is malformed ({exc})") from None
+        proof.write(self.cache, folder, raw)
+        self._proven[folder] = record
+        return record.hashes
 
     def _check_record(self, name: str, data: bytes, record: dict[str, str]) -> None:
         """A wheel member against the sha256 its RECORD lists (members RECORD does not hash: none)."""
@@ -456,17 +520,78 @@ class ReleaseSource:
 
     # whole artifact --------------------------------------------------------------------------
     def download_full(self) -> Path:
+        """The whole artifact in the cache, proven on the descriptor it will be read from (kept for
+        open_artifact): fetched when there is none, or when what is there is not what its sha256
+        says (removed and fetched again online, and the document says so; offline, exit 3)."""
         target = self._full_file()
+        self._release_held()
+        held = self._proven_artifact(target)
+        if held is None:
+            self._download(target)
+            held = self._proven_artifact(target)
+        if held is None:
+            raise EnvironmentProblem(f"cache file {target} was replaced while patchctl read it",
+                                     hint="run again; if it recurs, someone else writes the cache: set "
+                                     "PATCHCTL_CACHE_DIR to a folder of your own")
+        self._held = held
+        return target
+
+    _held: BinaryIO | None = None  # the artifact as download_full proved it, for open_artifact
+
+    def _release_held(self) -> None:
+        if self._held is not None:
+            self._held.close()
+            self._held = None
+
+    def _proven_artifact(self, target: Path) -> BinaryIO | None:
+        """The cached artifact opened (no link followed) and proven: hashed against the index's sha256
+        (an unhashed index: the digest recorded at its download), unless this user (or root) wrote it,
+        no one else may write it, and its size, mtime and inode are still those recorded when it was
+        hashed (the mark, itself written by this user; or this run's own hash). Another user's file,
+        or a mark anyone else could write, proves nothing: the bytes are hashed (issue 33, 3a)."""
         expected = self.artifact.sha256 or self._read_text(self._fetched_digest_file())
-        if self._artifact_ok and self._exists(target):
-            return target
-        if self._exists(target):
-            # Hashed once when it was written; read again only when its size or mtime moved since.
-            if expected and (self._read_text(self._verified_file()) == _stat_key(target, expected)
-                             or self._sha256_file(target) == expected):
-                self._mark_verified(target, expected)
-                return target
-            self.cache.remove(target)  # corrupt: fetch again
+        f: BinaryIO | None = None
+        try:
+            with self.cache.open_file(target, self.artifact.size or ARTIFACT_LIMIT) as opened:
+                if opened is None or expected is None:
+                    return None
+                # Kept open past the with: duplicated, so that leaving it closes only the original.
+                f = os.fdopen(os.dup(opened.fileno()), "rb")
+        except Damaged as exc:
+            self._damaged(exc)
+            return None
+        st = os.fstat(f.fileno())
+        key = _stat_key(st, expected)
+        if written_by_us(st) and key in (self._artifact_key, self._own_mark()):
+            return f
+        digest = hashlib.sha256()
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+        if digest.hexdigest() == expected:
+            f.seek(0)
+            self._mark_verified(st, key)
+            return f
+        f.close()
+        why = f"does not match the sha256 {expected} it is kept under"
+        if self.offline:
+            raise EnvironmentProblem(f"cache file {target} {why}: it was changed after patchctl wrote it",
+                                     hint="run once without --offline to fetch it again")
+        self.cache.remove(target)
+        self._refetched.append(f"cache file {target} {why}: fetched again")
+        return None
+
+    def _own_mark(self) -> str | None:
+        try:
+            raw, ours = self.cache.read_owned(self._verified_file(), limit=4096)
+        except Damaged as exc:
+            self._damaged(exc)
+            return None
+        try:
+            return raw.decode().strip() if raw and ours else None
+        except UnicodeDecodeError:
+            return None
+
+    def _download(self, target: Path) -> None:
         self._need_network("the artifact")
         self.cache.make_dirs(target.parent)
 
@@ -481,40 +606,26 @@ class ReleaseSource:
         if self.artifact.sha256 is None:
             # Nothing to compare with: RECORD checks the members read from it; the digest is recorded.
             self.cache.write(self._fetched_digest_file(), digest.encode(), durable=True)
-        self._mark_verified(target, digest)
-        return target
+        # Hashed as it streamed: the file this run just renamed into place needs no second pass
+        # (_proven_artifact still asks that it be the same file, by inode, and written by this user).
+        self._artifact_key = _stat_key(os.lstat(target), digest)
 
     @contextmanager
     def open_artifact(self) -> Iterator[BinaryIO]:
-        """The whole artifact (downloaded and checked first), opened without following a symlink."""
-        target = self.download_full()
-        try:
-            with self.cache.open_file(target, self.artifact.size or ARTIFACT_LIMIT) as f:
-                if f is None:
-                    raise EnvironmentProblem(f"cache file {target} vanished while it was read")
-                yield f
-        except Damaged as exc:
-            raise EnvironmentProblem(f"{exc}; remove it and run again") from None
+        """The whole artifact (downloaded and checked first), the very descriptor that was proven."""
+        self.download_full()
+        f, self._held = self._held, None
+        if f is None:  # download_full returns only with a proven file held
+            raise EnvironmentProblem(f"cache file {self._full_file()} could not be proven")
+        with f:
+            yield f
 
-    def _mark_verified(self, target: Path, sha256: str) -> None:
-        self._artifact_ok = True
-        key = _stat_key(target, sha256)
-        # Only where hashing again costs more than the write (two fsyncs, ~16 ms here): ~8 MB.
-        if os.lstat(target).st_size >= VERIFY_MARK_BYTES and self._read_text(self._verified_file()) != key:
+    def _mark_verified(self, st: os.stat_result, key: str) -> None:
+        self._artifact_key = key
+        # Only where hashing again costs more than the write (two fsyncs, ~16 ms here): ~8 MB. And
+        # only over a file of this user's: a mark proves nothing of a file someone else may rewrite.
+        if st.st_size >= VERIFY_MARK_BYTES and written_by_us(st) and self._own_mark() != key:
             self.cache.write(self._verified_file(), key.encode(), durable=True)
-
-    def _sha256_file(self, path: Path) -> str | None:
-        digest = hashlib.sha256()
-        try:
-            with self.cache.open_file(path, self.artifact.size or ARTIFACT_LIMIT) as f:
-                if f is None:
-                    return None
-                for chunk in iter(lambda: f.read(1 << 20), b""):
-                    digest.update(chunk)
-        except Damaged as exc:
-            self._damaged(exc)
-            return None
-        return digest.hexdigest()
 
     def _path_of(self, name: str) -> str | None:
         """An archive member's path relative to the import root (None: outside it)."""
@@ -551,7 +662,12 @@ class ReleaseSource:
             return [n[len(layout):] for n in self._central_directory()
                     if n.startswith(layout) and not n.endswith("/")]
         try:
-            cached = json.loads(self._read(self._names_file()) or b"null")
+            raw, ours = self.cache.read_owned(self._names_file())
+        except Damaged as exc:
+            self._damaged(exc)
+            raw, ours = None, False
+        try:  # a list another user may have written is made again from the (proven) artifact
+            cached = json.loads(raw or b"null") if ours else None
         except (ValueError, RecursionError):
             cached = None
         if isinstance(cached, list) and all(isinstance(n, str) for n in cached):
@@ -590,11 +706,11 @@ class ReleaseSource:
                                "the wheel has no RECORD: nothing vouches for its files")
         if not record_name:
             return {}
-        return self._parse_record(record_name, archive.read(f, lambda n: n, {record_name})[record_name])
+        folder = self.dir if self.unhashed or self.verified_dir is None else self.verified_dir
+        return self._parse_record(record_name, archive.read(f, lambda n: n, {record_name})[record_name], folder)
 
 
-def _stat_key(path: Path, sha256: str) -> str:
-    st = os.lstat(path)
+def _stat_key(st: os.stat_result, sha256: str) -> str:
     return f"{st.st_size} {st.st_mtime_ns} {st.st_ino} {sha256}"
 
 
