@@ -5,17 +5,21 @@ Layout (format 3):
 
     <cache>/
       FORMAT                         "3": the layout below; an older cache is migrated on first use
-      index/<index-url-key>/<project>.json      index pages (schema-checked on read)
+      index/<index-url-key>/<project>.json      index pages (schema-checked on read; each records its
+                                                URL, whose validators count only for that URL, and
+                                                only in a file `written_by_us`)
       tails/<project>.json                      how much of a wheel's tail its file list needed
       artifacts/<claimed-sha256>-<url-key>/     what range reads of one artifact URL gave, as the
           central-directory.bin                 index served it (keyed by the URL *and* the hash the
           record.sha256                         index claimed: never served for another URL)
+          RECORD                                the wheel's RECORD, which proves the members (proof.py)
           members/<path-key>[.absent]
           artifact, artifact.sha256             (an index without hashes: the whole wheel as fetched,
                                                 its members checked against RECORD, never shared)
       verified/<sha256>/                        a whole artifact whose sha256 was checked against the
           artifact, artifact.verified, names.json   index's: content-addressed, shared by every URL
-          members/<path-key>[.absent]               and members taken from it (verified bytes)
+          RECORD, members/<path-key>[.absent]       and members taken from it (verified bytes, each
+                                                    checked against RECORD when read)
       trees/<sha256 | git-COMMIT>/pristine, patched-<digest>/   smoke trees
       envs/<profile>-<digest>/                  smoke venvs
       git/<repo-key>/                           partial bare clones
@@ -310,7 +314,7 @@ def _rekey_artifacts(cache: ArtifactCache) -> None:
             target = cache.verified(name)
             if whole.is_file() and not whole.is_symlink() and not target.exists():
                 cache.make_dirs(target)
-                os.replace(whole, target / "artifact")  # not marked: download_full hashes it once
+                os.replace(whole, target / "artifact")  # not marked: the first use hashes it
             cache.remove(entry)
         elif m := re.fullmatch(r"url-([0-9a-f]{64})", name):
             for stale in ("members", "central-directory.bin", "central-directory.json"):
