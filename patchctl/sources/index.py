@@ -1,10 +1,10 @@
 """A package index's simple API (PEP 691 JSON, PEP 503 HTML as fallback), cached for offline use.
 
 A cached page is revalidated, not read again: the request carries the page's ETag / Last-Modified,
-and a 304 answer (no body) keeps the cached page, which is why only a page this user (or root) wrote
-from the same URL is revalidated or used unasked (`_distrust`): any other is read whole. Within the freshness window (`index_max_age`
+and a 304 answer (no body) keeps the cached page. Within the freshness window (`index_max_age`
 seconds in the config file, or $PATCHCTL_INDEX_MAX_AGE; 0 by default: always revalidate) a cached
-page is used without asking at all, which CI sets so that a matrix of many runs asks once."""
+page is used without asking at all, which CI sets so that a matrix of many runs asks once. Both only
+for a page this user (or root) wrote from the same URL (`_distrust`): any other is read whole."""
 from __future__ import annotations
 
 import json
