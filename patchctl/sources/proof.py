@@ -15,7 +15,6 @@ from __future__ import annotations
 import csv
 import hashlib
 from pathlib import Path
-from typing import NamedTuple
 
 from patchctl.sources import zipread
 from patchctl.sources.cache import ArtifactCache, framed, unframe
@@ -23,14 +22,48 @@ from patchctl.sources.cache import ArtifactCache, framed, unframe
 RECORD_FILE = "RECORD"
 
 
-class Record(NamedTuple):
-    hashes: dict[str, str]  # member name -> sha256 hex
-    listed: frozenset[str]  # every name RECORD lists (with a hash or not): what the wheel holds
+class Record:
+    """A wheel's RECORD, parsed only as far as it is asked: a warm read checks a few members against
+    it, and vLLM's lists ~5800 files (a whole parse: ~15 ms, where finding one row is ~0.1 ms)."""
+
+    def __init__(self, raw: bytes):
+        raw.decode("utf-8")  # not UTF-8: a ValueError now, as a whole parse would raise
+        self.raw = raw
+        self._text = b"\n" + raw  # so that every row, the first too, starts after a newline
+        # The rows split on newlines and commas alone (zipread.record_rows' fast case).
+        self._plain = not any(c in raw for c in (b'"', b"\r", b"\0"))
+        self._hashes: dict[str, str] | None = None
+        self._listed: frozenset[str] | None = None
+
+    @property
+    def hashes(self) -> dict[str, str]:
+        """member name -> sha256 hex, for every row with one."""
+        if self._hashes is None:
+            self._hashes = zipread.record_hashes(self.raw)
+        return self._hashes
+
+    def lookup(self, name: str) -> tuple[bool, str | None]:
+        """Whether RECORD lists `name`, and the sha256 (hex) it gives for it, if any."""
+        key = b"\n" + name.encode() + b","
+        text = self._text
+        if self._plain and self._hashes is None and "\n" not in name and "," not in name \
+                and text.count(key) <= 1:
+            at = text.find(key)
+            if at < 0:
+                return False, None
+            end = text.find(b"\n", at + 1)
+            row = text[at + 1:] if end < 0 else text[at + 1:end]
+            return True, zipread.record_hashes(row).get(name)  # the same decoding as a whole parse
+        if self._listed is None:
+            self._listed = frozenset(row[0] for row in zipread.record_rows(self.raw) if row)
+        return name in self._listed, self.hashes.get(name)
 
 
 def parse(raw: bytes) -> Record:
     """RECORD's rows (ValueError or csv.Error when it is malformed)."""
-    return Record(zipread.record_hashes(raw), frozenset(row[0] for row in zipread.record_rows(raw) if row))
+    record = Record(raw)
+    record.hashes  # noqa: B018  (parsed now, so that a malformed RECORD is refused where it is read)
+    return record
 
 
 def write(cache: ArtifactCache, folder: Path, raw: bytes) -> None:
@@ -51,8 +84,8 @@ def read(cache: ArtifactCache, folder: Path) -> Record | None:
     if not sep or head != folder.name.encode():
         return None
     try:
-        return parse(raw)
-    except (ValueError, csv.Error):
+        return Record(raw)  # it was parsed whole before it was written: rows are read as asked
+    except ValueError:
         return None
 
 
@@ -62,9 +95,12 @@ UNPROVABLE = "RECORD lists no sha256 for it"
 def problem(record: Record, name: str, data: bytes | None) -> str | None:
     """Why a cached member (None: cached as absent) is not what the wheel holds; None when RECORD
     proves it. UNPROVABLE when RECORD cannot say (a member it lists without a hash)."""
+    try:
+        listed, expected = record.lookup(name)
+    except (ValueError, csv.Error):  # it parsed whole before it was written: not expected, not trusted
+        return UNPROVABLE
     if data is None:
-        return f"says {name} is not in the wheel, but the wheel's RECORD lists it" if name in record.listed else None
-    expected = record.hashes.get(name)
+        return f"says {name} is not in the wheel, but the wheel's RECORD lists it" if listed else None
     if expected is None:
         return UNPROVABLE
     if hashlib.sha256(data).hexdigest() != expected:
