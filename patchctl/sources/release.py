@@ -607,8 +607,10 @@ class ReleaseSource:
             # Nothing to compare with: RECORD checks the members read from it; the digest is recorded.
             self.cache.write(self._fetched_digest_file(), digest.encode(), durable=True)
         # Hashed as it streamed: the file this run just renamed into place needs no second pass
-        # (_proven_artifact still asks that it be the same file, by inode, and written by this user).
-        self._artifact_key = _stat_key(os.lstat(target), digest)
+        # (_proven_artifact still asks that it be the same file, by inode, and written by this user),
+        # and its mark spares the next run one.
+        st = os.lstat(target)
+        self._mark_verified(st, _stat_key(st, digest))
 
     @contextmanager
     def open_artifact(self) -> Iterator[BinaryIO]:

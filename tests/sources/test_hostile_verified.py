@@ -341,3 +341,36 @@ def test_a_page_not_proven_ours_offline_is_a_named_error(forge, indexes, store, 
     forge(target, json.loads(target.read_bytes()), f"{honest.url}/vllm/")
     doc = check(honest, store, "--offline", expect=3)
     assert str(target) in doc["error"]["message"]
+
+
+def test_an_artifact_is_hashed_again_unless_this_user_wrote_it_and_its_mark_holds(wheels, store, fresh_cache,
+                                                                                  monkeypatch):
+    """The mark (size, mtime, inode when it was hashed) spares this user's own artifact a second
+    hash; another user's file, which they may rewrite at will, is hashed on every read."""
+    from patchctl.sources import release
+
+    wheel, _evil = wheels
+    hashed = []
+    real = release.hashlib.sha256
+
+    def counting(*data):
+        if not data:  # the streaming hash of a whole artifact (members are hashed with their bytes)
+            hashed.append(1)
+        return real(*data)
+
+    monkeypatch.setattr(release.hashlib, "sha256", counting)
+    with IndexServer(wheel.parent) as server:
+        server.add("vllm", wheel)
+        check(server, store)
+        folder = verified_dir(fresh_cache, wheel)
+        assert (folder / "artifact.verified").is_file()
+        for owner, expected in ((0, 0), (4242, 1), (65534, 1)):
+            for m in (folder / "members").iterdir():
+                m.unlink()  # so that the members are taken from the artifact again
+            os.chown(folder / "artifact", owner, owner)
+            hashed.clear()
+            server.requests.clear()
+            doc = check(server, store)
+            assert_honest(doc, folder.name)
+            assert len(hashed) == expected, owner
+            assert not [p for p, _ in server.requests if p.startswith("/files/")]  # not fetched again
