@@ -1,5 +1,5 @@
-"""What proves a wheel member the download cache holds (issue 33, 3a): never a sha256 stored beside
-the member's bytes (whoever can write the cache rewrites both), but the wheel's RECORD, which was
+"""What proves a wheel member the download cache holds: never a sha256 stored beside the member's
+bytes (whoever can write the cache rewrites both; issue 33, 3a), but the wheel's RECORD, which was
 itself proven when it was read: by the artifact's sha256 (a whole artifact checked against the
 index's, `verified/<sha256>/`) or as the range reads of one URL gave it (`artifacts/...`).
 
