@@ -374,3 +374,49 @@ def test_an_artifact_is_hashed_again_unless_this_user_wrote_it_and_its_mark_hold
             assert_honest(doc, folder.name)
             assert len(hashed) == expected, owner
             assert not [p for p, _ in server.requests if p.startswith("/files/")]  # not fetched again
+
+
+def _symlink(path: Path, tmp: Path) -> None:
+    outside = tmp / "outside"
+    outside.write_bytes(path.read_bytes())
+    path.unlink()
+    path.symlink_to(outside)
+
+
+def _fifo(path: Path, tmp: Path) -> None:
+    path.unlink()
+    os.mkfifo(path)
+
+
+def _folder(path: Path, tmp: Path) -> None:
+    path.unlink()
+    path.mkdir()
+
+
+def _huge(path: Path, tmp: Path) -> None:
+    with open(path, "r+b") as f:
+        f.truncate(100 << 20)  # sparse: no disk used
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("name", ["RECORD", "artifact.verified"])
+@pytest.mark.parametrize("kind", [_symlink, _fifo, _folder, _huge], ids=lambda k: k.__name__.strip("_"))
+def test_the_files_that_prove_are_read_as_every_cache_file_is(name, kind, wheels, store, fresh_cache, tmp_path):
+    """RECORD and the artifact's mark are cache files like any other: a link is not followed, a FIFO
+    does not hang, a folder or a huge file is refused, and the entry is read again (no traceback)."""
+    wheel, _evil = wheels
+    with IndexServer(wheel.parent) as server:
+        server.add("vllm", wheel)
+        check(server, store)
+        folder = verified_dir(fresh_cache, wheel)
+        kind(folder / name, tmp_path)
+        if name == "artifact.verified":
+            for m in (folder / "members").iterdir():
+                m.unlink()  # so that the artifact, and its mark, are read
+        doc = check(server, store)
+        assert_honest(doc, folder.name)
+        assert doc["source"]["verified"] is True
+        offline = check(server, store, "--offline", expect=None)
+    assert offline["exit_code"] in (0, 3), offline
+    if offline["exit_code"] == 0:
+        assert_honest(offline, folder.name)
