@@ -7,11 +7,12 @@ against the index's sha256, and the needed members are taken from it (a wheel's,
 its RECORD). Cached file lists that do not parse are read again, or refused offline.
 
 This module composes the parts: `cache` (where each file lives, read without following symlinks),
-`sparse` (the range reads), `download` (the whole artifact against its sha256), `archive` (reading
-and extracting members). Provenance: bytes read by range are kept per artifact URL and claimed hash
-and served only for that URL; the details of `provenance()` say `"verified": true` only when every
-file served came from a whole artifact checked against the index's sha256 (else the bytes are as the
-index served them, each checked against the wheel's RECORD).
+`choice` (which artifact, read how), `sparse` (the range reads), `download` (the whole artifact
+against its sha256), `whole` (the cached artifact, proven on every read), `proof` (cached members
+against RECORD), `archive` (reading and extracting members). Provenance: bytes read by range are
+kept per artifact URL and claimed hash and served only for that URL; the details of `provenance()`
+say `"verified": true` only when every file served came from a whole artifact checked against the
+index's sha256 (else the bytes are as the index served them, each checked against the wheel's RECORD).
 
 An index that publishes no hash (vLLM's nightly wheel repository) is accepted for wheels only: every
 member read must then be listed in the wheel's RECORD and match it (and its CRC-32), the sha256 of a
@@ -23,12 +24,10 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
-import os
 import struct
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
@@ -38,13 +37,11 @@ from patchctl.engines import Engine
 from patchctl.errors import EnvironmentProblem, NetworkError, UsageError
 from patchctl.sources import archive, http, proof, zipread
 from patchctl.sources.cache import (
-    ARTIFACT_LIMIT,
     ArtifactCache,
     Damaged,
     framed,
     member_key,
     unframe,
-    written_by_us,
 )
 
 # Re-exported: callers (fetch.py, the tests) import the choice from here, where it used to live.
@@ -56,19 +53,18 @@ from patchctl.sources.choice import (  # noqa: F401
     record_tail,
     tail_estimate,
 )
-from patchctl.sources.download import download
 from patchctl.sources.files import NoProgress, ProgressSink, Provenance
 from patchctl.sources.index import IndexFile
 from patchctl.sources.sparse import SparseWheel
+from patchctl.sources.whole import VERIFY_MARK_BYTES, WholeArtifact  # noqa: F401  (re-exported)
 from patchctl.sources.zipread import ZipEntry
 
 FETCH_THREADS = 8
-VERIFY_MARK_BYTES = 8 << 20
 
 
 
 
-class ReleaseSource:
+class ReleaseSource(WholeArtifact):
     """FileSource over one artifact of a release; member paths are relative to the import root."""
 
     def __init__(self, engine: Engine, artifact: IndexFile, cache_root: Path, *,
@@ -394,117 +390,6 @@ class ReleaseSource:
         finally:
             self.progress.finish()
 
-    # whole artifact --------------------------------------------------------------------------
-    def download_full(self) -> Path:
-        """The whole artifact in the cache, proven on the descriptor it will be read from (kept for
-        open_artifact): fetched when there is none, or when what is there is not what its sha256
-        says (removed and fetched again online, and the document says so; offline, exit 3)."""
-        target = self._full_file()
-        self._release_held()
-        held = self._proven_artifact(target)
-        if held is None:
-            self._download(target)
-            held = self._proven_artifact(target)
-        if held is None:
-            raise EnvironmentProblem(f"cache file {target} was replaced while patchctl read it",
-                                     hint="run again; if it recurs, someone else writes the cache: set "
-                                     "PATCHCTL_CACHE_DIR to a folder of your own")
-        self._held = held
-        return target
-
-    _held: BinaryIO | None = None  # the artifact as download_full proved it, for open_artifact
-
-    def _release_held(self) -> None:
-        if self._held is not None:
-            self._held.close()
-            self._held = None
-
-    def _proven_artifact(self, target: Path) -> BinaryIO | None:
-        """The cached artifact opened (no link followed) and proven: hashed against the index's sha256
-        (an unhashed index: the digest recorded at its download), unless this user (or root) wrote it,
-        no one else may write it, and its size, mtime and inode are still those recorded when it was
-        hashed (the mark, itself written by this user; or this run's own hash). Another user's file,
-        or a mark anyone else could write, proves nothing: the bytes are hashed (issue 33, 3a)."""
-        expected = self.artifact.sha256 or self._read_text(self._fetched_digest_file())
-        f: BinaryIO | None = None
-        try:
-            with self.cache.open_file(target, self.artifact.size or ARTIFACT_LIMIT) as opened:
-                if opened is None or expected is None:
-                    return None
-                # Kept open past the with: duplicated, so that leaving it closes only the original.
-                f = os.fdopen(os.dup(opened.fileno()), "rb")
-        except Damaged as exc:
-            self._damaged(exc)
-            return None
-        st = os.fstat(f.fileno())
-        key = _stat_key(st, expected)
-        if written_by_us(st) and key in (self._artifact_key, self._own_mark()):
-            return f
-        digest = hashlib.sha256()
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-        if digest.hexdigest() == expected:
-            f.seek(0)
-            self._mark_verified(st, key)
-            return f
-        f.close()
-        why = f"does not match the sha256 {expected} it is kept under"
-        if self.offline:
-            raise EnvironmentProblem(f"cache file {target} {why}: it was changed after patchctl wrote it",
-                                     hint="run once without --offline to fetch it again")
-        self.cache.remove(target)
-        self._refetched.append(f"cache file {target} {why}: fetched again")
-        return None
-
-    def _own_mark(self) -> str | None:
-        try:
-            raw, ours = self.cache.read_owned(self._verified_file(), limit=4096)
-        except Damaged as exc:
-            self._damaged(exc)
-            return None
-        try:
-            return raw.decode().strip() if raw and ours else None
-        except UnicodeDecodeError:
-            return None
-
-    def _download(self, target: Path) -> None:
-        self._need_network("the artifact")
-        self.cache.make_dirs(target.parent)
-
-        def count(n: int) -> None:
-            self._how.add("whole")
-            self.bytes_fetched += n
-
-        digest = download(self.artifact.url, target, filename=self.artifact.filename,
-                          expected_sha256=self.artifact.sha256, size=self.artifact.size,
-                          progress=self.progress, count=count)
-        self._how.add("whole")
-        if self.artifact.sha256 is None:
-            # Nothing to compare with: RECORD checks the members read from it; the digest is recorded.
-            self.cache.write(self._fetched_digest_file(), digest.encode(), durable=True)
-        # Hashed as it streamed: the file this run just renamed into place needs no second pass
-        # (_proven_artifact still asks that it be the same file, by inode, and written by this user),
-        # and its mark spares the next run one.
-        st = os.lstat(target)
-        self._mark_verified(st, _stat_key(st, digest))
-
-    @contextmanager
-    def open_artifact(self) -> Iterator[BinaryIO]:
-        """The whole artifact (downloaded and checked first), the very descriptor that was proven."""
-        self.download_full()
-        f, self._held = self._held, None
-        if f is None:  # download_full returns only with a proven file held
-            raise EnvironmentProblem(f"cache file {self._full_file()} could not be proven")
-        with f:
-            yield f
-
-    def _mark_verified(self, st: os.stat_result, key: str) -> None:
-        self._artifact_key = key
-        # Only where hashing again costs more than the write (two fsyncs, ~16 ms here): ~8 MB. And
-        # only over a file of this user's: a mark proves nothing of a file someone else may rewrite.
-        if st.st_size >= VERIFY_MARK_BYTES and written_by_us(st) and self._own_mark() != key:
-            self.cache.write(self._verified_file(), key.encode(), durable=True)
-
     def _path_of(self, name: str) -> str | None:
         """An archive member's path relative to the import root (None: outside it)."""
         if self.artifact.kind == "wheel" or self._zip_artifact:
@@ -586,7 +471,3 @@ class ReleaseSource:
             return {}
         folder = self.dir if self.unhashed or self.verified_dir is None else self.verified_dir
         return self._parse_record(record_name, archive.read(f, lambda n: n, {record_name})[record_name], folder)
-
-
-def _stat_key(st: os.stat_result, sha256: str) -> str:
-    return f"{st.st_size} {st.st_mtime_ns} {st.st_ino} {sha256}"
