@@ -210,7 +210,8 @@ def artifact_dirs(cache: Path) -> list[Path]:
 # Valid documents --------------------------------------------------------------------------------
 
 WHEEL_SHA = "a" * 64
-INDEX_CACHE = {"name": "vllm", "fetched_at": 1764547200, "files": [
+# (its url: a page's hashes and validators count only for the URL it was fetched from)
+INDEX_CACHE = {"name": "vllm", "url": "http://127.0.0.1:9/simple/vllm/", "fetched_at": 1764547200, "files": [
     ["vllm-1.0-py3-none-any.whl", "http://127.0.0.1:9/files/vllm-1.0-py3-none-any.whl", WHEEL_SHA, 1295, False],
     ["vllm-1.1-cp38-abi3-manylinux1_x86_64.whl", "http://127.0.0.1:9/files/b.whl", "b" * 64, None, False],
     ["vllm-1.1.tar.gz", "http://127.0.0.1:9/files/vllm-1.1.tar.gz", "c" * 64, 47, True],

@@ -35,10 +35,12 @@ def run(spec: str, store: Store, ctx: SourceContext, options: Options, *, only: 
     result = evaluate(patches, upstream.version, upstream.source, options=options,
                       base_files=fetch.base_files_for(ref.engine, ctx))
     code = EXIT_OK if result.ok else EXIT_PATCH_FAILED
+    source = upstream.source.provenance()._asdict()
     return document(
         "check", code, engine=ref.engine.name, version=str(upstream.version),
-        source=upstream.source.provenance()._asdict(), patches=series_json(result),
-        warnings=moved_warnings(ref.engine, upstream.version),
+        source=source, patches=series_json(result),
+        # cache files that were not what they claimed, read again (source.refetched): said here too
+        warnings=moved_warnings(ref.engine, upstream.version) + list(source.get("refetched", [])),
     ), code
 
 
