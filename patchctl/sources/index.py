@@ -20,6 +20,7 @@ from packaging.version import InvalidVersion, Version
 from patchctl.errors import EnvironmentProblem, NetworkError, UsageError
 from patchctl.sources import http
 from patchctl.sources.cache import ArtifactCache, Damaged
+from patchctl.yamlio import load_json
 
 JSON_ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
 MAX_AGE_ENV = "PATCHCTL_INDEX_MAX_AGE"
@@ -139,7 +140,7 @@ class PackageIndex:
             raw = self._cache.read_file(cache_file)
             if raw is None:
                 return None, None
-            data = json.loads(raw.decode("utf-8"))
+            data = load_json(raw.decode("utf-8"))
         except Damaged as exc:
             wrong: str | None = exc.why
         except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
@@ -193,7 +194,7 @@ class PackageIndex:
         from patchctl.schemas import problem
 
         try:
-            data = json.loads(response.content.decode("utf-8"))
+            data = load_json(response.content.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
             raise NetworkError(f"the package index {self.url} sent {page} as JSON that does not parse: {exc}") from None
         wrong = problem("pep691", data)

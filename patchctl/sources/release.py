@@ -43,6 +43,7 @@ from patchctl.sources.files import NoProgress, ProgressSink, Provenance
 from patchctl.sources.index import IndexFile, IndexProject
 from patchctl.sources.sparse import SparseWheel
 from patchctl.sources.zipread import ZipEntry, tail_guess
+from patchctl.yamlio import load_json
 
 if TYPE_CHECKING:
     from packaging.version import Version
@@ -158,7 +159,7 @@ def _read_tails(cache_root: Path, project: str) -> dict:
     from packaging.version import InvalidVersion, Version
 
     try:
-        raw = json.loads(ArtifactCache(cache_root).read_file(ArtifactCache(cache_root).tails(project)) or b"")
+        raw = load_json(ArtifactCache(cache_root).read_file(ArtifactCache(cache_root).tails(project)) or b"")
     except (OSError, ValueError, RecursionError, Damaged):
         return {}
     out = {}
@@ -551,7 +552,7 @@ class ReleaseSource:
             return [n[len(layout):] for n in self._central_directory()
                     if n.startswith(layout) and not n.endswith("/")]
         try:
-            cached = json.loads(self._read(self._names_file()) or b"null")
+            cached = load_json(self._read(self._names_file()) or b"null")
         except (ValueError, RecursionError):
             cached = None
         if isinstance(cached, list) and all(isinstance(n, str) for n in cached):
