@@ -386,6 +386,9 @@ def _load_yaml(path: Path) -> Any:  # a YAML document: its shape is checked by t
         raise StoreError(f"{path}: not valid YAML: {exc}") from None
 
 
+load_store_yaml = _load_yaml  # for the commands that rewrite a store's files (pin, new)
+
+
 def _load_patch(engine: str, directory: Path, pins: dict) -> Patch:
     meta_file = directory / "patch.yaml"
     if not meta_file.is_file():
@@ -540,12 +543,12 @@ def _override_copy(user_root: Path, patch: Patch) -> Patch:
     series_file = user_root / patch.engine / "series.yaml"
     if not (folder / "patch.yaml").is_file():
         folder.mkdir(parents=True, exist_ok=True)
-        meta = load_yaml((patch.directory / "patch.yaml").read_text())
+        meta = _load_yaml(patch.directory / "patch.yaml")
         meta["overrides"] = True
         write_atomic(folder / "patch.yaml", dump_yaml(meta, sort_keys=False).encode())
         for variant in patch.variants:
             write_atomic(folder / variant.filename, variant.read_bytes())
-    doc: dict = load_yaml(series_file.read_text()) if series_file.is_file() else {"engine": patch.engine, "patches": []}
+    doc: dict = _load_yaml(series_file) if series_file.is_file() else {"engine": patch.engine, "patches": []}
     if not any(entry["name"] == patch.name for entry in doc["patches"]):
         doc["patches"].append({"name": patch.name, "variants": {v.filename: v.actual_sha256() for v in patch.variants}})
         write_atomic(series_file, dump_yaml(doc, sort_keys=False).encode())
@@ -559,7 +562,7 @@ def write_variant(store: Store, patch: Patch, filename: str, data: bytes) -> Non
     patch = store.home_for_writing(patch)
     write_atomic(patch.directory / filename, data)
     series_file = patch.directory.parent / "series.yaml"  # the patch's own store
-    doc = load_yaml(series_file.read_text())
+    doc = _load_yaml(series_file)
     for entry in doc["patches"]:
         if entry["name"] == patch.name:
             pins = dict(entry.get("variants") or {})

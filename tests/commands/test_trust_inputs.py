@@ -217,3 +217,21 @@ def test_a_series_that_is_not_a_regular_file_is_exit_3_naming_it(tree, tmp_path,
             "check": ["check", "vllm@1.0", "--offline"]}[command]
     doc = run_json(*args, *store_args, "--no-bundled", expect=3)
     assert f"{where} is not a regular file" in doc["error"]["message"], doc["error"]
+
+
+# --- pin reads the series it rewrites as every reader does ------------------------------------------
+
+@pytest.mark.parametrize("text,said", [
+    ("engine: vllm\npatches: [\n", "not valid YAML"),
+    ("engine: vllm\npatches: []\nengine: vllm\n", "key 'engine' given twice"),
+    ('engine: vllm\npatches: "\\0"\n', "NUL byte"),
+    ("engine: vllm\npatches: " + "[" * 100_000 + "]" * 100_000 + "\n", "nested deeper than 64 levels"),
+    ("engine: vllm\nmatrix_since: .nan\npatches: []\n", "not a finite number"),
+    ("engine: vllm\npatches: [{name: a, variants: {1.0.patch: " + "9" * 30 + "}}]\n", "out of range"),
+])
+def test_pin_of_a_damaged_series_is_a_store_error_naming_it(tmp_path, text, said):
+    series = tmp_path / "store" / "vllm" / "series.yaml"
+    series.parent.mkdir(parents=True)
+    series.write_text(text)
+    doc = run_json("pin", "--store", str(tmp_path / "store"), expect=2)
+    assert doc["error"]["kind"] == "store" and str(series) in doc["error"]["message"] and said in doc["error"]["message"]
