@@ -1,4 +1,4 @@
-"""Reading and writing the documents patchctl reads (series, patch metadata, engines.yaml, the matrix,
+"""Reading and writing YAML documents, and reading JSON ones, bounded (series, patch metadata, the matrix,
 the config, the deployment file; index pages, records, journals, image manifests, cache documents):
 safe loading only, through libyaml where it is installed (about 10x faster than the pure-Python loader),
 and bounded. Any of these may come from someone else (a mirror, a registry, another user's cache or
