@@ -10,7 +10,10 @@ tree), so both loaders refuse, as a parse error of their own kind would be refus
 - a NUL byte in any string (a path with one is a ValueError where it is used), a float that is not
   finite (YAML's .nan and .inf, JSON's NaN and 1e400: a wait that never ends) and an integer beyond
   64 bits (an OverflowError where a size or a time is used);
-- in YAML, a key given twice in one mapping (the loaders keep the last one without a word).
+- in YAML, a key given twice in one mapping (the loaders keep the last one without a word), and an
+  alias of a list or mapping (`*a`): nine lines of them expand to billions of values for whatever
+  walks the document next (a schema check, json.dumps), or make one contain itself. patchctl writes
+  none (dump_yaml copies a value used twice), and no document it reads needs one.
 
 `BoundsError` is both a json.JSONDecodeError and a yaml.YAMLError, so every reader's existing
 `except` for a malformed document names the file and gives its exit code: readers swap one call."""
@@ -123,8 +126,13 @@ def _check_events(text: str | bytes) -> None:
     whose message is better worded."""
     # One frame per open collection: [is a mapping, expecting a key, {key: its line}].
     frames: list[tuple[bool, list[bool], dict[tuple[str, str], int]]] = []
+    collections: set[str] = set()  # anchors that name a list or mapping
     try:
         for event in yaml.parse(text, Loader=_SafeLoader):
+            if isinstance(event, yaml.AliasEvent) and event.anchor in collections:
+                line = event.start_mark.line + 1 if event.start_mark else 0
+                raise BoundsError(f"line {line}: *{event.anchor} repeats a list or mapping (a YAML alias): patchctl "
+                                  f"reads documents without them")
             if isinstance(event, (yaml.NodeEvent, yaml.CollectionStartEvent)) and frames and frames[-1][0]:
                 _, expecting, keys = frames[-1]
                 if expecting[0] and isinstance(event, yaml.ScalarEvent) and event.value != "<<":
@@ -137,6 +145,8 @@ def _check_events(text: str | bytes) -> None:
                     keys[key] = line
                 expecting[0] = not expecting[0]
             if isinstance(event, yaml.CollectionStartEvent):
+                if event.anchor is not None:
+                    collections.add(event.anchor)
                 if len(frames) >= MAX_DEPTH:
                     line = event.start_mark.line + 1 if event.start_mark else 0
                     raise BoundsError(f"line {line}: nested deeper than {MAX_DEPTH} levels")
@@ -149,9 +159,14 @@ def _check_events(text: str | bytes) -> None:
         return
 
 
+class _Dumper(_SafeDumper):  # type: ignore[misc,valid-type]
+    def ignore_aliases(self, data: Any) -> bool:
+        return True  # a value used twice is written twice: load_yaml refuses aliases of lists and mappings
+
+
 def dump_yaml(data: Any, **kwargs: Any) -> str:
-    """yaml.safe_dump (same keyword arguments), through libyaml where available."""
-    return yaml.dump(data, Dumper=_SafeDumper, **kwargs)
+    """yaml.safe_dump (same keyword arguments), through libyaml where available, writing no alias."""
+    return yaml.dump(data, Dumper=_Dumper, **kwargs)
 
 
 YAMLError = yaml.YAMLError

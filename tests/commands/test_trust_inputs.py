@@ -235,3 +235,41 @@ def test_pin_of_a_damaged_series_is_a_store_error_naming_it(tmp_path, text, said
     series.write_text(text)
     doc = run_json("pin", "--store", str(tmp_path / "store"), expect=2)
     assert doc["error"]["kind"] == "store" and str(series) in doc["error"]["message"] and said in doc["error"]["message"]
+
+
+# --- YAML aliases of lists and mappings: a billion values, or a loop, from a few lines ---------------
+
+def _laughs(levels: int) -> str:
+    lines = ["  a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    lines += [f"  a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, levels)]
+    return "\n" + "\n".join(lines)
+
+
+ALIASES = [_laughs(12), _laughs(3), " &a [*a]", " &m {k: &n [*m]}", "\n  a: &x {k: 1}\n  b: *x"]
+ALIAS_IDS = ["9^12-values", "9^3-values", "a-list-in-itself", "a-loop-through-a-mapping", "a-mapping-twice"]
+
+
+@pytest.mark.parametrize("value", ALIASES, ids=ALIAS_IDS)
+def test_an_alias_of_a_list_or_mapping_in_a_deployment_file_is_refused(tmp_path, value):
+    path = write(tmp_path / "d.yaml", f"engine: vllm\nx:{value}\n")
+    doc = run_json("ensure", "--deployment", str(path), expect=2)
+    assert str(path) in doc["error"]["message"] and "repeats a list or mapping" in doc["error"]["message"]
+
+
+@pytest.mark.parametrize("value", ALIASES, ids=ALIAS_IDS)
+def test_an_alias_of_a_list_or_mapping_in_a_series_is_a_store_error(tree, value):
+    _, store = tree
+    series = store / "vllm" / "series.yaml"
+    text = series.read_text()
+    assert "engine: vllm\n" in text
+    series.write_text(text.replace("engine: vllm\n", f"engine:{value}\n"))  # main hung printing it (repr)
+    doc = run_json("list", "vllm@1.0", "--store", str(store), "--no-bundled", expect=2)
+    assert str(series) in doc["error"]["message"] and "repeats a list or mapping" in doc["error"]["message"]
+
+
+@pytest.mark.parametrize("shared", [[1, 2], {"k": "v"}, [{"a": [1]}], {"x": [1, {"y": 2}]}, []])
+def test_what_dump_yaml_writes_load_yaml_reads_again(shared):
+    from patchctl.yamlio import dump_yaml, load_yaml
+
+    doc = {"a": shared, "b": [shared, shared]}  # the same object thrice: written out, no alias
+    assert load_yaml(dump_yaml(doc)) == doc
