@@ -9,6 +9,7 @@ import subprocess
 from typing import Any
 
 from patchctl.errors import EnvironmentProblem
+from patchctl.yamlio import load_json
 
 
 def probe(python: str, script: str, *args: str, timeout: float = 60) -> Any:
@@ -21,7 +22,7 @@ def probe(python: str, script: str, *args: str, timeout: float = 60) -> Any:
         raise EnvironmentProblem(f"{python} failed to answer a probe: {proc.stderr.strip()[-300:]}")
     lines = proc.stdout.strip().splitlines()
     try:
-        return json.loads(lines[-1])
+        return load_json(lines[-1])  # a venv's sitecustomize may print anything: bounded
     except (IndexError, json.JSONDecodeError):
         raise EnvironmentProblem(f"{python} gave no answer to a probe: {proc.stdout.strip()[-300:]!r}") from None
 

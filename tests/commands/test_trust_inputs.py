@@ -5,6 +5,7 @@ lacks (exit 0, no rows) and a series.yaml that is a FIFO (skipped: an empty stor
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -273,3 +274,15 @@ def test_what_dump_yaml_writes_load_yaml_reads_again(shared):
 
     doc = {"a": shared, "b": [shared, shared]}  # the same object thrice: written out, no alias
     assert load_yaml(dump_yaml(doc)) == doc
+
+
+# --- what the engine's interpreter answers a probe (a service user's venv may print anything) ---------
+
+@pytest.mark.parametrize("answer", ["[" * 100_000 + "]" * 100_000, "NaN", '{"vllm": "1.0\\u0000"}', "1e400", "9" * 30])
+def test_a_probe_answer_past_the_bounds_is_an_environment_error(tmp_path, answer):
+    from patchctl.errors import EnvironmentProblem
+    from patchctl.interpreter import probe
+
+    with pytest.raises(EnvironmentProblem) as raised:
+        probe(sys.executable, f"print({answer!r})")
+    assert sys.executable in raised.value.message and raised.value.exit_code == 3
