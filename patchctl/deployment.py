@@ -41,7 +41,8 @@ FLAGS: dict[str, str] = {
 _NOT_ON: dict[str, tuple[str, ...]] = {"patches": ("revert",), "exclude": ("revert",)}
 # validate's keys, for `validate` alone (`url` and `start` mean validate's server there).
 VALIDATE_FLAGS: dict[str, str] = {
-    "url": "--url", "start": "--start", "ready_timeout": "--ready-timeout", "model": "--model",
+    "url": "--url", "start": "--start", "ready_timeout": "--ready-timeout", "timeout": "--timeout",
+    "level_timeout": "--level-timeout", "model": "--model",
     "concurrency": "--concurrency", "requests": "--requests", "max_tokens": "--max-tokens",
     "reasoning_budget": "--reasoning-budget", "prompt": "--prompt", "shared_prompt": "--shared-prompt", "golden": "--golden",
     "baseline_dir": "--baseline-dir", "threshold": "--threshold",

@@ -169,6 +169,13 @@ class TruncatedStream(RuntimeError):
     """The stream stopped before the server said it was done."""
 
 
+class BadServerReply(RuntimeError):
+    """The server broke the protocol or a limit: an event or reply that is not what an OpenAI-compatible
+    server sends (not JSON, `choices` not a list, `content` not a string, ...), an SSE line or a whole
+    reply past its cap. validate names the request and the event, and exits 3 (the server, not the
+    command, is wrong)."""
+
+
 class PlotUnavailable(RuntimeError):
     """matplotlib is not installed."""
 

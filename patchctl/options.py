@@ -9,6 +9,7 @@ document with its exit code, not a traceback. Nothing heavy is imported here: `e
 from __future__ import annotations
 
 import functools
+import re
 import sys
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -153,8 +154,41 @@ def _set_timeout(ctx: click.Context, param: click.Parameter, value: float | None
 
 timeout_option = click.option(
     "--timeout", type=float, default=None, expose_value=False, callback=_set_timeout, metavar="SECONDS",
-    help="Deadline of each network request, connect to last byte [default: 60]; a whole download's "
-         "grows by its size at 256 KiB/s (README, Limits). Lock waits are --wait's.")
+    help="Deadline of each network request, connect to last byte [default: 60]; a larger answer's "
+         "grows by the size it may carry at 256 KiB/s, fixed up front (README, Limits). Lock waits are --wait's.")
+
+
+_SIZE = re.compile(r"([0-9]{1,20})\s*(?:([KMGT])(?:iB)?)?", re.ASCII | re.IGNORECASE)
+
+
+def parse_size(text: str) -> int | None:
+    """A number of bytes as `1073741824`, `512M`, `512MiB`, `2G` (binary units); None if it is none."""
+    m = _SIZE.fullmatch(text.strip())
+    if m is None:
+        return None
+    return int(m.group(1)) << (10 * ("KMGT".index(m.group(2).upper()) + 1) if m.group(2) else 0)
+
+
+def _set_max_download(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """--max-download goes where --timeout goes (http.py, process-wide, undone when not given: the
+    setting is this command's)."""
+    if value is None:
+        loaded = sys.modules.get("patchctl.sources.http")
+        if loaded is not None:
+            loaded.set_max_download(None)
+        return
+    from patchctl.sources import http
+
+    size = parse_size(value)
+    if size is None or not 0 < size <= http.MAX_SIZE:
+        raise click.BadParameter(f"{value!r} is not a number of bytes > 0 (e.g. 2GiB, 800M, 1073741824)", ctx, param)
+    http.set_max_download(size)
+
+
+max_download_option = click.option(
+    "--max-download", type=str, default=None, expose_value=False, callback=_set_max_download, metavar="SIZE",
+    help="Most bytes any one download may carry, e.g. --max-download 2GiB [default: 1GiB, twice vLLM's largest "
+         "wheel]; a file the index lists as larger is refused before it is fetched (README, Limits).")
 
 
 class SourceFlags(NamedTuple):
@@ -184,6 +218,7 @@ def _fetch_flags(f: F, *, with_as_version: bool) -> F:
 
     declared = [
         timeout_option,
+        max_download_option,
         click.option("--index-url", help="Package index (default: pip's configuration, PIP_INDEX_URL)."),
         click.option("--offline", is_flag=True, help="Use only the cache; never touch the network."),
         click.option("--verify", is_flag=True,

@@ -32,7 +32,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("ground", ("patchctl", "patchctl.errors", "patchctl.paths", "patchctl.atomic", "patchctl.yamlio",
                 "patchctl.config", "patchctl.schemas", "patchctl.outcomes", "patchctl.interpreter",
                 "patchctl.gitutil", "patchctl.engines", "patchctl.bundled", "patchctl.versions",
-                "patchctl.nofollow")),
+                "patchctl.nofollow", "patchctl.pyenv")),
     ("sources and store", ("patchctl.sources", "patchctl.spec", "patchctl.store", "patchctl.image")),
     ("the work", ("patchctl.patching", "patchctl.tree", "patchctl.smoketest", "patchctl.serve",
                   "patchctl.matrix", "patchctl.rebase", "patchctl.capture", "patchctl.image.patch")),

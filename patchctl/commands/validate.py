@@ -15,7 +15,7 @@ import click
 from patchctl.commands.framework import patchctl_command
 from patchctl.commands.text import Literal, coloured, print_lines, table
 from patchctl.documents import document
-from patchctl.errors import EXIT_OK, EXIT_PATCH_FAILED, UsageError
+from patchctl.errors import EXIT_ENVIRONMENT, EXIT_OK, EXIT_PATCH_FAILED, UsageError
 from patchctl.options import as_version_option
 from patchctl.serve.baseline import DEFAULT_THRESHOLD
 from patchctl.spec import parse_spec
@@ -46,6 +46,8 @@ def run(
     url: str | None = None,
     start: str | None = None,
     ready_timeout: float = 900.0,
+    timeout: float = 300.0,
+    level_timeout: float | None = None,
     model: str | None = None,
     engine_version: str | None = None,
     api_key: str | None = None,
@@ -71,7 +73,9 @@ def run(
     progress: Callable[[str], None] | None = None,
 ) -> tuple[dict, int]:
     """Validate the server at `url`, or the one `start` starts (its URL: `url`, else the command's
-    --host/--port); (document, exit code): 0 every check passed, 1 one failed."""
+    --host/--port); (document, exit code): 0 every check passed, 1 one failed (a request past its
+    deadline among them), 3 a reply broke the protocol or a limit (NetworkError, also exit 3: the
+    server never answered)."""
     import shlex
 
     from patchctl.serve.outputs import write_outputs
@@ -119,6 +123,8 @@ def run(
         baseline_dir=Path(baseline_dir) if baseline_dir is not None else None,
         update_baseline=update_baseline,
         threshold=threshold,
+        request_timeout_s=timeout,
+        level_timeout_s=level_timeout,
     )
     if argv:
         report = run_with_server(config, argv, ready_timeout_s=ready_timeout, progress=progress)
@@ -130,7 +136,8 @@ def run(
         written = write_outputs(report, Path(out))
         files = {"json": str(written.json_path), "png": str(written.png_path) if written.png_path else None}
         warnings += written.warnings
-    code = EXIT_OK if report.ok else EXIT_PATCH_FAILED
+    # A server whose replies broke the protocol or a limit is the environment's fault, not a check's.
+    code = EXIT_ENVIRONMENT if report.bad_reply_count else EXIT_OK if report.ok else EXIT_PATCH_FAILED
     return document("validate", code, engine=ref.engine.name, url=report.base_url, started=bool(argv),
                     patch_set_from=origin, target=target, report=report.to_json(), files=files,
                     warnings=warnings), code
@@ -313,6 +320,7 @@ def _notify(text: str) -> None:
     "patchctl validate vllm --url URL --golden g.json --record-golden   record greedy outputs (known-good)",
     "patchctl validate vllm --url URL --golden g.json --no-throughput   compare with them token by token",
     "patchctl validate sglang --url http://127.0.0.1:30000 --update-baseline --out runs/today.json --json",
+    "patchctl validate vllm --url URL --timeout 60 --level-timeout 600   no request past 60 s, no level past 10 min",
 ))
 @click.argument("engine", metavar="ENGINE")
 @click.option("--url", metavar="URL", help="The running OpenAI-compatible server to validate.")
@@ -321,6 +329,15 @@ def _notify(text: str) -> None:
                    "Its URL: --url, else the command's --host/--port.")
 @click.option("--ready-timeout", type=float, default=900.0, show_default=True,
               help="Seconds --start waits for the server to answer.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
+              metavar="SECONDS",
+              help="Deadline of each request to the server, connect to last byte (a stream that never ends, or "
+                   "only sends keep-alives, fails at it): e.g. --timeout 60. A server that answers no request "
+                   "within it is exit 3.")
+@click.option("--level-timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+              help="Deadline of each concurrency level: requests in flight then fail, the rest are not sent "
+                   "(default: the level's waves, requests / concurrency rounded up, times --timeout + 1 s), "
+                   "e.g. --level-timeout 600.")
 @click.option("--model", help="Model to request (default: the first of /v1/models).")
 @click.option("--engine-version", help="Engine version for the baseline key (default: the server's /version).")
 @click.option("--api-key", envvar="OPENAI_API_KEY", help="Bearer token, if the server wants one.")
@@ -373,7 +390,8 @@ def command(engine: str, **options: Any) -> tuple[dict, int]:  # Any: click's va
 
     One of --url URL (a running server) or --start CMD (patchctl starts it, waits until it answers,
     validates it and stops it). Each deployment (model, engine version, patch set) keeps its own
-    throughput baseline. Exit codes: 0 ok, 1 a check failed, 2 bad input, 3 no server or it failed
-    to start.
+    throughput baseline. Exit codes: 0 ok, 1 a check failed (a request past its deadline among them),
+    2 bad input, 3 no server, it failed to start or never answered, or its replies broke the protocol
+    or a limit (each named in the report).
     """
     return run(engine, progress=_notify, **options)

@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from patchctl.errors import NetworkError
 from patchctl.serve.client import CHAT, OpenAIClient
 
 
@@ -131,7 +132,9 @@ def run_answers(
     for chk in checks:
         budget = chk.max_tokens + extra_tokens
         try:
-            reply = client.complete(api, chk.prompt, budget, temperature=0.0, extra=extra)
+            reply = client.complete(api, chk.prompt, budget, temperature=0.0, extra=extra, label=f"answers/{chk.name}")
+        except NetworkError:
+            raise  # the server never answered anything: no check can run (exit 3)
         except Exception as exc:  # a failed request is a failed check, with its cause
             results.append(AnswerResult(chk.name, False, f"request failed: {exc}"[:300], "", 0, max_tokens=budget))
             continue

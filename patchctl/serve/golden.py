@@ -151,12 +151,13 @@ def generate(
     extra: Mapping[str, Any] | None = None,
 ) -> tuple[GoldenEntry, ...]:
     entries = []
-    for prompt in prompts:
+    for k, prompt in enumerate(prompts, start=1):
+        label = f"golden prompt {k}"
         try:
-            reply = client.complete(api, prompt, max_tokens, temperature=0.0, logprobs=True, extra=extra)
+            reply = client.complete(api, prompt, max_tokens, temperature=0.0, logprobs=True, extra=extra, label=label)
         except requests.HTTPError:
             # Some servers refuse logprobs; text is still comparable.
-            reply = client.complete(api, prompt, max_tokens, temperature=0.0, extra=extra)
+            reply = client.complete(api, prompt, max_tokens, temperature=0.0, extra=extra, label=label)
         entries.append(GoldenEntry(prompt, reply.content, reply.tokens))
     return tuple(entries)
 

@@ -46,6 +46,9 @@ class RequestRecord(NamedTuple):
     content_chunks: int = 0  # output chunks that carried content
     reads: int = 0  # separate reads from the socket that brought output chunks
     ended_in_reasoning: bool = False  # cut by max_tokens (finish_reason length) while still reasoning
+    # The server's completion_tokens made no sense (sse.usage_problem: negative, not an integer, more than
+    # max_tokens): why; usage_tokens is then None and the tokens are counted from chunks.
+    usage_rejected: str | None = None
 
     @property
     def chunk_tokens(self) -> int:
@@ -117,6 +120,7 @@ class RequestRecord(NamedTuple):
         return n / self.e2e if n is not None and self.e2e > 0 else None
 
 
+USAGE_PROBLEMS_KEPT = 3  # distinct reasons a level keeps, for its warning
 MIN_CHUNKS = 4  # fewer output chunks than this cannot show whether a stream was streamed
 BUFFER_SPAN = 0.05  # every chunk inside the last 5% of the request's time...
 BUFFER_GAP_S = 0.0005  # ...and half the gaps under 0.5 ms: what parsing one buffer takes, not decoding
@@ -227,6 +231,8 @@ class LevelMetrics(NamedTuple):
     reasoning_tokens: int | None = None  # output tokens spent reasoning (counted from chunks)
     content_tokens: int | None = None  # output tokens of the answer (counted from chunks)
     ended_in_reasoning: int = 0  # requests cut by max_tokens while still reasoning
+    usage_rejected: int = 0  # requests whose server usage made no sense, so were counted from chunks
+    usage_problems: tuple[str, ...] = ()  # why, the first few distinct reasons
 
     def flat(self) -> dict[str, float]:
         """The scalar numbers a baseline stores (and can compare: baseline.HIGHER_IS_BETTER and
@@ -299,4 +305,6 @@ def aggregate(
         reasoning_tokens=sum(r.reasoning_chunks for r in ok) if split else None,
         content_tokens=sum(r.content_chunks for r in ok) if split else None,
         ended_in_reasoning=sum(1 for r in ok if r.ended_in_reasoning),
+        usage_rejected=sum(1 for r in ok if r.usage_rejected),
+        usage_problems=tuple(sorted({r.usage_rejected for r in ok if r.usage_rejected}))[:USAGE_PROBLEMS_KEPT],
     )

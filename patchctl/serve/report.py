@@ -13,9 +13,9 @@ from patchctl.serve.metrics import LevelMetrics, Spread, Stats
 # Keys have been added to format 1 since it was first written (answers' reasoning_passed,
 # finish_reason and max_tokens; throughput's prompt, prompt_sha256, temperature, prompts, single_request and
 # each level's request_tok_s, decode_tok_s, request_throughput, stream, latency_not_measured,
-# buffered_requests, reasoning_tokens, content_tokens, ended_in_reasoning; baseline's not_compared
-# and workload_changes; warnings), none renamed or removed: a reader of format 1 keeps working,
-# and older stored reports still load.
+# buffered_requests, reasoning_tokens, content_tokens, ended_in_reasoning, usage_rejected, usage_problems;
+# baseline's not_compared and workload_changes; warnings, bad_replies, bad_reply_count), none renamed or
+# removed: a reader of format 1 keeps working, and older stored reports still load.
 FORMAT = 1
 
 
@@ -105,6 +105,10 @@ class ServeReport:
     failures: tuple[str, ...]  # one sentence each, naming the numbers
     notes: tuple[str, ...]  # what was skipped or measured differently, and why
     warnings: tuple[str, ...] = ()  # results to distrust: a comparison that is within the noise
+    # Requests whose reply broke the protocol or a cap ("c=8 request 5: event 3: `choices` is str, not a
+    # list"), the first BAD_REPLIES_KEPT of them: the server is wrong, validate exits 3.
+    bad_replies: tuple[str, ...] = ()
+    bad_reply_count: int = 0  # all of them
 
     @property
     def ok(self) -> bool:
@@ -147,13 +151,16 @@ class ServeReport:
             failures=tuple(obj["failures"]),
             notes=tuple(obj["notes"]),
             warnings=tuple(obj.get("warnings", ())),
+            bad_replies=tuple(obj.get("bad_replies", ())),
+            bad_reply_count=int(obj.get("bad_reply_count", 0)),
         )
 
 
 def _level(obj: dict[str, Any]) -> LevelMetrics:
     stats = {k: None if obj[k] is None else Stats(**obj[k]) for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")}
     spreads = {k: None if obj.get(k) is None else Spread(**obj[k]) for k in ("request_tok_s", "decode_tok_s")}
-    return LevelMetrics(**{**obj, **stats, **spreads, "errors": tuple(obj["errors"])})
+    return LevelMetrics(**{**obj, **stats, **spreads, "errors": tuple(obj["errors"]),
+                           "usage_problems": tuple(obj.get("usage_problems", ()))})
 
 
 def _plain(obj: Any) -> Any:

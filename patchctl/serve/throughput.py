@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import itertools
+import math
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
-from patchctl.serve.client import OpenAIClient
+from patchctl.serve.client import PROBE_TIMEOUT_S, OpenAIClient
 from patchctl.serve.metrics import LevelMetrics, RequestRecord, aggregate
 
 # The field's deterministic throughput prompt (the one people quote single-request tok/s with): at
@@ -78,6 +80,15 @@ def prompt_digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+LEVEL_SLACK_S = 1.0  # a wave's time between its requests (taking the next, a reconnect), in a level's deadline
+
+
+def level_deadline(num_requests: int, concurrency: int, timeout_s: float) -> float:
+    """A level's default deadline: its waves (ceil(requests / concurrency)) times one request's, and
+    LEVEL_SLACK_S a wave, so that by default no request's own deadline is cut short by the level's."""
+    return math.ceil(num_requests / max(1, concurrency)) * (timeout_s + LEVEL_SLACK_S)
+
+
 def run_level(
     client: OpenAIClient,
     concurrency: int,
@@ -88,6 +99,7 @@ def run_level(
     stream: bool = True,
     extra: Mapping[str, Any] | None = None,
     unique_prompts: bool = True,
+    level_timeout_s: float | None = None,
 ) -> LevelMetrics:
     """`num_requests` requests, never more than `concurrency` in flight, the first `concurrency` of
     them sent at once; each with a prompt of its own unless unique_prompts is off (request_prompts).
@@ -98,12 +110,20 @@ def run_level(
     the first wave left over some tens of ms, and one wave of 32 requests is a large part of a
     level's wall time: output throughput read 15% under SGLang's bench_serving, whose asyncio loop
     sends a wave at once.
+
+    The level ends by its deadline (level_timeout_s from the barrier; default level_deadline): a
+    request in flight then is cut off with it, one not yet sent is not sent; both are failures that
+    say so. Each request also has its own deadline, the client's --timeout.
     """
     workers = max(1, min(concurrency, num_requests))
     barrier = threading.Barrier(workers)
     taken = itertools.count()
     records: list[RequestRecord | None] = [None] * num_requests
     prompts = request_prompts(prompt, num_requests, unique_prompts)
+    seconds = level_timeout_s if level_timeout_s is not None else level_deadline(num_requests, concurrency,
+                                                                                 client.timeout_s)
+    why = f"the deadline of level c={concurrency}, {seconds:g} s (--level-timeout)"
+    ends: list[float] = []  # the level's deadline on perf_counter's clock, set once the barrier is passed
 
     def work() -> None:
         client.connect()
@@ -111,24 +131,49 @@ def run_level(
             barrier.wait(timeout=BARRIER_TIMEOUT_S)
         except threading.BrokenBarrierError:
             pass  # a worker that never arrived: the others go on rather than hang
+        if not ends:
+            ends.append(time.perf_counter() + seconds)
         while (i := next(taken)) < num_requests:
+            left = ends[0] - time.perf_counter()
+            if left <= 0:
+                records[i] = _not_run(f"not sent: {why} had passed")
+                continue
+            own = client.timeout_s
             records[i] = client.timed_request(
-                api, prompts[i], max_tokens, stream=stream, temperature=TEMPERATURE, extra=extra
+                api, prompts[i], max_tokens, stream=stream, temperature=TEMPERATURE, extra=extra,
+                label=f"c={concurrency} request {i + 1}", seconds=min(own, left),
+                why=why if left < own else None,
             )
 
     threads = [threading.Thread(target=work, name=f"validate-{k}", daemon=True) for k in range(workers)]
     for t in threads:
         t.start()
+    # Every request is bounded by its deadline; this bounds the wait on the threads as well (the
+    # barrier, the connections opened first, and slack for the watchdog to shut sockets).
+    give_up = time.monotonic() + BARRIER_TIMEOUT_S + 2 * PROBE_TIMEOUT_S + seconds + JOIN_SLACK_S
     for t in threads:
-        t.join()
-    done = [r for r in records if r is not None]
+        t.join(max(0.0, give_up - time.monotonic()))
+    done = [r if r is not None else _not_run(f"no result by {why}") for r in records]
+    sent = [r for r in done if r.end > r.start] or done
     # Wall time from the first request sent to the last reply done: thread start-up and teardown
     # are not the server's time.
-    duration = max(r.end for r in done) - min(r.start for r in done)
+    duration = max(r.end for r in sent) - min(r.start for r in sent)
     return aggregate(concurrency, done, duration, stream)
 
 
+JOIN_SLACK_S = 5.0
+
+
+def _not_run(error: str) -> RequestRecord:
+    now = time.perf_counter()
+    return RequestRecord(ok=False, error=error, streamed=True, start=now, end=now, chunk_times=(),
+                         usage_tokens=None, content="", reasoning="")
+
+
 def warm_up(client: OpenAIClient, api: str, prompt: str, n: int, extra: Mapping[str, Any] | None = None) -> None:
-    """Untimed requests first: the first one pays for lazy loading and caches."""
-    for _ in range(n):
-        client.timed_request(api, prompt, 8, stream=True, temperature=TEMPERATURE, extra=extra)
+    """Untimed requests first: the first one pays for lazy loading and caches. NetworkError when the
+    server answered none of them, nor anything before (client.require_answer)."""
+    for k in range(n):
+        client.timed_request(api, prompt, 8, stream=True, temperature=TEMPERATURE, extra=extra,
+                             label=f"warm-up {k + 1}")
+        client.require_answer()

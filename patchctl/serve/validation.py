@@ -17,11 +17,11 @@ from typing import Any
 
 import requests
 
-from patchctl.errors import NetworkError, UsageError
+from patchctl.errors import BadServerReply, NetworkError, UsageError
 from patchctl.serve import answers as _answers
 from patchctl.serve import baseline as _baseline
 from patchctl.serve import golden as _golden
-from patchctl.serve.client import CHAT, COMPLETIONS, OpenAIClient
+from patchctl.serve.client import CHAT, COMPLETIONS, DEFAULT_TIMEOUT_S, OpenAIClient
 from patchctl.serve.metrics import BUFFERED
 from patchctl.serve.process import ServerProcess
 from patchctl.serve.report import BaselineReport, GoldenReport, ServeReport, ThroughputReport
@@ -52,7 +52,8 @@ class ServeConfig:
     engine_version: str | None = None  # None: GET /version, else "unknown"
     patch_set: str = "unknown"  # what the server runs: baseline.applied_patch_set ("none": pristine)
     api_key: str | None = None
-    request_timeout_s: float = 600.0
+    request_timeout_s: float = DEFAULT_TIMEOUT_S  # each request's deadline, connect to last byte (--timeout)
+    level_timeout_s: float | None = None  # each level's (--level-timeout); None: throughput.level_deadline
     extra_body: Mapping[str, Any] = field(default_factory=dict)  # merged into every request
 
     answers: bool = True
@@ -102,7 +103,8 @@ def run_validate(config: ServeConfig, progress: Progress | None = None) -> Serve
     client = OpenAIClient(config.base_url, config.model, config.api_key, config.request_timeout_s)
     try:
         model = client.resolve_model()
-    except (requests.RequestException, RuntimeError, ValueError, KeyError, TypeError, AttributeError) as exc:
+    except (requests.RequestException, BadServerReply, RuntimeError, ValueError, KeyError, TypeError,
+            AttributeError) as exc:
         # ValueError and the rest: /v1/models answered, but not with OpenAI's list of models
         raise NetworkError(
             f"no OpenAI-compatible server answers at {client.base_url}: {exc}",
@@ -132,6 +134,10 @@ def run_validate(config: ServeConfig, progress: Progress | None = None) -> Serve
             golden_report = _run_golden(config, Path(config.golden_path), client, engine_version, extra, say)
         except requests.RequestException as exc:
             raise NetworkError(f"golden: a request to {client.base_url} failed: {exc}") from None
+        except BadServerReply as exc:  # named in bad_replies too: the run goes on, and exits 3
+            failures.append(f"golden: {exc}")
+            golden_report = None
+    if golden_report is not None:
         if golden_report.mode == "missing":
             failures.append(f"golden: no golden file at {golden_report.path} (record one on a known-good engine)")
         elif golden_report.mode == "wrong-model":
@@ -167,6 +173,10 @@ def run_validate(config: ServeConfig, progress: Progress | None = None) -> Serve
         notes += _not_compared_notes(baseline_report)
         warnings += _baseline_warnings(config, baseline_report, throughput_report, base)
 
+    if client.bad_reply_count:
+        failures.append(
+            f"the server's replies broke the protocol or a limit in {client.bad_reply_count} request(s) (the first: "
+            f"{client.bad_replies[0]}): every one is listed under bad_replies")
     return ServeReport(
         base_url=client.base_url,
         deployment=deployment,
@@ -179,6 +189,8 @@ def run_validate(config: ServeConfig, progress: Progress | None = None) -> Serve
         failures=tuple(failures),
         notes=tuple(notes),
         warnings=tuple(warnings),
+        bad_replies=tuple(client.bad_replies),
+        bad_reply_count=client.bad_reply_count,
     )
 
 
@@ -200,6 +212,10 @@ def level_warnings(tp: ThroughputReport) -> list[str]:
                 f"{c}: {lv.ended_in_reasoning}/{done} requests ran out of max_tokens ({tp.max_tokens}) inside their "
                 f"reasoning (finish_reason length before any answer): the figures measure thinking only; raise "
                 "--max-tokens, or turn the model's thinking down (its setting, through the server's extra body)")
+        if lv.usage_rejected:
+            warnings.append(
+                f"{c}: the server's usage made no sense for {lv.usage_rejected}/{done} requests "
+                f"({'; '.join(lv.usage_problems)}): not used, their tokens were counted from chunks instead")
         if lv.token_count_method in ("chunks", "mixed"):
             warnings.append(
                 f"{c}: the server did not report usage, so output tokens were counted from chunks (one chunk taken as "
@@ -234,8 +250,9 @@ def _run_throughput(config: ServeConfig, client: OpenAIClient, extra: Mapping[st
         say(f"throughput: concurrency {conc}, {n} requests")
         levels.append(
             run_level(client, conc, n, config.throughput_api, config.prompt, config.max_tokens, config.stream, extra,
-                      unique_prompts=not config.shared_prompt)
+                      unique_prompts=not config.shared_prompt, level_timeout_s=config.level_timeout_s)
         )
+        client.require_answer()
     name = config.prompt_name or next((k for k, v in PROMPTS.items() if v == config.prompt), "custom")
     return ThroughputReport(config.throughput_api, config.stream, config.max_tokens, tuple(levels),
                             prompt=name, prompt_sha256=prompt_digest(config.prompt), temperature=TEMPERATURE,

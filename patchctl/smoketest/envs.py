@@ -10,9 +10,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from patchctl import config
-from patchctl.atomic import write_atomic
 from patchctl.errors import EnvironmentProblem, UsageError
-from patchctl.sources.cache import ArtifactCache, Damaged
+from patchctl.smoketest import sealed
+from patchctl.sources.cache import ArtifactCache
 
 BASE_REQUIREMENTS = ("pytest", "packaging")
 
@@ -30,27 +30,34 @@ def _venv(store_root: Path, profile: str) -> Path:
     return ArtifactCache(config.cache_dir()).env(f"{profile}-{digest}")
 
 
+def _head(reqs: Path) -> str:
+    text = reqs.read_text()
+    return text if text.endswith("\n") else text + "\n"
+
+
 def env_ready(store_root: Path, profile: str) -> bool:
+    """Whether the profile's venv is built and may be run: sealed, and its seal checks (sealed.py)."""
     venv = _venv(store_root, profile)
-    try:
-        # The marker read without following a symlink; the venv's python is a symlink by design.
-        complete = ArtifactCache(config.cache_dir()).exists(venv / ".complete")
-    except Damaged:
-        return False
-    return complete and (venv / "bin" / "python").exists()
+    head = _head(requirements_file(store_root, profile))
+    return sealed.untrusted(ArtifactCache(config.cache_dir()), venv, head) is None
 
 
 def ensure_env(store_root: Path, profile: str, log: Callable[[str], None] | None = None) -> str:
-    """Path of the profile's python, creating the venv the first time."""
+    """Path of the profile's python, creating the venv the first time, and again whenever what is
+    there is not what was built, or others could have written it (sealed.py; the reason is said)."""
     reqs = requirements_file(store_root, profile)
     venv = _venv(store_root, profile)
     python = venv / "bin" / "python"
-    if env_ready(store_root, profile):
+    cache = ArtifactCache(config.cache_dir())
+    head = _head(reqs)
+    if sealed.usable(cache, venv, head, _step):
         return str(python)
-    with ArtifactCache(config.cache_dir()).building(venv):
-        if env_ready(store_root, profile):  # built by another process while this one waited
+    with cache.building(venv):
+        if sealed.usable(cache, venv, head, lambda _: None):  # built by another process while this one waited
             return str(python)
-        return _build(reqs, venv, profile, log)
+        built = _build(reqs, venv, profile, log)
+        sealed.require(cache, venv, head)
+        return built
 
 
 def _build(reqs: Path, venv: Path, profile: str, log: Callable[[str], None] | None) -> str:
@@ -69,7 +76,7 @@ def _build(reqs: Path, venv: Path, profile: str, log: Callable[[str], None] | No
     _run([str(python), "-m", "pip", "install", *([] if live else ["-q"]), "-r", str(reqs), *BASE_REQUIREMENTS],
          f"install the {profile} requirements ({reqs})", log, live=live,
          step=f"2/2 installing {reqs.name} and {', '.join(BASE_REQUIREMENTS)} with pip (a GPU profile is gigabytes)")
-    write_atomic(venv / ".complete", reqs.read_text().encode())
+    sealed.seal(venv, _head(reqs))  # last: what was built, listed and hashed
     if live:
         _step(f"the smoke environment {profile!r} is ready")
     return str(python)

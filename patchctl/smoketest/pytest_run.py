@@ -3,7 +3,6 @@ in the patch's smoke environment. (The serve tier lives in patchctl.serve.)"""
 from __future__ import annotations
 
 import os
-import subprocess
 import tempfile
 import time
 import xml.etree.ElementTree as ET
@@ -12,12 +11,14 @@ from typing import NamedTuple
 
 import patchctl
 from patchctl.engines import get_engine
-from patchctl.interpreter import has_gpu
+from patchctl.errors import EnvironmentProblem
+from patchctl.interpreter import has_gpu, run_bounded
 from patchctl.store import Patch
 
 TIER_MARKERS = {"cpu": "not gpu", "gpu": "gpu"}
 # Proving an upstreamed version: the patched-side checks must pass on the pristine tree.
 UPSTREAM_PROOF = " and not pristine_fails"
+PYTEST_OUTPUT_LIMIT = 64 << 20  # -q output; a failing check with a long diff is some KB
 
 
 class CheckResult(NamedTuple):
@@ -65,12 +66,17 @@ def run_checks(patch: Patch, tier: str, python: str, *, engine: str, version: st
                "--rootdir", str(checks), str(checks)]
         start = time.monotonic()
         try:
-            proc = subprocess.run(cmd, cwd=checks, env=env, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return CheckResult(patch.name, tier, "error", 0, 0, 0, timeout, f"timed out after {timeout:.0f} s", evidence)
+            # Its own process group, killed whole at the deadline (a check's server or worker with it)
+            # and after pytest exits; its output capped (the junit file carries the results).
+            ran = run_bounded(cmd, timeout=timeout, limit=PYTEST_OUTPUT_LIMIT, env=env, cwd=checks,
+                              what=f"pytest of {patch.name}'s checks")
+        except EnvironmentProblem as exc:
+            took = time.monotonic() - start
+            reason = f"timed out after {timeout:.0f} s" if "did not finish" in str(exc) else str(exc)
+            return CheckResult(patch.name, tier, "error", 0, 0, 0, took, reason, evidence)
         seconds = time.monotonic() - start
         if not junit.is_file():
-            tail = (proc.stdout + proc.stderr).strip()[-1500:]
+            tail = (ran.stdout + ran.stderr).decode(errors="replace").strip()[-1500:]
             return CheckResult(patch.name, tier, "error", 0, 0, 0, seconds, f"pytest did not run: {tail}", evidence)
         passed, failed, skipped, failures, skip_reasons = _parse_junit(junit)
     proof = "upstreamed: behaves as patched on the pristine release; " if upstream_proof else ""

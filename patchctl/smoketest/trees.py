@@ -8,18 +8,19 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from packaging.version import Version
 
 from patchctl import config
-from patchctl.atomic import write_atomic
 from patchctl.engines import Engine
 from patchctl.errors import PatchFailed, UsageError
 from patchctl.patching import evaluate
+from patchctl.smoketest import sealed
 from patchctl.sources import archive, fetch
-from patchctl.sources.cache import ArtifactCache, Damaged
+from patchctl.sources.cache import ArtifactCache
 from patchctl.sources.files import DirectorySource, FileSource
 from patchctl.sources.release import ReleaseSource
 from patchctl.store import Patch
@@ -50,10 +51,11 @@ def pristine_tree(source: ReleaseSource) -> Path:
         key = source.provenance().sha256
     cache = ArtifactCache(config.cache_dir())
     root = cache.tree(str(key)) / "pristine"
-    if _complete(cache, root, f"format {TREE_FORMAT}\n"):
+    head = f"format {TREE_FORMAT}\n"
+    if sealed.usable(cache, root, head, _say):
         return root
     with cache.building(root):
-        if _complete(cache, root, f"format {TREE_FORMAT}\n"):  # built by another process while this one waited
+        if sealed.usable(cache, root, head, _quiet):  # built by another process while this one waited
             return root
         source.sparse = False
         tmp = _fresh(cache, root.with_name(f"pristine.{os.getpid()}.tmp"))
@@ -65,9 +67,10 @@ def pristine_tree(source: ReleaseSource) -> Path:
             else:
                 archive.extract(f, tmp, lambda name: (inner if (inner := engine.sdist_member_path(name))
                                                       and inner.startswith(wanted) else None))
-        write_atomic(tmp / ".complete", f"format {TREE_FORMAT}\n{source.artifact.filename}\n".encode())
+        sealed.seal(tmp, f"{head}{source.artifact.filename}\n")
         cache.remove(root)
         os.replace(tmp, root)
+        sealed.require(cache, root, head)
     return root
 
 
@@ -75,18 +78,19 @@ def cached_pristine(cache: ArtifactCache, artifact: str) -> Path | None:
     """The pristine tree already built from the artifact of that file name (`vllm-0.16.0.tar.gz`), or
     None: for a tool that wants a release's own files without fetching (a peer's benchmark client)."""
     for root in sorted((cache.root / "trees").glob("*/pristine")):
-        if _complete(cache, root, f"format {TREE_FORMAT}\n{artifact}\n"):
+        if sealed.untrusted(cache, root, f"format {TREE_FORMAT}\n{artifact}\n") is None:
             return root
     return None
 
 
-def _complete(cache: ArtifactCache, root: Path, starts: str = "") -> bool:
-    """Whether the tree at root was built whole (its .complete marker, read without following a link)."""
-    try:
-        marker = cache.read_file(root / ".complete")
-    except Damaged:
-        return False
-    return marker is not None and marker.startswith(starts.encode())
+def _say(text: str) -> None:
+    """One line on stderr (stdout is the command's: with --json, one document)."""
+    sys.stderr.write(f"smoke: {text}\n")
+    sys.stderr.flush()
+
+
+def _quiet(text: str) -> None:
+    pass  # the same reason was said before the lock was taken
 
 
 def _fresh(cache: ArtifactCache, tmp: Path) -> Path:
@@ -103,10 +107,11 @@ def git_tree(source: GitSource, engine: Engine) -> Path:
     `git archive`, cached by commit (a commit names its content)."""
     cache = ArtifactCache(config.cache_dir())
     root = cache.tree(f"git-{source.commit}") / "pristine"
-    if _complete(cache, root):
+    head = f"format {TREE_FORMAT}\n"
+    if sealed.usable(cache, root, head, _say):
         return root
     with cache.building(root):
-        if _complete(cache, root):  # built by another process while this one waited
+        if sealed.usable(cache, root, head, _quiet):  # built by another process while this one waited
             return root
         tmp = _fresh(cache, root.with_name(f"pristine.{os.getpid()}.tmp"))
         paths = [f"{source.prefix}{p}" for p in engine.packages]
@@ -119,9 +124,10 @@ def git_tree(source: GitSource, engine: Engine) -> Path:
         with archive.errors_named(f"git archive of {source.commit[:12]}"):
             archive.extract(io.BytesIO(exported.stdout), tmp,
                             lambda name: name[len(source.prefix):] if name.startswith(source.prefix) else None)
-        write_atomic(tmp / ".complete", f"format {TREE_FORMAT}\n{source.description}@{source.commit}\n".encode())
+        sealed.seal(tmp, f"{head}{source.description}@{source.commit}\n")
         cache.remove(root)
         os.replace(tmp, root)
+        sealed.require(cache, root, head)
     return root
 
 
@@ -158,11 +164,12 @@ def _with_patched(engine: Engine, version: Version, patches: tuple[Patch, ...], 
         [[c.path, hashlib.sha256(c.after or b"").hexdigest()] for c in result.changes]).encode()).hexdigest()[:16]
     patched = pristine.parent / f"patched-{digest}"
     cache = ArtifactCache(config.cache_dir())
-    if not _complete(cache, patched):
+    head = f"format {TREE_FORMAT}\npatched {digest}\n"
+    if not sealed.usable(cache, patched, head, _say):
         with cache.building(patched):
-            if not _complete(cache, patched):  # another process may have built it while this one waited
+            if not sealed.usable(cache, patched, head, _quiet):  # another process may have built it meanwhile
                 tmp = patched.with_name(f"{patched.name}.{os.getpid()}.tmp")
-                shutil.rmtree(tmp, ignore_errors=True)
+                cache.remove(tmp)
                 shutil.copytree(pristine, tmp, symlinks=True)
                 for change in result.changes:
                     file = tmp / change.path
@@ -171,6 +178,8 @@ def _with_patched(engine: Engine, version: Version, patches: tuple[Patch, ...], 
                     else:
                         file.parent.mkdir(parents=True, exist_ok=True)
                         file.write_bytes(change.after)
-                shutil.rmtree(patched, ignore_errors=True)
+                sealed.seal(tmp, head)  # replaces the pristine tree's marker copytree brought along
+                cache.remove(patched)
                 os.replace(tmp, patched)
+                sealed.require(cache, patched, head)
     return Trees(version, pristine, patched, artifact, artifact_sha256, result)

@@ -174,6 +174,27 @@ class ArtifactCache:
         finally:
             os.close(fd)  # closing releases the flock
 
+    def foreign(self, entry: Path) -> str | None:
+        """Why code under `entry` (a smoke venv or tree, which patchctl runs) may not be trusted: None
+        when the cache root and every folder down to entry is a real folder (no link) owned by root or
+        the running user that no one else may write (sticky folders aside: others cannot rename in
+        them), else the first that fails, in words. The data files need no such check: every read of
+        one verifies it; code is run before anything could verify it."""
+        me = os.geteuid()
+        parts = entry.relative_to(self.root).parts
+        for folder in [self.root, *(self.root.joinpath(*parts[: i + 1]) for i in range(len(parts)))]:
+            try:
+                st = os.lstat(folder)
+            except FileNotFoundError:
+                return None  # nothing there to trust yet: it is built
+            if not stat.S_ISDIR(st.st_mode):
+                return f"{folder} is not a folder (a link or a file)"
+            if st.st_uid not in (0, me):
+                return f"{folder} belongs to uid {st.st_uid}, not to root or to you"
+            if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
+                return f"{folder} may be written by others (mode {stat.S_IMODE(st.st_mode):o})"
+        return None
+
     def remove(self, path: Path) -> None:
         """Remove a cache file or folder; a symlink is removed itself, never what it points to."""
         try:

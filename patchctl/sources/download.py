@@ -17,10 +17,12 @@ def download(url: str, target: Path, *, filename: str, expected_sha256: str | No
     """Fetch `url` into `target` (its folder must exist); returns the sha256 of what was fetched.
     With expected_sha256 None (an index that publishes none) nothing is compared here: the caller
     checks the members against RECORD and records the digest."""
-    response = http.get(url, stream=True, what=filename, max_bytes=size or None)  # held to the size the index lists
+    # Held to the size the index lists and to --max-download (refused before the request when over it).
+    response = http.get(url, stream=True, what=filename, max_bytes=size or None)
     if response.status_code != 200:
+        response.close()
         raise NetworkError(f"{filename}: HTTP {response.status_code}")
-    total = int(response.headers.get("Content-Length") or size or 0) or None
+    total = response.length() or size or None
     progress.start(filename, total)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.part")
     digest = hashlib.sha256()
@@ -34,9 +36,20 @@ def download(url: str, target: Path, *, filename: str, expected_sha256: str | No
                 digest.update(chunk)
                 count(len(chunk))
                 progress.advance(len(chunk))
+    except NetworkError as exc:  # past a limit, cut short, past the deadline: it names the URL itself
+        tmp.unlink(missing_ok=True)
+        if not exc.message.startswith(filename):
+            exc.message = f"download of {filename}: {exc.message}"
+            exc.args = (exc.message,)
+        raise
     except Exception as exc:
+        response.close()
         tmp.unlink(missing_ok=True)
         raise NetworkError(f"download of {filename} broke off: {exc}") from None
+    except BaseException:  # Ctrl-C: no part file left in the cache either
+        response.close()
+        tmp.unlink(missing_ok=True)
+        raise
     finally:
         progress.finish()
     if expected_sha256 is not None and digest.hexdigest() != expected_sha256:

@@ -1,4 +1,6 @@
-"""HTTP with retries, range reads and friendly errors; the only module that talks to the network.
+"""HTTP with retries, size caps and friendly errors; the only module that talks to the network.
+
+Range reads are ranges.py's, each request's deadline deadline.py's, both through get() here.
 
 On the standard library's http.client: requests (with urllib3 and charset_normalizer) costs ~0.2 s
 of CPU to import, as much as the round trips of a whole `check` on a fast link. What patchctl needs
@@ -9,16 +11,18 @@ pip honour them: CONNECT tunnels for https), redirects, gzip for index pages, an
 429/5xx answers and of a kept-alive connection the server had closed.
 
 Nothing a server sends may cost more than it should (README, "Limits"): every request has one
-deadline, connect to last byte, that a server dripping a byte at a time cannot extend (a watchdog
-thread shuts the socket down at it; a whole download's grows with its size at MIN_RATE), and every
+deadline, connect to last byte, that a server dripping a byte at a time cannot extend (deadline.py:
+its allowance is fixed from the size the answer may carry, never from what arrived), and every
 answer a cap: a range answer no longer than the range asked, an index page no larger than
 PAGE_MAX_BYTES sent or decompressed, a whole download no longer than its Content-Length, the size the
-index lists for it or DOWNLOAD_MAX_BYTES. Past either, a NetworkError (exit 3) names the URL and the
-limit."""
+index lists for it, and DOWNLOAD_MAX_BYTES (--max-download) in any case. An answer shorter than its
+Content-Length, or a chunked one that breaks off, is an error too, never a shorter page. Past any of
+these, a NetworkError (exit 3) names the URL and the limit."""
 from __future__ import annotations
 
 import http.client
 import os
+import re
 import socket
 import threading
 import time
@@ -27,16 +31,21 @@ import zlib
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from patchctl.errors import AnswerTooLarge, NetworkError, RangeNotSupported
+from patchctl.errors import AnswerTooLarge, NetworkError, RangeNotSupported  # noqa: F401  (release.py's)
+from patchctl.sources.deadline import MIN_RATE, Deadline, size_text, unwatch, watch  # noqa: F401  (MIN_RATE: image/'s)
 
 if TYPE_CHECKING:
     import ssl
 
 DEFAULT_TIMEOUT = 60.0  # seconds: one request's deadline, connect to last byte, and the longest wait for a read (--timeout)
 TIMEOUT = DEFAULT_TIMEOUT
-MIN_RATE = 256 << 10  # bytes/s: a larger answer's deadline grows by its size at this rate (2 Mbit/s)
 PAGE_MAX_BYTES = 8 << 20  # an index page (any answer read whole), as sent and as decompressed: ~100x vLLM's
-DOWNLOAD_MAX_BYTES = 2 << 30  # a whole download whose size neither the caller, the index nor Content-Length states
+# Any one download (--max-download): twice the largest engine wheel on the index (vllm 0.15.1's
+# x86_64 wheel, 509,219,874 bytes), rounded up. An index listing more for a file is refused before
+# a byte is fetched; a server sending more is cut off at it.
+DEFAULT_DOWNLOAD_MAX_BYTES = 1 << 30
+DOWNLOAD_MAX_BYTES = DEFAULT_DOWNLOAD_MAX_BYTES
+MAX_SIZE = (1 << 53) - 1  # no byte count a server or an index states may be larger (JSON's exact integers)
 FETCH_POOL = 8
 RETRIES = 3
 RETRY_STATUS = (429, 500, 502, 503, 504)
@@ -48,21 +57,29 @@ _ssl_context = None
 _declared: dict[str, int] = {}  # artifact URL -> the size its index page lists (declare_size)
 
 
-_before_option: float | None = None  # TIMEOUT as it was before a --timeout replaced it
+_before_option: dict[str, float] = {}  # TIMEOUT, DOWNLOAD_MAX_BYTES as they were before an option replaced them
+
+
+def _set_option(name: str, value: float | None) -> None:
+    """A module setting of this command (options.py sets it before any request); None: undo an
+    earlier command's option (a second command in the same process must not inherit it), keeping any
+    value set otherwise (the hostile-server tests' child processes set them directly)."""
+    if value is None:
+        if name in _before_option:
+            globals()[name] = _before_option.pop(name)
+        return
+    _before_option.setdefault(name, globals()[name])
+    globals()[name] = value
 
 
 def set_timeout(seconds: float | None) -> None:
-    """The --timeout of this command (options.py sets it before any request); None: undo an earlier
-    command's --timeout (a second command in the same process must not inherit it), keeping any
-    value set otherwise."""
-    global TIMEOUT, _before_option
-    if seconds is None:
-        if _before_option is not None:
-            TIMEOUT, _before_option = _before_option, None
-        return
-    if _before_option is None:
-        _before_option = TIMEOUT
-    TIMEOUT = float(seconds)
+    """--timeout: each request's deadline, connect to last byte (None: this command gave none)."""
+    _set_option("TIMEOUT", None if seconds is None else float(seconds))
+
+
+def set_max_download(size: int | None) -> None:
+    """--max-download: the most bytes any one download may carry (None: this command gave none)."""
+    _set_option("DOWNLOAD_MAX_BYTES", size)
 
 
 def declare_size(url: str, size: int) -> None:
@@ -73,100 +90,37 @@ def declare_size(url: str, size: int) -> None:
             _declared[url] = size
 
 
-def _size_text(n: int) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:.3g} {unit}"
-    return f"{n} bytes"
-
-
-class _Deadline:
-    """When one request (redirects and retries included) must be done: `timeout` seconds after it
-    began, plus its size at MIN_RATE (the size expected, or what arrived, whichever is more). The
-    watchdog shuts the request's socket down at that moment, so a read blocked on a server that
-    sends a byte now and then returns; every read checks `expired` after it."""
-
-    def __init__(self, url: str, what: str, expected: int = 0):
-        self.url, self.what = url, what
-        self.start = time.monotonic()
-        self.timeout = TIMEOUT
-        self.expected = expected
-        self.received = 0
-        self.expired = False
-        self.conn: http.client.HTTPConnection | None = None
-
-    def at(self) -> float:
-        return self.start + self.timeout + max(self.expected, self.received) / MIN_RATE
-
-    def remaining(self) -> float:
-        return self.at() - time.monotonic()
-
-    def expire(self) -> None:
-        self.expired = True
-        conn = self.conn
-        sock = getattr(conn, "sock", None)
-        if sock is not None:
-            try:  # the plain socket's shutdown, also under TLS: a blocked recv() returns at once
-                socket.socket.shutdown(sock, socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def check(self) -> None:
-        if self.expired or self.remaining() <= 0:
-            raise self.error()
-
-    def error(self) -> NetworkError:
-        grown = max(self.expected, self.received)
-        budget = f"{self.timeout:g} s" + (f" + {_size_text(grown)} at {_size_text(MIN_RATE)}/s" if grown else "")
-        return NetworkError(f"{self.what or self.url}: no complete answer from {self.url} within {budget} "
-                            "(the deadline of a request)",
-                            hint="a slow or stalled server; pass a larger --timeout SECONDS on a slow link")
-
-
-_watched: set[_Deadline] = set()
-_watch_cond = threading.Condition()
-_watcher: threading.Thread | None = None
-
-
-def _watch(deadline: _Deadline) -> None:
-    global _watcher
-    with _watch_cond:
-        _watched.add(deadline)
-        if _watcher is None:
-            _watcher = threading.Thread(target=_watchdog, name="http-deadline", daemon=True)
-            _watcher.start()
-        _watch_cond.notify()
-
-
-def _unwatch(deadline: _Deadline | None) -> None:
-    if deadline is not None:
-        with _watch_cond:
-            _watched.discard(deadline)
-
-
-def _watchdog() -> None:
-    """One thread for every request's deadline: sleeps until the nearest, expires those due."""
-    while True:
-        with _watch_cond:
-            now = time.monotonic()
-            for deadline in [d for d in _watched if d.at() <= now]:
-                _watched.discard(deadline)
-                deadline.expire()
-            nearest = min((d.at() for d in _watched), default=None)
-            _watch_cond.wait(None if nearest is None else max(0.01, nearest - now))
-
-
 def _too_large(url: str, limit: int, why: str, got: str = "") -> AnswerTooLarge:
-    return AnswerTooLarge(f"the answer from {url} is larger than {why} ({_size_text(limit)})"
-                          + (f": {got}" if got else ""),
-                          hint="the server sent more than it should; check the index or mirror")
+    hint = ("a larger download needs a larger --max-download SIZE" if why == CAP_WHY
+            else "the server sent more than it should; check the index or mirror")
+    return AnswerTooLarge(f"the answer from {url} is larger than {why} ({size_text(limit)})"
+                          + (f": {got}" if got else ""), hint=hint)
+
+
+CAP_WHY = "the download limit (--max-download)"
+_BYTE_COUNT = re.compile(r"[0-9]{1,30}")  # ASCII digits only (str.isdigit also takes '²', which int() refuses)
+
+
+def byte_count(value: str, url: str, header: str) -> int:
+    """A byte count a server states in a header; anything but one (a sign, '²', 4000 digits, more
+    bytes than MAX_SIZE) is a bad answer naming the URL, never a traceback."""
+    value = value.strip()
+    if not _BYTE_COUNT.fullmatch(value) or int(value) > MAX_SIZE:
+        raise NetworkError(f"{url}: the server's {header} is not a byte count in range: {value[:40]!r}",
+                           hint="a broken or hostile server or proxy; check the index or mirror")
+    return int(value)
+
+
+def _cut_short(url: str, why: str) -> NetworkError:
+    return NetworkError(f"the answer from {url} was cut short ({why})",
+                        hint="the connection broke off; run again, or check the index or mirror")
 
 
 class Response:
     """The parts of an HTTP answer patchctl reads (named as requests names them)."""
 
     def __init__(self, conn: http.client.HTTPConnection, raw: http.client.HTTPResponse, url: str, key: tuple,
-                 deadline: _Deadline | None = None):
+                 deadline: Deadline | None = None):
         self.status_code = raw.status
         self.headers = raw.headers  # case-insensitive get()
         self.url = url
@@ -178,13 +132,16 @@ class Response:
         self.max_bytes = PAGE_MAX_BYTES
         self.limit_why = "the limit of an index page"
 
-    def _length(self) -> int | None:
-        value = (self.headers.get("Content-Length") or "").strip()
-        return int(value) if value.isdigit() else None
+    def length(self) -> int | None:
+        """The Content-Length, if the answer states one (a bad one is a NetworkError)."""
+        value = self.headers.get("Content-Length")
+        if value is None or self.headers.get("Transfer-Encoding"):  # chunked: the length is not the framing
+            return None
+        return byte_count(value, self.url, "Content-Length")
 
     def refuse_declared_excess(self) -> None:
         """An answer whose Content-Length is over the cap is refused before a byte of it is read."""
-        length = self._length()
+        length = self.length()
         if length is not None and length > self.max_bytes:
             self.close()
             raise _too_large(self.url, self.max_bytes, self.limit_why, f"its Content-Length is {length}")
@@ -198,6 +155,7 @@ class Response:
             if len(data) > limit:
                 self.close()
                 raise _too_large(self.url, limit, self.limit_why)
+            self._whole(len(data))
             if (self.headers.get("Content-Encoding") or "").lower() == "gzip":
                 # Inflated in one bounded step: a gzip bomb stops at the cap, not at the machine's memory.
                 inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
@@ -232,11 +190,10 @@ class Response:
         while True:
             chunk = self._io(self._raw.read1, min(size, limit + 1 - received))
             if not chunk:
+                self._whole(received)
                 self._release()
                 return
             received += len(chunk)
-            if self._deadline is not None:
-                self._deadline.received = received  # an answer of unknown size: its deadline grows with it
             if received > limit:
                 self.close()
                 raise _too_large(self.url, limit, self.limit_why)
@@ -247,24 +204,33 @@ class Response:
         failed or looks like a normal end) the request failed, whatever the read said."""
         try:
             data = read(n)
-        except (OSError, http.client.HTTPException):
+        except (OSError, http.client.HTTPException) as exc:
+            self.close()
             if self._deadline is not None and self._deadline.expired:
-                self.close()
                 raise self._deadline.error() from None
-            raise
+            # A chunked body that breaks off (IncompleteRead), a reset connection: no whole answer.
+            raise _cut_short(self.url, short(exc)) from None
         if self._deadline is not None and (self._deadline.expired or self._deadline.remaining() <= 0):
             self.close()
             raise self._deadline.error()
         return data
 
+    def _whole(self, received: int) -> None:
+        """At the end of the body: http.client's count of the Content-Length still unread is 0, or
+        the connection closed early (it says nothing itself: a page cut short read as a shorter one)."""
+        missing = self._raw.length
+        if missing:
+            self.close()
+            raise _cut_short(self.url, f"{received} of the {received + missing} bytes its Content-Length states")
+
     def close(self) -> None:
-        _unwatch(self._deadline)
+        unwatch(self._deadline)
         if self._conn is not None:
             self._conn.close()  # the body was not read to its end: the connection cannot be reused
             self._conn = None
 
     def _release(self) -> None:
-        _unwatch(self._deadline)
+        unwatch(self._deadline)
         if self._conn is not None:
             if not self._raw.isclosed() and self._raw.length == 0:
                 self._raw.close()  # read1() to the end leaves it open: the connection is free again
@@ -362,7 +328,7 @@ def _pool_key(url: str) -> tuple[urllib.parse.SplitResult, tuple]:
     return parts, (parts.scheme, parts.hostname, port, _proxy_for(parts.scheme, parts.hostname))
 
 
-def _request(method: str, url: str, headers: dict, stream: bool, deadline: _Deadline) -> Response:
+def _request(method: str, url: str, headers: dict, stream: bool, deadline: Deadline) -> Response:
     for _redirect in range(6):
         parts, key = _pool_key(url)
         proxy = key[3]
@@ -381,7 +347,7 @@ def _request(method: str, url: str, headers: dict, stream: bool, deadline: _Dead
     raise NetworkError(f"{url}: too many redirects")
 
 
-def _send(method: str, key: tuple, target: str, headers: dict, url: str, deadline: _Deadline) -> Response:
+def _send(method: str, key: tuple, target: str, headers: dict, url: str, deadline: Deadline) -> Response:
     attempt = 0
     while True:
         deadline.check()
@@ -427,7 +393,7 @@ def _send(method: str, key: tuple, target: str, headers: dict, url: str, deadlin
         attempt += 1
 
 
-def _pause(seconds: float, deadline: _Deadline) -> None:
+def _pause(seconds: float, deadline: Deadline) -> None:
     """The back-off before a retry, never past the deadline."""
     if deadline.remaining() <= seconds:
         raise deadline.error()
@@ -437,101 +403,60 @@ def _pause(seconds: float, deadline: _Deadline) -> None:
 def get(url: str, *, headers: dict | None = None, stream: bool = False, what: str = "",
         max_bytes: int | None = None, expected: int = 0) -> Response:
     """One GET under one deadline (redirects and retries included). Read whole (stream=False, an
-    index page) the body may be at most max_bytes (PAGE_MAX_BYTES) sent and decompressed; streamed
-    (a whole download), at most max_bytes, else the size the index lists for url, else
-    DOWNLOAD_MAX_BYTES, and never longer than its Content-Length; its deadline grows by that size at
-    MIN_RATE. `expected`: bytes the answer should carry, for the deadline (a range's length)."""
+    index page) the body may be at most max_bytes (PAGE_MAX_BYTES) sent and decompressed. Streamed:
+    a range (`expected`, its length, given) at most max_bytes; a whole download at most max_bytes or
+    else the size the index lists for url, never more than DOWNLOAD_MAX_BYTES (a stated size over it
+    is refused before the request), and never longer than its Content-Length. Once the headers are
+    in, the deadline allows for the size the answer may carry at MIN_RATE."""
     if stream:
         with _lock:
             declared = _declared.get(url)
-        limit = max_bytes or declared or DOWNLOAD_MAX_BYTES
-        why = ("the size asked for" if max_bytes else "the size the index lists" if declared
-               else "the download limit")
+        stated = max_bytes or declared
+        why = "the size asked for" if max_bytes else "the size the index lists"
+        if not expected:  # a whole download: capped, whatever the caller or the index says
+            if stated and stated > DOWNLOAD_MAX_BYTES:
+                who = "the index lists" if stated == declared else "it is stated as"
+                raise _too_large(url, DOWNLOAD_MAX_BYTES, CAP_WHY,
+                                 f"{who} {stated} bytes ({size_text(stated)}); nothing was fetched")
+            if not stated:
+                stated, why = DOWNLOAD_MAX_BYTES, CAP_WHY
+        limit = stated or DOWNLOAD_MAX_BYTES
     else:
         limit = max_bytes or PAGE_MAX_BYTES
         why = "the size asked for" if max_bytes else "the limit of an index page"
-    deadline = _Deadline(url, what, expected)
-    _watch(deadline)
+    deadline = Deadline(url, what, TIMEOUT, expected)
+    watch(deadline)
+    response: Response | None = None
     try:
         response = _request("GET", url, dict(headers or {}), stream, deadline)
         response.max_bytes, response.limit_why = limit, why
         if stream:
-            length = response._length()
-            if length is not None:  # a download's deadline grows with its size
-                deadline.expected = max(deadline.expected, min(length, limit))
+            # The allowance, fixed here once: what the answer may carry, never what it sends.
+            length = response.length()
+            deadline.allow(limit if length is None else min(length, limit))
         else:
             response.content  # noqa: B018
         return response
     except NetworkError as exc:
-        _unwatch(deadline)
+        unwatch(deadline)
+        if response is not None:
+            response.close()
         if what and not exc.message.startswith(what):
             exc.message = f"{what}: {exc.message}"
             exc.args = (exc.message,)
         raise
     except (OSError, http.client.HTTPException, EOFError, ValueError) as exc:  # ValueError: a bad port
-        _unwatch(deadline)
+        unwatch(deadline)
+        if response is not None:
+            response.close()
         if deadline.expired:
             raise deadline.error() from None
-        raise NetworkError(f"cannot reach {what or url}: {_short(exc)}") from None
+        raise NetworkError(f"cannot reach {what or url}: {short(exc)}") from None
 
 
-def _short(exc: Exception) -> str:
+def short(exc: Exception) -> str:
     text = str(exc) or type(exc).__name__
     return text if len(text) < 300 else text[:300] + "…"
-
-
-def _get_partial(url: str, byte_range: str, what: str, length: int) -> Response:
-    """The 206 answer to a Range request, which may carry at most `length` bytes (the range asked);
-    RangeNotSupported when the server sends the whole file."""
-    response = get(url, headers={"Range": byte_range}, stream=True, what=what, max_bytes=length, expected=length)
-    if response.status_code == 200:
-        response.close()
-        raise RangeNotSupported(url)
-    if response.status_code != 206:
-        response.close()
-        raise NetworkError(f"{what or url}: HTTP {response.status_code} for a range request")
-    return response
-
-
-def get_range(url: str, start: int, end: int, *, what: str = "") -> bytes:
-    """Bytes [start, end] inclusive; RangeNotSupported when the server ignores Range."""
-    length = end - start + 1
-    response = _get_partial(url, f"bytes={start}-{end}", what, length)
-    answered = (response.headers.get("Content-Range") or "").partition(" ")[2].partition("/")[0]
-    if answered and answered != f"{start}-{end}":
-        response.close()
-        raise NetworkError(f"{what or url}: the server answered bytes {answered[:40]} to a request for {start}-{end}")
-    data = _read(response, what or url)
-    if len(data) != length:
-        raise NetworkError(f"{what or url}: short range read ({len(data)} of {length} bytes)")
-    return data
-
-
-def get_suffix(url: str, length: int, *, what: str = "") -> tuple[int, bytes]:
-    """The last `length` bytes and the file's size (from Content-Range), in one request: for a file
-    whose size the index did not publish, instead of a HEAD first."""
-    response = _get_partial(url, f"bytes=-{length}", what, length)
-    total = (response.headers.get("Content-Range") or "").rpartition("/")[2]
-    if not total.isdigit():
-        response.close()
-        raise NetworkError(f"{what or url}: a range answer without the file's size (Content-Range)")
-    data = _read(response, what or url)
-    if len(data) > int(total):
-        raise NetworkError(f"{what or url}: a range answer longer than the file's size ({total} bytes)")
-    return int(total), data
-
-
-def _read(response: Response, what: str) -> bytes:
-    try:
-        return response.content
-    except NetworkError as exc:
-        if not exc.message.startswith(what):
-            exc.message = f"{what}: {exc.message}"
-            exc.args = (exc.message,)
-        raise
-    except (OSError, http.client.HTTPException) as exc:
-        response.close()
-        raise NetworkError(f"{what}: the answer broke off ({_short(exc)})") from None
 
 
 def warm(url: str, connections: int) -> None:

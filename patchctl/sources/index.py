@@ -12,7 +12,7 @@ import re
 import time
 import urllib.parse
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
@@ -140,10 +140,10 @@ class PackageIndex:
             raw = self._cache.read_file(cache_file)
             if raw is None:
                 return None, None
-            data = load_json(raw.decode("utf-8"))
+            data = strict_json(raw)
         except Damaged as exc:
             wrong: str | None = exc.why
-        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        except (ValueError, RecursionError) as exc:
             wrong = f"not JSON: {exc}"
         else:
             wrong = problem("index-cache", data)
@@ -194,13 +194,20 @@ class PackageIndex:
         from patchctl.schemas import problem
 
         try:
-            data = load_json(response.content.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+            data = strict_json(response.content)
+        except (ValueError, RecursionError) as exc:  # (UnicodeDecodeError, JSONDecodeError are ValueErrors)
             raise NetworkError(f"the package index {self.url} sent {page} as JSON that does not parse: {exc}") from None
         wrong = problem("pep691", data)
         if wrong is not None:
             raise NetworkError(f"the package index {self.url} sent {page} in a shape that is not PEP 691: {wrong}")
         return data
+
+
+def strict_json(raw: bytes) -> Any:
+    """JSON as RFC 8259 has it: NaN and Infinity are refused (json.loads takes them), and an integer
+    of over 4300 digits is a ValueError (Python's limit) like any other bad document. The numbers
+    that remain are bounded by the schemas (a size at most http.MAX_SIZE)."""
+    return load_json(raw.decode("utf-8"))  # yamlio's bounded loader: also nesting, NUL bytes, 64-bit integers
 
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")

@@ -14,23 +14,6 @@ from packaging.version import Version
 
 from patchctl.engines import Engine
 from patchctl.errors import EnvironmentProblem
-from patchctl.interpreter import probe
-
-_PROBE = r"""
-import importlib.metadata as md, importlib.util, json, sys, os
-dist, package = sys.argv[1], sys.argv[2]
-try:
-    d = md.distribution(dist)
-except md.PackageNotFoundError:
-    print(json.dumps({"found": False})); raise SystemExit
-root = None
-spec = importlib.util.find_spec(package)  # finds, never executes, a top-level package
-if spec is not None and spec.submodule_search_locations:
-    root = os.path.dirname(list(spec.submodule_search_locations)[0])
-if root is None:
-    root = str(d.locate_file(""))
-print(json.dumps({"found": True, "version": d.version, "root": root, "python": sys.executable}))
-"""
 
 
 class Installed(NamedTuple):
@@ -48,10 +31,23 @@ def default_python() -> str:
 
 
 def find_installed(engine: Engine, python: str | None = None) -> Installed | None:
-    info = probe(python or default_python(), _PROBE, engine.dist, engine.version_package)
-    if not info["found"]:
+    """The engine in python's environment, read from its files (pyenv.py): its interpreter is not run,
+    so nothing its owner put there (a `.pth`, sitecustomize) runs as the user of patchctl."""
+    from packaging.version import InvalidVersion
+
+    from patchctl import pyenv
+
+    env = pyenv.read_env(python or default_python())
+    dist = pyenv.find_dist(env, engine.dist)
+    if dist is None:
         return None
-    return Installed(engine, Version(info["version"]), Path(info["root"]), info["python"])
+    try:
+        version = Version(dist.version)
+    except InvalidVersion:
+        raise EnvironmentProblem(f"{engine.dist} in {dist.folder} has the version {dist.version[:100]!r}, which is not "
+                                 "a version") from None
+    root = pyenv.package_root(env, engine.version_package) or dist.folder
+    return Installed(engine, version, root, env.python)
 
 
 def require_installed(engine: Engine, python: str | None = None) -> Installed:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
 _KEYS = ("install.index-url", "download.index-url", "global.index-url")
@@ -96,15 +95,22 @@ else:
 
 
 def _from_pip_subprocess() -> tuple[str, str]:
+    from patchctl.errors import EnvironmentProblem
+    from patchctl.interpreter import run_bounded
+
+    # patchctl's own interpreter, then the user's python3 (never a target's): bounded all the same.
     for python in (sys.executable, "python3"):
         try:
-            out = subprocess.run([python, "-c", _SCRIPT], capture_output=True, text=True, timeout=60)
-        except OSError:
+            out = run_bounded([python, "-c", _SCRIPT], timeout=60, what=f"pip's configuration in {python}")
+        except EnvironmentProblem:
             continue
-        if out.returncode == 0 and out.stdout.strip():
-            url, origin = json.loads(out.stdout.strip().splitlines()[-1])
+        lines = out.stdout.decode(errors="replace").strip().splitlines()
+        try:
+            url, origin = json.loads(lines[-1]) if out.returncode == 0 and lines else (None, None)
+        except (ValueError, TypeError):
+            continue
+        if isinstance(url, str) and isinstance(origin, str):
             return url, origin
-    from patchctl.errors import EnvironmentProblem
 
     raise EnvironmentProblem(
         "cannot tell which package index to use: pip is not available",

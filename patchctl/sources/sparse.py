@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from patchctl.errors import NetworkError
-from patchctl.sources import http, zipread
+from patchctl.sources import ranges, zipread
 from patchctl.sources.zipread import CentralDirectoryLocation, ZipEntry, tail_guess
 
 
@@ -60,7 +60,7 @@ class SparseWheel:
             return tail_start, self.size
         # No size on the index: a suffix range answers with the size, instead of a HEAD first.
         guess = int(measured * zipread.TAIL_GROWTH) + zipread.TAIL_SLACK if measured else zipread.TAIL_DEFAULT
-        size, data = http.get_suffix(self.url, max(zipread.TAIL_MIN, guess), what=self.filename)
+        size, data = ranges.get_suffix(self.url, max(zipread.TAIL_MIN, guess), what=self.filename)
         self._count(len(data))
         self.size = size
         self._tail = (size - len(data), data)
@@ -88,6 +88,6 @@ class SparseWheel:
             # Already read with the central directory (RECORD is usually the last member).
             offset = start - tail[0]
             return tail[1][offset : offset + end - start + 1]
-        data = http.get_range(self.url, start, end, what=self.filename)
+        data = ranges.get_range(self.url, start, end, what=self.filename)
         self._count(len(data))
         return data

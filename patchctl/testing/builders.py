@@ -120,3 +120,35 @@ def filler_blobs(count: int, size: int = 150_000) -> dict[str, bytes]:
     """Incompressible files for a synthetic vllm wheel, so that it is much larger than what a sparse
     read needs (release.choose then reads it by ranges, not whole). The same bytes every run."""
     return {f"vllm/filler/blob{i}.bin": random.Random(i).randbytes(size) for i in range(count)}
+
+
+def fake_venv(prefix: Path, *, cfg_version: str | None = "version", system_site: bool = False,
+              interpreter: str | None = None) -> Path:
+    """A venv as `python -m venv` lays it out, without running anything: bin/python a link to this
+    interpreter (or, interpreter: a script with that text), pyvenv.cfg, lib/pythonX.Y/site-packages.
+    cfg_version: the key naming the version ("version", uv's "version_info") or None (none named).
+    Returns site-packages."""
+    import os
+    import sys
+
+    xy = f"{sys.version_info.major}.{sys.version_info.minor}"
+    full = ".".join(map(str, sys.version_info[:3]))
+    site = prefix / "lib" / f"python{xy}" / "site-packages"
+    site.mkdir(parents=True)
+    (prefix / "bin").mkdir()
+    python = prefix / "bin" / "python"
+    if interpreter is None:
+        python.symlink_to(sys.executable)
+    else:
+        python.write_text(interpreter)
+        python.chmod(0o755)
+    lines = [f"home = {Path(sys.executable).parent}",
+             f"include-system-site-packages = {'true' if system_site else 'false'}"]
+    if cfg_version == "version":
+        lines.append(f"version = {full}")
+    elif cfg_version == "version_info":
+        lines.append(f"version_info = {full}.final.0")
+    (prefix / "pyvenv.cfg").write_text("\n".join(lines) + "\n")
+    if not (prefix / "lib64").exists():
+        os.symlink("lib", prefix / "lib64")
+    return site

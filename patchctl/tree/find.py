@@ -14,8 +14,8 @@ from packaging.version import Version
 
 from patchctl.engines import Engine
 from patchctl.errors import UsageError
-from patchctl.interpreter import dist_versions
 from patchctl.nofollow import RECORD_LIMIT, read_beneath
+from patchctl.pyenv import dist_versions
 from patchctl.sources import installed as inst
 from patchctl.spec import EngineRef
 from patchctl.tree.edits import dist_info_file

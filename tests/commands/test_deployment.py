@@ -187,9 +187,10 @@ def test_a_relative_source_is_the_files(tmp_path, source, spec):
 def test_validate_takes_its_settings(tmp_path):
     path = write(tmp_path / "d.yaml", "engine: sglang\npython: venv/bin/python\nvalidate:\n"
                  "  url: http://127.0.0.1:30000\n  concurrency: [1, 4]\n  requests: 20\n  max_tokens: 64\n"
-                 "  baseline_dir: baselines\n  shared_prompt: true\n")
+                 "  baseline_dir: baselines\n  shared_prompt: true\n  timeout: 45\n  level_timeout: 600\n")
     params = context("validate", "--deployment", str(path), "--max-tokens", "32").params
     assert params["shared_prompt"] is True
+    assert params["timeout"] == 45 and params["level_timeout"] == 600
     assert params["engine"] == "sglang" and params["url"] == "http://127.0.0.1:30000"
     assert params["concurrency"] == (1, 4) and params["requests_per_level"] == 20
     assert params["max_tokens"] == 32  # the command line's

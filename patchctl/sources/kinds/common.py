@@ -91,19 +91,16 @@ def git_url(url: str) -> str:
     return "file://localhost" + path.resolve().as_posix() if path.exists() else url
 
 
-_MACHINE = "import json, platform; print(json.dumps(platform.machine()))"
-
-
 def wheel_for_machine(upstream: Upstream, python: str) -> IndexFile:
     """The build's wheel for the target interpreter's machine (vLLM publishes x86_64 and aarch64)."""
-    from patchctl.interpreter import probe
+    from patchctl.interpreter import machine_of
 
     wheels = [f for f in upstream.files if f.kind == "wheel" and not f.yanked]
     if len(wheels) == 1 or not wheels:
         if wheels:
             return wheels[0]
         raise UsageError(f"{upstream.label} has no wheel to install")
-    machine = probe(python, _MACHINE)
+    machine = machine_of(python)  # its ELF header: the target interpreter is not run
     fitting = [f for f in wheels if "none-any" in f.tags or machine in f.tags]
     if not fitting:
         raise UsageError(f"{upstream.ref} has no wheel for {machine}: "
