@@ -23,12 +23,15 @@ if TYPE_CHECKING:
 def run(spec: str, store: Store, ctx: SourceContext, options: Options, *, only: tuple[str, ...] = ()) -> tuple[dict, int]:
     from patchctl.patching.evaluate import evaluate, needed_paths
     from patchctl.sources import fetch, registry
+    from patchctl.store import unknown_names
 
     ref = parse_spec(spec)
+    series = store.series(ref.engine.name).patches
+    unknown_names(series, only, ref.engine.name)  # as apply and smoke: a misspelt --patch is no empty pass
     # The index answers (its connection's handshakes included) while the series and its variants are
     # read here: the two are independent, and a cold check is its round trips plus this CPU.
     upstream_when_ready = registry.open_upstream_soon(ref, ctx)
-    patches = tuple(p for p in store.series(ref.engine.name).patches if not only or p.name in only)
+    patches = tuple(p for p in series if not only or p.name in only)
     if ref.version is not None:
         needed_paths(patches, ref.version, options.allow_modified)  # parses (and keeps) the variants
     upstream = upstream_when_ready()

@@ -12,6 +12,7 @@ from patchctl.errors import UsageError
 from patchctl.sources.cache import ArtifactCache, Damaged
 from patchctl.sources.index import IndexFile, IndexProject
 from patchctl.sources.zipread import tail_guess
+from patchctl.yamlio import load_json
 
 if TYPE_CHECKING:
     from packaging.version import Version
@@ -125,7 +126,7 @@ def _read_tails(cache_root: Path, project: str) -> dict:
     from packaging.version import InvalidVersion, Version
 
     try:
-        raw = json.loads(ArtifactCache(cache_root).read_file(ArtifactCache(cache_root).tails(project)) or b"")
+        raw = load_json(ArtifactCache(cache_root).read_file(ArtifactCache(cache_root).tails(project)) or b"")
     except (OSError, ValueError, RecursionError, Damaged):
         return {}
     out = {}

@@ -21,6 +21,7 @@ from packaging.version import InvalidVersion, Version
 from patchctl.errors import EnvironmentProblem, NetworkError, UsageError
 from patchctl.sources import http
 from patchctl.sources.cache import ArtifactCache, Damaged
+from patchctl.yamlio import load_json
 
 JSON_ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
 MAX_AGE_ENV = "PATCHCTL_INDEX_MAX_AGE"
@@ -209,15 +210,11 @@ class PackageIndex:
         return data
 
 
-def _refuse_constant(name: str) -> float:
-    raise ValueError(f"{name} is not JSON")
-
-
 def strict_json(raw: bytes) -> Any:
     """JSON as RFC 8259 has it: NaN and Infinity are refused (json.loads takes them), and an integer
     of over 4300 digits is a ValueError (Python's limit) like any other bad document. The numbers
     that remain are bounded by the schemas (a size at most http.MAX_SIZE)."""
-    return json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
+    return load_json(raw.decode("utf-8"))  # yamlio's bounded loader: also nesting, NUL bytes, 64-bit integers
 
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")

@@ -58,6 +58,7 @@ from patchctl.sources.index import IndexFile
 from patchctl.sources.sparse import SparseWheel
 from patchctl.sources.whole import VERIFY_MARK_BYTES, WholeArtifact  # noqa: F401  (re-exported)
 from patchctl.sources.zipread import ZipEntry
+from patchctl.yamlio import load_json
 
 FETCH_THREADS = 8
 
@@ -430,7 +431,7 @@ class ReleaseSource(WholeArtifact):
             self._damaged(exc)
             raw, ours = None, False
         try:  # a list another user may have written is made again from the (proven) artifact
-            cached = json.loads(raw or b"null") if ours else None
+            cached = load_json(raw or b"null") if ours else None
         except (ValueError, RecursionError):
             cached = None
         if isinstance(cached, list) and all(isinstance(n, str) for n in cached):

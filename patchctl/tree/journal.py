@@ -47,6 +47,7 @@ from patchctl.nofollow import (
 from patchctl.paths import outside_packages, resolve_inside
 from patchctl.tree import folders, lock
 from patchctl.tree.folders import crash_point as _crash_point
+from patchctl.yamlio import load_json
 
 STATE_SCHEMA = "patchctl-state/3"
 # Records this patchctl reads: /2 (before 2026-12-02) lacks each patch's store and fingerprint and
@@ -213,7 +214,7 @@ def _unseal(kind: str, raw: bytes, where: Path, schema: str, hint: str) -> dict[
         return StateDamaged(f"{where} is damaged ({what}); patchctl will not guess what it did", hint=hint)
 
     try:
-        outer = json.loads(raw.decode("utf-8"))
+        outer = load_json(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise damaged(f"not JSON: {exc}") from None
     if not isinstance(outer, dict) or not isinstance(outer.get(kind), dict) or not isinstance(outer.get("sha256"), str):
@@ -614,7 +615,7 @@ class TargetState:
             raise StateDamaged(f"an interrupted write by an older patchctl is recorded in {legacy / 'journal.json'}",
                                hint=self._way_out)
         try:
-            old = json.loads((legacy / "state.json").read_text())
+            old = load_json((legacy / "state.json").read_text())
             record = StateRecord.from_json(old)
         except (ValueError, KeyError, TypeError) as exc:
             raise StateDamaged(f"{legacy / 'state.json'} is damaged ({exc})", hint=self._way_out) from None
