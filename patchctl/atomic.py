@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 import threading
 from pathlib import Path
@@ -18,6 +19,10 @@ from patchctl.errors import WriteError
 _os_write = os.write  # tests replace this to simulate short writes, ENOSPC, ...
 _O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+# The names temp_path gives: the pid that wrote it, so a sweep removes only a dead process's.
+TEMP_NAME = re.compile(r"^\..+\.patchctl-(\d+)(?:-\d+)?\.tmp$")
 
 
 def temp_path(path: Path) -> Path:

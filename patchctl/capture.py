@@ -22,7 +22,7 @@ from packaging.version import Version
 from patchctl import gitutil
 from patchctl.atomic import write_atomic
 from patchctl.errors import StoreError, UsageError
-from patchctl.yamlio import dump_yaml, load_yaml
+from patchctl.yamlio import dump_yaml
 
 if TYPE_CHECKING:
     from patchctl.store import Patch
@@ -212,7 +212,9 @@ def write_new_patch(store_root: Path, engine: str, name: str, version: Version, 
     check_new_name(store_root, engine, name)
     folder = store_root / engine / name
     series_file = store_root / engine / "series.yaml"
-    series = load_yaml(series_file.read_text(encoding="utf-8")) if series_file.is_file() else None
+    from patchctl.store import load_store_yaml  # a damaged series.yaml: StoreError naming it
+
+    series = load_store_yaml(series_file) if series_file.is_file() else None
     if series is None:
         series = {"engine": engine, "patches": []}
     meta = {"title": " ".join(title.split()), "why": why.strip(), "upstream": [],

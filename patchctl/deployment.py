@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from patchctl.errors import UsageError
 from patchctl.schemas import problem, schema
-from patchctl.yamlio import YAMLError, load_yaml
+from patchctl.yamlio import BoundsError, YAMLError, load_yaml
 
 if TYPE_CHECKING:
     import click
@@ -102,7 +102,7 @@ class Deployment(NamedTuple):
 def load(path: str | Path) -> Deployment:
     """The deployment file at `path`, checked; UsageError (exit 2) naming the file, line and key."""
     shown = Path(path)
-    absolute = Path(os.path.abspath(shown))
+    absolute = Path(os.getcwd(), shown)  # not abspath: `link/..` is the link's target's parent, as the kernel reads it
     raw, real = read_bytes(absolute, shown)
     try:
         text = raw.decode("utf-8")
@@ -111,6 +111,8 @@ def load(path: str | Path) -> Deployment:
                          f"{exc.start})") from None
     try:
         data = load_yaml(text)
+    except BoundsError as exc:  # a NUL byte, .nan, nesting, a key given twice: the key's line where known
+        raise UsageError(f"deployment file {shown}{_line(text, exc.path) if exc.path else ''}: {exc}") from None
     except YAMLError as exc:
         raise UsageError(f"deployment file {shown} is not valid YAML: {' '.join(str(exc).split())}") from None
     if not isinstance(data, dict):
@@ -212,39 +214,25 @@ def _resolved(data: dict, folder: Path) -> dict[str, Any]:
 
 
 def read_bytes(path: Path, shown: Path) -> tuple[bytes, Path]:
-    """The file's bytes and its path (a link resolved): a regular file of at most LIMIT bytes, reached
-    through no symlink owned by a user other than root or this one (systemd runs ensure as root on a
-    file a service user might have replaced), never a FIFO that would hang the unit's start."""
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    """The file's bytes and its path (links resolved): a regular file of at most LIMIT bytes that only
+    root or this user can change, reached through no symlink owned by another user (systemd runs
+    ensure as root on a file a service user might have replaced or redirected), never a FIFO that
+    would hang the unit's start. As sshd's StrictModes and sudo's sudoers checks do: the file is
+    opened one name at a time from /, each folder and the file itself with O_NOFOLLOW, and a link on
+    the way is followed only after its owner is checked; nothing can be swapped in between."""
     trusted = {0, os.geteuid()}
-    try:
-        link = os.lstat(path)
-    except FileNotFoundError:
-        raise UsageError(f"deployment file {shown} does not exist", hint=f"name an existing file with "
-                         f"--deployment or ${ENV}") from None
-    except OSError as exc:
-        raise UsageError(f"deployment file {shown} cannot be read: {exc.strerror}") from None
-    if stat.S_ISLNK(link.st_mode):
-        if link.st_uid not in trusted:
-            raise UsageError(f"deployment file {shown} is a symlink owned by uid {link.st_uid}, neither root nor "
-                             f"this user: patchctl follows no link another user planted",
-                             hint="point --deployment at the file itself, or have root own the link")
-        path = Path(os.path.realpath(path))
-    try:
-        fd = os.open(path, flags | getattr(os, "O_NOFOLLOW", 0))  # the link checked above was resolved
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise UsageError(f"deployment file {shown} changed into a symlink while being read") from None
-        raise UsageError(f"deployment file {shown} cannot be read: {exc.strerror}") from None
+    fd, real = _open_checked(path, shown, trusted)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise UsageError(f"deployment file {shown} is not a regular file")
-        if st.st_uid not in trusted or st.st_mode & stat.S_IWOTH:
-            raise UsageError(f"deployment file {shown} can be changed by another user ("
-                             f"{'writable by everyone' if st.st_mode & stat.S_IWOTH else f'owned by uid {st.st_uid}'}"
-                             f"): patchctl takes its stores and patches from no such file",
-                             hint=f"chown root and chmod o-w {shown}")
+        writable = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+        if st.st_uid not in trusted or writable:
+            who = ("writable by everyone" if st.st_mode & stat.S_IWOTH else "writable by its group"
+                   if writable else f"owned by uid {st.st_uid}")
+            raise UsageError(f"deployment file {shown} can be changed by another user ({who}, mode "
+                             f"{stat.S_IMODE(st.st_mode):04o}): patchctl takes its stores and patches from no such file",
+                             hint=f"chown root and chmod go-w {shown}")
         if st.st_size > LIMIT:
             raise UsageError(f"deployment file {shown} is {st.st_size} bytes, more than a deployment file may be "
                              f"({LIMIT})")
@@ -255,6 +243,67 @@ def read_bytes(path: Path, shown: Path) -> tuple[bytes, Path]:
             total += len(chunk)
             if total > LIMIT:
                 raise UsageError(f"deployment file {shown} grew past {LIMIT} bytes while being read")
-        return b"".join(chunks), path
+        return b"".join(chunks), real
     finally:
         os.close(fd)
+
+
+_MAX_LINKS = 40  # as the kernel's path walk (ELOOP)
+_DIR = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+_FILE = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def _open_checked(path: Path, shown: Path, trusted: set[int]) -> tuple[int, Path]:
+    """The file at absolute `path` opened for reading, and its real path. UsageError for a missing
+    name, and for a link on the way (a folder's or the file's) that a user outside `trusted` owns."""
+    parts = [p for p in path.parts[1:] if p not in ("", ".")]
+    real: list[str] = []
+    links = 0
+    fd = os.open("/", _DIR)
+    try:
+        while parts:
+            name = parts.pop(0)
+            last = not parts
+            if name == "..":
+                fd = _step(fd, os.open("..", _DIR, dir_fd=fd))
+                real = real[:-1]
+                continue
+            try:
+                opened = os.open(name, _FILE if last else _DIR, dir_fd=fd)
+            except FileNotFoundError:
+                raise UsageError(f"deployment file {shown} does not exist" + (
+                    "" if last else f" ({os.path.join('/', *real, name)} is missing)"),
+                    hint=f"name an existing file with --deployment or ${ENV}") from None
+            except OSError as exc:
+                if exc.errno not in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
+                    raise UsageError(f"deployment file {shown} cannot be read: {exc.strerror}") from None
+                where = os.path.join("/", *real, name)
+                link = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                if not stat.S_ISLNK(link.st_mode):
+                    raise UsageError(f"deployment file {shown} cannot be read: {where} is not a directory") from None
+                if link.st_uid not in trusted:
+                    raise UsageError(f"deployment file {shown}: {where} is a symlink owned by uid {link.st_uid}, "
+                                     f"neither root nor this user: patchctl follows no link another user planted",
+                                     hint="point --deployment at the file itself, or have root own the link") from None
+                links += 1
+                if links > _MAX_LINKS:
+                    raise UsageError(f"deployment file {shown}: more than {_MAX_LINKS} symlinks on its path") from None
+                target = os.readlink(name, dir_fd=fd)
+                if target.startswith("/"):
+                    fd, real = _step(fd, os.open("/", _DIR)), []
+                parts[:0] = [p for p in target.split("/") if p not in ("", ".")]
+                continue
+            if last:
+                os.close(fd)
+                return opened, Path("/", *real, name)
+            fd = _step(fd, opened)
+            real.append(name)
+        raise UsageError(f"deployment file {shown} is a directory")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _step(old: int, new: int) -> int:
+    os.close(old)
+    return new

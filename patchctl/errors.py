@@ -11,6 +11,7 @@ one of the above; one that escapes is a bug, reported as an internal error.
 """
 from __future__ import annotations
 
+import errno as _errno
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -111,6 +112,26 @@ class StateDamaged(EnvironmentProblem):
     """The record or the journal cannot be trusted: patchctl does not guess what it did."""
 
     kind = "state-damaged"
+
+
+class RollbackPending(EnvironmentProblem):
+    """An interrupted write that cannot be undone yet (exit 3): the journal is kept, and the next
+    command finishes the rollback. errno: what stopped it, so the hint can say what to fix."""
+
+    def __init__(self, message: str, *, errno: int | None, hint: str | None = None):
+        super().__init__(message, hint=hint)
+        self.errno = errno
+
+
+def write_hint(errno: int | None) -> str:
+    """What to do about a write into the tree that failed with `errno`, in words (the start of a
+    hint): a permission error is not a full disk."""
+    if errno in (_errno.EACCES, _errno.EPERM):
+        return ("give the user running patchctl write permission on the file or folder named (or run "
+                "patchctl as the owner of the environment)")
+    if errno == _errno.EROFS:
+        return "make the file system writable (remount it read-write)"
+    return "free space (or fix the disk)"
 
 
 class RecordUnmet(EnvironmentProblem):

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from patchctl.errors import EnvironmentProblem
+from patchctl.yamlio import load_json
 
 OUTPUT_LIMIT = 1 << 20  # a probe answers with one short JSON line; 1 MiB of stdout+stderr is plenty
 # -I: no PYTHON* variables, no user site, no script dir on sys.path; -S: no `site`, so no `.pth` runs.
@@ -136,7 +137,7 @@ def probe(python: str, script: str, *args: str, timeout: float = 60, isolated: b
         raise EnvironmentProblem(f"{python} failed to answer a probe: {stderr.strip()[-300:]}")
     lines = stdout.strip().splitlines()
     try:
-        return json.loads(lines[-1])
+        return load_json(lines[-1])  # a venv's sitecustomize may print anything: bounded
     except (IndexError, json.JSONDecodeError):
         raise EnvironmentProblem(f"{python} gave no answer to a probe: {stdout.strip()[-300:]!r}") from None
 

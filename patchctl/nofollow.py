@@ -4,10 +4,10 @@
 bookkeeping folder `<tree>/.patchctl/`) may hold a symlink, a FIFO or a device where patchctl expects
 a file or a folder. Everything here works relative to a directory descriptor: a folder is opened with
 O_DIRECTORY | O_NOFOLLOW (a link in its place is refused, not followed), a file is opened with
-O_NOFOLLOW | O_NONBLOCK and read only when fstat says it is a regular file, and no more bytes than a
-stated limit are read. Removal never descends through a link. This is what git's safe.directory and
-systemd-tmpfiles' safe path resolution do for the same reason (CVE-2022-24765: not trusting what
-another user controls).
+O_NOFOLLOW | O_NONBLOCK and read only when fstat says it is a regular file (in the bookkeeping also:
+one link, a trusted owner, own_file), and no more bytes than a stated limit are read. Removal never
+descends through a link. This is what git's safe.directory and systemd-tmpfiles' safe path
+resolution do for the same reason (CVE-2022-24765: not trusting what another user controls).
 
 The bookkeeping follows no link at all (open_dir, read_at, ...). The tree's own files may be reached
 through links the tree holds (`*_beneath`): those are read with readlinkat and followed only while
@@ -67,9 +67,11 @@ def open_dir(parent_fd: int, name: str, shown: Path | str, *, create: bool = Fal
     return fd
 
 
-def read_at(dir_fd: int, name: str, shown: Path | str, limit: int = FILE_LIMIT) -> bytes | None:
-    """The bytes of the regular file `name` in `dir_fd`, None when it is missing. A link, a FIFO, a
-    device or a folder in its place, or a file over `limit` bytes: Planted (no hang, no memory blow-up)."""
+def read_at(dir_fd: int, name: str, shown: Path | str, limit: int = FILE_LIMIT, *,
+            owners: frozenset[int]) -> bytes | None:
+    """The bytes of the bookkeeping file `name` in `dir_fd`, None when it is missing. A link, a FIFO,
+    a device or a folder in its place, a hard link, a file of another user (own_file) or a file over
+    `limit` bytes: Planted (no hang, no memory blow-up, nothing of another file read)."""
     try:
         fd = os.open(name, _FILE, dir_fd=dir_fd)
     except FileNotFoundError:
@@ -80,9 +82,32 @@ def read_at(dir_fd: int, name: str, shown: Path | str, limit: int = FILE_LIMIT) 
                           hint="remove it: patchctl did not make it") from None
         raise
     try:
+        own_file(fd, shown, owners)
         return _read_fd(fd, shown, limit)
     finally:
         os.close(fd)
+
+
+def own_file(fd: int, shown: Path | str, owners: frozenset[int]) -> os.stat_result:
+    """fstat of an open bookkeeping file, refused (Planted) unless patchctl could have made it: a
+    regular file (a FIFO or a device is never read nor locked), with one link (a hard link planted
+    under a bookkeeping name is another file of the system: /etc/..., another user's; O_NOFOLLOW
+    does not see it, the link count does) and owned by one of `owners` (the tree's owner, root,
+    the user running patchctl). Every bookkeeping file is made by a rename of a new file, so a
+    real one always passes."""
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise Planted(f"{shown} is not a regular file (a FIFO, a device, a socket or a folder): patchctl reads "
+                      f"none", hint="remove it: patchctl did not make it")
+    if st.st_nlink != 1:
+        raise Planted(f"{shown} has {st.st_nlink} hard links: patchctl reads and writes no bookkeeping file that "
+                      f"is also another file", hint="remove it: patchctl did not make it (someone who can write "
+                                                    "the tree did)")
+    if st.st_uid not in owners:
+        raise Planted(f"{shown} belongs to uid {st.st_uid}, neither the tree's owner nor root: patchctl does not "
+                      f"trust bookkeeping another user made",
+                      hint="remove it (or chown it to the tree's owner), then run the command again")
+    return st
 
 
 # --- files of the tree itself: links inside the tree followed, by hand, never out of it -------------
@@ -352,7 +377,7 @@ def rmtree_at(dir_fd: int, name: str) -> None:
 
 
 __all__ = ["FILE_LIMIT", "RECORD_LIMIT", "Planted", "exists_at", "folder_beneath", "lstat_beneath", "open_dir",
-           "parent_beneath", "read_at", "read_beneath", "rmtree_at", "stat_beneath", "unlink_at"]
+           "own_file", "open_regular", "parent_beneath", "read_at", "read_beneath", "rmtree_at", "stat_beneath", "unlink_at"]
 
 
 # --- a folder that may hold no link at all (an OCI layout directory) ------------------------------

@@ -53,6 +53,27 @@ class EngineParam(click.ParamType):
         self.fail(f"unknown engine {value!r} (known: {', '.join(sorted(all_engines()))})", param, ctx)
 
 
+# The longest --wait: ~31 years, finite; NaN and inf (and 1e400, which is inf) would wait forever, and
+# a negative wait was taken as none without a word. The deployment schema's `wait` has the same bound.
+WAIT_MAX = 1_000_000_000
+
+
+class WaitParam(click.ParamType):
+    """Seconds of --wait: a finite number from 0 to WAIT_MAX; anything else is a usage error naming it."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError, OverflowError):
+            seconds = float("nan")
+        if not 0 <= seconds <= WAIT_MAX:  # also NaN
+            self.fail(f"{value!r} is not a number of seconds from 0 to {WAIT_MAX}", param, ctx)
+        return seconds
+
+
+WAIT = WaitParam()
 VERSION = VersionParam()
 VERSION_OR_LATEST = VersionParam(allow_latest=True)
 ENGINE = EngineParam()
@@ -83,7 +104,7 @@ as_version_option = click.option("--as-version", type=VERSION,
 
 json_option = click.option("--json", "as_json", is_flag=True,
                            help="Print exactly one JSON document on stdout (docs/json-schema.md).")
-wait_option = click.option("--wait", type=float, default=0.0, show_default=True,
+wait_option = click.option("--wait", type=WAIT, default=0.0, show_default=True,
                            help="Seconds to wait for another patchctl working on the same target.")
 checks_python_option = click.option(
     "--python", "python",

@@ -19,7 +19,7 @@ from packaging.version import InvalidVersion, Version
 
 from patchctl.atomic import write_atomic
 from patchctl.engines import all_engines, get_engine
-from patchctl.errors import StoreError, UsageError
+from patchctl.errors import EnvironmentProblem, StoreError, UsageError
 from patchctl.schemas import validate
 from patchctl.versions import parse_specifier_set, parse_version
 from patchctl.yamlio import dump_yaml, load_yaml
@@ -222,7 +222,7 @@ class Store(NamedTuple):
 
     def engines(self) -> list[str]:
         return [e for e in sorted(all_engines())
-                if any((layer / e / "series.yaml").is_file() for layer in self.layers or (self.root,))]
+                if any([_has_series(layer / e / "series.yaml") for layer in self.layers or (self.root,)])]
 
     def series(self, engine: str) -> Series:
         if len(self.layers) > 1:
@@ -271,7 +271,7 @@ class Store(NamedTuple):
     def _parse_series(self, engine: str) -> Series:
         directory = self.root / engine
         series_file = directory / "series.yaml"
-        if not series_file.is_file():
+        if not _has_series(series_file):
             return Series(engine, directory, ())
         data = _load_yaml(series_file)
         if not isinstance(data, dict) or not isinstance(data.get("patches"), list):
@@ -338,8 +338,43 @@ def _settled(fingerprint: tuple, started_ns: int) -> bool:
 _HINT = "see docs/patch-format.md"
 
 
+def _has_series(path: Path) -> bool:
+    """Whether series.yaml is there; a FIFO, a device or a folder in its place is EnvironmentProblem
+    (exit 3) naming it: skipped, it made a store look empty to lint and apply without a word."""
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as exc:
+        raise EnvironmentProblem(f"{path}: cannot be read: {exc.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise _not_regular(path)
+    return True
+
+
+def _not_regular(path: Path) -> EnvironmentProblem:
+    return EnvironmentProblem(f"{path} is not a regular file (a FIFO, a device, a socket or a folder): patchctl "
+                              f"reads store files from regular files only", hint="replace it with the file, or remove it")
+
+
+def _read_store_file(path: Path) -> bytes:
+    """A store YAML file's bytes: one descriptor, opened without waiting (a FIFO swapped in after the
+    check above would hang the read), a regular file of at most PATCH_MAX_BYTES."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise EnvironmentProblem(f"{path}: cannot be read: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise _not_regular(path)
+        data = f.read(PATCH_MAX_BYTES + 1)
+    if len(data) > PATCH_MAX_BYTES:
+        raise StoreError(f"{path}: more than a store file may have ({PATCH_MAX_BYTES} bytes)")
+    return data
+
+
 def _load_yaml(path: Path) -> Any:  # a YAML document: its shape is checked by the caller's schema
-    raw = path.read_bytes()
+    raw = _read_store_file(path)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -349,6 +384,9 @@ def _load_yaml(path: Path) -> Any:  # a YAML document: its shape is checked by t
         return load_yaml(text)
     except yaml.YAMLError as exc:
         raise StoreError(f"{path}: not valid YAML: {exc}") from None
+
+
+load_store_yaml = _load_yaml  # for the commands that rewrite a store's files (pin, new)
 
 
 def _load_patch(engine: str, directory: Path, pins: dict) -> Patch:
@@ -505,12 +543,12 @@ def _override_copy(user_root: Path, patch: Patch) -> Patch:
     series_file = user_root / patch.engine / "series.yaml"
     if not (folder / "patch.yaml").is_file():
         folder.mkdir(parents=True, exist_ok=True)
-        meta = load_yaml((patch.directory / "patch.yaml").read_text())
+        meta = _load_yaml(patch.directory / "patch.yaml")
         meta["overrides"] = True
         write_atomic(folder / "patch.yaml", dump_yaml(meta, sort_keys=False).encode())
         for variant in patch.variants:
             write_atomic(folder / variant.filename, variant.read_bytes())
-    doc: dict = load_yaml(series_file.read_text()) if series_file.is_file() else {"engine": patch.engine, "patches": []}
+    doc: dict = _load_yaml(series_file) if series_file.is_file() else {"engine": patch.engine, "patches": []}
     if not any(entry["name"] == patch.name for entry in doc["patches"]):
         doc["patches"].append({"name": patch.name, "variants": {v.filename: v.actual_sha256() for v in patch.variants}})
         write_atomic(series_file, dump_yaml(doc, sort_keys=False).encode())
@@ -524,7 +562,7 @@ def write_variant(store: Store, patch: Patch, filename: str, data: bytes) -> Non
     patch = store.home_for_writing(patch)
     write_atomic(patch.directory / filename, data)
     series_file = patch.directory.parent / "series.yaml"  # the patch's own store
-    doc = load_yaml(series_file.read_text())
+    doc = _load_yaml(series_file)
     for entry in doc["patches"]:
         if entry["name"] == patch.name:
             pins = dict(entry.get("variants") or {})

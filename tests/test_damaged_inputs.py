@@ -103,11 +103,41 @@ def damaged_bytes(draw, raw: bytes, how: str | None = None):
     return raw[:start] + draw(st.binary(max_size=8)) + raw[end:]
 
 
+# What a hostile writer puts where a value goes: numbers no reader can take (NaN, inf, 1e400, past
+# 64 bits), a NUL byte in a string, and nesting deep enough to exhaust json's and YAML's recursion
+# (and, at 100,000 levels, libyaml's C stack).
+HOSTILE_JSON = ("NaN", "Infinity", "-Infinity", "1e400", "-1e400", '"a\\u0000b"', "9" * 30, "-" + "9" * 25)
+HOSTILE_YAML = (".nan", ".inf", "-.inf", "1.0e+400", '"a\\0b"', "9" * 30, "-" + "9" * 25)
+DEPTHS = (65, 200, 1_000, 5_000, 20_000, 100_000)
+_MARKER = "HOSTILEVALUE"
+
+
+@st.composite
+def hostile(draw, doc, dump):
+    """`doc` serialized by `dump` with one value (or the whole) replaced by a hostile one, as text."""
+    doc = copy.deepcopy(doc)
+    path = draw(st.sampled_from(list(_paths(doc))))
+    if path:
+        _at(doc, path[:-1])[path[-1]] = _MARKER
+    else:
+        doc = _MARKER
+    as_json = dump is dump_json
+    depth = draw(st.sampled_from((None, *DEPTHS)))
+    if depth is None:
+        value = draw(st.sampled_from(HOSTILE_JSON if as_json else HOSTILE_YAML))
+    else:
+        value = draw(st.sampled_from(("[" * depth + "]" * depth,
+                                      ('{"a": ' if as_json else "{a: ") * depth + "1" + "}" * depth)))
+    return dump(doc).decode().replace(f'"{_MARKER}"' if as_json else _MARKER, value, 1).encode()
+
+
 @st.composite
 def damaged(draw, doc, dump):
     """`doc` serialized by `dump`, then damaged one way."""
     raw = dump(doc)
-    how = draw(st.sampled_from([*BYTE_DAMAGE, "retype", "delete-key"]))
+    how = draw(st.sampled_from([*BYTE_DAMAGE, "retype", "delete-key", "hostile"]))
+    if how == "hostile":
+        return draw(hostile(doc, dump))
     if how in BYTE_DAMAGE:
         return draw(damaged_bytes(raw, how))
     doc = copy.deepcopy(doc)
@@ -210,7 +240,8 @@ def artifact_dirs(cache: Path) -> list[Path]:
 # Valid documents --------------------------------------------------------------------------------
 
 WHEEL_SHA = "a" * 64
-INDEX_CACHE = {"name": "vllm", "fetched_at": 1764547200, "files": [
+# (its url: a page's hashes and validators count only for the URL it was fetched from)
+INDEX_CACHE = {"name": "vllm", "url": "http://127.0.0.1:9/simple/vllm/", "fetched_at": 1764547200, "files": [
     ["vllm-1.0-py3-none-any.whl", "http://127.0.0.1:9/files/vllm-1.0-py3-none-any.whl", WHEEL_SHA, 1295, False],
     ["vllm-1.1-cp38-abi3-manylinux1_x86_64.whl", "http://127.0.0.1:9/files/b.whl", "b" * 64, None, False],
     ["vllm-1.1.tar.gz", "http://127.0.0.1:9/files/vllm-1.1.tar.gz", "c" * 64, 47, True],
@@ -674,3 +705,135 @@ def test_apply_install_json_prints_one_document(tmp_path, store):
     assert proc.returncode == 0 and doc["ok"], proc.stderr
     assert doc["patches"][0]["outcome"] == "clean" and "Successfully installed" in proc.stderr
     assert (site / "vllm" / "loader.py").read_text() == loader_with({10: "ten\n"})
+
+
+# Hostile values: every reader refuses them by name ------------------------------------------------
+# (the bounded loaders of patchctl/yamlio.py: on main a NUL byte, NaN or deep nesting was a
+# RecursionError, a ValueError or a libyaml segfault, i.e. exit 4, or a wait that never ended)
+
+HOSTILE = settings(PROPERTY, max_examples=25)
+
+
+def refused_naming(read, named) -> None:
+    """The promise for a hostile document: a PatchctlError (exit 2 or 3) whose message names it."""
+    with pytest.raises(PatchctlError) as raised:
+        read()
+    assert raised.value.exit_code in (2, 3) and str(named) in raised.value.message, raised.value.message
+
+
+@HOSTILE
+@given(data=st.data(), kind=st.sampled_from(["series", "patch"]))
+def test_hostile_store_yaml_is_refused_by_name(store_copy, data, kind):
+    rel = data.draw(st.sampled_from(SERIES_FILES if kind == "series" else PATCH_FILES))
+    original = (REPO / "patches" / rel).read_bytes()
+    target = store_copy / rel
+    try:
+        target.write_bytes(data.draw(hostile(yaml.safe_load(original), dump_yaml)))
+        refused_naming(lambda: read_store(store_copy, rel.split("/")[0]), target)
+    finally:
+        target.write_bytes(original)
+
+
+@HOSTILE
+@given(data=st.data())
+def test_hostile_index_cache_offline_is_refused_by_name(data):
+    from patchctl.sources.index import PackageIndex
+
+    url = "http://127.0.0.1:9/simple"
+    with tempfile.TemporaryDirectory() as tmp:
+        file = index_cache_file(Path(tmp), url)
+        file.parent.mkdir(parents=True)
+        file.write_bytes(data.draw(hostile(INDEX_CACHE, dump_json)))
+        refused_naming(lambda: PackageIndex(url, Path(tmp), offline=True).project("vllm"), file)
+
+
+@HOSTILE
+@given(data=st.data())
+def test_hostile_pep691_response_is_refused_by_name(page, data):
+    from patchctl.sources.index import PackageIndex
+
+    page.body = data.draw(hostile(PEP691, dump_json))
+    with tempfile.TemporaryDirectory() as tmp:
+        refused_naming(lambda: PackageIndex(page.url, Path(tmp)).project("vllm"), page.url)
+
+
+@HOSTILE
+@given(data=st.data())
+def test_hostile_matrix_and_config_are_refused_by_name(tmp_path, data):
+    from patchctl import config
+    from patchctl.matrix import build as matrix
+    from patchctl.sources import fetch
+
+    path = tmp_path / "m.yaml"
+    path.write_bytes(data.draw(hostile(small_matrix(), dump_yaml)))
+    refused_naming(lambda: matrix.load(path), path)
+    Path(config.config_file()).write_bytes(data.draw(hostile(CONFIG, dump_yaml)))
+    refused_naming(lambda: fetch.resolve_index(None), config.config_file())
+
+
+DEPLOYMENT = {"engine": "vllm", "target": "/srv/vllm/site-packages", "stores": ["/etc/patchctl/store"],
+              "patches": ["loader"], "wait": 60, "validate": {"url": "http://127.0.0.1:8000", "concurrency": [1, 8]}}
+
+
+@HOSTILE
+@given(data=st.data())
+def test_hostile_deployment_file_is_a_usage_error_naming_it(tmp_path, data):
+    from patchctl import deployment
+
+    path = tmp_path / "d.yaml"
+    path.write_bytes(data.draw(hostile(DEPLOYMENT, dump_yaml)))
+    path.chmod(0o644)
+    refused_naming(lambda: deployment.load(path), path)
+
+
+def _state_body() -> dict:
+    return {"engine": "vllm", "version": "1.0", "applied": [], "files": {}}
+
+
+@HOSTILE
+@given(data=st.data(), kind=st.sampled_from(["record", "journal"]))
+def test_hostile_record_or_journal_is_damaged_by_name(data, kind):
+    """A forged record or journal (its seal recomputed by whoever wrote it): exit 3 naming it."""
+    import hashlib
+
+    from patchctl.tree.journal import _unseal
+
+    body = data.draw(hostile(_state_body(), dump_json)).decode()
+    seal = hashlib.sha256(body.replace(" ", "").encode()).hexdigest()
+    raw = f'{{"sha256": "{seal}", "{kind}": {body}}}'.encode()
+    where = Path("/srv/site/.patchctl/vllm") / f"{'state' if kind == 'record' else 'journal'}.json"
+    refused_naming(lambda: _unseal(kind, raw, where, "state" if kind == "record" else "journal", "hint"), where)
+
+
+IMAGE_MANIFEST = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                  "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": "sha256:" + "c" * 64,
+                             "size": 120},
+                  "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+                              "digest": "sha256:" + "d" * 64, "size": 4096}]}
+IMAGE_CONFIG = {"architecture": "amd64", "os": "linux", "config": {"Env": ["PATH=/usr/bin"], "Labels": {"a": "b"}},
+                "rootfs": {"type": "layers", "diff_ids": ["sha256:" + "e" * 64]}}
+
+
+@HOSTILE
+@given(data=st.data())
+def test_hostile_image_manifest_and_config_are_refused_by_digest(data):
+    import hashlib
+
+    from patchctl.image.manifest import load_image, media_type_of
+    from patchctl.image.registry import Manifest
+
+    raw = data.draw(hostile(IMAGE_MANIFEST, dump_json))
+    digest = "sha256:" + hashlib.sha256(raw).hexdigest()
+    refused_naming(lambda: media_type_of(Manifest(raw, "", digest)), digest[:19])
+
+    class Blobs:
+        def __init__(self, config: bytes):
+            self.config = config
+
+        def small_blob(self, digest: str, limit: int = 0) -> bytes:
+            return self.config
+
+    good = dump_json(IMAGE_MANIFEST)
+    refused_naming(lambda: load_image(Blobs(data.draw(hostile(IMAGE_CONFIG, dump_json))),  # type: ignore[arg-type]
+                                      Manifest(good, "", "sha256:" + hashlib.sha256(good).hexdigest())),
+                   "sha256:" + "c" * 12)

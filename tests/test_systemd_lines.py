@@ -84,6 +84,7 @@ def deployed() -> Iterator[Deployment]:
         d.file.parent.mkdir(parents=True)
         # The README's file, with the interpreter relative to the file (resolved against its folder).
         d.file.write_text("engine: sglang\npython: ../../engine/bin/python\nwait: 60\n")
+        d.file.chmod(0o644)  # whatever the umask: a deployment file its group may write is refused
         subprocess.run(["chmod", "-R", "a+rX", str(base)], check=True)
         yield d
     finally:

@@ -23,22 +23,27 @@ if TYPE_CHECKING:
 def run(spec: str, store: Store, ctx: SourceContext, options: Options, *, only: tuple[str, ...] = ()) -> tuple[dict, int]:
     from patchctl.patching.evaluate import evaluate, needed_paths
     from patchctl.sources import fetch, registry
+    from patchctl.store import unknown_names
 
     ref = parse_spec(spec)
+    series = store.series(ref.engine.name).patches
+    unknown_names(series, only, ref.engine.name)  # as apply and smoke: a misspelt --patch is no empty pass
     # The index answers (its connection's handshakes included) while the series and its variants are
     # read here: the two are independent, and a cold check is its round trips plus this CPU.
     upstream_when_ready = registry.open_upstream_soon(ref, ctx)
-    patches = tuple(p for p in store.series(ref.engine.name).patches if not only or p.name in only)
+    patches = tuple(p for p in series if not only or p.name in only)
     if ref.version is not None:
         needed_paths(patches, ref.version, options.allow_modified)  # parses (and keeps) the variants
     upstream = upstream_when_ready()
     result = evaluate(patches, upstream.version, upstream.source, options=options,
                       base_files=fetch.base_files_for(ref.engine, ctx))
     code = EXIT_OK if result.ok else EXIT_PATCH_FAILED
+    source = upstream.source.provenance()._asdict()
     return document(
         "check", code, engine=ref.engine.name, version=str(upstream.version),
-        source=upstream.source.provenance()._asdict(), patches=series_json(result),
-        warnings=moved_warnings(ref.engine, upstream.version),
+        source=source, patches=series_json(result),
+        # cache files that were not what they claimed, read again (source.refetched): said here too
+        warnings=moved_warnings(ref.engine, upstream.version) + list(source.get("refetched", [])),
     ), code
 
 

@@ -71,8 +71,9 @@ def run(spec: str, dest: Path, store: Store, ctx: SourceContext, options: Option
     note = (f"wrote the whole package ({', '.join(ref.engine.packages)}) to {dest}, {len(written)} of its "
             "file(s) patched" if full else f"wrote {len(written)} patched file(s) to {dest}")
     # The provenance after the copy: its bytes_fetched counts the download of the whole artifact.
-    return document("export", EXIT_OK, written=written, note=note,
-                    source=source.provenance()._asdict(), **fields), EXIT_OK
+    provenance = source.provenance()._asdict()
+    return document("export", EXIT_OK, written=written, note=note, source=provenance,
+                    warnings=list(provenance.get("refetched", [])), **fields), EXIT_OK
 
 
 def _copy_tree(source: FileSource, engine: Engine, dest: Path) -> None:

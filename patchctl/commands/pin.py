@@ -21,7 +21,8 @@ def run(store: Store) -> tuple[dict, int]:
 
     from patchctl.atomic import write_atomic
     from patchctl.schemas import validate
-    from patchctl.yamlio import dump_yaml, load_yaml
+    from patchctl.store import load_store_yaml
+    from patchctl.yamlio import dump_yaml
 
     changed = []
     # The stores the user named: the bundled patch set is pinned where it is developed, by naming it
@@ -35,7 +36,7 @@ def run(store: Store) -> tuple[dict, int]:
         path = layer.root / engine_name / "series.yaml"
         # Its shape is checked (a damaged series.yaml is a StoreError, not a traceback); its pins are
         # what pin rewrites, so a pin of a missing file is no error here.
-        data = validate("series", load_yaml(path.read_bytes()), str(path))
+        data = validate("series", load_store_yaml(path), str(path))
         for entry in data["patches"]:
             folder = path.parent / entry["name"]
             pins = {}

@@ -9,7 +9,7 @@ from patchctl.commands.framework import patchctl_command
 from patchctl.documents import document
 from patchctl.errors import EXIT_OK, EXIT_PATCH_FAILED
 from patchctl.image.options import ImageOptions, image_options
-from patchctl.options import target_options
+from patchctl.options import WAIT, target_options
 from patchctl.spec import parse_spec
 
 if TYPE_CHECKING:
@@ -120,7 +120,7 @@ def selection_line(selection: dict | None) -> str | None:
 ))
 @click.argument("spec", metavar="ENGINE")
 @target_options
-@click.option("--wait", type=float, default=30.0, show_default=True,
+@click.option("--wait", type=WAIT, default=30.0, show_default=True,
               help="Seconds to wait for another patchctl working on the same target.")
 @image_options(writes=False)
 def command(spec: str, where: TargetSpec, wait: float, image: ImageOptions | None) -> tuple[dict, int]:

@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 from patchctl.errors import RegistryError
 from patchctl.image.reference import DOCKER_HUB, DOCKER_HUB_API
+from patchctl.yamlio import load_json
 
 _MAX_AUTH_FILE = 1 << 20
 
@@ -81,7 +82,7 @@ def _read(file: Path) -> dict:
     if len(raw) > _MAX_AUTH_FILE:
         raise RegistryError(f"{file} is larger than {_MAX_AUTH_FILE} bytes: not a credentials file")
     try:
-        doc = json.loads(raw)
+        doc = load_json(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise RegistryError(f"{file} is not JSON: {exc}", hint="fix or remove it (docker login writes it)") from None
     return doc if isinstance(doc, dict) else {}

@@ -16,6 +16,7 @@ from patchctl.atomic import write_atomic
 from patchctl.errors import RegistryError
 from patchctl.image.registry import MAX_CONFIG, MAX_MANIFEST, Manifest, Repository, check_digest, streamed_into
 from patchctl.nofollow import open_regular
+from patchctl.yamlio import load_json
 
 REF_NAME = "org.opencontainers.image.ref.name"
 INDEX_TYPE = "application/vnd.oci.image.index.v1+json"
@@ -56,7 +57,7 @@ class LayoutRepository:
     def _index(self) -> dict:
         raw = self._read("index.json", MAX_MANIFEST)
         try:
-            doc = json.loads(raw)
+            doc = load_json(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise RegistryError(f"{self.root}/index.json is not JSON: {exc}") from None
         if not isinstance(doc, dict) or not isinstance(doc.get("manifests"), list):
@@ -86,7 +87,7 @@ class LayoutRepository:
         media_type = str(descriptor.get("mediaType") or "")
         if not media_type:
             try:
-                media_type = str(json.loads(data).get("mediaType") or "")
+                media_type = str(load_json(data).get("mediaType") or "")
             except (json.JSONDecodeError, AttributeError, UnicodeDecodeError):
                 media_type = ""
         return Manifest(data, media_type, digest)

@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 from patchctl.errors import RegistryError
 from patchctl.image.registry import Manifest, Repository
+from patchctl.yamlio import load_json
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -48,7 +49,7 @@ def media_type_of(manifest: Manifest) -> str:
     """The type the document says (a registry's Content-Type may be generic), checked to be one
     patchctl reads: anything else (a schema 1 manifest, an artifact) is exit 3 with the type named."""
     try:
-        doc = json.loads(manifest.data)
+        doc = load_json(manifest.data)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise RegistryError(f"the manifest {manifest.digest[:19]}… is not JSON: {exc}") from None
     if not isinstance(doc, dict):
@@ -65,7 +66,7 @@ def media_type_of(manifest: Manifest) -> str:
 
 
 def parse(manifest: Manifest) -> dict:
-    return dict(json.loads(manifest.data))
+    return dict(load_json(manifest.data))
 
 
 def layers_of(doc: dict) -> list[Layer]:
@@ -88,7 +89,7 @@ def load_image(repo: Repository, manifest: Manifest) -> Image:
         raise RegistryError(f"the manifest {manifest.digest[:19]}… names no config")
     raw = repo.small_blob(config_ref["digest"])
     try:
-        config = json.loads(raw)
+        config = load_json(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise RegistryError(f"the image config {config_ref['digest'][:19]}… is not JSON: {exc}") from None
     if not isinstance(config, dict):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import json
 import os
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -19,6 +18,7 @@ from typing import IO, TYPE_CHECKING, NamedTuple, Protocol, TypeVar, cast
 from patchctl import config
 from patchctl.errors import EnvironmentProblem, ImageContentError, RegistryError, plain_network_reason
 from patchctl.image.reference import ImageRef, is_loopback
+from patchctl.yamlio import load_json
 
 if TYPE_CHECKING:
     from patchctl.sources.files import ProgressSink
@@ -355,7 +355,7 @@ class RegistryRepository:
         # Byte for byte, under the type it was served with: dxf's set_manifest reads the type from
         # the document (an OCI manifest may omit it) and re-sends it as text; its request method
         # sends these bytes with the same auth and TLS handling.
-        media_type = manifest.media_type or str(json.loads(manifest.data).get("mediaType") or "")
+        media_type = manifest.media_type or str(load_json(manifest.data).get("mediaType") or "")
         self._call(f"push manifest {tag}", lambda: self._dxf._request(
             "put", "manifests/" + tag, data=manifest.data, headers={"Content-Type": media_type}))
 

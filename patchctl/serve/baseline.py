@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from patchctl.atomic import write_atomic
 from patchctl.errors import UsageError
+from patchctl.yamlio import load_json
 
 if TYPE_CHECKING:
     from patchctl.tree.journal import StateRecord
@@ -106,7 +107,7 @@ class BaselineStore:
             return None
         hint = "delete it, or record a new baseline with --update-baseline"
         try:
-            baseline = Baseline.from_json(json.loads(path.read_text()))
+            baseline = Baseline.from_json(load_json(path.read_text()))
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise UsageError(f"{path} is not a baseline patchctl wrote: {exc!r}", hint=hint) from None
         if baseline.deployment != deployment:

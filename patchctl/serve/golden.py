@@ -17,6 +17,7 @@ import requests
 from patchctl.atomic import write_atomic
 from patchctl.errors import UsageError
 from patchctl.serve.client import CHAT, COMPLETIONS, OpenAIClient
+from patchctl.yamlio import load_json
 
 FORMAT = 1
 
@@ -96,7 +97,7 @@ class GoldenRecord(NamedTuple):
     def load(cls, path: Path) -> GoldenRecord:
         """The golden file at path; a file that is not one is bad input (UsageError, exit 2)."""
         try:
-            return cls.from_json(json.loads(Path(path).read_text()))
+            return cls.from_json(load_json(Path(path).read_text()))
         except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
             raise UsageError(f"{path} is not a golden file: {exc}",
                              hint="record one on a known-good engine with --golden PATH --record-golden") from None

@@ -26,6 +26,7 @@ from pathlib import Path
 from patchctl.atomic import write_atomic
 from patchctl.errors import EnvironmentProblem
 from patchctl.sources.cache import ArtifactCache, Damaged
+from patchctl.yamlio import load_json
 
 MARKER = ".complete"
 SEAL = "seal "  # the marker's last line: `seal <JSON of the listing>`
@@ -123,7 +124,7 @@ def untrusted(cache: ArtifactCache, root: Path, head: str = "") -> str | None:
     if not line.startswith(SEAL):
         return "its marker lists no content (built before seals were kept, or copied)"
     try:
-        sealed = json.loads(line[len(SEAL):])
+        sealed = load_json(line[len(SEAL):])  # bounded: nesting, NUL bytes, numbers (a BoundsError is a ValueError)
     except ValueError:
         return "its marker's listing is damaged"
     if not isinstance(sealed, dict):

@@ -5,17 +5,21 @@ Layout (format 3):
 
     <cache>/
       FORMAT                         "3": the layout below; an older cache is migrated on first use
-      index/<index-url-key>/<project>.json      index pages (schema-checked on read)
+      index/<index-url-key>/<project>.json      index pages (schema-checked on read; each records its
+                                                URL, whose validators count only for that URL, and
+                                                only in a file `written_by_us`)
       tails/<project>.json                      how much of a wheel's tail its file list needed
       artifacts/<claimed-sha256>-<url-key>/     what range reads of one artifact URL gave, as the
           central-directory.bin                 index served it (keyed by the URL *and* the hash the
           record.sha256                         index claimed: never served for another URL)
+          RECORD                                the wheel's RECORD, which proves the members (proof.py)
           members/<path-key>[.absent]
           artifact, artifact.sha256             (an index without hashes: the whole wheel as fetched,
                                                 its members checked against RECORD, never shared)
       verified/<sha256>/                        a whole artifact whose sha256 was checked against the
           artifact, artifact.verified, names.json   index's: content-addressed, shared by every URL
-          members/<path-key>[.absent]               and members taken from it (verified bytes)
+          RECORD, members/<path-key>[.absent]       and members taken from it (verified bytes, each
+                                                    checked against RECORD when read)
       trees/<sha256 | git-COMMIT>/pristine, patched-<digest>/   smoke trees
       envs/<profile>-<digest>/                  smoke venvs
       git/<repo-key>/                           partial bare clones
@@ -115,6 +119,15 @@ class ArtifactCache:
         file reached without a symlink, or is larger than `limit`."""
         with self.open_file(path, limit) as f:
             return None if f is None else f.read(limit + 1)
+
+    def read_owned(self, path: Path, limit: int = SMALL_FILE_LIMIT) -> tuple[bytes | None, bool]:
+        """`read_file`, and whether the file is one only the running user (or root) could have
+        written (`written_by_us`, asked of the descriptor read, so a name swapped after the check is
+        not what was checked)."""
+        with self.open_file(path, limit) as f:
+            if f is None:
+                return None, False
+            return f.read(limit + 1), written_by_us(os.fstat(f.fileno()))
 
     @contextmanager
     def open_file(self, path: Path, limit: int = ARTIFACT_LIMIT) -> Iterator[BinaryIO | None]:
@@ -322,7 +335,7 @@ def _rekey_artifacts(cache: ArtifactCache) -> None:
             target = cache.verified(name)
             if whole.is_file() and not whole.is_symlink() and not target.exists():
                 cache.make_dirs(target)
-                os.replace(whole, target / "artifact")  # not marked: download_full hashes it once
+                os.replace(whole, target / "artifact")  # not marked: the first use hashes it
             cache.remove(entry)
         elif m := re.fullmatch(r"url-([0-9a-f]{64})", name):
             for stale in ("members", "central-directory.bin", "central-directory.json"):
@@ -335,6 +348,15 @@ def _rekey_artifacts(cache: ArtifactCache) -> None:
 
 
 _MIGRATIONS = (_drop_validators, _rekey_artifacts)
+
+
+def written_by_us(st: os.stat_result) -> bool:
+    """Whether a cache file can only have been written by the user running patchctl or by root:
+    owned by one of them, and neither its group nor others may write it. Another user of a shared
+    cache can plant a file (or rewrite one they own, sha256 header and all) but cannot make one with
+    this owner; a file that passes this is trusted as far as what it says about itself, whereas a
+    file that does not is only data to be checked against something proven (issue 33)."""
+    return st.st_uid in (os.geteuid(), 0) and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 
 
 def framed(data: bytes) -> bytes:

@@ -3,7 +3,8 @@
 A cached page is revalidated, not read again: the request carries the page's ETag / Last-Modified,
 and a 304 answer (no body) keeps the cached page. Within the freshness window (`index_max_age`
 seconds in the config file, or $PATCHCTL_INDEX_MAX_AGE; 0 by default: always revalidate) a cached
-page is used without asking at all, which CI sets so that a matrix of many runs asks once."""
+page is used without asking at all, which CI sets so that a matrix of many runs asks once. Both only
+for a page this user (or root) wrote from the same URL (`_distrust`): any other is read whole."""
 from __future__ import annotations
 
 import json
@@ -20,6 +21,7 @@ from packaging.version import InvalidVersion, Version
 from patchctl.errors import EnvironmentProblem, NetworkError, UsageError
 from patchctl.sources import http
 from patchctl.sources.cache import ArtifactCache, Damaged
+from patchctl.yamlio import load_json
 
 JSON_ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
 MAX_AGE_ENV = "PATCHCTL_INDEX_MAX_AGE"
@@ -136,7 +138,7 @@ class PackageIndex:
         from patchctl.schemas import problem
 
         try:
-            raw = self._cache.read_file(cache_file)
+            raw, ours = self._cache.read_owned(cache_file)
             if raw is None:
                 return None, None
             data = strict_json(raw)
@@ -149,7 +151,13 @@ class PackageIndex:
             if wrong is None and data["name"] != name:
                 wrong = f"it holds the page of {data['name']!r}, not of {name!r}"
         if wrong is None:
-            return _from_json(data, self.url), data.get("fetched_at")
+            distrust = _distrust(data, ours, f"{self.url}/{name}/")
+            if distrust is None:
+                return _from_json(data, self.url), data.get("fetched_at")
+            if self.offline:
+                raise EnvironmentProblem(f"cache file {cache_file} {distrust}: offline, patchctl cannot "
+                                         "tell whether its hashes are the index's", hint="run once online to read it again")
+            return None, None  # read again whole: its validators, age and hashes are not trusted
         if self.offline:
             raise EnvironmentProblem(f"cache file {cache_file} is damaged; run once without --offline "
                                      f"to refresh it ({wrong})")
@@ -202,15 +210,11 @@ class PackageIndex:
         return data
 
 
-def _refuse_constant(name: str) -> float:
-    raise ValueError(f"{name} is not JSON")
-
-
 def strict_json(raw: bytes) -> Any:
     """JSON as RFC 8259 has it: NaN and Infinity are refused (json.loads takes them), and an integer
     of over 4300 digits is a ValueError (Python's limit) like any other bad document. The numbers
     that remain are bounded by the schemas (a size at most http.MAX_SIZE)."""
-    return json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
+    return load_json(raw.decode("utf-8"))  # yamlio's bounded loader: also nesting, NUL bytes, 64-bit integers
 
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -290,9 +294,22 @@ def _parse_html(text: str, base: str) -> list[_Row]:
     return out
 
 
+def _distrust(data: dict, ours: bool, page: str) -> str | None:
+    """Why a cached page (schema-checked) is not trusted, None when it is (issue 33, 3b): its ETag or
+    Last-Modified would make a conditional request keep its hashes on a 304, so only a page this user
+    (or root) wrote, no one else may rewrite, and fetched from this very URL (another URL can share
+    the file name) is revalidated, used while fresh, or read offline."""
+    if not ours:
+        return "was written by another user, or others may write it"
+    if data.get("url") != page:
+        return f"was fetched from {data.get('url') or 'an unrecorded URL'}, not {page}"
+    return None
+
+
 def _to_json(project: IndexProject) -> dict:
     out: dict = {
         "name": project.name,
+        "url": f"{project.index_url}/{project.name}/",
         "fetched_at": time.time(),
         "files": [[f.filename, f.url, f.sha256, f.size, f.yanked] for f in project.files],
     }

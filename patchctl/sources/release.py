@@ -7,11 +7,12 @@ against the index's sha256, and the needed members are taken from it (a wheel's,
 its RECORD). Cached file lists that do not parse are read again, or refused offline.
 
 This module composes the parts: `cache` (where each file lives, read without following symlinks),
-`sparse` (the range reads), `download` (the whole artifact against its sha256), `archive` (reading
-and extracting members). Provenance: bytes read by range are kept per artifact URL and claimed hash
-and served only for that URL; the details of `provenance()` say `"verified": true` only when every
-file served came from a whole artifact checked against the index's sha256 (else the bytes are as the
-index served them, each checked against the wheel's RECORD).
+`choice` (which artifact, read how), `sparse` (the range reads), `download` (the whole artifact
+against its sha256), `whole` (the cached artifact, proven on every read), `proof` (cached members
+against RECORD), `archive` (reading and extracting members). Provenance: bytes read by range are
+kept per artifact URL and claimed hash and served only for that URL; the details of `provenance()`
+say `"verified": true` only when every file served came from a whole artifact checked against the
+index's sha256 (else the bytes are as the index served them, each checked against the wheel's RECORD).
 
 An index that publishes no hash (vLLM's nightly wheel repository) is accepted for wheels only: every
 member read must then be listed in the wheel's RECORD and match it (and its CRC-32), the sha256 of a
@@ -23,168 +24,48 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
-import os
 import struct
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, NamedTuple
+from typing import BinaryIO
 
 from packaging.utils import canonicalize_name
 
 from patchctl.engines import Engine
 from patchctl.errors import EnvironmentProblem, NetworkError, UsageError
-from patchctl.sources import archive, http, zipread
-from patchctl.sources.cache import ARTIFACT_LIMIT, ArtifactCache, Damaged, framed, member_key, unframe
-from patchctl.sources.download import download
+from patchctl.sources import archive, http, proof, zipread
+from patchctl.sources.cache import (
+    ArtifactCache,
+    Damaged,
+    framed,
+    member_key,
+    unframe,
+)
+
+# Re-exported: callers (fetch.py, the tests) import the choice from here, where it used to live.
+from patchctl.sources.choice import (  # noqa: F401
+    CENTRAL_DIRECTORY_FILE,
+    ArtifactChoice,
+    choose,
+    choose_artifact,
+    record_tail,
+    tail_estimate,
+)
 from patchctl.sources.files import NoProgress, ProgressSink, Provenance
-from patchctl.sources.index import IndexFile, IndexProject
+from patchctl.sources.index import IndexFile
 from patchctl.sources.sparse import SparseWheel
-from patchctl.sources.zipread import ZipEntry, tail_guess
-
-if TYPE_CHECKING:
-    from packaging.version import Version
-
+from patchctl.sources.whole import VERIFY_MARK_BYTES, WholeArtifact  # noqa: F401  (re-exported)
+from patchctl.sources.zipread import ZipEntry
+from patchctl.yamlio import load_json
 
 FETCH_THREADS = 8
-VERIFY_MARK_BYTES = 8 << 20
 
 
-# A round trip, in bytes it could have carried instead: 20 ms at ~12 MB/s. Range reads take two more
-# than one whole GET (the tail, then the members), and start more connections.
-ROUND_TRIP_BYTES = 256 << 10
-MEMBERS_GUESS = 64 << 10  # what a series' members take deflated (vLLM 0.23.0's: ~70 KB)
 
 
-class ArtifactChoice(NamedTuple):
-    file: IndexFile
-    whole: bool  # fetched in one GET (False: range reads of a wheel)
-    reason: str  # for the document: why this artifact, and how it is read
-
-
-def choose_artifact(project: IndexProject, version: Version, prefer_sdist: bool = False) -> IndexFile:
-    return choose(project, version, prefer_sdist=prefer_sdist).file
-
-
-def choose(project: IndexProject, version: Version, *, prefer_sdist: bool = False, cache_root: Path | None = None,
-           installable: bool = False, offline: bool = False) -> ArtifactChoice:
-    """The artifact that costs the fewest bytes (round trips counted as bytes) for what is wanted.
-    A few files (check, apply): a big wheel by range reads, or a small sdist or wheel in one GET when
-    that is cheaper (vllm-gguf-plugin: a 115 KB sdist against a 6.4 MB wheel's ~80 KB of ranges and
-    two more round trips). A whole tree (prefer_sdist): the sdist (vLLM's is 36 MB against a 274 MB
-    wheel, with the same Python sources). `installable`: a wheel (compiled parts included), whole."""
-    candidates = project.files_for(version)
-    # A wheel without an index hash is still verifiable (its RECORD); an sdist is not.
-    files = [f for f in candidates if f.sha256 or f.kind == "wheel"]
-    if not files:
-        known = project.versions(include_pre=True)
-        near = ", ".join(str(v) for v in known[-5:]) or "none"
-        unusable = ("; it lists only sdists without a sha256, which patchctl cannot verify (no RECORD): "
-                    + ", ".join(f.filename for f in candidates)) if candidates else ""
-        raise UsageError(
-            f"{project.name} {version} is not on the package index {project.index_url} "
-            f"(newest there: {near}){unusable}"
-        )
-
-    def rank(f: IndexFile) -> tuple[int, int, int, int]:
-        hashed = 0 if f.sha256 else 1  # (releases: every file is hashed, so the order is as before)
-        if prefer_sdist and f.kind == "sdist":
-            return (hashed, -1, 0, f.size or 0)
-        if f.kind == "wheel":
-            pure = "none-any" in f.tags
-            x86 = "x86_64" in f.tags
-            return (hashed, 0, 0 if pure else (1 if x86 else 2), f.size or 0)
-        return (hashed, 1, 0, f.size or 0)
-
-    ranked = sorted(files, key=rank)
-    first = ranked[0]
-    if prefer_sdist:
-        return ArtifactChoice(first, True, f"{first.kind}, whole: a whole tree is wanted")
-    if installable or first.kind != "wheel":
-        why = "the installable artifact" if installable and first.kind == "wheel" else "no usable wheel"
-        return ArtifactChoice(first, True, f"{first.kind}, whole: {why}")
-    # Offline, what an earlier run read is what there is. Online the choice must not depend on this
-    # machine's cache: the matrix records the artifact, and another machine must read the same one.
-    if cache_root is not None and offline:
-        cache = ArtifactCache(cache_root)
-        for f in (first, *(f for f in ranked if f.kind == "sdist")):
-            if f.sha256 and _cached(cache, cache.verified(f.sha256) / "artifact"):
-                return ArtifactChoice(f, True, f"{f.kind}, whole: already in the cache")
-            if f is first and f.sha256 and _cached(cache, cache.unverified(f.url, f.sha256) / CENTRAL_DIRECTORY_FILE):
-                return ArtifactChoice(f, False, "wheel by range reads: its file list is already in the cache")
-    measured = tail_estimate(cache_root, project.name, version) if cache_root else None
-    ranges = (min(first.size, tail_guess(first.size, measured)) + MEMBERS_GUESS + 2 * ROUND_TRIP_BYTES
-              if first.size else None)
-    options = [(f.size, f) for f in ranked if f.size and f.sha256 and (f.kind == "sdist" or f is first)]
-    cheapest = min(options, key=lambda o: o[0], default=None)
-    if ranges is None or (cheapest is not None and cheapest[0] <= ranges):
-        if cheapest is None:
-            return ArtifactChoice(first, False, "wheel by range reads: the index gives no size to compare")
-        size, f = cheapest
-        return ArtifactChoice(f, True, f"{f.kind}, whole: {_mb(size)} in one request costs less than range "
-                              f"reads of {first.filename} (~{_mb(ranges)} counting round trips)")
-    others = [f"{f.kind} {_mb(size)}" for size, f in options if f is not first]
-    return ArtifactChoice(first, False, f"wheel by range reads: ~{_mb(ranges)} counting round trips"
-                          + (f", against {', '.join(others)} whole" if others else "")
-                          + f" ({_mb(first.size)} wheel)")
-
-
-def _mb(n: int | None) -> str:
-    return "? MB" if n is None else (f"{n / 1e6:.1f} MB" if n >= 1e5 else f"{n / 1e3:.0f} KB")
-
-
-def tail_estimate(cache_root: Path, project: str, version: Version) -> int | None:
-    """The tail a wheel of `project` needed last (the release nearest below `version`, else above):
-    kept in <cache>/tails/<project>.json by every central directory read."""
-    needs = _read_tails(cache_root, project)
-    if not needs:
-        return None
-    below = [(v, n) for v, n in needs.items() if v <= version]
-    if below:
-        return max(below)[1]
-    return min(needs.items())[1]
-
-
-def _cached(cache: ArtifactCache, path: Path) -> bool:
-    try:
-        return cache.exists(path)
-    except Damaged:
-        return False
-
-
-def _read_tails(cache_root: Path, project: str) -> dict:
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        raw = json.loads(ArtifactCache(cache_root).read_file(ArtifactCache(cache_root).tails(project)) or b"")
-    except (OSError, ValueError, RecursionError, Damaged):
-        return {}
-    out = {}
-    if isinstance(raw, dict):  # an estimate only: anything that is not {version: int} is ignored
-        for key, need in raw.items():
-            try:
-                if isinstance(need, int) and need > 0:
-                    out[Version(key)] = need
-            except InvalidVersion:
-                continue
-    return out
-
-
-_tails_lock = threading.Lock()  # the matrix reads several releases of a project at once
-
-
-def _record_tail(cache_root: Path, project: str, version: Version, need: int) -> None:
-    with _tails_lock:
-        needs = {str(v): n for v, n in _read_tails(cache_root, project).items()}
-        if needs.get(str(version)) != need:
-            needs[str(version)] = need
-            cache = ArtifactCache(cache_root)
-            cache.write(cache.tails(project), json.dumps(needs, sort_keys=True).encode())
-
-
-class ReleaseSource:
+class ReleaseSource(WholeArtifact):
     """FileSource over one artifact of a release; member paths are relative to the import root."""
 
     def __init__(self, engine: Engine, artifact: IndexFile, cache_root: Path, *,
@@ -214,9 +95,11 @@ class ReleaseSource:
         self._how: set[str] = set()  # "ranges", "whole": how this run read the artifact
         self._verified: dict[str, bytes | None] = {}  # members checked by prefetch, until read() takes them
         self._as_served = False  # some file this run served is as the index served it (not hash-verified)
-        self._artifact_ok = False
         self._entries: dict[str, ZipEntry] | None = None
         self._record: dict[str, str] | None = None
+        self._proven: dict[Path, proof.Record | None] = {}  # each folder's RECORD, read once
+        self._refetched: list[str] = []  # cache files that were not what they claimed, read again
+        self._artifact_key: str | None = None  # the stat key of the artifact this run proved
         self._lock = threading.Lock()
         self._wheel = SparseWheel(artifact.url, artifact.filename, artifact.size, self._count)
 
@@ -261,6 +144,8 @@ class ReleaseSource:
             details["why"] = self.reason
         details["read"] = "+".join(sorted(self._how)) or "cache"  # "ranges", "whole", "ranges+whole"
         details["verified"] = self.verified
+        if self._refetched:
+            details["refetched"] = list(self._refetched)
         return Provenance(self.artifact.kind, self.artifact.filename, sha256, self.bytes_fetched,
                           tuple(details.items()))
 
@@ -312,20 +197,63 @@ class ReleaseSource:
             return None
 
     def _cached_ok(self, path: str) -> bool:
-        """Whether the cache holds the member (or knows it is absent); its bytes, checked against
-        the sha256 the file starts with, wait in _verified for read(). Members taken from a verified
-        whole artifact first; then what range reads of this very URL gave."""
+        """Whether the cache holds the member (or knows it is absent), proven by the wheel's RECORD
+        kept in the same folder (`proof`), never by the sha256 the member's file starts with (that
+        only tells damage). An sdist has no RECORD: its cached members count only when this user (or
+        root) wrote them and no one else may write them. The bytes wait in _verified for read().
+        Members taken from a verified whole artifact first; then what range reads of this URL gave."""
         for verified in ((True,) if self.verify else (True, False) if self.verified_dir is not None else (False,)):
             member = self._member_file(path, verified)
-            found = self._exists(self._absent_file(path, verified))
-            data = None if found else unframe(self._read(member))
-            if found or data is not None:
+            absent = self._absent_file(path, verified)
+            raw, ours = self._read_owned(absent)
+            found = raw is not None
+            data = None
+            if not found:
+                raw, ours = self._read_owned(member)
+                data = unframe(raw)
+                if data is None:
+                    if raw is not None:
+                        self.cache.remove(member)  # damaged: fetch again
+                    continue
+            if self.artifact.kind == "wheel":
+                record = self._proven_record(member.parent.parent)
+                if record is None:
+                    continue  # nothing proven to check it against: read again, RECORD with it
+                wrong = proof.problem(record, self._archive_name(path), data)
+            else:
+                wrong = None if ours else proof.UNPROVABLE
+            if wrong is None:
                 self._verified[path] = data
                 self._as_served = self._as_served or not verified
                 return True
-            if self._exists(member):
-                self.cache.remove(member)  # corrupt: fetch again
+            if wrong != proof.UNPROVABLE:
+                self._distrust(absent if found else member, wrong)
         return False
+
+    def _read_owned(self, path: Path) -> tuple[bytes | None, bool]:
+        try:
+            return self.cache.read_owned(path)
+        except Damaged as exc:
+            self._damaged(exc)
+            return None, False
+
+    def _proven_record(self, folder: Path) -> proof.Record | None:
+        if folder not in self._proven:
+            try:
+                self._proven[folder] = proof.read(self.cache, folder)
+            except Damaged as exc:
+                self._damaged(exc)
+                self._proven[folder] = None
+        return self._proven[folder]
+
+    def _distrust(self, path: Path, why: str) -> None:
+        """A cache file whose bytes RECORD disproves (edited in place, planted): never served. Online
+        it is removed and read again, and the document says so; offline, an error naming it."""
+        if self.offline:
+            raise EnvironmentProblem(f"cache file {path} {why}: it was changed after patchctl wrote it",
+                                     hint="run once without --offline to read it again")
+        self.cache.remove(path)
+        self._refetched.append(f"cache file {path} {why}: read again")
 
     def _store(self, path: str, data: bytes | None, *, verified: bool) -> None:
         self._verified[path] = data
@@ -333,8 +261,9 @@ class ReleaseSource:
         if data is None:
             self.cache.write(self._absent_file(path, verified), b"")
             return
-        # Its sha256 first, which every read checks (_cached_ok): so not fsynced (two fsyncs, ~16 ms
-        # here, per member, and the matrix writes a few hundred).
+        # Its sha256 first (damage), and RECORD beside it (proof), which every read checks
+        # (_cached_ok): so not fsynced (two fsyncs, ~16 ms here, per member, and the matrix writes a
+        # few hundred).
         self.cache.write(self._member_file(path, verified), framed(data))
 
     def _archive_name(self, path: str) -> str:
@@ -363,7 +292,7 @@ class ReleaseSource:
         # Kept as the zip's own bytes (parsed again on a warm read as fast as JSON would load, and
         # a tenth of the CPU to write): the matrix caches ~180k entries cold.
         self.cache.write(cd_file, framed(cd))
-        _record_tail(self.cache_root, project, self.artifact.version, need)
+        record_tail(self.cache_root, project, self.artifact.version, need)
         self._entries = entries
         return entries
 
@@ -400,24 +329,32 @@ class ReleaseSource:
     def _record_hashes(self) -> dict[str, str]:
         if self._record is not None:
             return self._record
+        kept = None if self.unhashed else self._proven_record(self.dir)
+        if kept is not None:  # RECORD as this URL's range reads gave it before (no round trip)
+            self._record = kept.hashes
+            return kept.hashes
         entries = self._central_directory()
         record_name = zipread.record_name(entries)
         hashes: dict[str, str] = {}
         if record_name:
-            hashes = self._parse_record(record_name, self._wheel.member(entries[record_name]))
+            hashes = self._parse_record(record_name, self._wheel.member(entries[record_name]), self.dir)
         elif self.unhashed:
             raise NetworkError(f"{self.artifact.filename}: the index publishes no sha256 and the wheel has "
                                "no RECORD: nothing vouches for its files")
         self._record = hashes
         return hashes
 
-    def _parse_record(self, record_name: str, raw: bytes) -> dict[str, str]:
+    def _parse_record(self, record_name: str, raw: bytes, folder: Path) -> dict[str, str]:
+        """RECORD's hashes; its bytes are kept in `folder` (where the members it proves go)."""
         if self.unhashed:
             self.cache.write(self.dir / "record.sha256", hashlib.sha256(raw).hexdigest().encode(), durable=True)
         try:
-            return zipread.record_hashes(raw)
+            record = proof.parse(raw)
         except (ValueError, csv.Error) as exc:  # not UTF-8, a sha256 that is not base64, a NUL byte
             raise NetworkError(f"{self.artifact.filename}: {record_name} is malformed ({exc})") from None
+        proof.write(self.cache, folder, raw)
+        self._proven[folder] = record
+        return record.hashes
 
     def _check_record(self, name: str, data: bytes, record: dict[str, str]) -> None:
         """A wheel member against the sha256 its RECORD lists (members RECORD does not hash: none)."""
@@ -454,68 +391,6 @@ class ReleaseSource:
         finally:
             self.progress.finish()
 
-    # whole artifact --------------------------------------------------------------------------
-    def download_full(self) -> Path:
-        target = self._full_file()
-        expected = self.artifact.sha256 or self._read_text(self._fetched_digest_file())
-        if self._artifact_ok and self._exists(target):
-            return target
-        if self._exists(target):
-            # Hashed once when it was written; read again only when its size or mtime moved since.
-            if expected and (self._read_text(self._verified_file()) == _stat_key(target, expected)
-                             or self._sha256_file(target) == expected):
-                self._mark_verified(target, expected)
-                return target
-            self.cache.remove(target)  # corrupt: fetch again
-        self._need_network("the artifact")
-        self.cache.make_dirs(target.parent)
-
-        def count(n: int) -> None:
-            self._how.add("whole")
-            self.bytes_fetched += n
-
-        digest = download(self.artifact.url, target, filename=self.artifact.filename,
-                          expected_sha256=self.artifact.sha256, size=self.artifact.size,
-                          progress=self.progress, count=count)
-        self._how.add("whole")
-        if self.artifact.sha256 is None:
-            # Nothing to compare with: RECORD checks the members read from it; the digest is recorded.
-            self.cache.write(self._fetched_digest_file(), digest.encode(), durable=True)
-        self._mark_verified(target, digest)
-        return target
-
-    @contextmanager
-    def open_artifact(self) -> Iterator[BinaryIO]:
-        """The whole artifact (downloaded and checked first), opened without following a symlink."""
-        target = self.download_full()
-        try:
-            with self.cache.open_file(target, self.artifact.size or ARTIFACT_LIMIT) as f:
-                if f is None:
-                    raise EnvironmentProblem(f"cache file {target} vanished while it was read")
-                yield f
-        except Damaged as exc:
-            raise EnvironmentProblem(f"{exc}; remove it and run again") from None
-
-    def _mark_verified(self, target: Path, sha256: str) -> None:
-        self._artifact_ok = True
-        key = _stat_key(target, sha256)
-        # Only where hashing again costs more than the write (two fsyncs, ~16 ms here): ~8 MB.
-        if os.lstat(target).st_size >= VERIFY_MARK_BYTES and self._read_text(self._verified_file()) != key:
-            self.cache.write(self._verified_file(), key.encode(), durable=True)
-
-    def _sha256_file(self, path: Path) -> str | None:
-        digest = hashlib.sha256()
-        try:
-            with self.cache.open_file(path, self.artifact.size or ARTIFACT_LIMIT) as f:
-                if f is None:
-                    return None
-                for chunk in iter(lambda: f.read(1 << 20), b""):
-                    digest.update(chunk)
-        except Damaged as exc:
-            self._damaged(exc)
-            return None
-        return digest.hexdigest()
-
     def _path_of(self, name: str) -> str | None:
         """An archive member's path relative to the import root (None: outside it)."""
         if self.artifact.kind == "wheel" or self._zip_artifact:
@@ -551,7 +426,12 @@ class ReleaseSource:
             return [n[len(layout):] for n in self._central_directory()
                     if n.startswith(layout) and not n.endswith("/")]
         try:
-            cached = json.loads(self._read(self._names_file()) or b"null")
+            raw, ours = self.cache.read_owned(self._names_file())
+        except Damaged as exc:
+            self._damaged(exc)
+            raw, ours = None, False
+        try:  # a list another user may have written is made again from the (proven) artifact
+            cached = load_json(raw or b"null") if ours else None
         except (ValueError, RecursionError):
             cached = None
         if isinstance(cached, list) and all(isinstance(n, str) for n in cached):
@@ -590,13 +470,5 @@ class ReleaseSource:
                                "the wheel has no RECORD: nothing vouches for its files")
         if not record_name:
             return {}
-        return self._parse_record(record_name, archive.read(f, lambda n: n, {record_name})[record_name])
-
-
-def _stat_key(path: Path, sha256: str) -> str:
-    st = os.lstat(path)
-    return f"{st.st_size} {st.st_mtime_ns} {st.st_ino} {sha256}"
-
-
-# A wheel's central directory as the cache keeps it (cache.framed, as the members are).
-CENTRAL_DIRECTORY_FILE = "central-directory.bin"
+        folder = self.dir if self.unhashed or self.verified_dir is None else self.verified_dir
+        return self._parse_record(record_name, archive.read(f, lambda n: n, {record_name})[record_name], folder)

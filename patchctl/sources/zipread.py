@@ -238,18 +238,20 @@ def read_zip_member(zf: zipfile.ZipFile, name: str) -> bytes:
     return bytes(out)
 
 
-def record_hashes(raw: bytes) -> dict[str, str]:
-    """path -> sha256 hex from a wheel's RECORD (rows without a sha256 are left out). Rows are split
-    on commas directly unless the text needs the csv module's rules (a quoted path, a CR, a NUL,
-    which csv refuses): RECORD files run to tens of thousands of rows, read on `ensure`'s path."""
+def record_rows(raw: bytes) -> Iterable[list[str]]:
+    """The rows of a wheel's RECORD. Split on commas directly unless the text needs the csv module's
+    rules (a quoted path, a CR, a NUL, which csv refuses): RECORD files run to tens of thousands of
+    rows, read on `ensure`'s path."""
     text = raw.decode("utf-8")
-    rows: Iterable[list[str]]
     if '"' in text or "\r" in text or "\0" in text:
-        rows = csv.reader(io.StringIO(text))
-    else:
-        rows = (line.split(",") for line in text.split("\n"))
+        return csv.reader(io.StringIO(text))
+    return (line.split(",") for line in text.split("\n"))
+
+
+def record_hashes(raw: bytes) -> dict[str, str]:
+    """path -> sha256 hex from a wheel's RECORD (rows without a sha256 are left out)."""
     hashes: dict[str, str] = {}
-    for row in rows:
+    for row in record_rows(raw):
         if len(row) >= 2 and row[1].startswith("sha256="):
             # base64.urlsafe_b64decode, without its per-call wrappers (non-base64 characters are
             # dropped as it drops them; a non-ASCII one is a ValueError as there)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from click.testing import CliRunner
 
@@ -51,3 +52,40 @@ def heavy_imports_run(argv: tuple[str, ...] | list[str], watched: tuple[str, ...
 def heavy_imports(argv: tuple[str, ...] | list[str], watched: tuple[str, ...]) -> dict:
     """heavy_imports_run's report alone."""
     return heavy_imports_run(argv, watched)[0]
+
+
+def as_nobody(*args: str, home: Path, warm: bool = True) -> tuple[int, dict]:
+    """`patchctl ARGS --json` as uid/gid 65534 (nobody), in a forked child of this process. Not
+    `runuser -u nobody python`: this interpreter lives under /root (0700), which nobody cannot reach;
+    the fork keeps the interpreter and every module this run imported (warmed by the same command
+    as root first), and setuid makes the kernel answer EACCES as it does for a service user."""
+    import os
+
+    from patchctl.cli import main
+
+    if warm:
+        run_json(*args)  # as root: every module the command imports is loaded before the switch
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        code = 70
+        try:
+            os.close(read)
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            os.environ.update(PATCHCTL_DATA_DIR=str(home / "data"), PATCHCTL_CONFIG=str(home / "config.yaml"),
+                              PATCHCTL_CACHE_DIR=str(home / "cache"), HOME=str(home))
+            result = CliRunner().invoke(main, [*args, "--json"], catch_exceptions=True)
+            os.write(write, json.dumps({"code": result.exit_code, "stdout": result.stdout,
+                                        "stderr": result.stderr}).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read, "rb") as f:
+        raw = f.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, raw
+    got = json.loads(raw)
+    return got["code"], json.loads(got["stdout"])

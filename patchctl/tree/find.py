@@ -21,6 +21,7 @@ from patchctl.spec import EngineRef
 from patchctl.tree.edits import dist_info_file
 from patchctl.tree.journal import BuildRecord
 from patchctl.tree.operations import Target
+from patchctl.yamlio import load_json
 
 if TYPE_CHECKING:
     from patchctl.sources.fetch import SourceContext
@@ -244,7 +245,6 @@ def _run_installer(cmd: list[str], name: str) -> None:
 def installed_build(engine: Engine, root: Path, version: Version) -> BuildRecord:
     """What an installed tree says about its build: the version, the commit (`+g<sha>`, or the git
     commit a VCS install names) and, for a URL or git install, its direct_url.json (PEP 610)."""
-    import json
 
     from patchctl.sources.fetch import commit_of
 
@@ -256,7 +256,7 @@ def installed_build(engine: Engine, root: Path, version: Version) -> BuildRecord
         if raw is None:
             continue
         try:
-            direct = json.loads(raw.decode())
+            direct = load_json(raw.decode())
         except ValueError:  # UnicodeDecodeError included
             continue
         if not isinstance(direct, dict) or _info_version(info) != version:

@@ -9,7 +9,7 @@ nothing there is importable, and a `.gitignore` keeps it out of a checkout's sta
   blobs/<sha>   file contents by sha256: pristine backups, staged new contents, stashed bytecode
   journal.json  present only while files are being written; its presence after a crash means
                 "undo everything in it"
-  lock          flock'ed by the one process working on this target
+  lock          flock'ed by the one process working on this target, never written (lock.py)
 
 state.json and journal.json carry a sha256 over their content and are validated against their JSON
 schemas (patchctl/schemas/state.json, journal.json); every path in them must stay inside the target.
@@ -18,23 +18,19 @@ patchctl before 2026-12 under <data dir>/targets/<key>/ are moved here on first 
 """
 from __future__ import annotations
 
-import errno
-import fcntl
 import hashlib
 import json
 import os
-import re
 import shutil
-import signal
 import stat
 import time
-from collections.abc import Iterable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Iterable
+from contextlib import AbstractContextManager, ExitStack
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from patchctl.atomic import write_atomic_at
-from patchctl.errors import EnvironmentProblem, PatchctlError, StateDamaged
+from patchctl.atomic import TEMP_NAME, write_atomic_at
+from patchctl.errors import EnvironmentProblem, PatchctlError, RollbackPending, StateDamaged, write_hint
 from patchctl.nofollow import (
     RECORD_LIMIT,
     Planted,
@@ -45,18 +41,19 @@ from patchctl.nofollow import (
     parent_beneath,
     read_at,
     read_beneath,
-    rmtree_at,
     stat_beneath,
     unlink_at,
 )
 from patchctl.paths import outside_packages, resolve_inside
+from patchctl.tree import folders, lock
+from patchctl.tree.folders import crash_point as _crash_point
+from patchctl.yamlio import load_json
 
 STATE_SCHEMA = "patchctl-state/3"
 # Records this patchctl reads: /2 (before 2026-12-02) lacks each patch's store and fingerprint and
 # the selection; read as "store unknown, every patch of the series" and written back as /3.
 STATE_SCHEMAS = ("patchctl-state/2", STATE_SCHEMA)
 JOURNAL_SCHEMA = "patchctl-journal/2"
-_TEMP = re.compile(r"^\..+\.patchctl-(\d+)(?:-\d+)?\.tmp$")
 
 
 def sha256(data: bytes | None) -> str | None:
@@ -204,12 +201,6 @@ class Change(NamedTuple):
     after_bytecode: tuple[tuple[str, str], ...] = ()
 
 
-def _crash_point(step: str) -> None:
-    """Tests kill a real apply at each write step: PATCHCTL_CRASH_AT=<step> sends SIGKILL to self."""
-    if os.environ.get("PATCHCTL_CRASH_AT") == step:
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
 def _sealed(kind: str, body: dict[str, Any]) -> bytes:
     """A document with a sha256 over its canonical content: truncation or an edit is detected."""
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
@@ -223,7 +214,7 @@ def _unseal(kind: str, raw: bytes, where: Path, schema: str, hint: str) -> dict[
         return StateDamaged(f"{where} is damaged ({what}); patchctl will not guess what it did", hint=hint)
 
     try:
-        outer = json.loads(raw.decode("utf-8"))
+        outer = load_json(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise damaged(f"not JSON: {exc}") from None
     if not isinstance(outer, dict) or not isinstance(outer.get(kind), dict) or not isinstance(outer.get("sha256"), str):
@@ -255,7 +246,7 @@ def _sweep_at(dir_fd: int) -> list[str]:
     except OSError:
         return removed
     for name in names:
-        m = _TEMP.match(name)
+        m = TEMP_NAME.match(name)
         if m and int(m.group(1)) != os.getpid() and not pid_alive(int(m.group(1))):
             try:
                 os.unlink(name, dir_fd=dir_fd)  # the temp file (or a link planted under its name), never a target
@@ -263,17 +254,6 @@ def _sweep_at(dir_fd: int) -> list[str]:
             except OSError:
                 pass
     return removed
-
-
-class _Folders(NamedTuple):
-    """The bookkeeping folders, open: the tree, <tree>/.patchctl and <tree>/.patchctl/<engine>."""
-
-    root: int
-    top: int
-    dir: int
-
-
-_GITIGNORE = b"# patchctl's record of what it changed in this tree\n*\n"
 
 
 class TargetState:
@@ -297,53 +277,13 @@ class TargetState:
                          f"from the release itself (checked against its RECORD) and clears the record")
 
     # the folders -----------------------------------------------------------------------------
-    @contextmanager
-    def _folders(self, create: bool = False) -> Iterator[_Folders | None]:
-        """The folders open (None: missing and not created). create: made when missing, with the
-        .gitignore that keeps them out of a checkout's status; a full disk leaves no empty folder."""
-        opened: list[int] = []
-        try:
-            root_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # named by the user
-            opened.append(root_fd)
-            owners = frozenset({os.fstat(root_fd).st_uid, 0, os.geteuid()})
-            top = open_dir(root_fd, ".patchctl", self.top, owners=owners)
-            made_top = top is None
-            if top is None and create:
-                top = open_dir(root_fd, ".patchctl", self.top, create=True, owners=owners)
-            if top is None:
-                yield None
-                return
-            opened.append(top)
-            folder = open_dir(top, self.engine, self.dir, owners=owners)
-            made_dir = folder is None
-            if folder is None and create:
-                folder = open_dir(top, self.engine, self.dir, create=True, owners=owners)
-            if folder is None:
-                yield None
-                return
-            opened.append(folder)
-            if made_dir and not exists_at(top, ".gitignore"):  # a folder made now (a tree as pip left it)
-                try:
-                    write_atomic_at(top, ".gitignore", _GITIGNORE, shown=str(self.top / ".gitignore"))
-                    _crash_point("gitignore")
-                except OSError:
-                    # A full disk: leave no empty folder behind in the tree.
-                    if made_dir:
-                        _quietly(os.rmdir, self.engine, dir_fd=top)
-                    if made_top:
-                        _quietly(os.rmdir, ".patchctl", dir_fd=root_fd)
-                    raise
-            yield _Folders(root_fd, top, folder)
-        finally:
-            for fd in reversed(opened):
-                os.close(fd)
-
-    def _owners(self, f: _Folders) -> frozenset[int]:
-        return frozenset({os.fstat(f.root).st_uid, 0, os.geteuid()})
+    def _folders(self, create: bool = False) -> AbstractContextManager[folders.Folders | None]:
+        """The folders open (None: missing and not created; create: made, with their .gitignore)."""
+        return folders.opened(self.root, self.engine, create)
 
     def _read(self, name: str, limit: int = RECORD_LIMIT) -> bytes | None:
         with self._folders() as f:
-            return None if f is None else read_at(f.dir, name, self.dir / name, limit)
+            return None if f is None else read_at(f.dir, name, self.dir / name, limit, owners=f.owners)
 
     def _exists(self, name: str) -> bool:
         with self._folders() as f:
@@ -417,10 +357,10 @@ class TargetState:
         digest = hashlib.sha256(data).hexdigest()
         with self._folders(create=True) as f:
             assert f is not None  # created
-            blobs = open_dir(f.dir, "blobs", self.blobs, create=True, owners=self._owners(f))
+            blobs = open_dir(f.dir, "blobs", self.blobs, create=True, owners=f.owners)
             assert blobs is not None  # created
             try:
-                if sha256(read_at(blobs, digest, self.blobs / digest)) != digest:
+                if sha256(read_at(blobs, digest, self.blobs / digest, owners=f.owners)) != digest:
                     write_atomic_at(blobs, digest, data, shown=str(self.blobs / digest))
             finally:
                 os.close(blobs)
@@ -428,12 +368,12 @@ class TargetState:
 
     def blob(self, digest: str) -> bytes:
         with self._folders() as f:
-            blobs = None if f is None else open_dir(f.dir, "blobs", self.blobs, owners=self._owners(f))
-            if blobs is None:
+            blobs = None if f is None else open_dir(f.dir, "blobs", self.blobs, owners=f.owners)
+            if f is None or blobs is None:
                 data = None
             else:
                 try:
-                    data = read_at(blobs, digest, self.blobs / digest)
+                    data = read_at(blobs, digest, self.blobs / digest, owners=f.owners)
                 finally:
                     os.close(blobs)
         if data is None:
@@ -443,119 +383,15 @@ class TargetState:
         return data
 
     # the lock --------------------------------------------------------------------------------
-    @contextmanager
-    def locked(self, wait_seconds: float = 0.0, *, read_only_ok: bool = False) -> Iterator[str | None]:
-        """The target's lock; yields None when it is held. read_only_ok: a tree nothing may be written
-        into (a read-only mount, a user without write permission: status as another user, ensure as a
-        service user under ProtectSystem=) is read without it, as long as no interrupted write waits
-        to be undone: it then yields why the lock could not be taken ("Read-only file system"), and
-        the caller must write nothing. When nothing is applied any more, the bookkeeping folder is
-        removed on the way out: revert leaves the tree as it was. The holder before us may remove the
-        folder as it leaves: a waiter then makes it again."""
-        deadline = time.monotonic() + wait_seconds
-        while True:
-            try:
-                fd = self._open_lock()
-            except Planted:
-                raise
-            except OSError as exc:
-                if exc.errno == errno.ENOENT:
-                    # Removed by the holder between our mkdir and our open (or while the .gitignore was
-                    # written into it: the atomic writer's WriteError): take the lock on the new one.
-                    if time.monotonic() < deadline:
-                        time.sleep(0.05)
-                        continue
-                    raise EnvironmentProblem(f"cannot lock {self.dir}: it was removed as patchctl made it",
-                                             hint="pass --wait SECONDS") from None
-                unwritable = exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT)
-                journal = unwritable and self._exists_quietly("journal.json")
-                if read_only_ok and unwritable and not journal:
-                    yield exc.strerror or str(exc)
-                    return
-                if journal:
-                    raise EnvironmentProblem(
-                        f"cannot lock {self.dir}: {exc.strerror}; an interrupted write ({self.journal_file}) "
-                        f"waits to be undone, and undoing it needs to write the tree",
-                        hint=f"run `patchctl status {self.engine}` once as the tree's owner on a writable mount: it "
-                             f"rolls the interrupted write back") from None
-                raise EnvironmentProblem(f"cannot lock {self.dir}: {exc.strerror}",
-                                         hint="run as the owner of the environment, on a writable mount") from None
-            try:
-                self._flock(fd, deadline)
-                # The holder before us may have removed the folder (nothing applied): a lock on a
-                # deleted file locks nothing, so take the lock again on the file that is there now.
-                if not self._is_current_lock(fd):
-                    continue
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, str(os.getpid()).encode(), 0)
-                try:
-                    yield None
-                finally:
-                    self._forget_if_unused()
-                return
-            finally:
-                try:
-                    os.close(fd)  # closing releases the flock
-                except OSError:
-                    pass
-
-    def _open_lock(self) -> int:
-        with self._folders(create=True) as f:
-            assert f is not None  # created
-            fd = os.open("lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644,
-                         dir_fd=f.dir)
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise Planted(f"{self.dir / 'lock'} is not a regular file: patchctl locks nothing else",
-                              hint="remove it: patchctl did not make it")
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd
-
-    def _is_current_lock(self, fd: int) -> bool:
-        try:
-            with self._folders() as f:
-                if f is None:
-                    return False
-                now = os.stat("lock", dir_fd=f.dir, follow_symlinks=False)
-        except FileNotFoundError:
-            return False
-        held = os.fstat(fd)
-        return (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino)
-
-    def _flock(self, fd: int, deadline: float) -> None:
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return
-            except OSError as exc:
-                if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                    raise
-                if time.monotonic() >= deadline:
-                    holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
-                    raise EnvironmentProblem(
-                        f"another patchctl (pid {holder}) is working on this target",
-                        hint="wait for it, or pass --wait SECONDS",
-                    ) from None
-                time.sleep(0.2)
-
-    def _forget_if_unused(self) -> None:
-        """No record and no journal: remove the folder (under the lock), and .patchctl/ if it is empty.
-        Nothing is removed through a link: a link planted in the folder is unlinked, not followed."""
-        with self._folders() as f:
-            if f is None or exists_at(f.dir, "state.json") or exists_at(f.dir, "journal.json"):
-                return
-            rmtree_at(f.dir, "blobs")
-            for name in os.listdir(f.dir):
-                if name != "lock" and not _TEMP.match(name):
-                    return  # something else (a damaged record set aside): leave it for a person
-            rmtree_at(f.top, self.engine)
-            try:
-                if sorted(os.listdir(f.top)) in ([], [".gitignore"]):
-                    rmtree_at(f.root, ".patchctl")
-            except OSError:
-                pass
+    def locked(self, wait_seconds: float = 0.0, *, read_only_ok: bool = False) -> AbstractContextManager[str | None]:
+        """The target's lock (lock.py); yields None when it is held. read_only_ok: a tree nothing may be
+        written into (a read-only mount, a user without write permission: status as another user, ensure
+        as a service user under ProtectSystem=) is read without it, as long as no interrupted write
+        waits to be undone: it then yields why the lock could not be taken ("Read-only file system"),
+        and the caller must write nothing. When nothing is applied any more, the bookkeeping folder is
+        removed on the way out (revert leaves the tree as it was), never what the next holder made.
+        Taking it writes nothing: the lock file is never written."""
+        return lock.hold(self, wait_seconds, read_only_ok=read_only_ok)
 
     # journaled writes ------------------------------------------------------------------------
     def capture(self, rel: str) -> tuple[int | None, tuple[tuple[str, str], ...]]:
@@ -613,13 +449,16 @@ class TargetState:
         except (OSError, PatchctlError) as again:
             files = ", ".join(e["path"] for e in self._journal_entries())
             why = getattr(again, "strerror", None) or getattr(again, "message", None) or str(again)
+            # What stopped the rollback says what to fix (a permission, not space, for EACCES).
+            stopped = again.errno if isinstance(again, (OSError, RollbackPending)) else exc.errno
             raise EnvironmentProblem(
                 f"cannot write {failed_at}: {cause}; rolling back failed too ({why}). The journal {self.journal_file} "
                 f"is kept: {files} may be patched or pristine",
-                hint="free space (or fix the disk), then run `patchctl status` on this target: it finishes the "
-                     "rollback to the previous state",
+                hint=f"{write_hint(stopped)}, then run `patchctl status` on this target: it finishes the rollback "
+                     f"to the previous state",
             ) from None
-        raise EnvironmentProblem(f"cannot write {failed_at}: {cause}; rolled back, nothing was changed") from None
+        raise EnvironmentProblem(f"cannot write {failed_at}: {cause}; rolled back, nothing was changed",
+                                 hint=write_hint(exc.errno)) from None
 
     def _journal_entries(self) -> list[dict[str, Any]]:
         try:
@@ -645,7 +484,7 @@ class TargetState:
                 return
             _sweep_at(f.top)  # .gitignore's
             _sweep_at(f.dir)  # state.json's, journal.json's
-            blobs = open_dir(f.dir, "blobs", self.blobs, owners=self._owners(f))
+            blobs = open_dir(f.dir, "blobs", self.blobs, owners=f.owners)
             if blobs is not None:
                 try:
                     _sweep_at(blobs)
@@ -675,7 +514,10 @@ class TargetState:
         try:
             for e in reversed(journal["entries"]):
                 if self._current_digest(e["path"]) == e["before"]:
-                    continue  # never reached by the interrupted write: nothing to undo (and no space needed)
+                    # The bytes are back (or were never replaced); a rollback stopped before the end
+                    # may still owe the mtime or the bytecode: without them the .pyc beside it is stale.
+                    self._finish(e["path"], e["before"], e["before_mtime_ns"], e["before_bytecode"])
+                    continue
                 self._put(e["path"], e["before"], e["before_mtime_ns"], e["before_bytecode"])
             if journal["previous_state"] is None:
                 self._unlink("state.json")
@@ -683,10 +525,10 @@ class TargetState:
                 self._write("state.json", journal["previous_state"].encode("utf-8", errors="surrogateescape"))
         except OSError as exc:
             # Every step above is idempotent: the next command's recovery starts it again.
-            raise EnvironmentProblem(
+            raise RollbackPending(
                 f"an interrupted write to {self.root} cannot be rolled back yet: {exc}; the journal "
                 f"{self.journal_file} is kept ({', '.join(e['path'] for e in journal['entries'])})",
-                hint="free space (or fix the disk), then run `patchctl status` on this target",
+                errno=exc.errno, hint=f"{write_hint(exc.errno)}, then run `patchctl status` on this target",
             ) from None
         self._unlink("journal.json")
         return True
@@ -726,17 +568,42 @@ class TargetState:
                     mode, owner = 0o644, None
                 # A new inode (rename over): hardlinked installs (uv's cache) are never written through.
                 write_atomic_at(folder, name, data, mode=mode, owner=owner, shown=str(target))
-            for pyc in _bytecode_of(self.root, rel):
-                self.inside(pyc, self.journal_file)
-                with parent_beneath(self.root, pyc) as (cache, pyc_name):
-                    unlink_at(cache, pyc_name)
-            for pyc, digest in bytecode:
-                self.inside(pyc, self.journal_file)
-                with parent_beneath(self.root, pyc, create=True) as (cache, pyc_name):
-                    write_atomic_at(cache, pyc_name, self.blob(digest), shown=str(self.root / pyc))
-                _crash_point("bytecode")
-            if data is not None and mtime_ns is not None:
-                os.utime(name, ns=(mtime_ns, mtime_ns), dir_fd=folder, follow_symlinks=False)
+                # The mtime at once, before the bytecode: a .pyc is valid only beside the mtime it was
+                # compiled from, and a write stopped in __pycache__ (EACCES, a full disk) must not
+                # leave the source with a new one.
+                if mtime_ns is not None:
+                    os.utime(name, ns=(mtime_ns, mtime_ns), dir_fd=folder, follow_symlinks=False)
+        self._put_bytecode(rel, bytecode)
+
+    def _put_bytecode(self, rel: str, bytecode: Iterable[Iterable[str]]) -> None:
+        """The module's .pyc files removed, and `bytecode` ((path, blob) pairs) put in their place."""
+        for pyc in _bytecode_of(self.root, rel):
+            self.inside(pyc, self.journal_file)
+            with parent_beneath(self.root, pyc) as (cache, pyc_name):
+                unlink_at(cache, pyc_name)
+        for pyc, digest in bytecode:
+            self.inside(pyc, self.journal_file)
+            with parent_beneath(self.root, pyc, create=True) as (cache, pyc_name):
+                write_atomic_at(cache, pyc_name, self.blob(digest), shown=str(self.root / pyc))
+            _crash_point("bytecode")
+
+    def _finish(self, rel: str, blob: str | None, mtime_ns: int | None, bytecode: Iterable[Iterable[str]]) -> None:
+        """For a file that already holds `blob`'s bytes: the mtime and the bytecode _put would have left
+        beside it, where they differ (a rollback that stopped after the source was written). Reads
+        only, when nothing differs: recovery of an entry the interrupted write never reached."""
+        self.inside(rel, self.journal_file)
+        if blob is not None and mtime_ns is not None:
+            try:
+                with parent_beneath(self.root, rel) as (folder, name):
+                    st = os.stat(name, dir_fd=folder, follow_symlinks=False)
+                    if stat.S_ISREG(st.st_mode) and st.st_mtime_ns != mtime_ns:
+                        os.utime(name, ns=(mtime_ns, mtime_ns), dir_fd=folder, follow_symlinks=False)
+            except FileNotFoundError:
+                pass
+        wanted = {pyc: digest for pyc, digest in bytecode}
+        now = {pyc: sha256(self.read_tree(pyc, self.journal_file)) for pyc in _bytecode_of(self.root, rel)}
+        if now != wanted:
+            self._put_bytecode(rel, wanted.items())
 
     # records of patchctl before 2026-12 ------------------------------------------------------
     def _migrate_legacy(self) -> None:
@@ -748,7 +615,7 @@ class TargetState:
             raise StateDamaged(f"an interrupted write by an older patchctl is recorded in {legacy / 'journal.json'}",
                                hint=self._way_out)
         try:
-            old = json.loads((legacy / "state.json").read_text())
+            old = load_json((legacy / "state.json").read_text())
             record = StateRecord.from_json(old)
         except (ValueError, KeyError, TypeError) as exc:
             raise StateDamaged(f"{legacy / 'state.json'} is damaged ({exc})", hint=self._way_out) from None
@@ -759,13 +626,6 @@ class TargetState:
                     self.put_blob(data)
         self.save(record)
         shutil.rmtree(legacy, ignore_errors=True)
-
-
-def _quietly(func: Any, *args: Any, **kwargs: Any) -> None:
-    try:
-        func(*args, **kwargs)
-    except OSError:
-        pass
 
 
 def _bytecode_of(root: Path, rel: str) -> list[str]:
@@ -779,4 +639,4 @@ def _bytecode_of(root: Path, rel: str) -> list[str]:
     with folder_beneath(root, cache) as fd:
         names = [] if fd is None else os.listdir(fd)
     return sorted(f"{cache}/{n}" for n in names
-                  if n.startswith(stem + ".") and n.endswith(".pyc") and "/" not in n and not _TEMP.match(n))
+                  if n.startswith(stem + ".") and n.endswith(".pyc") and "/" not in n and not TEMP_NAME.match(n))

@@ -18,6 +18,7 @@ from patchctl.testing.invoke import heavy_imports, run_json
 
 def write(path: Path, text: str) -> Path:
     path.write_text(text)
+    path.chmod(0o644)  # whatever the umask: a deployment file its group may write is refused
     return path
 
 

@@ -115,3 +115,119 @@ def test_waiters_survive_the_holder_removing_the_folder(case, site, round_):
         c.record(Outcome(kind, code, json.loads(out) if out.strip() else {}, err))
         assert code == 0, out + err
     assert not (site / ".patchctl").exists()
+
+
+# --- bookkeeping files: one link, a trusted owner (issue 33 item 4) ---------------------------------
+#
+# O_NOFOLLOW does not see a hard link: `ln /etc/x .patchctl/vllm/lock` made root's patchctl write its
+# pid into /etc/x (the lock was opened read-write, truncated and written). Every bookkeeping file is
+# made by a rename of a new file, so a real one has one link and its maker's uid; anything else is
+# refused by name (exit 3) and nothing is written, in the tree or through the link.
+
+def tree_snapshot(root: Path) -> dict[str, tuple]:
+    """Every path under root (folders too, links as links): mtime_ns, size and the bytes' sha256."""
+    import hashlib
+
+    out: dict[str, tuple] = {}
+    for p in sorted(root.rglob("*")):
+        st = p.lstat()
+        data = hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() and not p.is_symlink() else None
+        out[p.relative_to(root).as_posix()] = (st.st_mtime_ns, st.st_size, st.st_mode, st.st_uid, data)
+    return out
+
+
+def blob_of(site: Path, text: str) -> str:
+    import hashlib
+
+    return f".patchctl/vllm/blobs/{hashlib.sha256(text.encode()).hexdigest()}"
+
+
+def prepare_bookkeeping(site: Path, store: Path, which: str) -> str:
+    """The tree in the state where `which` (state.json, journal.json, lock, blob) is real: applied, or
+    an apply killed after its journal (journal.json); the path of that file, relative to site."""
+    from patchctl.testing.fixtures import PRISTINE
+
+    if which == "journal.json":
+        env = dict(os.environ, PATCHCTL_CRASH_AT="file:1")
+        proc = subprocess.run([sys.executable, "-m", "patchctl.cli", "apply", "vllm", "--target", str(site),
+                               "--store", str(store)], env=env, capture_output=True, timeout=60)
+        assert proc.returncode == -9, proc.stderr
+    else:
+        assert run_cli("apply", "vllm", "--target", str(site), "--store", str(store)).code == 0
+    rel = blob_of(site, PRISTINE["vllm/loader.py"]) if which == "blob" else f".patchctl/vllm/{which}"
+    assert (site / rel).is_file()
+    return rel
+
+
+BOOKKEEPING_FILES = ["state.json", "journal.json", "lock", "blob"]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize("which", BOOKKEEPING_FILES)
+def test_a_hard_link_in_the_bookkeeping_is_refused_and_nothing_is_written(case, site, store, which, command):
+    """The file replaced by a hard link to a file outside the tree (as the tree's owner can make one
+    to any file of theirs on the same file system): exit 3 naming it, the outside file untouched
+    (bytes, mtime, inode), and no byte nor mtime changed anywhere in the tree."""
+    rel = prepare_bookkeeping(site, store, which)
+    c = case("bookkeeping: hard link")
+    outside = c.outside / "precious"
+    (site / rel).unlink()
+    os.link(outside, site / rel)
+    before, outside_before = tree_snapshot(site), outside.stat()
+    out = c.record(run_cli(*args(command, site, store)))
+    if which == "blob" and command != "revert":
+        assert out.code == 0, out  # a backup is opened by revert alone: the others never touch it
+    else:
+        assert out.kind == "clean-error" and out.code == 3, out
+        assert "hard link" in out.message and str(site / rel) in out.message, out.message
+    assert outside.read_bytes() == b"precious\n" and outside.stat().st_mtime_ns == outside_before.st_mtime_ns
+    assert tree_snapshot(site) == before
+
+
+@pytest.mark.parametrize("command", ["status", "apply", "ensure"])
+def test_a_hard_linked_lock_in_a_fresh_tree_is_never_truncated(case, site, store, command):
+    """The issue's reproduction: no bookkeeping yet, the tree's owner makes .patchctl/vllm/ and links
+    the lock to a file of the system; root's command must not write the pid into it."""
+    c = case("bookkeeping: hard link")
+    (site / ".patchctl/vllm").mkdir(parents=True)
+    os.link(c.outside / "precious", site / ".patchctl/vllm/lock")
+    out = c.record(run_cli(*args(command, site, store)))
+    assert out.kind == "clean-error" and out.code == 3 and "hard link" in out.message, out
+    assert (c.outside / "precious").read_bytes() == b"precious\n"
+
+
+@pytest.mark.parametrize("command", ["status", "apply", "ensure", "revert"])
+@pytest.mark.parametrize("which", BOOKKEEPING_FILES)
+def test_a_bookkeeping_file_another_user_owns_is_not_trusted(case, site, store, which, command):
+    """The tree is root's; one file of its bookkeeping belongs to uid 65534 (neither root nor the
+    tree's owner): exit 3 naming it and the uid, and nothing written."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give a file to another user")
+    rel = prepare_bookkeeping(site, store, which)
+    os.chown(site / rel, 65534, 65534)
+    c = case("bookkeeping: foreign file")
+    before = tree_snapshot(site)
+    out = c.record(run_cli(*args(command, site, store)))
+    if which == "blob" and command != "revert":
+        assert out.code == 0, out  # a backup is opened by revert alone: the others never touch it
+    else:
+        assert out.kind == "clean-error" and out.code == 3, out
+        assert "uid 65534" in out.message and str(site / rel) in out.message, out.message
+    assert tree_snapshot(site) == before
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_the_lock_holder_is_named_though_nothing_is_written_into_the_lock(case, site, store, command):
+    """The lock file stays empty; `another patchctl (pid N)` still names the holder (from /proc/locks)."""
+    from packaging.version import Version
+
+    from patchctl.engines import get_engine
+    from patchctl.tree.operations import Target
+
+    c = case("lock: held")
+    with Target(get_engine("vllm"), site, Version("1.0"), "t").state().locked():
+        out = c.record(run_cli(*args(command, site, store), "--wait", "0"))  # status waits 30 s by default
+        assert (site / ".patchctl/vllm/lock").stat().st_size == 0
+    assert out.code == 3 and "another patchctl" in out.message, out
+    if os.path.exists("/proc/locks"):
+        assert f"(pid {os.getpid()})" in out.message, out.message

@@ -213,7 +213,7 @@ def test_leftover_corrupt_journal_is_never_trusted(store, tree):
     st.dir.mkdir(parents=True, exist_ok=True)
     st.journal_file.write_text("{truncated")
 
-    def files():  # the lock file holds the pid of its last holder
+    def files():  # the empty lock file the first command makes to take the lock aside
         return {k: v for k, v in snapshot(tree).items() if not k.endswith("/lock")}
 
     before = files()

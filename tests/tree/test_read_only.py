@@ -5,7 +5,6 @@ stderr (and in --json warnings); with a journal present, or work needed, exit 3 
 fix. Root only (mounts, setuid); each mount is undone in a finally."""
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import stat
@@ -22,7 +21,7 @@ from click.testing import CliRunner
 from patchctl.cli import main
 from patchctl.testing.builders import write_tree
 from patchctl.testing.fixtures import PRISTINE
-from patchctl.testing.invoke import run_json
+from patchctl.testing.invoke import as_nobody, run_json
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: bind mounts and a switch to another user")
 
@@ -38,10 +37,10 @@ def read_only(folder: Path) -> Iterator[None]:
         subprocess.run(["umount", str(folder)], check=True)
 
 
-def snapshot(tree: Path, lock: bool = True) -> dict[str, tuple[int, int]]:
-    """Every file's mtime and size (lock=False: less the lock file, whose holder writes its pid)."""
+def snapshot(tree: Path) -> dict[str, tuple[int, int]]:
+    """Every file's mtime and size, the lock's included (nothing writes into it)."""
     return {str(p.relative_to(tree)): (p.stat().st_mtime_ns, p.stat().st_size)
-            for p in sorted(tree.rglob("*")) if p.is_file() and (lock or p.name != "lock")}
+            for p in sorted(tree.rglob("*")) if p.is_file()}
 
 
 def text_run(*args: str) -> tuple[int, str, str]:
@@ -103,39 +102,6 @@ def shared_tmp() -> Iterator[Path]:
         shutil.rmtree(base)
 
 
-def as_nobody(*args: str, home: Path, warm: bool = True) -> tuple[int, dict]:
-    """`patchctl ARGS --json` as uid/gid 65534 (nobody), in a forked child of this process. Not
-    `runuser -u nobody python`: this interpreter lives under /root (0700), which nobody cannot reach;
-    the fork keeps the interpreter and every module this run imported (warmed by the same command
-    as root first), and setuid makes the kernel answer EACCES as it does for a service user."""
-    if warm:
-        run_json(*args)  # as root: every module the command imports is loaded before the switch
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns into pytest
-        code = 70
-        try:
-            os.close(read)
-            os.setgroups([])
-            os.setgid(65534)
-            os.setuid(65534)
-            os.environ.update(PATCHCTL_DATA_DIR=str(home / "data"), PATCHCTL_CONFIG=str(home / "config.yaml"),
-                              PATCHCTL_CACHE_DIR=str(home / "cache"), HOME=str(home))
-            result = CliRunner().invoke(main, [*args, "--json"], catch_exceptions=True)
-            os.write(write, json.dumps({"code": result.exit_code, "stdout": result.stdout,
-                                        "stderr": result.stderr}).encode())
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(write)
-    with os.fdopen(read, "rb") as f:
-        raw = f.read()
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0, raw
-    got = json.loads(raw)
-    return got["code"], json.loads(got["stdout"])
-
-
 def test_ensure_and_status_as_a_user_who_cannot_write_the_tree(shared_tmp):
     from patchctl.testing.builders import StoreBuilder
     from patchctl.testing.fixtures import loader_with
@@ -151,13 +117,13 @@ def test_ensure_and_status_as_a_user_who_cannot_write_the_tree(shared_tmp):
         if p.is_dir():
             p.chmod(p.stat().st_mode | stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH)
     run_json("apply", "vllm@1.0", "--target", str(tree), "--store", str(store), expect=0)
-    before = snapshot(tree, lock=False)  # as_nobody's warm-up run as root takes the lock
+    before = snapshot(tree)  # as_nobody's warm-up run as root takes the lock, writing nothing
     code, doc = as_nobody("ensure", "vllm@1.0", "--target", str(tree), home=home)
     assert code == 0 and doc["written"] == [], doc
     assert any("Permission denied" in w for w in doc["warnings"]), doc
     code, doc = as_nobody("status", "vllm", "--target", str(tree), "--as-version", "1.0", home=home)
     assert code == 0 and doc["state"] == "intact" and any("Permission denied" in w for w in doc["warnings"])
-    assert snapshot(tree, lock=False) == before
+    assert snapshot(tree) == before
     write_tree(tree, PRISTINE)  # wiped: the service user cannot re-apply (the apply above loaded its modules)
     code, doc = as_nobody("ensure", "vllm@1.0", "--target", str(tree), home=home, warm=False)
     assert code == 3 and "Permission denied" in doc["error"]["message"], doc
