@@ -2,19 +2,44 @@
 partially (blobs fetched on demand), into the cache."""
 from __future__ import annotations
 
+import os
+import stat
 import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 
 import git
 
-from patchctl.errors import NetworkError, UsageError
+from patchctl.errors import EnvironmentProblem, NetworkError, UsageError
 from patchctl.sources.cache import ArtifactCache, Damaged
 from patchctl.sources.files import Provenance
 
 
 def _is_local(repo: str) -> bool:
     return Path(repo).expanduser().exists()
+
+
+def _untrusted_clone(cache: ArtifactCache, clone: Path) -> str | None:
+    """Why a clone in the cache may not be run by git: git runs commands its `config` names
+    (credential.helper, core.sshCommand, uploadpack), so the folders down to it, the clone itself
+    and the files git reads its settings and hooks from must be the running user's or root's and
+    writable by no one else, as a smoke venv's (issue 33, item 2). None: it may be used."""
+    why = cache.foreign(clone)
+    if why:
+        return why
+    me = os.geteuid()
+    for name in ("config", "hooks", "info", "objects/info/alternates", "commondir", "packed-refs"):
+        try:
+            st = os.lstat(clone / name)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISLNK(st.st_mode):
+            return f"{clone / name} is a symlink"
+        if st.st_uid not in (0, me):
+            return f"{clone / name} belongs to uid {st.st_uid}, not to root or to you"
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return f"{clone / name} may be written by others (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
 
 
 def open_repo(repo: str, cache_root: Path, *, offline: bool = False, fetch: bool = True) -> git.Repo:
@@ -29,6 +54,14 @@ def open_repo(repo: str, cache_root: Path, *, offline: bool = False, fetch: bool
         try:
             cloned = cache.is_dir(clone)
         except Damaged:  # a symlink or a file in place of the clone: never followed, cloned again
+            cache.remove(clone)
+            cloned = False
+        why = _untrusted_clone(cache, clone) if cloned else None
+        if why:  # git runs what a repository's config names (credential helpers, ssh commands)
+            if offline:
+                raise EnvironmentProblem(f"patchctl runs no git in {clone}: {why}",
+                                         hint="set PATCHCTL_CACHE_DIR to a folder of yours (or root's) that "
+                                              "others cannot write, or go online to clone it again")
             cache.remove(clone)
             cloned = False
         if not cloned:

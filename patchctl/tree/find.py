@@ -176,10 +176,14 @@ def plan_install(ref: EngineRef, python: str, ctx: SourceContext) -> InstallPlan
 
 def run_install(plan: InstallPlan, python: str, *, no_deps: bool = False) -> BuildRecord:
     """Run the installer: uv (`uv pip install --python PY`) when it is on PATH, else `PY -m pip
-    install`. Its output goes to stderr: stdout is the command's (with --json, one document)."""
+    install`. Its output goes to stderr: stdout is the command's (with --json, one document).
+    As root on an environment another user owns, the installer runs as that user (`installer_user`)."""
     import shutil
 
+    owner = installer_user(python)
     uv = shutil.which("uv")
+    if uv and owner and not _others_may_run(uv):
+        uv = None  # root's own uv (under /root): the environment's owner could not run it; their pip can
     extra = ["--no-deps"] if no_deps else []
     if plan.index_url:
         extra += ["--index-url", plan.index_url]
@@ -187,8 +191,37 @@ def run_install(plan: InstallPlan, python: str, *, no_deps: bool = False) -> Bui
         cmd = [uv, "pip", "install", "--python", python, plan.requirement, *extra]
     else:
         cmd = [python, "-m", "pip", "install", plan.requirement, *extra]
-    _run_installer(cmd, "uv" if uv else "pip")
+    _run_installer(cmd, "uv" if uv else "pip", owner)
     return plan.build._replace(installer="uv" if uv else "pip")
+
+
+def installer_user(python: str) -> tuple[int, int] | None:
+    """As root, the (uid, gid) an installer for python's environment runs as: the owner of the
+    folder it installs into, when that is not root. Installing runs the environment's own code (pip
+    from its site-packages, its `.pth` files and sitecustomize at start-up; uv starts the
+    interpreter to ask it about itself), which its owner may have written: run as root, that is
+    root running another user's code (issue 33, item 1). None: run as the current user."""
+    import os
+
+    from patchctl import pyenv
+
+    if os.geteuid() != 0:
+        return None
+    sites = [p for p in pyenv.read_env(python).paths if p.name in ("site-packages", "dist-packages")]
+    try:
+        st = os.stat(sites[0] if sites else Path(python).parent)
+    except OSError:
+        return None
+    return None if st.st_uid == 0 else (st.st_uid, st.st_gid)
+
+
+def _others_may_run(program: str) -> bool:
+    """Whether a user other than its owner can reach and execute program (every folder on its way
+    searchable by others, the file executable by others)."""
+    import os
+
+    path = Path(os.path.realpath(program))
+    return all(os.stat(p).st_mode & 0o001 for p in [path, *path.parents])
 
 
 def check_installed(plan: InstallPlan, engine: Engine, python: str) -> inst.Installed:
@@ -221,7 +254,7 @@ def _same_build(a: Version, b: Version) -> bool:
     return a.public == b.public and same_commit(ca, cb)
 
 
-def _run_installer(cmd: list[str], name: str) -> None:
+def _run_installer(cmd: list[str], name: str, owner: tuple[int, int] | None = None) -> None:
     import subprocess
     import sys
 
@@ -232,10 +265,25 @@ def _run_installer(cmd: list[str], name: str) -> None:
         stderr_fd = sys.stderr.fileno()
     except (AttributeError, OSError, ValueError):  # replaced by an object with no descriptor
         stderr_fd = 2
+    as_owner: dict = {}
+    if owner is not None:
+        import os
+        import pwd
+
+        env = dict(os.environ)
+        try:
+            env["HOME"] = pwd.getpwuid(owner[0]).pw_dir
+        except KeyError:  # a uid with no account: no home for caches
+            env.pop("HOME", None)
+            env.update(PIP_NO_CACHE_DIR="1", UV_NO_CACHE="1")
+        as_owner = {"user": owner[0], "group": owner[1], "extra_groups": [], "env": env}
+        print(f"patchctl: running {name} as uid {owner[0]}, the owner of the environment it installs into "
+              "(root runs none of its code)", file=sys.stderr)
     try:
-        proc = subprocess.run(cmd, stdout=stderr_fd)
+        proc = subprocess.run(cmd, stdout=stderr_fd, **as_owner)
     except OSError as exc:
-        raise EnvironmentProblem(f"cannot run {name}: {exc}") from None
+        whom = f" as uid {owner[0]}" if owner else ""
+        raise EnvironmentProblem(f"cannot run {name}{whom}: {exc}") from None
     if proc.returncode != 0:
         hint = ("install pip into that environment, or put uv on PATH" if name == "pip" else None)
         raise EnvironmentProblem(f"`{' '.join(cmd)}` failed with exit code {proc.returncode}; nothing was patched",
