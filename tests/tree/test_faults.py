@@ -49,6 +49,7 @@ import pytest
 from click.testing import CliRunner
 
 from patchctl import atomic
+from patchctl.testing import mounts
 from patchctl.testing.builders import write_tree
 from patchctl.testing.fixtures import PRISTINE, loader_with
 
@@ -456,20 +457,8 @@ def lines(tag: str, size: int) -> str:
 
 @pytest.fixture
 def small_tmpfs(tmp_path):
-    mnt = tmp_path / "tmpfs"
-    mnt.mkdir()
-    try:
-        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={TMPFS_SIZE // 1024}k", "tmpfs", str(mnt)],
-                              capture_output=True, text=True)
-    except FileNotFoundError:
-        pytest.skip("no mount command on this machine: cannot make a small tmpfs")
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN): {proc.stderr.strip() or proc.returncode}")
-    try:
+    with mounts.small_tmpfs(tmp_path / "tmpfs", TMPFS_SIZE) as mnt:
         yield mnt
-    finally:
-        if subprocess.run(["umount", str(mnt)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
 
 def free_bytes(path: Path) -> int:
