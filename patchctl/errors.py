@@ -14,11 +14,20 @@ from __future__ import annotations
 import errno as _errno
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # types of the payloads only; errors.py imports nothing of patchctl at run time
+    import json as _json
+
+    import yaml as _yaml
+
     from patchctl.patching.evaluate import SeriesResult
     from patchctl.tree.operations import TargetStatus
+
+    class BoundsError(_json.JSONDecodeError, _yaml.YAMLError):  # made at run time by __getattr__, below
+        path: tuple[Any, ...] | None
+
+        def __init__(self, message: str, path: tuple[Any, ...] | None = None) -> None: ...
 
 EXIT_OK = 0
 EXIT_PATCH_FAILED = 1
@@ -226,8 +235,47 @@ class RegistryError(EnvironmentProblem):
     kind = "registry"
 
 
+class BlobMismatch(RegistryError):
+    """A blob whose bytes are not its digest (or not the manifest's size): refused, exit 3."""
+
+    def __init__(self, message: str, digest: str):
+        super().__init__(message, hint="the copy is damaged or was changed after its digest was taken: fetch "
+                                       "the image again (skopeo copy, or pull it from its registry)")
+        self.digest = digest
+
+
+class LayerDamaged(Exception):
+    """The layer's compressed stream or tar is broken (the caller checks the digest first, then says so)."""
+
+
 class ImageContentError(EnvironmentProblem):
     """The image does not hold what the command needs: no tree of the engine in its layers, or two
     (exit 3: the image, not the command line, is wrong)."""
 
     kind = "image"
+
+
+def __getattr__(name: str) -> Any:
+    """`BoundsError` (patchctl/yamlio.py: a document past a bound) is both a json.JSONDecodeError and a
+    yaml.YAMLError, so every reader's existing handler names the file. Importing yaml costs ~11 ms
+    that `--help` and most commands never pay, so the class is made here on first use (PEP 562)."""
+    if name != "BoundsError":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import json
+
+    import yaml
+
+    class BoundsError(json.JSONDecodeError, yaml.YAMLError):
+        """A document past one of yamlio's bounds; str() is what is wrong, with where when it is known."""
+
+        def __init__(self, message: str, path: tuple[Any, ...] | None = None):
+            ValueError.__init__(self, message)
+            self.msg, self.doc, self.pos, self.lineno, self.colno = message, "", 0, 0, 0
+            self.path = path  # the value's keys and indices from the top, when the document was loaded
+
+        def __reduce__(self) -> tuple[Any, ...]:
+            return type(self), (self.msg, self.path)
+
+    BoundsError.__qualname__ = "BoundsError"  # pickled and shown as patchctl.errors.BoundsError
+    globals()["BoundsError"] = BoundsError
+    return BoundsError

@@ -25,6 +25,8 @@ from typing import Any
 
 import yaml
 
+from patchctl.errors import BoundsError
+
 # libyaml when PyYAML was built with it: the same documents, ~8x faster to parse.
 _SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _SafeDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
@@ -33,18 +35,6 @@ _RESOLVER = yaml.resolver.Resolver()  # the safe loader's implicit tags (int, bo
 # The deepest document patchctl reads is the matrix, 7 levels; an OCI config ~4.
 MAX_DEPTH = 64
 INT_RANGE = 1 << 63  # |n| below this: a size, an offset or a time in seconds
-
-
-class BoundsError(json.JSONDecodeError, yaml.YAMLError):
-    """A document past one of the bounds above; str() is what is wrong, with where when it is known."""
-
-    def __init__(self, message: str, path: tuple[Any, ...] | None = None):
-        ValueError.__init__(self, message)
-        self.msg, self.doc, self.pos, self.lineno, self.colno = message, "", 0, 0, 0
-        self.path = path  # the value's keys and indices from the top, when the document was loaded
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return type(self), (self.msg, self.path)
 
 
 def load_yaml(text: str | bytes) -> Any:

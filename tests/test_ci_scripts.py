@@ -1,6 +1,7 @@
 """The nightly workflow and the ci/ scripts it calls, run locally: actionlint on the workflow, the
 shard plan against `patchctl matrix --shard`, regressions turned into issues (with a stand-in `gh`),
 the package-index hand-off and the GPU tier's loop."""
+import copy
 import importlib.util
 import json
 import os
@@ -278,8 +279,9 @@ def test_merge_keeps_smoke_of_unchanged_artifacts_and_writes_no_noise(index, tmp
                                             evidence="applies + CPU checks passed", checked="0" * 16)
     (tmp_path / "committed.yaml").write_text(yaml.safe_dump(committed, sort_keys=False))
     # plus a fresh nightly row (as shard 1 writes it), to see it listed first
-    real["engines"]["vllm"]["versions"]["nightly"] = dict(real["engines"]["vllm"]["versions"]["1.4"], version="1.5.dev1",
-                                                          nightly_of="vllm nightly 1.5.dev1")
+    # (a copy, not the same nested objects: patchctl writes no YAML aliases, and its reader refuses them)
+    real["engines"]["vllm"]["versions"]["nightly"] = dict(copy.deepcopy(real["engines"]["vllm"]["versions"]["1.4"]),
+                                                          version="1.5.dev1", nightly_of="vllm nightly 1.5.dev1")
     fresh.write_text(yaml.safe_dump(real, sort_keys=False))
     args = [str(tmp_path / "committed.yaml"), str(fresh), "-o", str(tmp_path / "out.yaml"),
             "--markdown", str(tmp_path / "out.md"), "--html", str(tmp_path / "out.html"),

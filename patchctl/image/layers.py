@@ -18,10 +18,9 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from packaging.version import InvalidVersion, Version
 
-from patchctl.errors import ImageContentError
+from patchctl.errors import BlobMismatch, ImageContentError
 from patchctl.image.manifest import Layer
 from patchctl.image.registry import Repository
-from patchctl.image.stream import BlobMismatch
 
 if TYPE_CHECKING:
     from patchctl.engines import Engine

@@ -19,8 +19,8 @@ from contextlib import ExitStack
 from pathlib import Path, PurePosixPath
 from typing import IO, TYPE_CHECKING, NamedTuple
 
-from patchctl.errors import EnvironmentProblem, ImageContentError, RegistryError
-from patchctl.image.stream import Deadline, Inflated, LayerDamaged, Position, VerifiedBlob, inflate_limit
+from patchctl.errors import EnvironmentProblem, ImageContentError, LayerDamaged, RegistryError
+from patchctl.image.stream import Deadline, Inflated, Position, VerifiedBlob, inflate_limit
 
 if TYPE_CHECKING:
     from patchctl.image.manifest import Layer

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import IO, TYPE_CHECKING
 
-from patchctl.errors import ImageContentError, RegistryError
+from patchctl.errors import BlobMismatch, ImageContentError, LayerDamaged
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
@@ -32,15 +32,6 @@ INFLATE_RATIO = 200
 INFLATE_FLOOR = 1 << 30
 MAX_INFLATED = 256 << 30
 _CHUNK = 1 << 20
-
-
-class BlobMismatch(RegistryError):
-    """A blob whose bytes are not its digest (or not the manifest's size): refused, exit 3."""
-
-    def __init__(self, message: str, digest: str):
-        super().__init__(message, hint="the copy is damaged or was changed after its digest was taken: fetch "
-                                       "the image again (skopeo copy, or pull it from its registry)")
-        self.digest = digest
 
 
 def inflate_limit(size: int) -> int:
@@ -159,7 +150,3 @@ class Inflated(io.RawIOBase):
                      "without it")
         self._deadline.check(lambda: str(self._at))
         return len(data)
-
-
-class LayerDamaged(Exception):
-    """The layer's compressed stream or tar is broken (the caller checks the digest first, then says so)."""
