@@ -123,7 +123,8 @@ def _normalised_name(tmp_path: Path, site: Path) -> Path:
 
 @pytest.mark.parametrize("layout", [_editable_pth, _editable_finder, _pythonpath, _two_copies, _normalised_name])
 def test_the_engine_is_found_where_python_would_import_it(case, tmp_path, monkeypatch, layout):
-    monkeypatch.delenv("PYTHONPATH", raising=False)
+    monkeypatch.setenv("PYTHONPATH", "")  # recorded, so a layout that sets it is undone after the test
+    monkeypatch.delenv("PYTHONPATH")
     site = fake_venv(tmp_path / "venv")
     expected_root = layout(tmp_path, site)
     outcome, _ = _run("status", "vllm", "--python", str(tmp_path / "venv" / "bin" / "python"))
@@ -311,7 +312,8 @@ HOSTILE_FILES = {
 def test_a_hostile_venv_file_is_a_clean_answer(case, tmp_path, monkeypatch, what):
     """What the venv's owner writes where patchctl reads it: an answer or exit 3, never a hang, a
     traceback or a run of anything."""
-    monkeypatch.delenv("PYTHONPATH", raising=False)
+    monkeypatch.setenv("PYTHONPATH", "")  # recorded, so a layout that sets it is undone after the test
+    monkeypatch.delenv("PYTHONPATH")
     venv = tmp_path / "venv"
     site = fake_venv(venv)
     install_fake_dist(site, "vllm", "1.0", PRISTINE)
