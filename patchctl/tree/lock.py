@@ -210,9 +210,35 @@ def _forget_if_unused(st: TargetState, fd: int) -> None:
         # From here on the next patchctl may make its lock in the folder: rmdir only, never rmtree.
         try:
             os.rmdir(st.engine, dir_fd=f.top)
-            if sorted(os.listdir(f.top)) not in ([], [".gitignore"]):
-                return  # another engine's bookkeeping (or the next holder's, made just now)
-            unlink_at(f.top, ".gitignore")
-            os.rmdir(".patchctl", dir_fd=f.root)
         except OSError:
-            folders.restore_gitignore(f.top, st.top)
+            return  # the next holder's lock is in it already
+        _remove_top(st, f)
+
+
+def _remove_top(st: TargetState, f: folders.Folders) -> None:
+    """Remove `.patchctl/` when it holds no engine's folder. Two leaving holders can cross here: one
+    puts the .gitignore back (it saw the other's folder) while the other, which saw an empty
+    `.patchctl/`, tries its rmdir. So a .gitignore being written (its temporary file) is waited for,
+    and whoever fails looks again, rather than leave the .gitignore alone in the tree (seen 3 times
+    in 60 runs of five `status --wait` at once before). Each holder puts the .gitignore back at most
+    once, so this settles; a temporary file a killed writer left is given up on after 0.5 s."""
+    for _ in range(50):
+        try:
+            names = sorted(os.listdir(f.top))
+        except OSError:
+            return  # removed already (by the other holder)
+        if any(TEMP_NAME.match(name) for name in names):
+            time.sleep(0.01)  # a .gitignore being written: by a holder on its way out, or by the next one
+            continue
+        if names not in ([], [".gitignore"]):
+            folders.restore_gitignore(f.top, st.top)  # another engine's, or the next holder's folder
+            return
+        unlink_at(f.top, ".gitignore")
+        try:
+            os.rmdir(".patchctl", dir_fd=f.root)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            continue  # something came in between: look again
+    folders.restore_gitignore(f.top, st.top)
