@@ -677,12 +677,12 @@ def test_config_file_of_the_wrong_shape(tmp_path, monkeypatch, store, fresh_cach
 # `apply --install --json`: exactly one document on stdout ----------------------------------------
 
 def test_pip_install_writes_nothing_on_stdout(tmp_path, capfd):
-    from patchctl.sources.installed import pip_install
+    from patchctl.tree.find import _run_installer  # what `apply --install` runs pip through
 
     wheels = tmp_path / "wheels"
     build_wheel(wheels, "patchctl-tiny", "1.0", {"patchctl_tiny/__init__.py": "VALUE = 1\n"})
-    pip_install(sys.executable, "patchctl-tiny==1.0",
-                ("--no-index", "--find-links", str(wheels), "--target", str(tmp_path / "t"), "--no-cache-dir"))
+    _run_installer([sys.executable, "-m", "pip", "install", "patchctl-tiny==1.0", "--no-index", "--find-links",
+                    str(wheels), "--target", str(tmp_path / "t"), "--no-cache-dir"], "pip")
     out, err = capfd.readouterr()
     assert out == "" and "patchctl-tiny" in err.replace("_", "-")
     assert (tmp_path / "t" / "patchctl_tiny" / "__init__.py").is_file()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -58,20 +57,6 @@ def require_installed(engine: Engine, python: str | None = None) -> Installed:
             hint="activate the right environment, pass --python PATH, --target DIR, or --install",
         )
     return found
-
-
-def pip_install(python: str, requirement: str, extra_args: tuple[str, ...] = ()) -> None:
-    """`python -m pip install requirement`, its output on stderr: stdout is the command's (with --json,
-    exactly one document), so pip's progress goes where patchctl's own progress goes."""
-    cmd = [python, "-m", "pip", "install", requirement, *extra_args]
-    try:
-        sys.stderr.flush()  # what patchctl said so far comes before pip's lines
-        stderr_fd = sys.stderr.fileno()
-    except (AttributeError, OSError, ValueError):  # replaced by an object with no descriptor
-        stderr_fd = 2
-    proc = subprocess.run(cmd, stdout=stderr_fd)
-    if proc.returncode != 0:
-        raise EnvironmentProblem(f"`{' '.join(cmd)}` failed with exit code {proc.returncode}")
 
 
 def version_of_tree(engine: Engine, root: Path,
