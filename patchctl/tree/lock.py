@@ -131,6 +131,10 @@ def _open(st: TargetState) -> int:
                               hint="remove it: patchctl did not make it") from None
             raise
         try:
+            if os.fstat(fd).st_nlink == 0:
+                # Unlinked between our open and now: its holder removed the folder (nothing applied).
+                # A planted link has two links or more; this is the cleanup race, so open the new one.
+                raise FileNotFoundError(errno.ENOENT, "removed as it was opened", str(shown))
             own_file(fd, shown, f.owners)
         except BaseException:
             os.close(fd)

@@ -1,5 +1,5 @@
 """Run the patchctl CLI paused right after one system call of its own: the first time the call named
-by HOSTILE_PAUSE's `call` (unlink, rmdir, listdir, replace) has acted on the path `path` (while
+by HOSTILE_PAUSE's `call` (unlink, rmdir, listdir, replace, open) has acted on the path `path` (while
 `absent`, when given, does not exist), the hook writes `marker` and waits until `go` exists (at
 most 60 s), then lets patchctl go on. A test runs another command in that gap: the exact point of
 a race, reached without timing. The calls are the os module's, so the hook runs the same against
@@ -11,7 +11,7 @@ import time
 
 SPEC = json.loads(os.environ["HOSTILE_PAUSE"])
 _fired = [False]
-_real = {name: getattr(os, name) for name in ("unlink", "rmdir", "listdir", "replace")}
+_real = {name: getattr(os, name) for name in ("unlink", "rmdir", "listdir", "replace", "open")}
 
 
 def _where(name, dir_fd):
@@ -57,7 +57,13 @@ def replace(src, dst, *, src_dir_fd=None, dst_dir_fd=None):
     _after("replace", _where(dst, dst_dir_fd))
 
 
-os.unlink, os.rmdir, os.listdir, os.replace = unlink, rmdir, listdir, replace
+def open_(path, flags, mode=0o777, *, dir_fd=None):
+    fd = _real["open"](path, flags, mode, dir_fd=dir_fd)
+    _after("open", _where(path, dir_fd))
+    return fd
+
+
+os.unlink, os.rmdir, os.listdir, os.replace, os.open = unlink, rmdir, listdir, replace, open_
 
 if __name__ == "__main__":
     from patchctl.cli import main

@@ -159,3 +159,35 @@ def test_a_waiter_blocked_on_the_removed_lock_takes_the_new_one(case, site, stor
     assert waited.code == 0, (waited.message, waited.stderr[-2000:])
     status = c.record(run_cli("status", "vllm", "--target", str(site)))
     assert status.doc.get("state") == "intact", status.doc.get("message")
+
+
+@pytest.mark.parametrize("holder", HOLDERS)
+def test_a_waiter_whose_lock_is_removed_as_it_opens_it_takes_the_new_one(case, site, store, tmp_path, holder):
+    """The cleanup race one step earlier (CI, 2026-12-04: `status --wait 30` exit 3, "lock has 0 hard
+    links"): a waiter opens the lock, and before it checks the file the holder removes it and leaves.
+    The file it holds open then has no link at all: that is the holder's cleanup, not a planted hard
+    link, and the waiter must open the lock that is there now (exit 0), not refuse the tree."""
+    site = Path(os.path.realpath(site))
+    c = case("lock: waiter on a removed lock")
+    if holder == "revert":
+        assert run_cli("apply", "vllm", "--target", str(site), "--store", str(store)).code == 0
+    spec = {"call": "listdir", "path": f"{site}/.patchctl/vllm"}
+    h, h_marker, h_go = start([holder, "vllm", "--target", str(site)], spec, tmp_path, "holder")
+    w = None
+    try:
+        wait_paused(h, h_marker)
+        opened = {"call": "open", "path": f"{site}/.patchctl/vllm/lock"}
+        w, w_marker, w_go = start(["status", "vllm", "--target", str(site), "--wait", "30"], opened, tmp_path,
+                                  "waiter")
+        wait_paused(w, w_marker)  # the waiter holds the lock file open, unchecked
+        held = c.record(finish(h, h_go))  # the holder removes it and leaves
+        assert not (site / ".patchctl/vllm/lock").exists()
+        waited = c.record(finish(w, w_go))
+    finally:
+        for proc in (h, w):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    assert held.code == 0, held
+    assert waited.code == 0, (waited.message, waited.stderr[-2000:])
+    assert waited.doc.get("state") == "not-applied", waited.doc
