@@ -18,13 +18,13 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from patchctl.config import resolve_index
-from patchctl.engines import get_engine
+from patchctl.core.config import resolve_index
+from patchctl.core.engines import get_engine
 from patchctl.patching import evaluate
 from patchctl.sources import http
 from patchctl.sources.index import PackageIndex
 from patchctl.sources.release import ReleaseSource, choose_artifact
-from patchctl.store import Store, choose_variant
+from patchctl.store.series import Store, choose_variant
 
 
 def sparse(version: Version, cache: Path, patches) -> tuple[float, int, int, list[str]]:

@@ -38,9 +38,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", type=int, default=20, help="runs per row (median)")
     args = parser.parse_args()
-    from patchctl.testing.builders import StoreBuilder, install_fake_dist
-    from patchctl.testing.fixtures import PRISTINE, loader_with
-    from patchctl.testing.invoke import run_json
+    from support.builders import StoreBuilder, install_fake_dist
+    from support.fixtures import PRISTINE, loader_with
+    from support.invoke import run_json
 
     with tempfile.TemporaryDirectory() as work_dir:
         work = Path(work_dir)
@@ -60,9 +60,9 @@ def main() -> int:
         run_json("apply", "vllm", "--target", str(tree), "--store", str(builder.root), expect=0)
         rows = {
             "import floor": [sys.executable, "-c", FLOOR],
-            "ensure (intact, no --store)": [sys.executable, "-m", "patchctl.cli", "ensure", "vllm", "--target",
+            "ensure (intact, no --store)": [sys.executable, "-m", "patchctl.cli.main", "ensure", "vllm", "--target",
                                             str(tree)],
-            "status": [sys.executable, "-m", "patchctl.cli", "status", "vllm", "--target", str(tree)],
+            "status": [sys.executable, "-m", "patchctl.cli.main", "status", "vllm", "--target", str(tree)],
         }
         for argv in rows.values():
             cpu_of(argv, env)  # warm the page cache and the bytecode

@@ -24,15 +24,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from patchctl import store as store_module
+import patchctl.store.series as store_module
 from patchctl.matrix import build as matrix
 from patchctl.sources import fetch
-from patchctl.store import Store
+from patchctl.store.series import Store
 
 
 def needed_bytes(doc: dict, cache: Path) -> int:
     """The lower bound described in the module docstring, for the rows of a cold run."""
-    from patchctl.engines import get_engine
+    from patchctl.core.engines import get_engine
     from patchctl.sources import zipread
     from patchctl.sources.cache import ArtifactCache, member_key, unframe
     from patchctl.sources.release import CENTRAL_DIRECTORY_FILE

@@ -30,7 +30,7 @@ heavy = {heavy!r}
 sys.argv = ["patchctl"] + json.loads(sys.argv[1])
 code = 0
 try:
-    from patchctl.cli import main
+    from patchctl.cli.main import main
     main()
 except SystemExit as exc:
     code = exc.code
@@ -43,8 +43,8 @@ finally:
 
 def build_target(work: Path) -> tuple[Path, Path]:
     """A store with one patch and a tree it is applied to: (store, tree)."""
-    from patchctl.testing.builders import StoreBuilder, install_fake_dist
-    from patchctl.testing.fixtures import PRISTINE, loader_with
+    from support.builders import StoreBuilder, install_fake_dist
+    from support.fixtures import PRISTINE, loader_with
 
     builder = StoreBuilder(work / "store")
     variant = builder.variant(PRISTINE, {"vllm/loader.py": loader_with({10: "ten\n"})})
@@ -55,7 +55,7 @@ def build_target(work: Path) -> tuple[Path, Path]:
 
 
 def patchctl_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "patchctl.cli", *args]
+    return [sys.executable, "-m", "patchctl.cli.main", *args]
 
 
 def cpu_of(cmd: list[str], env: dict, expect: int = 0) -> tuple[float, float]:

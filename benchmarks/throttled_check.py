@@ -13,7 +13,7 @@ Both paths run as fresh processes with a fresh cache, so both pay an interpreter
 modules' bytecode as an installed tool has it (pip compiles it at install; here a PYTHONPYCACHEPREFIX
 under the run's temporary folder, even where PYTHONDONTWRITEBYTECODE is set, as on this machine);
 a first round of both paths fills it (and the index's own caches) and is not counted:
-- check: `python -m patchctl.cli check ENGINE@VERSION --json`;
+- check: `python -m patchctl.cli.main check ENGINE@VERSION --json`;
 - naive: a Python script with requests: the index page, the release's smallest artifact whole (the
   sdist; a wheel where there is none, as for SGLang >= 0.5.11), its sha256, extracted, then
   `git apply --check` of each patch's variant for that version (chosen before, not timed).
@@ -177,8 +177,8 @@ print(json.dumps({"artifact": artifact["filename"], "bytes": artifact["size"], "
 def variants_for(spec: str) -> tuple[str, str, list[str | None]]:
     from packaging.version import Version
 
-    from patchctl.engines import get_engine
-    from patchctl.store import Store, choose_variant
+    from patchctl.core.engines import get_engine
+    from patchctl.store.series import Store, choose_variant
 
     name, _, version = spec.partition("@")
     engine = get_engine(name)
@@ -190,7 +190,7 @@ def variants_for(spec: str) -> tuple[str, str, list[str | None]]:
 
 
 def run_naive(spec: str, index: str, proxy: str, work: Path) -> tuple[float, dict]:
-    from patchctl.engines import get_engine
+    from patchctl.core.engines import get_engine
 
     dist, layout, paths = variants_for(spec)
     version = spec.partition("@")[2]
@@ -211,7 +211,7 @@ def run_check(spec: str, proxy: str, cache: Path) -> tuple[float, dict]:
     env = dict(_child_env(proxy), PATCHCTL_CACHE_DIR=str(cache))
     env.pop("PATCHCTL_INDEX_MAX_AGE", None)
     start, cpu = time.perf_counter(), _children_cpu()
-    proc = subprocess.run([sys.executable, "-m", "patchctl.cli", "check", spec, "--json"], env=env,
+    proc = subprocess.run([sys.executable, "-m", "patchctl.cli.main", "check", spec, "--json"], env=env,
                           capture_output=True, text=True)
     seconds = time.perf_counter() - start
     CPU.setdefault(f"check {spec}", []).append(_children_cpu() - cpu)
@@ -253,7 +253,7 @@ def main() -> None:
     if args.proxy:
         asyncio.run(_serve(args.proxy[0], float(args.proxy[1]), float(args.proxy[2])))
         return
-    from patchctl.config import resolve_index
+    from patchctl.core.config import resolve_index
 
     index = resolve_index().url
     times: dict[tuple[float, str, str], list[float]] = {}

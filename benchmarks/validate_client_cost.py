@@ -28,9 +28,9 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from validate_vs_peers import RUNNER, TOKENIZER, free_port  # noqa: E402
 
-from patchctl.serve.client import CHAT, OpenAIClient  # noqa: E402
-from patchctl.serve.process import ServerProcess  # noqa: E402
-from patchctl.serve.throughput import run_level  # noqa: E402
+from patchctl.validate.client import CHAT, OpenAIClient  # noqa: E402
+from patchctl.validate.process import ServerProcess  # noqa: E402
+from patchctl.validate.throughput import run_level  # noqa: E402
 
 TOLERANCE = 0.05
 
@@ -101,7 +101,7 @@ def main() -> None:
     os.sched_setaffinity(0, {int(args.client_cpu)})
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    server = ["taskset", "-c", args.server_cpu, sys.executable, "-m", "patchctl.testing.reasoner", "--port", str(port),
+    server = ["taskset", "-c", args.server_cpu, sys.executable, "-m", "support.reasoner", "--port", str(port),
               "--ttft", str(args.ttft), "--itl", str(args.itl), "--no-reasoning", "--role-at-first-token"]
     truth_ttft, truth_itl = (args.ttft + args.itl) * 1000, args.itl * 1000
     rows = []

@@ -43,9 +43,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from patchctl.serve.process import ServerProcess  # noqa: E402
-from patchctl.serve.throughput import COUNTING_PROMPT, request_prompts  # noqa: E402
-from patchctl.serve.validation import ServeConfig, run_validate  # noqa: E402
+from patchctl.validate.process import ServerProcess  # noqa: E402
+from patchctl.validate.throughput import COUNTING_PROMPT, request_prompts  # noqa: E402
+from patchctl.validate.validation import ServeConfig, run_validate  # noqa: E402
 
 # Runs bench_serving from TREE with the modules the random-ids workload never uses stood in for.
 RUNNER = """
@@ -235,7 +235,7 @@ LLAMA = Path.home() / ".cache" / "patchctl" / "llama-server"
 
 
 def llama_server(port: int, python: Path, model: Path) -> list[str]:
-    """llama.cpp's server as tests/serve/test_serve_llama.py starts it (llama-cpp-python, the Gemma 3
+    """llama.cpp's server as tests/validate/test_serve_llama.py starts it (llama-cpp-python, the Gemma 3
     270M GGUF scripts/serve/setup_llama_server.sh assembles)."""
     return [str(python), "-m", "llama_cpp.server", "--model", str(model), "--model_alias", "gemma3-270m",
             "--host", "127.0.0.1", "--port", str(port), "--chat_format", "gemma", "--n_ctx", "2048",
@@ -244,7 +244,7 @@ def llama_server(port: int, python: Path, model: Path) -> list[str]:
 
 def start_server(port: int, ttft: float, itl: float) -> list[str]:
     # Its own process: in this one its threads would compete with validate's for the interpreter.
-    return [sys.executable, "-m", "patchctl.testing.reasoner", "--port", str(port), "--ttft", str(ttft),
+    return [sys.executable, "-m", "support.reasoner", "--port", str(port), "--ttft", str(ttft),
             "--itl", str(itl), "--no-reasoning", "--role-at-first-token"]
 
 

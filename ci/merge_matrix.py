@@ -20,8 +20,8 @@ from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
-    from patchctl.atomic import write_atomic
-    from patchctl.errors import PatchctlError
+    from patchctl.core.atomic import write_atomic
+    from patchctl.core.errors import PatchctlError
     from patchctl.matrix import build as matrix
     from patchctl.matrix.html_page import render_html
     from patchctl.matrix.merge import merge_files

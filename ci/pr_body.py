@@ -44,7 +44,7 @@ def body(previous: dict | None, current: dict, issues: list[dict] | None = None)
 
 
 def main(argv: list[str] | None = None) -> int:
-    from patchctl.errors import PatchctlError
+    from patchctl.core.errors import PatchctlError
     from patchctl.matrix import build as matrix
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

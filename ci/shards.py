@@ -16,10 +16,10 @@ import math
 import os
 import sys
 
-from patchctl.errors import PatchctlError
+from patchctl.core.errors import PatchctlError
 from patchctl.matrix import build as matrix
 from patchctl.sources.fetch import SourceContext
-from patchctl.store import Store
+from patchctl.store.series import Store
 
 
 def shard_count(jobs: int, per_shard: int, max_shards: int) -> int:

@@ -4,7 +4,7 @@ the next command, exactly pristine or exactly fully applied, with no temp file l
 
 Each trial: reset a real target (a tree of --files files of --file-kb KiB each, patched by a series
 of 4 patches that touch all of them) to pristine (for apply) or fully applied (for revert); start
-`python -m patchctl.cli apply|revert ...` as a subprocess; poll in a tight loop (os.path.exists)
+`python -m patchctl.cli.main apply|revert ...` as a subprocess; poll in a tight loop (os.path.exists)
 until its journal.json appears (in the tree, <root>/.patchctl/<engine>/, or — records of an older
 patchctl — under $PATCHCTL_DATA_DIR/targets/); sleep a random 0–--max-delay-ms (seeded RNG) and
 kill -9 it; run one random follow-up (status / apply / revert / ensure: the real CLI, in the worker
@@ -48,7 +48,7 @@ def soak_engine():
     """Any engine serves (the soak exercises the writer, not an engine): the first engines.yaml names."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    from patchctl.engines import all_engines
+    from patchctl.core.engines import all_engines
 
     return next(iter(all_engines().values()))
 
@@ -139,7 +139,7 @@ class Rig:
 
     # commands ------------------------------------------------------------------------------------
     def argv(self, command: str) -> list[str]:
-        args = [sys.executable, "-m", "patchctl.cli", command, SPEC, "--target", str(self.tree), "--json"]
+        args = [sys.executable, "-m", "patchctl.cli.main", command, SPEC, "--target", str(self.tree), "--json"]
         return args + ["--store", str(self.store)] if command in ("apply", "ensure") else args
 
     def cli(self, command: str, *, in_process: bool = False) -> tuple[int, dict]:
@@ -148,7 +148,7 @@ class Rig:
         if in_process:
             from click.testing import CliRunner
 
-            from patchctl.cli import main
+            from patchctl.cli.main import main
 
             os.environ.update(self.env)
             result = CliRunner().invoke(main, self.argv(command)[3:])
@@ -298,7 +298,7 @@ def _run(job: tuple[str, int, int, float, float, bool]) -> dict | None:
 
 def build_store(work: Path, pristine: dict[str, str]) -> Path:
     sys.path.insert(0, str(ROOT))
-    from patchctl.testing.builders import StoreBuilder
+    from support.builders import StoreBuilder
 
     builder = StoreBuilder(work / "store")
     mods = sorted(p for p in pristine if p.endswith(".py") and "mod_" in p)

@@ -14,8 +14,8 @@ a different source per release family (ByTree: the recipe reads the pristine tre
 
 For every release a patch claims (its applies_to, among the releases on the package index;
 ascending) the recipe is applied to that release's pristine files (patchctl's cached pristine tree,
-patchctl.sources.fetch + patchctl.smoketest.trees) in a scratch git repository, committed and exported
-with patchctl.gitutil (fixed identity and dates: same trees + same sources -> same bytes). A new
+patchctl.sources.fetch + patchctl.smoke.trees) in a scratch git repository, committed and exported
+with patchctl.core.gitutil (fixed identity and dates: same trees + same sources -> same bytes). A new
 variant file is made only where the newest variant so far does not give the release exactly the
 files the recipe gives it; the store keeps as few variants as the code history needs. Variant files
 of the patch that the generator no longer makes are removed. Prints the variant chosen for every
@@ -45,9 +45,9 @@ if str(REPO) not in sys.path:  # run as a script from a checkout: the patchctl b
 
 from packaging.version import Version  # noqa: E402
 
-from patchctl import gitutil  # noqa: E402
-from patchctl.engines import get_engine  # noqa: E402
-from patchctl.store import Patch, Store  # noqa: E402
+from patchctl.core import gitutil  # noqa: E402
+from patchctl.core.engines import get_engine  # noqa: E402
+from patchctl.store.series import Patch, Store  # noqa: E402
 
 GENERATOR = "scripts/generate_variants.py"  # what patch.yaml's generated_by.generator names
 KERNEL = "kernels/sparse_mla/triton_sparse_mla.py"
@@ -455,7 +455,7 @@ def pristine_tree(patch: Patch, version: Version, ctx, pristine_root: Path | Non
     engine = get_engine(patch.engine)
     if pristine_root:
         return pristine_root / f"{engine.dist}-{version}-sdist"
-    from patchctl.smoketest import trees
+    from patchctl.smoke import trees
     from patchctl.sources import fetch
 
     return trees.pristine_tree(fetch.release(engine, version, ctx, prefer_sdist=True))

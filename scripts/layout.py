@@ -18,7 +18,8 @@ FOLDERS = {
                 "checklib/ (helpers the checks share), envs/ (smoke environments)",
     "kernels/": "the sparse-MLA Triton kernel, source of truth for the generated triton-sparse-mla variants; "
                 "sparse_mla/next/ the development kernel, not shipped until measured on a GPU",
-    "tests/": "mirrors patchctl/; real releases, real wheels on a local index, real git",
+    "tests/": "mirrors patchctl/; real releases, real wheels on a local index, real git; "
+              "support/ (builders, fixtures, the index and registry stand-ins: never shipped)",
     "benchmarks/": "measurements run on demand, each with its baseline in the same run",
     "scripts/": "generate_variants.py (generated variants), layout.py (this section), the llama.cpp server setup",
     "ci/": "the nightly workflow's steps as scripts; .github/workflows/nightly.yml runs them",
@@ -47,7 +48,8 @@ def layout() -> str:
                     lines.append((f"  {module.stem}", summary(module)))
         elif entry.name != "__init__.py":
             lines.append((f"patchctl/{entry.name}", summary(entry)))
-    lines.append(("patchctl/engines.yaml", "everything engine-specific: distribution, packages, layouts, nightly source, moves"))
+    lines.append(("patchctl/core/engines.yaml",
+                  "everything engine-specific: distribution, packages, layouts, nightly source, moves"))
     lines += list(FOLDERS.items())
     width = max(len(name) for name, _ in lines) + 2
     return "\n".join(f"{name:<{width}}{text}".rstrip() for name, text in lines)

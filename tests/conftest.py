@@ -1,14 +1,25 @@
 """Fixtures every test gets: its own state and config dirs, a shared download cache, and the small
-synthetic vLLM tree of patchctl.testing.fixtures."""
+synthetic vLLM tree of support.fixtures."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
-import pytest
+# Test support is not in the package: tests/support/ (this folder, on sys.path as pytest's rootdir) and
+# patches/checklib/ (the one test server, which the bundled checks use too). Processes the tests start
+# (`python -m support.reasoner`, `-m patchctl.cli` with a fake server) find them through PYTHONPATH.
+_HERE = Path(__file__).resolve().parent
+_SUPPORT_PATHS = [str(_HERE), str(_HERE.parent / "patches")]
+for _entry in reversed(_SUPPORT_PATHS):
+    if _entry not in sys.path:
+        sys.path.insert(0, _entry)
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    _SUPPORT_PATHS + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p not in _SUPPORT_PATHS])
 
-from patchctl.testing.builders import StoreBuilder, write_tree
-from patchctl.testing.fixtures import PRISTINE
+import pytest  # noqa: E402
+from support.builders import StoreBuilder, write_tree  # noqa: E402
+from support.fixtures import PRISTINE  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,4 @@
-"""patchctl.atomic.write_atomic: whole files or the old ones, never a part, never a stray temp file."""
+"""patchctl.core.atomic.write_atomic: whole files or the old ones, never a part, never a stray temp file."""
 from __future__ import annotations
 
 import errno
@@ -7,8 +7,8 @@ import stat
 
 import pytest
 
-from patchctl import atomic
-from patchctl.atomic import write_atomic
+from patchctl.core import atomic
+from patchctl.core.atomic import write_atomic
 
 
 def leftovers(directory) -> list[str]:
@@ -99,7 +99,7 @@ def test_modes(tmp_path):
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc to tell the files apart")
 def test_journal_turns_a_full_disk_into_a_clean_failure(tmp_path, monkeypatch):
     """The target's journaled writes go through the same helper: ENOSPC midway is undone."""
-    from patchctl.errors import EnvironmentProblem
+    from patchctl.core.errors import EnvironmentProblem
     from patchctl.tree.journal import Change, TargetState
 
     root = tmp_path / "tree"
@@ -131,7 +131,7 @@ def _dir_fd(path):
 
 
 def test_write_atomic_at_replaces_a_planted_link_and_never_writes_through_it(tmp_path):
-    from patchctl.atomic import write_atomic_at
+    from patchctl.core.atomic import write_atomic_at
 
     outside = tmp_path / "outside"
     outside.write_bytes(b"precious")
@@ -149,7 +149,7 @@ def test_write_atomic_at_replaces_a_planted_link_and_never_writes_through_it(tmp
 
 
 def test_write_atomic_at_a_link_planted_at_the_temp_name_is_not_followed(tmp_path):
-    from patchctl.atomic import temp_path, write_atomic_at
+    from patchctl.core.atomic import temp_path, write_atomic_at
 
     outside = tmp_path / "outside"
     outside.write_bytes(b"precious")
@@ -166,7 +166,7 @@ def test_write_atomic_at_a_link_planted_at_the_temp_name_is_not_followed(tmp_pat
 
 
 def test_write_atomic_at_writes_into_the_folder_it_was_given_even_if_renamed(tmp_path):
-    from patchctl.atomic import write_atomic_at
+    from patchctl.core.atomic import write_atomic_at
 
     folder = tmp_path / "folder"
     folder.mkdir()

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
+from support.builders import build_wheel
+from support.fixtures import PRISTINE, loader_with
+from support.index_server import IndexServer
 
-from patchctl.cli import main
-from patchctl.testing.builders import build_wheel
-from patchctl.testing.fixtures import PRISTINE, loader_with
-from patchctl.testing.index_server import IndexServer
+from patchctl.cli.main import main
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOW = ROOT / ".github" / "workflows" / "nightly.yml"
@@ -373,7 +373,7 @@ def replay_module():
 def rebase_doc(tmp_path, builder, fresh_cache):
     """The local-index rebase fixture of tests/rebase/test_replay.py (`setup`): on 1.1, `shift` is
     refreshed and `clash` conflicts. Returns the real `patchctl rebase --json` document's path."""
-    from patchctl.testing.invoke import run_json
+    from support.invoke import run_json
 
     replay = replay_module()
     files = tmp_path / "files"

@@ -25,13 +25,13 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.builders import build_wheel
+from support.fixtures import PRISTINE, loader_with
+from support.index_server import IndexServer
+from support.invoke import run_json
 
-from patchctl.errors import EnvironmentProblem, PatchctlError
-from patchctl.testing.builders import build_wheel
-from patchctl.testing.fixtures import PRISTINE, loader_with
-from patchctl.testing.index_server import IndexServer
-from patchctl.testing.invoke import run_json
-from patchctl.testing.server import Reply, TestServer
+from checklib.testserver import Reply, TestServer
+from patchctl.core.errors import EnvironmentProblem, PatchctlError
 
 REPO = Path(__file__).resolve().parent.parent
 PROPERTY = settings(max_examples=100, deadline=None, database=None,
@@ -75,7 +75,7 @@ def _at(doc, path: tuple):
 
 
 def dump_yaml(doc) -> bytes:
-    from patchctl.yamlio import dump_yaml as dump  # libyaml's emitter where installed: fast
+    from patchctl.core.yamlio import dump_yaml as dump  # libyaml's emitter where installed: fast
 
     return dump(doc, sort_keys=False, allow_unicode=True).encode()
 
@@ -266,7 +266,7 @@ def small_matrix() -> dict:
 
 @functools.lru_cache(maxsize=1)
 def _small_matrix() -> dict:
-    from patchctl.yamlio import load_yaml
+    from patchctl.core.yamlio import load_yaml
 
     doc = load_yaml((REPO / "compat_matrix.yaml").read_text())
     for data in doc["engines"].values():
@@ -286,8 +286,8 @@ SERIES_FILES = sorted(str(p.relative_to(REPO / "patches")) for p in (REPO / "pat
 def read_store(root: Path, engine: str) -> None:
     from packaging.version import Version
 
-    from patchctl.engines import get_engine
-    from patchctl.store import Store, choose_variant, drop_rule_met
+    from patchctl.core.engines import get_engine
+    from patchctl.store.series import Store, choose_variant, drop_rule_met
 
     for patch in Store.open(root).series(engine).patches:  # and what the commands then ask of it
         for version in ("0.0.1", "0.5.10", "0.20.0", "1.0"):
@@ -369,7 +369,7 @@ def wheel_index(tmp_path_factory):
 
 
 def release_source(project, cache: Path, offline: bool):
-    from patchctl.engines import get_engine
+    from patchctl.core.engines import get_engine
     from patchctl.sources.release import ReleaseSource, choose_artifact
 
     return ReleaseSource(get_engine("vllm"), choose_artifact(project, project.versions()[-1]), cache, offline=offline)
@@ -420,8 +420,8 @@ def test_damaged_matrix_loads_or_is_a_usage_error(tmp_path, data):
 @PROPERTY
 @given(data=st.data())
 def test_damaged_config_reads_or_is_a_usage_error(monkeypatch, data):
-    from patchctl import config
-    from patchctl.engines import get_engine
+    from patchctl.core import config
+    from patchctl.core.engines import get_engine
     from patchctl.sources import fetch
     from patchctl.sources.kinds.nightly import nightly_source
 
@@ -435,8 +435,8 @@ def test_damaged_config_reads_or_is_a_usage_error(monkeypatch, data):
 
 def test_the_undamaged_documents_read(store_copy, page, wheel_index, tmp_path, monkeypatch):
     """The starting points of the property tests are valid: damage is what makes them fail."""
-    from patchctl import config
-    from patchctl.engines import get_engine
+    from patchctl.core import config
+    from patchctl.core.engines import get_engine
     from patchctl.matrix import build as matrix
     from patchctl.sources import fetch
     from patchctl.sources.index import PackageIndex
@@ -698,7 +698,7 @@ def test_apply_install_json_prints_one_document(tmp_path, store):
         server.add("vllm", build_wheel(files, "vllm", "1.0", PRISTINE))
         env = dict(os.environ, PIP_TARGET=str(site), PYTHONPATH=str(site),
                    PIP_NO_CACHE_DIR="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
-        proc = subprocess.run([sys.executable, "-m", "patchctl.cli", "apply", "vllm@1.0", "--install",
+        proc = subprocess.run([sys.executable, "-m", "patchctl.cli.main", "apply", "vllm@1.0", "--install",
                                "--python", sys.executable, "--index-url", server.url, "--store", str(store), "--json"],
                               capture_output=True, text=True, env=env, timeout=300)
     doc = json.loads(proc.stdout)  # one document, nothing of pip's around it
@@ -708,7 +708,7 @@ def test_apply_install_json_prints_one_document(tmp_path, store):
 
 
 # Hostile values: every reader refuses them by name ------------------------------------------------
-# (the bounded loaders of patchctl/yamlio.py: on main a NUL byte, NaN or deep nesting was a
+# (the bounded loaders of patchctl/core/yamlio.py: on main a NUL byte, NaN or deep nesting was a
 # RecursionError, a ValueError or a libyaml segfault, i.e. exit 4, or a wait that never ended)
 
 HOSTILE = settings(PROPERTY, max_examples=25)
@@ -760,7 +760,7 @@ def test_hostile_pep691_response_is_refused_by_name(page, data):
 @HOSTILE
 @given(data=st.data())
 def test_hostile_matrix_and_config_are_refused_by_name(tmp_path, data):
-    from patchctl import config
+    from patchctl.core import config
     from patchctl.matrix import build as matrix
     from patchctl.sources import fetch
 
@@ -778,7 +778,7 @@ DEPLOYMENT = {"engine": "vllm", "target": "/srv/vllm/site-packages", "stores": [
 @HOSTILE
 @given(data=st.data())
 def test_hostile_deployment_file_is_a_usage_error_naming_it(tmp_path, data):
-    from patchctl import deployment
+    from patchctl.cli import deployment
 
     path = tmp_path / "d.yaml"
     path.write_bytes(data.draw(hostile(DEPLOYMENT, dump_yaml)))

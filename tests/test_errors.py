@@ -2,7 +2,7 @@
 cause; anything else kept (shortened)."""
 import pytest
 
-from patchctl.errors import plain_network_reason
+from patchctl.core.errors import plain_network_reason
 
 GIT_DNS = ("cannot clone or fetch https://example.invalid/x.git: fatal: unable to access "
            "'https://example.invalid/x.git/': Could not resolve host: example.invalid")
@@ -27,7 +27,7 @@ def test_where_to_report_a_crash_is_the_package_metadata_url():
     """The crash message's URL is the one pyproject.toml publishes as the project's issues page."""
     from pathlib import Path
 
-    from patchctl.errors import ISSUES_URL
+    from patchctl.core.errors import ISSUES_URL
 
     tomllib = pytest.importorskip("tomllib", reason="tomllib is in the standard library from Python 3.11")
 
@@ -59,7 +59,7 @@ def test_every_error_class_lives_in_errors_py():
 def test_exit_codes_are_distinct_and_documented():
     from pathlib import Path
 
-    from patchctl import errors
+    from patchctl.core import errors
 
     codes = [errors.EXIT_OK, errors.EXIT_PATCH_FAILED, errors.EXIT_USAGE, errors.EXIT_ENVIRONMENT,
              errors.EXIT_INTERNAL, errors.EXIT_INTERRUPTED]

@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from patchctl.cli import COMMANDS
+from patchctl.cli.main import COMMANDS
 
 ROOT = Path(__file__).resolve().parent.parent
 

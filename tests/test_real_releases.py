@@ -2,12 +2,12 @@
 
 import pytest
 from packaging.version import Version
+from support.builders import write_tree
+from support.invoke import run_json
 
-from patchctl.engines import get_engine
+from patchctl.core.engines import get_engine
 from patchctl.sources.fetch import SourceContext, release
-from patchctl.store import Store
-from patchctl.testing.builders import write_tree
-from patchctl.testing.invoke import run_json
+from patchctl.store.series import Store
 
 pytestmark = pytest.mark.network
 
@@ -33,7 +33,7 @@ def one_line_change(text: str, anchor: str, added: str) -> str:
 @pytest.fixture(scope="module")
 def tiny_store(tmp_path_factory):
     """A test-only series made from the real 0.20.0 gguf_loader.py and sglang 0.5.9 server_args.py."""
-    from patchctl.testing.builders import StoreBuilder
+    from support.builders import StoreBuilder
 
     builder = StoreBuilder(tmp_path_factory.mktemp("real") / "store")
     base = pristine("vllm", "0.20.0", GGUF)
@@ -93,7 +93,7 @@ def test_real_store_lints_and_checks_its_newest_claimed_version():
 def _committed_matrix():
     import yaml
 
-    from patchctl.store import default_store_dir
+    from patchctl.store.series import default_store_dir
 
     path = default_store_dir().parent / "compat_matrix.yaml"
     return yaml.safe_load(path.read_text()) if path.is_file() else None

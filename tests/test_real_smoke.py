@@ -6,8 +6,8 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from patchctl.cli import main
-from patchctl.store import Store
+from patchctl.cli.main import main
+from patchctl.store.series import Store
 
 pytestmark = [pytest.mark.network, pytest.mark.slow]
 

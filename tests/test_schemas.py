@@ -1,4 +1,4 @@
-"""The schemas in patchctl/schemas/ cross-checked with the jsonschema package: each is a valid Draft 7
+"""The schemas in patchctl/core/schemas/ cross-checked with the jsonschema package: each is a valid Draft 7
 schema that fastjsonschema compiles, every committed document validates, and both validators give the
 same verdict on damaged documents (fastjsonschema compiles to code of its own, so its reading of a
 keyword could differ)."""
@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from patchctl.schemas import problem, schema
-from patchctl.yamlio import load_yaml
+from patchctl.core.schemas import problem, schema
+from patchctl.core.yamlio import load_yaml
 
 REPO = Path(__file__).resolve().parent.parent
 SCHEMAS = sorted(p.stem for p in (REPO / "patchctl" / "schemas").glob("*.json"))
@@ -124,7 +124,7 @@ def test_fastjsonschema_and_jsonschema_agree(case):
 @pytest.mark.parametrize("name", SCHEMAS)
 def test_the_generated_validator_is_the_schemas_own(name):
     """scripts/compile_schemas.py was run after the last schema edit (else patchctl compiles in memory)."""
-    from patchctl.schemas import generated_module, module_name
+    from patchctl.core.schemas import generated_module, module_name
 
     generated = REPO / "patchctl" / "schemas" / "compiled" / f"{module_name(name)}.py"
     assert generated.read_text(encoding="utf-8") == generated_module(name), "run scripts/compile_schemas.py"
@@ -148,9 +148,9 @@ def test_no_validator_code_is_read_from_the_cache(fresh_cache):
         planted_file = fresh_cache / "validators" / f"{name}-{key}.marshal"
         planted_file.parent.mkdir(parents=True, exist_ok=True)
         planted_file.write_bytes(framed(marshal.dumps(planted)))  # as older patchctl framed them
-    code = ("import sys; from patchctl.schemas import problem; "
+    code = ("import sys; from patchctl.core.schemas import problem; "
             "print(problem('series', {'engine': 'vllm'}) is not None); "
-            "print(any(m == 'patchctl.config' for m in sys.modules))")
+            "print(any(m == 'patchctl.core.config' for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=fresh_cache.parent).stdout.split()  # (not the checkout: PYTHONPATH names the tree)
     assert not marker.exists()  # the planted code did not run
@@ -158,7 +158,7 @@ def test_no_validator_code_is_read_from_the_cache(fresh_cache):
 
 
 def test_a_stale_generated_validator_is_not_used(monkeypatch):
-    import patchctl.schemas as schemas
+    import patchctl.core.schemas as schemas
 
     schemas._validator.cache_clear()
     monkeypatch.setattr(hashlib_module(), "sha256", _always("0" * 64))
@@ -169,7 +169,7 @@ def test_a_stale_generated_validator_is_not_used(monkeypatch):
 
 
 def hashlib_module():
-    import patchctl.schemas as schemas
+    import patchctl.core.schemas as schemas
 
     return schemas.hashlib
 

@@ -1,8 +1,8 @@
 import pytest
 from packaging.version import Version
 
-from patchctl.errors import UsageError
-from patchctl.spec import parse_spec
+from patchctl.core.errors import UsageError
+from patchctl.sources.spec import parse_spec
 
 
 def test_exact_version():

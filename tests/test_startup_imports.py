@@ -6,11 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from patchctl.testing.builders import install_fake_dist
-from patchctl.testing.fixtures import PRISTINE, loader_with
-from patchctl.testing.invoke import heavy_imports as probe_heavy_imports
-from patchctl.testing.invoke import heavy_imports_run, run_json
+from support.builders import install_fake_dist
+from support.fixtures import PRISTINE, loader_with
+from support.invoke import heavy_imports as probe_heavy_imports
+from support.invoke import heavy_imports_run, run_json
 
 HEAVY = ("requests", "git", "rich", "matplotlib", "urllib3")
 
@@ -73,7 +72,7 @@ def test_text_output_off_a_terminal_imports_nothing_heavy(applied, command):
 # What ensure on an intact tree must not import (issue 24, item 7: its CPU <= 2x the import floor,
 # benchmarks/ensure_cpu.py): the apply engine, the check command, the network.
 NOT_ON_THE_INTACT_PATH = ("patchctl.patching.evaluate", "patchctl.patching.hunks", "patchctl.patching.diffread",
-                          "patchctl.commands.check", "patchctl.sources.http", "unidiff")
+                          "patchctl.cli.commands.check", "patchctl.sources.http", "unidiff")
 
 
 def test_ensure_on_an_intact_target_with_no_store_stays_off_the_apply_engine(applied):

@@ -6,11 +6,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from patchctl.testing.builders import build_wheel
-from patchctl.testing.fixtures import PRISTINE, loader_with
-from patchctl.testing.index_server import IndexServer
-from patchctl.testing.invoke import run_json
+from support.builders import build_wheel
+from support.fixtures import PRISTINE, loader_with
+from support.index_server import IndexServer
+from support.invoke import run_json
 
 
 def digest_tree(root: Path) -> str:
@@ -32,7 +31,7 @@ def installed_bundled(tmp_path, builder, monkeypatch):
     bundled.parent.mkdir(parents=True)
     builder.root.rename(bundled)
     (bundled / "envs").mkdir()
-    monkeypatch.setattr("patchctl.bundled.bundled_store", lambda: bundled)
+    monkeypatch.setattr("patchctl.core.bundled.bundled_store", lambda: bundled)
     monkeypatch.setenv("PATCHCTL_BUNDLED", "1")  # the layering itself is under test
     files = tmp_path / "files"
     files.mkdir()
@@ -85,7 +84,7 @@ def test_pin_writes_the_checkouts_bundled_set_only_when_named(tmp_path, builder,
     checkout = tmp_path / "checkout" / "patches"  # a source checkout's patches/: not inside an installed package
     checkout.parent.mkdir()
     builder.root.rename(checkout)
-    monkeypatch.setattr("patchctl.bundled.bundled_store", lambda: checkout)
+    monkeypatch.setattr("patchctl.core.bundled.bundled_store", lambda: checkout)
     monkeypatch.setenv("PATCHCTL_BUNDLED", "1")
     variant = checkout / "vllm/shift/1.0.patch"
     variant.write_bytes(variant.read_bytes() + b"\n")

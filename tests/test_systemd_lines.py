@@ -114,7 +114,7 @@ def test_a_clean_environment_applies_then_writes_nothing(deployed):
 def test_without_home_patchctl_names_its_dirs_from_the_password_database(deployed):
     """No HOME (env -i): platformdirs' ~ is the user's passwd home, so the dirs are still defined (and
     ensure on an intact tree reads none of them); a unit sets PATCHCTL_CACHE_DIR / PATCHCTL_DATA_DIR."""
-    probe = "from patchctl import config; print(config.cache_dir()); print(config.data_dir())"
+    probe = "from patchctl.core import config; print(config.cache_dir()); print(config.data_dir())"
     python = deployed.tool.parent / "python"
     out = subprocess.run(["env", "-i", f"PATH={PATH}", str(python), "-c", probe], capture_output=True, text=True,
                          check=True, cwd="/").stdout.split()

@@ -1,6 +1,6 @@
 """mypy over the whole patchctl package, as pyproject.toml's [tool.mypy] defines it (files = ["patchctl"],
 disallow_untyped_defs, no per-module overrides): run from the repository root with no arguments, exactly
-as CI runs it. The one exception is generated code: patchctl/schemas/compiled/ carries
+as CI runs it. The one exception is generated code: patchctl/core/schemas/compiled/ carries
 `# mypy: ignore-errors` in its own files."""
 from __future__ import annotations
 

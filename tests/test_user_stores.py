@@ -5,11 +5,11 @@ import os
 
 import pytest
 import yaml
+from support.builders import StoreBuilder
+from support.fixtures import PRISTINE, loader_with
+from support.invoke import run_json
 
-from patchctl.bundled import bundled_store
-from patchctl.testing.builders import StoreBuilder
-from patchctl.testing.fixtures import PRISTINE, loader_with
-from patchctl.testing.invoke import run_json
+from patchctl.core.bundled import bundled_store
 
 
 @pytest.fixture(autouse=True)

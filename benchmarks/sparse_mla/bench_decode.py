@@ -97,7 +97,7 @@ def fetch_dense(version: str, index_url: str | None, dest_dir: Path) -> Path:
     """The pristine release's dense decode kernel file, through patchctl's upstream sources."""
     from packaging.version import Version
 
-    from patchctl.engines import get_engine
+    from patchctl.core.engines import get_engine
     from patchctl.sources import fetch
 
     source = fetch.release(get_engine("vllm"), Version(version), fetch.SourceContext(index_url=index_url))
@@ -364,7 +364,7 @@ def main():
         print(json.dumps(dict(l2_bytes=l2, limits=args.limits, points=bench_plan.plan(args, l2)), indent=1))
         return
     if args.fetch_dense:
-        from patchctl.errors import PatchctlError
+        from patchctl.core.errors import PatchctlError
 
         try:
             fetch_dense(args.dense_version, args.index_url, args.fetch_dense)

@@ -20,7 +20,7 @@ status=0
 # 1. the patch's GPU check: D 576/h16, D 512/h8, D 512/h16 x fp16/bf16 x adjacent/strided blocks x
 #    device/SM120 configs x page 64 / page 1024 (the glm5_next group's kernel block): 48 cases.
 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PATCHCTL_PATCHED_TREE="$tree" PATCHCTL_PRISTINE_TREE="$tree" PATCHCTL_ENGINE=vllm PATCHCTL_ENGINE_VERSION=0.33.0 \
-  timeout 300 python -m pytest -q -p no:cacheprovider -p patchctl.smoketest.pytest_plugin \
+  timeout 300 python -m pytest -q -p no:cacheprovider -p patchctl.smoke.pytest_plugin \
   --rootdir patches/vllm/triton-sparse-mla/checks \
   patches/vllm/triton-sparse-mla/checks/test_gpu_forward.py \
   --junitxml "$out/patch-gpu.xml" > "$out/patch-gpu.log" 2>&1 || status=1

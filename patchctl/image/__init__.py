@@ -6,6 +6,7 @@ One module per idea: `reference` (what `REGISTRY/REPO:TAG` or `oci:DIR:TAG` mean
 standard credential files), `registry` and `layout` (the two places images are read from and pushed
 to, behind one interface), `manifest` (media types, platforms, the new config and manifest),
 `layers` (streaming tar layers, whiteouts, the engine's tree), `newlayer` (the tar layer patchctl
-writes), `patch` (apply and status on an image: the tree patchctl patches is the one it read
-out of the layers). `options` and `command` are the command line's part (click, documents).
+writes), `stack` and `stream` (bounded, digest-checked reads). This folder reads and writes images
+only: patching one is the work layer's (patchctl/tree/image.py), its flags the command line's
+(patchctl/cli/image_options.py, image_command.py).
 """

@@ -11,9 +11,9 @@ import os
 from pathlib import Path
 from typing import NamedTuple
 
-from patchctl.errors import RegistryError
+from patchctl.core.errors import RegistryError
+from patchctl.core.yamlio import load_json
 from patchctl.image.reference import DOCKER_HUB, DOCKER_HUB_API
-from patchctl.yamlio import load_json
 
 _MAX_AUTH_FILE = 1 << 20
 

@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from packaging.version import InvalidVersion, Version
 
-from patchctl.errors import BlobMismatch, ImageContentError
+from patchctl.core.errors import BlobMismatch, ImageContentError
 from patchctl.image.manifest import Layer
 from patchctl.image.registry import Repository
 
 if TYPE_CHECKING:
-    from patchctl.engines import Engine
+    from patchctl.core.engines import Engine
     from patchctl.sources.files import ProgressSink
 
 from patchctl.image.stack import MAX_FILE, MAX_STAGED, OPAQUE, WHITEOUT, Meta, Stack, Staged, Want, clean_name

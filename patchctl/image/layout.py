@@ -12,11 +12,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
-from patchctl.atomic import write_atomic
-from patchctl.errors import RegistryError
+from patchctl.core.atomic import write_atomic
+from patchctl.core.errors import RegistryError
+from patchctl.core.nofollow import open_regular
+from patchctl.core.yamlio import load_json
 from patchctl.image.registry import MAX_CONFIG, MAX_MANIFEST, Manifest, Repository, check_digest, streamed_into
-from patchctl.nofollow import open_regular
-from patchctl.yamlio import load_json
 
 REF_NAME = "org.opencontainers.image.ref.name"
 INDEX_TYPE = "application/vnd.oci.image.index.v1+json"

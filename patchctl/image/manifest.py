@@ -8,9 +8,9 @@ import json
 import time
 from typing import NamedTuple
 
-from patchctl.errors import RegistryError
+from patchctl.core.errors import RegistryError
+from patchctl.core.yamlio import load_json
 from patchctl.image.registry import Manifest, Repository
-from patchctl.yamlio import load_json
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"

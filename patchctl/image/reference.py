@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import NamedTuple
 
-from patchctl.errors import ImageRefError
+from patchctl.core.errors import ImageRefError
 
 DOCKER_HUB = "docker.io"
 DOCKER_HUB_API = "registry-1.docker.io"  # where docker.io's API answers

@@ -15,10 +15,10 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, NamedTuple, Protocol, TypeVar, cast
 
-from patchctl import config
-from patchctl.errors import EnvironmentProblem, ImageContentError, RegistryError, plain_network_reason
+from patchctl.core import config
+from patchctl.core.errors import EnvironmentProblem, ImageContentError, RegistryError, plain_network_reason
+from patchctl.core.yamlio import load_json
 from patchctl.image.reference import ImageRef, is_loopback
-from patchctl.yamlio import load_json
 
 if TYPE_CHECKING:
     from patchctl.sources.files import ProgressSink
@@ -253,7 +253,7 @@ class RegistryRepository:
         return Manifest(data, media_type, digest)
 
     def blob(self, digest: str, size: int | None) -> Path:
-        from patchctl.errors import CacheFileDamaged
+        from patchctl.core.errors import CacheFileDamaged
         from patchctl.sources.cache import ArtifactCache
 
         final = cached_blob(digest)
@@ -285,7 +285,7 @@ class RegistryRepository:
 
     @contextmanager
     def open_blob(self, digest: str, size: int | None) -> Iterator[IO[bytes]]:
-        from patchctl.errors import CacheFileDamaged
+        from patchctl.core.errors import CacheFileDamaged
         from patchctl.sources.cache import ArtifactCache
 
         final = self.blob(digest, size)

@@ -19,7 +19,7 @@ from contextlib import ExitStack
 from pathlib import Path, PurePosixPath
 from typing import IO, TYPE_CHECKING, NamedTuple
 
-from patchctl.errors import EnvironmentProblem, ImageContentError, LayerDamaged, RegistryError
+from patchctl.core.errors import EnvironmentProblem, ImageContentError, LayerDamaged, RegistryError
 from patchctl.image.stream import Deadline, Inflated, Position, VerifiedBlob, inflate_limit
 
 if TYPE_CHECKING:

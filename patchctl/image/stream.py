@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import IO, TYPE_CHECKING
 
-from patchctl.errors import BlobMismatch, ImageContentError, LayerDamaged
+from patchctl.core.errors import BlobMismatch, ImageContentError, LayerDamaged
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer

@@ -13,17 +13,17 @@ from typing import TYPE_CHECKING
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from patchctl import outcomes as O
-from patchctl.engines import get_engine
-from patchctl.errors import PatchctlError, UsageError
+from patchctl.core import outcomes as O
+from patchctl.core.engines import get_engine
+from patchctl.core.errors import PatchctlError, UsageError
+from patchctl.core.yamlio import dump_yaml, load_yaml
 from patchctl.patching import evaluate
 from patchctl.sources import fetch
-from patchctl.store import Store, drop_rule_met
-from patchctl.yamlio import dump_yaml, load_yaml
+from patchctl.store.series import Store, drop_rule_met
 
 if TYPE_CHECKING:
-    from patchctl.spec import EngineRef
-    from patchctl.store import Patch
+    from patchctl.sources.spec import EngineRef
+    from patchctl.store.series import Patch
 
 SCHEMA = "patchctl-matrix/1"
 
@@ -175,9 +175,9 @@ def _image_columns(images: list[str], engines: list[str], store: Store, ctx: fet
     """engine -> {image reference: its column}. Each image is checked as `check ENGINE@image:REF`
     is, for the engine whose tree it holds; an image that holds none of the engines, or cannot be
     read, is a column with `error` under every engine asked for (exit 1: never a silent gap)."""
-    from patchctl.errors import ImageContentError
+    from patchctl.core.errors import ImageContentError
     from patchctl.sources import registry
-    from patchctl.spec import parse_spec
+    from patchctl.sources.spec import parse_spec
 
     out: dict[str, dict[str, dict]] = {}
     for image in images:
@@ -236,7 +236,7 @@ def _nightly_row(engine: str, store: Store, ctx: fetch.SourceContext,
     (no source configured, unreachable, no builds) is a failed row, `outcome: failed` with the
     reason in `error`, and `patchctl matrix` exits 1: a nightly is never a silent gap."""
     from patchctl.sources import registry
-    from patchctl.spec import EngineRef
+    from patchctl.sources.spec import EngineRef
 
     try:
         upstream = registry.open_upstream(EngineRef(get_engine(engine), "nightly"), ctx)
@@ -308,10 +308,10 @@ def dump(doc: dict) -> str:
 
 
 def load(path: Path) -> dict:
-    """A matrix document, checked against patchctl/schemas/matrix.json: anything else is a UsageError
+    """A matrix document, checked against patchctl/core/schemas/matrix.json: anything else is a UsageError
     naming the file (diff, merge and the renderings then read only well-formed rows)."""
-    from patchctl.schemas import validate
-    from patchctl.yamlio import YAMLError
+    from patchctl.core.schemas import validate
+    from patchctl.core.yamlio import YAMLError
 
     raw = path.read_bytes()
     try:

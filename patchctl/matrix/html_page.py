@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from patchctl import outcomes as O
+from patchctl.core import outcomes as O
 
 ERROR = "error"  # a row the matrix could not evaluate (`row["error"]`), or a cell saying so
 UNKNOWN = "unknown"  # an outcome this renderer does not know: still shown, never dropped
@@ -282,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--previous", type=Path, help="the previous matrix: lead with what changed since")
     args = parser.parse_args(argv)
     previous = matrix.load(args.previous) if args.previous else None
-    from patchctl.atomic import write_atomic
+    from patchctl.core.atomic import write_atomic
 
     write_atomic(args.output, render_html(matrix.load(args.matrix), previous=previous).encode("utf-8"))
     print(f"wrote {args.output}")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from patchctl.errors import StoreError
+from patchctl.core.errors import StoreError
 
 # Hunk header numbers past this are refused: git keeps them in an unsigned long and converts the start
 # to an int, so two readers of one header could disagree about where it points.

@@ -15,12 +15,12 @@ from typing import NamedTuple
 
 from packaging.version import Version
 
-from patchctl import outcomes as O
-from patchctl.errors import StoreError
+from patchctl.core import outcomes as O
+from patchctl.core.errors import StoreError
+from patchctl.core.paths import outside_packages
 from patchctl.patching.hunks import FilePatch, FileResult, Hunk, ParsedVariant, apply_hunks, parse_variant, split_lines
-from patchctl.paths import outside_packages
 from patchctl.sources.files import FileSource
-from patchctl.store import Patch, Variant, choose_variant
+from patchctl.store.series import Patch, Variant, choose_variant
 
 
 class HunkReport(NamedTuple):
@@ -107,7 +107,7 @@ def outside_package(patch: Patch, variant: Variant, parsed: ParsedVariant) -> No
     """A patch may change or create files only inside its engine's own packages (engines.yaml): a
     `.pth` beside the package runs code at every interpreter start, another distribution's files or a
     dist-info are not ours to touch. Refused before anything is read or written (exit 2)."""
-    from patchctl.engines import get_engine
+    from patchctl.core.engines import get_engine
 
     packages = get_engine(patch.engine).packages
     bad = outside_packages(parsed.paths, packages)

@@ -10,9 +10,9 @@ import email
 import posixpath
 from typing import NamedTuple
 
-from patchctl.errors import StoreError
+from patchctl.core.errors import StoreError
 from patchctl.patching.diffread import RawHunk, read_diff
-from patchctl.store import PATCH_MAX_BYTES
+from patchctl.store.series import PATCH_MAX_BYTES
 
 MAX_FUZZ = 2
 

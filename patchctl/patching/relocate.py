@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from patchctl.patching.hunks import FilePatch, Hunk, ParsedVariant, apply_hunks
 
 if TYPE_CHECKING:
-    from patchctl.engines import Engine
+    from patchctl.core.engines import Engine
     from patchctl.sources.release import ReleaseSource
 
 MIN_KEY_LENGTH = 12

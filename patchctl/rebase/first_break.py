@@ -6,12 +6,12 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from packaging.version import Version
 
-from patchctl import outcomes as O
-from patchctl.engines import Engine
-from patchctl.errors import UsageError
+from patchctl.core import outcomes as O
+from patchctl.core.engines import Engine
+from patchctl.core.errors import UsageError
 from patchctl.patching import evaluate
 from patchctl.sources import fetch
-from patchctl.store import Patch
+from patchctl.store.series import Patch
 
 if TYPE_CHECKING:
     from git import Repo

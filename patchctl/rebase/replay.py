@@ -15,18 +15,18 @@ from typing import Any, NamedTuple
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from patchctl import gitutil
-from patchctl import outcomes as O
-from patchctl.engines import get_engine
-from patchctl.errors import UsageError
-from patchctl.gitutil import git
+from patchctl.core import gitutil
+from patchctl.core import outcomes as O
+from patchctl.core.engines import get_engine
+from patchctl.core.errors import UsageError
+from patchctl.core.gitutil import git
 from patchctl.patching import evaluate
 from patchctl.patching import relocate as relocate
 from patchctl.patching.hunks import parse_variant
 from patchctl.rebase.rerere import rerere_dir
 from patchctl.sources import fetch
 from patchctl.sources.files import DirectorySource
-from patchctl.store import Patch, Store, Variant, choose_variant, write_variant
+from patchctl.store.series import Patch, Store, Variant, choose_variant, write_variant
 
 UNCHANGED, REFRESHED, CONFLICT, UPSTREAMED, OBSOLETE = "unchanged", "refreshed", "conflict", "upstreamed", "obsolete"
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from patchctl import gitutil
-from patchctl.errors import UsageError
-from patchctl.gitutil import git
-from patchctl.store import Store, write_variant
+from patchctl.core import gitutil
+from patchctl.core.errors import UsageError
+from patchctl.core.gitutil import git
+from patchctl.store.series import Store, write_variant
 
 
 def rerere_dir(store: Store, engine: str) -> Path:

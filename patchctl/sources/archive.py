@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, BinaryIO, NamedTuple
 
-from patchctl.errors import NetworkError
+from patchctl.core.errors import NetworkError
 from patchctl.sources import zipread
 from patchctl.sources.files import resolve_inside
 

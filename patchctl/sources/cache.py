@@ -47,9 +47,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
-from patchctl.atomic import write_atomic
-from patchctl.errors import CacheFileDamaged as Damaged
-from patchctl.errors import EnvironmentProblem
+from patchctl.core.atomic import write_atomic
+from patchctl.core.errors import CacheFileDamaged as Damaged
+from patchctl.core.errors import EnvironmentProblem
 
 FORMAT = 3
 FORMAT_FILE = "FORMAT"

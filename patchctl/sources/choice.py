@@ -8,11 +8,11 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from patchctl.errors import UsageError
+from patchctl.core.errors import UsageError
+from patchctl.core.yamlio import load_json
 from patchctl.sources.cache import ArtifactCache, Damaged
 from patchctl.sources.index import IndexFile, IndexProject
 from patchctl.sources.zipread import tail_guess
-from patchctl.yamlio import load_json
 
 if TYPE_CHECKING:
     from packaging.version import Version

@@ -12,7 +12,7 @@ import socket
 import threading
 import time
 
-from patchctl.errors import NetworkError
+from patchctl.core.errors import NetworkError
 
 MIN_RATE = 256 << 10  # bytes/s: a larger answer's allowance grows by its size at this rate (2 Mbit/s)
 

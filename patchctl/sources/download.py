@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from patchctl.errors import NetworkError
+from patchctl.core.errors import NetworkError
 from patchctl.sources import http
 from patchctl.sources.files import ProgressSink
 

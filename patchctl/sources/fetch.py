@@ -11,15 +11,15 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from packaging.version import Version
 
-from patchctl import config
-from patchctl.engines import Engine
-from patchctl.errors import UsageError
+from patchctl.core import config
+from patchctl.core.engines import Engine
+from patchctl.core.errors import UsageError
 from patchctl.sources.files import FileSource, ProgressSink
 
 if TYPE_CHECKING:
     from patchctl.sources.index import IndexFile, PackageIndex
     from patchctl.sources.release import ReleaseSource
-    from patchctl.spec import EngineRef
+    from patchctl.sources.spec import EngineRef
 
 # GitPython (which runs `git version` at import) and requests are imported where they are used, so
 # that building a SourceContext, as every command does, costs nothing on the hot paths.

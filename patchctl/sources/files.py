@@ -5,7 +5,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
-from patchctl.paths import resolve_inside
+from patchctl.core.paths import resolve_inside
 
 
 class _ProvenanceFields(NamedTuple):
@@ -67,7 +67,7 @@ class DirectorySource:
     def read(self, path: str) -> bytes | None:
         """The file `path` of the tree, reached beneath the root (nofollow.read_beneath): a link is
         followed only inside the tree, a FIFO or a device is refused (exit 3), never a hang."""
-        from patchctl.nofollow import read_beneath
+        from patchctl.core.nofollow import read_beneath
 
         resolve_inside(self.root, path)  # refuses `..`, absolute and escaping names
         return read_beneath(self.root, path)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import git
 
-from patchctl.errors import EnvironmentProblem, NetworkError, UsageError
+from patchctl.core.errors import EnvironmentProblem, NetworkError, UsageError
 from patchctl.sources.cache import ArtifactCache, Damaged
 from patchctl.sources.files import Provenance
 

@@ -31,7 +31,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from patchctl.errors import AnswerTooLarge, NetworkError, RangeNotSupported  # noqa: F401  (release.py's)
+from patchctl.core.errors import AnswerTooLarge, NetworkError, RangeNotSupported  # noqa: F401  (release.py's)
 from patchctl.sources.deadline import MIN_RATE, Deadline, size_text, unwatch, watch  # noqa: F401  (MIN_RATE: image/'s)
 
 if TYPE_CHECKING:

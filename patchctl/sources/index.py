@@ -18,10 +18,10 @@ from typing import Any, NamedTuple
 from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from patchctl.errors import EnvironmentProblem, NetworkError, UsageError
+from patchctl.core.errors import EnvironmentProblem, NetworkError, UsageError
+from patchctl.core.yamlio import load_json
 from patchctl.sources import http
 from patchctl.sources.cache import ArtifactCache, Damaged
-from patchctl.yamlio import load_json
 
 JSON_ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
 MAX_AGE_ENV = "PATCHCTL_INDEX_MAX_AGE"
@@ -33,7 +33,7 @@ def max_age() -> float:
     raw = os.environ.get(MAX_AGE_ENV)
     origin = MAX_AGE_ENV
     if raw is None or raw == "":
-        from patchctl import config
+        from patchctl.core import config
 
         raw = config.load_config().get("index_max_age")
         origin = f"index_max_age in {config.config_file()}"
@@ -135,7 +135,7 @@ class PackageIndex:
         """The cached page and when it was fetched (or revalidated), or None when there is none. A
         damaged one (truncated by a full disk, edited) is deleted when the network can refill it;
         offline, it is an error that says how to refresh."""
-        from patchctl.schemas import problem
+        from patchctl.core.schemas import problem
 
         try:
             raw, ours = self._cache.read_owned(cache_file)
@@ -198,7 +198,7 @@ class PackageIndex:
 
     def _pep691(self, response: http.Response, page: str) -> dict:
         """A PEP 691 page, checked against the part of the format patchctl reads (schemas/pep691.json)."""
-        from patchctl.schemas import problem
+        from patchctl.core.schemas import problem
 
         try:
             data = strict_json(response.content)

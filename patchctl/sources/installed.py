@@ -11,8 +11,8 @@ from typing import NamedTuple
 
 from packaging.version import Version
 
-from patchctl.engines import Engine
-from patchctl.errors import EnvironmentProblem
+from patchctl.core.engines import Engine
+from patchctl.core.errors import EnvironmentProblem
 
 
 class Installed(NamedTuple):
@@ -34,7 +34,7 @@ def find_installed(engine: Engine, python: str | None = None) -> Installed | Non
     so nothing its owner put there (a `.pth`, sitecustomize) runs as the user of patchctl."""
     from packaging.version import InvalidVersion
 
-    from patchctl import pyenv
+    from patchctl.core import pyenv
 
     env = pyenv.read_env(python or default_python())
     dist = pyenv.find_dist(env, engine.dist)
@@ -66,7 +66,7 @@ def version_of_tree(engine: Engine, root: Path,
     import email
 
     if read is None:
-        from patchctl.nofollow import read_beneath
+        from patchctl.core.nofollow import read_beneath
 
         def read(path: Path) -> bytes | None:
             return read_beneath(root, str(path.relative_to(root)))

@@ -95,8 +95,8 @@ else:
 
 
 def _from_pip_subprocess() -> tuple[str, str]:
-    from patchctl.errors import EnvironmentProblem
-    from patchctl.interpreter import run_bounded
+    from patchctl.core.errors import EnvironmentProblem
+    from patchctl.core.interpreter import run_bounded
 
     # patchctl's own interpreter, then the user's python3 (never a target's): bounded all the same.
     for python in (sys.executable, "python3"):

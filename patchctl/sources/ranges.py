@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import http.client as client
 
-from patchctl.errors import NetworkError
+from patchctl.core.errors import NetworkError
 from patchctl.sources import http
 
 

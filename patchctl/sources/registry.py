@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from patchctl.errors import UsageError
+from patchctl.core.errors import UsageError
 from patchctl.sources.kinds import Parsed, UpstreamKind
 from patchctl.sources.kinds.commit import COMMIT
 from patchctl.sources.kinds.directory import DIRECTORY
@@ -19,9 +19,9 @@ from patchctl.sources.kinds.nightly import NIGHTLY
 from patchctl.sources.kinds.release import EXACT, LATEST
 
 if TYPE_CHECKING:
-    from patchctl.engines import Engine
+    from patchctl.core.engines import Engine
     from patchctl.sources.fetch import SourceContext, Upstream
-    from patchctl.spec import EngineRef
+    from patchctl.sources.spec import EngineRef
 
 KINDS: tuple[UpstreamKind, ...] = (
     INSTALLED,

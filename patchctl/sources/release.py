@@ -33,8 +33,9 @@ from typing import BinaryIO
 
 from packaging.utils import canonicalize_name
 
-from patchctl.engines import Engine
-from patchctl.errors import EnvironmentProblem, NetworkError, UsageError
+from patchctl.core.engines import Engine
+from patchctl.core.errors import EnvironmentProblem, NetworkError, UsageError
+from patchctl.core.yamlio import load_json
 from patchctl.sources import archive, http, proof, zipread
 from patchctl.sources.cache import (
     ArtifactCache,
@@ -58,7 +59,6 @@ from patchctl.sources.index import IndexFile
 from patchctl.sources.sparse import SparseWheel
 from patchctl.sources.whole import VERIFY_MARK_BYTES, WholeArtifact  # noqa: F401  (re-exported)
 from patchctl.sources.zipread import ZipEntry
-from patchctl.yamlio import load_json
 
 FETCH_THREADS = 8
 

@@ -9,7 +9,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from patchctl.errors import NetworkError
+from patchctl.core.errors import NetworkError
 from patchctl.sources import ranges, zipread
 from patchctl.sources.zipread import CentralDirectoryLocation, ZipEntry, tail_guess
 

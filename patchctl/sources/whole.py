@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
-from patchctl.errors import EnvironmentProblem
+from patchctl.core.errors import EnvironmentProblem
 from patchctl.sources.cache import ARTIFACT_LIMIT, ArtifactCache, Damaged, written_by_us
 from patchctl.sources.download import download
 from patchctl.sources.files import ProgressSink

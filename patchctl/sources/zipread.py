@@ -14,7 +14,7 @@ import zlib
 from collections.abc import Iterable, Reversible
 from typing import NamedTuple
 
-from patchctl.errors import ZipFormatError
+from patchctl.core.errors import ZipFormatError
 
 # The first tail read of a wheel should hold the end record, the central directory and RECORD (the
 # last member in every wheel the build tools write), so that one round trip gives the file list and

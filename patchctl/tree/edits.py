@@ -16,10 +16,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from patchctl import outcomes as O
-from patchctl.errors import EnvironmentProblem, PatchctlError, UsageError
-from patchctl.nofollow import RECORD_LIMIT, read_beneath
-from patchctl.paths import outside_packages
+from patchctl.core import outcomes as O
+from patchctl.core.errors import EnvironmentProblem, PatchctlError, UsageError
+from patchctl.core.nofollow import RECORD_LIMIT, read_beneath
+from patchctl.core.paths import outside_packages
 from patchctl.tree.journal import FileRecord, PatchRecord, StateRecord, sha256
 from patchctl.tree.operations import Target
 
@@ -291,7 +291,7 @@ def adopt(target: Target, patch: str, variant: str, files: Mapping[str, tuple[by
     The record keeps what it said besides (the build, the choice, the stores) and learns the store the
     patch lives in (`store`) and its variant's sha256, so `ensure` re-applies it with no --store.
     Returns a warning when the record could not be written (a tree this user cannot write)."""
-    from patchctl.store import store_kind
+    from patchctl.store.series import store_kind
     from patchctl.tree.journal import Selection, StoreRef
     from patchctl.tree.operations import check_paths
 

@@ -12,20 +12,20 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from packaging.version import Version
 
-from patchctl.engines import Engine
-from patchctl.errors import UsageError
-from patchctl.nofollow import RECORD_LIMIT, read_beneath
-from patchctl.pyenv import dist_versions
+from patchctl.core.engines import Engine
+from patchctl.core.errors import UsageError
+from patchctl.core.nofollow import RECORD_LIMIT, read_beneath
+from patchctl.core.pyenv import dist_versions
+from patchctl.core.yamlio import load_json
 from patchctl.sources import installed as inst
-from patchctl.spec import EngineRef
+from patchctl.sources.spec import EngineRef
 from patchctl.tree.edits import dist_info_file
 from patchctl.tree.journal import BuildRecord
 from patchctl.tree.operations import Target
-from patchctl.yamlio import load_json
 
 if TYPE_CHECKING:
     from patchctl.sources.fetch import SourceContext
-    from patchctl.store import Patch
+    from patchctl.store.series import Patch
 
 
 class TargetSpec(NamedTuple):
@@ -203,7 +203,7 @@ def installer_user(python: str) -> tuple[int, int] | None:
     root running another user's code (issue 33, item 1). None: run as the current user."""
     import os
 
-    from patchctl import pyenv
+    from patchctl.core import pyenv
 
     if os.geteuid() != 0:
         return None
@@ -227,7 +227,7 @@ def _others_may_run(program: str) -> bool:
 def check_installed(plan: InstallPlan, engine: Engine, python: str) -> inst.Installed:
     """The dist-info the installer left must name the resolved build; anything else is refused
     (exit 3) before a single file is patched."""
-    from patchctl.errors import EnvironmentProblem
+    from patchctl.core.errors import EnvironmentProblem
 
     found = inst.find_installed(engine, python)
     how = "uv" if plan.build.installer == "uv" else "pip"
@@ -258,7 +258,7 @@ def _run_installer(cmd: list[str], name: str, owner: tuple[int, int] | None = No
     import subprocess
     import sys
 
-    from patchctl.errors import EnvironmentProblem
+    from patchctl.core.errors import EnvironmentProblem
 
     try:
         sys.stderr.flush()  # what patchctl said so far comes before the installer's lines

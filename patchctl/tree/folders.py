@@ -15,8 +15,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from patchctl.atomic import write_atomic_at
-from patchctl.nofollow import exists_at, open_dir
+from patchctl.core.atomic import write_atomic_at
+from patchctl.core.nofollow import exists_at, open_dir
 
 GITIGNORE = b"# patchctl's record of what it changed in this tree\n*\n"
 

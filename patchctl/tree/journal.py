@@ -12,7 +12,7 @@ nothing there is importable, and a `.gitignore` keeps it out of a checkout's sta
   lock          flock'ed by the one process working on this target, never written (lock.py)
 
 state.json and journal.json carry a sha256 over their content and are validated against their JSON
-schemas (patchctl/schemas/state.json, journal.json); every path in them must stay inside the target.
+schemas (patchctl/core/schemas/state.json, journal.json); every path in them must stay inside the target.
 A damaged one is an error naming the file and the way out, never trusted. Records written by
 patchctl before 2026-12 under <data dir>/targets/<key>/ are moved here on first use.
 """
@@ -29,9 +29,9 @@ from contextlib import AbstractContextManager, ExitStack
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from patchctl.atomic import TEMP_NAME, write_atomic_at
-from patchctl.errors import EnvironmentProblem, PatchctlError, RollbackPending, StateDamaged, write_hint
-from patchctl.nofollow import (
+from patchctl.core.atomic import TEMP_NAME, write_atomic_at
+from patchctl.core.errors import EnvironmentProblem, PatchctlError, RollbackPending, StateDamaged, write_hint
+from patchctl.core.nofollow import (
     RECORD_LIMIT,
     Planted,
     exists_at,
@@ -44,10 +44,10 @@ from patchctl.nofollow import (
     stat_beneath,
     unlink_at,
 )
-from patchctl.paths import outside_packages, resolve_inside
+from patchctl.core.paths import outside_packages, resolve_inside
+from patchctl.core.yamlio import load_json
 from patchctl.tree import folders, lock
 from patchctl.tree.folders import crash_point as _crash_point
-from patchctl.yamlio import load_json
 
 STATE_SCHEMA = "patchctl-state/3"
 # Records this patchctl reads: /2 (before 2026-12-02) lacks each patch's store and fingerprint and
@@ -208,7 +208,7 @@ def _sealed(kind: str, body: dict[str, Any]) -> bytes:
 
 
 def _unseal(kind: str, raw: bytes, where: Path, schema: str, hint: str) -> dict[str, Any]:
-    from patchctl.schemas import problem
+    from patchctl.core.schemas import problem
 
     def damaged(what: str) -> StateDamaged:
         return StateDamaged(f"{where} is damaged ({what}); patchctl will not guess what it did", hint=hint)

@@ -30,9 +30,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from patchctl.atomic import TEMP_NAME
-from patchctl.errors import EnvironmentProblem, Planted
-from patchctl.nofollow import exists_at, own_file, rmtree_at, unlink_at
+from patchctl.core.atomic import TEMP_NAME
+from patchctl.core.errors import EnvironmentProblem, Planted
+from patchctl.core.nofollow import exists_at, own_file, rmtree_at, unlink_at
 from patchctl.tree import folders
 
 if TYPE_CHECKING:

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from packaging.version import Version
 
-from patchctl import config
-from patchctl import outcomes as O
-from patchctl.engines import Engine
-from patchctl.errors import (
+from patchctl.core import config
+from patchctl.core import outcomes as O
+from patchctl.core.engines import Engine
+from patchctl.core.errors import (
     ConflictError,
     Drifted,
     EnvironmentProblem,
@@ -28,7 +28,7 @@ from patchctl.errors import (
     StoreError,
     UsageError,
 )
-from patchctl.nofollow import lstat_beneath, read_beneath
+from patchctl.core.nofollow import lstat_beneath, read_beneath
 from patchctl.tree.journal import (
     BuildRecord,
     Change,
@@ -44,10 +44,10 @@ from patchctl.tree.journal import (
 if TYPE_CHECKING:
     # The apply engine (the diff reader, the store, packaging.requirements under it) is imported by
     # apply() only: status and revert read the state record and hash files, nothing more.
-    from patchctl.options import WriteRules
+    from patchctl.cli.options import WriteRules
     from patchctl.patching.evaluate import BaseFiles, Options, SeriesResult
     from patchctl.sources.files import FileSource, Provenance
-    from patchctl.store import Patch
+    from patchctl.store.series import Patch
 
 
 class Target(NamedTuple):
@@ -153,7 +153,7 @@ def apply(target: Target, patches: Callable[[], tuple[Patch, ...]], *, options: 
     stores: the layers the series comes from, recorded. ensure: stop at "intact, from this very series
     and choice" — systemd runs it before every start —, refuse a tree changed by hand instead of
     taking it over, and fail (RecordUnmet) when a patch the record lists is gone from the series."""
-    from patchctl.store import select
+    from patchctl.store.series import select
 
     st = target.state()
     with st.locked(wait, read_only_ok=ensure) as unlocked:
@@ -196,7 +196,7 @@ def _ensure_read_only(target: Target, patches: Callable[[], tuple[Patch, ...]], 
     interrupted write in it (locked() checked): exit 0 without writing when the tree is intact by the
     record's fingerprints — the recorded patches, from stores that give the same variants (sha256) and
     the same choice —, else exit 3 with what needs writing and how to let it be written."""
-    from patchctl.store import choose_variant, select, variant_sha256
+    from patchctl.store.series import choose_variant, select, variant_sha256
 
     current = status(target)
     record = current.record
@@ -266,7 +266,7 @@ def _require_recorded(target: Target, record: StateRecord, series: tuple[Patch, 
 
 def _origins(picked: tuple[Patch, ...], result: SeriesResult) -> dict[str, tuple[StoreRef, str | None]]:
     """name -> (the store the patch came from, the sha256 of the variant applied)."""
-    from patchctl.store import store_kind, variant_sha256
+    from patchctl.store.series import store_kind, variant_sha256
 
     by_name = {p.name: p for p in picked}
     out: dict[str, tuple[StoreRef, str | None]] = {}
@@ -440,7 +440,7 @@ def check_paths(target: Target, paths: Iterable[str]) -> None:
     system can hold there: no name over NAME_MAX, no file where a folder must be, no folder where the
     file goes. Bad patch input is refused (exit 2) before anything is written, never an exit 3
     from the writer halfway."""
-    from patchctl.paths import outside_packages
+    from patchctl.core.paths import outside_packages
 
     packages = tuple(target.engine.packages)
     for rel in paths:
@@ -560,7 +560,7 @@ def revert_patches(target: Target, names: tuple[str, ...], patches: Callable[[],
     """`revert --patch P`: P taken out of an intact tree, the other applied patches left applied (their
     files computed again from the pristine bytes), the record's choice updated so `ensure` keeps P out.
     A patch still applied that depends on P is refused (exit 2) unless it is named too."""
-    from patchctl.store import dependents, unknown_names
+    from patchctl.store.series import dependents, unknown_names
 
     st = target.state()
     with st.locked(wait):

@@ -1,10 +1,10 @@
 """Helpers shared by the patches' smoke checks (`patches/<engine>/<patch>/checks/`).
 
 Imported as `checklib` (`from checklib.probe import run_probe`): `patchctl smoke` puts it on the
-PYTHONPATH of the pytest process it starts (patchctl/smoketest/pytest_run.py), and every subprocess a
+PYTHONPATH of the pytest process it starts (patchctl/smoke/pytest_run.py), and every subprocess a
 check starts (probes, the rerun on the pristine tree, the bench runner) inherits it. To run a
 check by hand, put the store's folder on the path yourself: `PYTHONPATH=patches python -m pytest
--p patchctl.smoketest.pytest_plugin patches/<engine>/<patch>/checks`.
+-p patchctl.smoke.pytest_plugin patches/<engine>/<patch>/checks`.
 
 - probe: the probe protocol (a script run against one release tree in a fresh interpreter,
   answering one `PROBE-RESULT {json}` line);

@@ -2,7 +2,7 @@
 that requires them to fail there, each for the bug it targets.
 
 A check marked `pristine_fails` asserts that the unpatched release misbehaves; the runner
-deselects those checks when it proves an upstreamed version (patchctl/smoketest/pytest_run.py). Most
+deselects those checks when it proves an upstreamed version (patchctl/smoke/pytest_run.py). Most
 call the release code on the `pristine_tree` fixture directly (through a probe, checklib.probe).
 Checks that import the engine into the pytest process (the GGUF loaders) cannot import a second
 tree there: their `pristine_fails` check reruns the folder in a fresh pytest process with the
@@ -35,7 +35,7 @@ def run_checks_on_pristine(checks_dir: pathlib.Path, pristine_tree: pathlib.Path
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(str(p) for p in (*roots, env.get("PYTHONPATH")) if p))
     xml = out_dir / "pristine.xml"
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "patchctl.smoketest.pytest_plugin", "-q", "-p", "no:cacheprovider",
+        [sys.executable, "-m", "pytest", "-p", "patchctl.smoke.pytest_plugin", "-q", "-p", "no:cacheprovider",
          "-m", "not pristine_fails",
          # own basetemp: concurrent pytest runs of one user prune each other's default temp dirs
          f"--basetemp={out_dir / 'basetemp'}", f"--junitxml={xml}", str(checks_dir)],

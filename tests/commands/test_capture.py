@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from support.builders import install_fake_dist, write_tree
+from support.fixtures import PRISTINE, four_release_index, loader_with
+from support.invoke import run_json
 
-from patchctl.cli import main
-from patchctl.testing.builders import install_fake_dist, write_tree
-from patchctl.testing.fixtures import PRISTINE, four_release_index, loader_with
-from patchctl.testing.invoke import run_json
-from patchctl.yamlio import load_yaml
+from patchctl.cli.main import main
+from patchctl.core.yamlio import load_yaml
 
 # engine, version, the installed files (a handful of the release's), the file edited first, the second
 RELEASES = {
@@ -34,7 +34,7 @@ RELEASES = {
 def release_files(engine: str, version: str, paths: tuple[str, ...]) -> dict[str, bytes]:
     from packaging.version import Version
 
-    from patchctl.engines import get_engine
+    from patchctl.core.engines import get_engine
     from patchctl.sources.fetch import SourceContext, release
 
     source = release(get_engine(engine), Version(version), SourceContext())
@@ -310,7 +310,7 @@ def test_a_binary_file_is_left_out_with_a_warning_unless_named(tmp_path, builder
 
 
 def test_the_bundled_store_is_read_only_unless_named(tmp_path, monkeypatch):
-    from patchctl.bundled import bundled_store
+    from patchctl.core.bundled import bundled_store
 
     site = tmp_path / "site"
     install_fake_dist(site, "vllm", "1.0", PRISTINE)
@@ -347,7 +347,7 @@ def test_status_without_record_says_nothing_and_with_one_keeps_its_exit_code(tre
 
 
 def test_revert_from_release_uses_the_shared_scan(tmp_path):
-    from patchctl.engines import get_engine
+    from patchctl.core.engines import get_engine
     from patchctl.tree.edits import record_mismatches
     from patchctl.tree.operations import Target
 

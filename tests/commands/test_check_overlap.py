@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from patchctl.errors import NetworkError
+from patchctl.core.errors import NetworkError
 from patchctl.sources import fetch, registry
-from patchctl.spec import parse_spec
+from patchctl.sources.spec import parse_spec
 
 
 @pytest.fixture
@@ -46,7 +46,7 @@ def test_a_damaged_store_is_reported_without_waiting_for_the_index(tmp_path, sil
     (tmp_path / "vllm").mkdir()
     (tmp_path / "vllm" / "series.yaml").write_text("patches: [")
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "patchctl.cli", "check", "vllm@0.23.0", "--json", "--no-bundled",
+    proc = subprocess.run([sys.executable, "-m", "patchctl.cli.main", "check", "vllm@0.23.0", "--json", "--no-bundled",
                            "--store", str(tmp_path), "--index-url", silent_server],
                           capture_output=True, text=True, timeout=50,
                           env={**os.environ, "PATCHCTL_CACHE_DIR": str(tmp_path / "cache")})

@@ -5,9 +5,9 @@ import sys
 
 import pytest
 from click.testing import CliRunner
+from support.fixtures import PRISTINE, loader_with
 
-from patchctl.cli import main
-from patchctl.testing.fixtures import PRISTINE, loader_with
+from patchctl.cli.main import main
 
 
 def invoke(*args):
@@ -20,7 +20,7 @@ def test_bad_specs_exit_2_in_json_and_text(spec, needle):
     doc = json.loads(result.stdout)
     assert result.exit_code == 2 and doc["ok"] is False and needle in doc["error"]["message"]
     assert doc["schema"] == "patchctl/1" and doc["error"]["kind"] == "usage"
-    text = subprocess.run([sys.executable, "-m", "patchctl.cli", "check", spec], capture_output=True, text=True)
+    text = subprocess.run([sys.executable, "-m", "patchctl.cli.main", "check", spec], capture_output=True, text=True)
     assert text.returncode == 2 and needle in text.stderr
 
 

@@ -5,9 +5,9 @@ where the code moved, not an empty "upstream near line N:"."""
 from __future__ import annotations
 
 from click.testing import CliRunner
+from support.fixtures import PRISTINE
 
-from patchctl.cli import main
-from patchctl.testing.fixtures import PRISTINE
+from patchctl.cli.main import main
 
 
 def text(*args: str) -> tuple[int, str, str]:

@@ -9,11 +9,11 @@ from pathlib import Path
 import click
 import pytest
 from click.testing import CliRunner
+from support.builders import install_fake_dist
+from support.fixtures import PRISTINE, loader_with
+from support.invoke import heavy_imports, run_json
 
-from patchctl.cli import main
-from patchctl.testing.builders import install_fake_dist
-from patchctl.testing.fixtures import PRISTINE, loader_with
-from patchctl.testing.invoke import heavy_imports, run_json
+from patchctl.cli.main import main
 
 
 def write(path: Path, text: str) -> Path:
@@ -230,7 +230,7 @@ def test_patches_and_exclude_fill_patch_and_exclude(tmp_path, command):
 def test_revert_takes_every_patch_out_whatever_the_file_chose(tmp_path):
     """On commands shaped as apply and revert (their --patch/--exclude are helper record's): apply gets
     the file's choice, revert none."""
-    from patchctl.deployment import load
+    from patchctl.cli.deployment import load
 
     used = load(write(tmp_path / "d.yaml", "engine: vllm\npatches: [a]\nexclude: [c]\n"))
     params = [click.Option(["--patch", "only"], multiple=True), click.Option(["--exclude"], multiple=True)]
@@ -266,7 +266,7 @@ def test_the_commands_option_beats_the_environment(served, monkeypatch, tmp_path
 
 
 def test_every_command_takes_it():
-    from patchctl.cli import COMMANDS
+    from patchctl.cli.main import COMMANDS
 
     for name in COMMANDS:
         cmd = main.get_command(click.Context(main), name)

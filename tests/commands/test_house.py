@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from support.fixtures import PRISTINE, loader_with
 
-from patchctl.cli import COMMANDS, SECTIONS, main
-from patchctl.testing.fixtures import PRISTINE, loader_with
+from patchctl.cli.main import COMMANDS, SECTIONS, main
 
 
 def invoke(*args):
@@ -77,7 +77,7 @@ def test_bisect_with_non_versions_is_a_usage_error(builder):
 
 def test_status_wait_is_honoured(tree):
     """Was: --wait accepted and ignored (the lock wait was hard-coded to 30 s)."""
-    from patchctl.engines import get_engine
+    from patchctl.core.engines import get_engine
     from patchctl.tree.operations import Target
 
     target = Target(get_engine("vllm"), tree, None, "test")
@@ -112,10 +112,10 @@ def test_python_help_says_what_python_is_for():
 
 def test_rebase_verification_never_writes_the_reviewed_store(builder, monkeypatch):
     """Was: the candidate variant was written into patches/ while its checks ran."""
-    from patchctl.commands.rebase import verify_with_smoke
-    from patchctl.smoketest import suite as smoke
+    from patchctl.cli.commands.rebase import verify_with_smoke
+    from patchctl.smoke import suite as smoke
     from patchctl.sources.fetch import SourceContext
-    from patchctl.store import Store
+    from patchctl.store.series import Store
 
     builder.add("vllm", "p", applies_to=">=1.0",
                 variants={"1.0": builder.variant(PRISTINE, {"vllm/loader.py": loader_with({3: "x\n"})})})
@@ -141,9 +141,9 @@ def test_rebase_verification_never_writes_the_reviewed_store(builder, monkeypatc
 
 def test_bisect_smoke_gate_is_called_per_release(monkeypatch, builder):
     """Was: bisect --smoke called the gate with the wrong arguments (a TypeError at the first release)."""
-    from patchctl.commands import bisect
+    from patchctl.cli.commands import bisect
     from patchctl.rebase import first_break
-    from patchctl.smoketest import suite as smoke
+    from patchctl.smoke import suite as smoke
 
     calls = []
 
@@ -178,7 +178,7 @@ def test_bisect_smoke_gate_is_called_per_release(monkeypatch, builder):
         def index_for(self):
             return Index()
 
-    from patchctl.store import Store
+    from patchctl.store.series import Store
     doc, code = bisect.run("vllm", "p", Store.open(builder.root), Ctx(), good="1.0", bad="1.1", smoke=True)
     assert code == 0
     from packaging.version import Version
@@ -188,7 +188,7 @@ def test_bisect_smoke_gate_is_called_per_release(monkeypatch, builder):
 # --- the catch-all: a bug is one `internal` document (exit 4) and a crash log, never a traceback ---
 
 def _crash_in_list(monkeypatch):
-    from patchctl.commands import list_patches
+    from patchctl.cli.commands import list_patches
 
     def broken(store, spec=None, ctx=None):
         raise RuntimeError("a bug the tests planted")
@@ -197,7 +197,7 @@ def _crash_in_list(monkeypatch):
 
 
 def test_a_bug_in_a_command_is_one_internal_document_and_a_crash_log(monkeypatch, tmp_path):
-    from patchctl.errors import EXIT_INTERNAL, ISSUES_URL
+    from patchctl.core.errors import EXIT_INTERNAL, ISSUES_URL
 
     monkeypatch.setenv("PATCHCTL_DATA_DIR", str(tmp_path / "data"))
     _crash_in_list(monkeypatch)
@@ -215,7 +215,7 @@ def test_a_bug_in_a_command_is_one_internal_document_and_a_crash_log(monkeypatch
 
 
 def test_a_bug_in_text_mode_is_one_message_naming_the_log_and_where_to_report(monkeypatch, tmp_path):
-    from patchctl.errors import ISSUES_URL
+    from patchctl.core.errors import ISSUES_URL
 
     monkeypatch.setenv("PATCHCTL_DATA_DIR", str(tmp_path / "data"))
     _crash_in_list(monkeypatch)
@@ -229,7 +229,7 @@ def test_a_bug_in_text_mode_is_one_message_naming_the_log_and_where_to_report(mo
 
 def test_a_bug_outside_any_command_run_is_caught_too(monkeypatch, tmp_path):
     """A command module that fails to import (a bug before any run) is still one document, exit 4."""
-    from patchctl import cli
+    import patchctl.cli.main as cli
 
     monkeypatch.setenv("PATCHCTL_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setitem(cli.COMMANDS, "list", cli.CommandInfo("no_such_module_xyz", "broken"))
@@ -259,8 +259,8 @@ def test_the_crash_log_leaves_out_url_credentials(monkeypatch, tmp_path):
 
 
 def test_a_patchctl_error_keeps_its_own_code_and_an_oserror_is_environment(monkeypatch):
-    from patchctl.commands import list_patches
-    from patchctl.errors import StoreError
+    from patchctl.cli.commands import list_patches
+    from patchctl.core.errors import StoreError
 
     def store_error(store, spec=None, ctx=None):
         raise StoreError("bad store")
@@ -281,7 +281,7 @@ def test_a_patchctl_error_keeps_its_own_code_and_an_oserror_is_environment(monke
 
 def test_ctrl_c_in_a_command_is_130_not_aborted(monkeypatch):
     """Was: click's Abort, printed as "Aborted!" with exit 1 (the code of a failed patch)."""
-    from patchctl.commands import list_patches
+    from patchctl.cli.commands import list_patches
 
     def interrupted(store, spec=None, ctx=None):
         raise KeyboardInterrupt
@@ -293,7 +293,7 @@ def test_ctrl_c_in_a_command_is_130_not_aborted(monkeypatch):
         assert "Aborted" not in result.output and "Traceback" not in result.output
 
 
-ENTRY = "import re, sys\nfrom patchctl.cli import main\nsys.exit(main())\n"  # what the console script runs
+ENTRY = "import re, sys\nfrom patchctl.cli.main import main\nsys.exit(main())\n"  # what the console script runs
 
 
 def _interpreter_only(stderr: str) -> bool:
@@ -355,7 +355,7 @@ def test_matrix_files_are_written_atomically(tmp_path, monkeypatch):
     import errno
     import os
 
-    from patchctl import atomic
+    from patchctl.core import atomic
 
     shard = tmp_path / "shard.yaml"
     shard.write_text("schema: patchctl-matrix/1\nengines: {}\n")

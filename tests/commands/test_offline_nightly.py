@@ -2,7 +2,7 @@
 "the cache has no index page for vllm" as if the release index were missing (issue 24, item 7)."""
 from __future__ import annotations
 
-from patchctl.testing.invoke import run_json
+from support.invoke import run_json
 
 
 def test_offline_nightly_names_the_index_it_lacks(fresh_cache, builder):

@@ -2,10 +2,10 @@
 why, links and evidence without opening the YAML inside site-packages; @latest resolved on the index."""
 
 from click.testing import CliRunner
+from support.fixtures import four_release_index
+from support.invoke import run_json
 
-from patchctl.cli import main
-from patchctl.testing.fixtures import four_release_index
-from patchctl.testing.invoke import run_json
+from patchctl.cli.main import main
 
 
 def test_show_gives_the_why_links_evidence_and_store_of_a_bundled_patch():
@@ -51,8 +51,8 @@ def test_latest_is_resolved_on_the_index_by_show_and_list(tmp_path, builder, fre
 def test_list_asks_any_other_upstream_for_its_version(tmp_path):
     """list ENGINE@UPSTREAM for the kinds beyond a version (a directory here; a file, a nightly, a
     commit or an image the same way, through the kinds' registry): it was refused with exit 2."""
-    from patchctl.testing.builders import install_fake_dist
-    from patchctl.testing.fixtures import PRISTINE
+    from support.builders import install_fake_dist
+    from support.fixtures import PRISTINE
 
     install_fake_dist(tmp_path / "site", "vllm", "0.21.0", PRISTINE)
     listed = run_json("list", f"vllm@{tmp_path / 'site'}", expect=0)

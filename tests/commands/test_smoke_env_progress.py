@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from patchctl.errors import EnvironmentProblem
-from patchctl.smoketest import envs
+from patchctl.core.errors import EnvironmentProblem
+from patchctl.smoke import envs
 
 CHILD = [sys.executable, "-c", "import sys; print('pip-like progress'); print('on stderr', file=sys.stderr)"]
 

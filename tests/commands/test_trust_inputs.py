@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from patchctl.testing.builders import install_fake_dist
-from patchctl.testing.fixtures import PRISTINE, loader_with
-from patchctl.testing.invoke import run_json
+from support.builders import install_fake_dist
+from support.fixtures import PRISTINE, loader_with
+from support.invoke import run_json
 
 CASES = settings(max_examples=12, deadline=None, database=None,
                  suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -270,7 +269,7 @@ def test_an_alias_of_a_list_or_mapping_in_a_series_is_a_store_error(tree, value)
 
 @pytest.mark.parametrize("shared", [[1, 2], {"k": "v"}, [{"a": [1]}], {"x": [1, {"y": 2}]}, []])
 def test_what_dump_yaml_writes_load_yaml_reads_again(shared):
-    from patchctl.yamlio import dump_yaml, load_yaml
+    from patchctl.core.yamlio import dump_yaml, load_yaml
 
     doc = {"a": shared, "b": [shared, shared]}  # the same object thrice: written out, no alias
     assert load_yaml(dump_yaml(doc)) == doc
@@ -280,8 +279,8 @@ def test_what_dump_yaml_writes_load_yaml_reads_again(shared):
 
 @pytest.mark.parametrize("answer", ["[" * 100_000 + "]" * 100_000, "NaN", '{"vllm": "1.0\\u0000"}', "1e400", "9" * 30])
 def test_a_probe_answer_past_the_bounds_is_an_environment_error(tmp_path, answer):
-    from patchctl.errors import EnvironmentProblem
-    from patchctl.interpreter import probe
+    from patchctl.core.errors import EnvironmentProblem
+    from patchctl.core.interpreter import probe
 
     with pytest.raises(EnvironmentProblem) as raised:
         probe(sys.executable, f"print({answer!r})")

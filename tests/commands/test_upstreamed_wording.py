@@ -2,9 +2,9 @@
 (issue 24, item 7); the proof is `smoke` on the pristine release."""
 from __future__ import annotations
 
-from patchctl.testing.builders import install_fake_dist
-from patchctl.testing.fixtures import PRISTINE, loader_with
-from patchctl.testing.invoke import run_json
+from support.builders import install_fake_dist
+from support.fixtures import PRISTINE, loader_with
+from support.invoke import run_json
 
 
 def test_upstreamed_from_metadata_says_not_proven(builder, tmp_path):

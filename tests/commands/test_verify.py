@@ -2,10 +2,10 @@
 the index served them; --verify downloads the whole artifact and checks it against the index's sha256."""
 import os
 
-from patchctl.testing.builders import build_wheel
-from patchctl.testing.fixtures import PRISTINE, loader_with
-from patchctl.testing.index_server import IndexServer
-from patchctl.testing.invoke import run_json
+from support.builders import build_wheel
+from support.fixtures import PRISTINE, loader_with
+from support.index_server import IndexServer
+from support.invoke import run_json
 
 
 def test_check_says_whether_its_bytes_were_verified(tmp_path, builder, fresh_cache):

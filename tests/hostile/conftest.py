@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 from hostile_cli import PATCHED_LOADER, PATCHED_UTILS, TALLY, Case
-
-from patchctl.testing.builders import install_fake_dist
-from patchctl.testing.fixtures import PRISTINE
+from support.builders import install_fake_dist
+from support.fixtures import PRISTINE
 
 
 @pytest.fixture

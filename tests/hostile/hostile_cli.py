@@ -13,7 +13,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import NamedTuple
 
-from patchctl.testing.fixtures import PRISTINE, loader_with
+from support.fixtures import PRISTINE, loader_with
 
 PATCHED_LOADER = loader_with({10: "ten\n"})
 PATCHED_UTILS = PRISTINE["vllm/utils.py"].replace("return 2", "return 3")
@@ -38,7 +38,7 @@ def run_cli(*args: str, timeout: float = 30.0, swap: dict | None = None) -> Outc
     """`patchctl ARGS --json` in a process of its own. swap: run it under swap_hook.py (a name of
     the tree swapped for a link out of it between its check and its use; the hook's HOSTILE_SWAP)."""
     env = dict(os.environ)
-    command = [sys.executable, "-m", "patchctl.cli"]
+    command = [sys.executable, "-m", "patchctl.cli.main"]
     if swap is not None:
         env["HOSTILE_SWAP"] = json.dumps(swap)
         command = [sys.executable, str(SWAP_HOOK)]

@@ -66,7 +66,7 @@ def open_(path, flags, mode=0o777, *, dir_fd=None):
 os.unlink, os.rmdir, os.listdir, os.replace, os.open = unlink, rmdir, listdir, replace, open_
 
 if __name__ == "__main__":
-    from patchctl.cli import main
+    from patchctl.cli.main import main
 
     sys.argv = ["patchctl", *sys.argv[1:]]
     main()

@@ -44,7 +44,7 @@ def inside(self, rel, where):
 journal.TargetState.inside = inside
 
 if __name__ == "__main__":
-    from patchctl.cli import main
+    from patchctl.cli.main import main
 
     sys.argv = ["patchctl", *sys.argv[1:]]
     main()

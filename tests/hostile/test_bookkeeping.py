@@ -61,7 +61,7 @@ def test_a_fifo_in_place_of_a_bookkeeping_file_is_refused_not_read(case, site, s
 def test_a_fifo_in_place_of_a_backup_is_refused_not_read(case, site, store):
     import hashlib
 
-    from patchctl.testing.fixtures import PRISTINE
+    from support.fixtures import PRISTINE
 
     assert run_cli("apply", "vllm", "--target", str(site), "--store", str(store)).code == 0
     c = case("bookkeeping: FIFO")
@@ -106,7 +106,7 @@ def test_waiters_survive_the_holder_removing_the_folder(case, site, round_):
     """Item 11: 5 parallel `status --wait 30` on a pristine tree; each holder removes the bookkeeping
     folder as it leaves (nothing is applied), and every waiter still gets the lock."""
     c = case("lock: --wait")
-    procs = [subprocess.Popen([sys.executable, "-m", "patchctl.cli", "status", "vllm", "--target", str(site),
+    procs = [subprocess.Popen([sys.executable, "-m", "patchctl.cli.main", "status", "vllm", "--target", str(site),
                                "--wait", "30", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(5)]
     results = [(p.wait(timeout=60), p.stdout.read(), p.stderr.read()) for p in procs]
@@ -145,11 +145,11 @@ def blob_of(site: Path, text: str) -> str:
 def prepare_bookkeeping(site: Path, store: Path, which: str) -> str:
     """The tree in the state where `which` (state.json, journal.json, lock, blob) is real: applied, or
     an apply killed after its journal (journal.json); the path of that file, relative to site."""
-    from patchctl.testing.fixtures import PRISTINE
+    from support.fixtures import PRISTINE
 
     if which == "journal.json":
         env = dict(os.environ, PATCHCTL_CRASH_AT="file:1")
-        proc = subprocess.run([sys.executable, "-m", "patchctl.cli", "apply", "vllm", "--target", str(site),
+        proc = subprocess.run([sys.executable, "-m", "patchctl.cli.main", "apply", "vllm", "--target", str(site),
                                "--store", str(store)], env=env, capture_output=True, timeout=60)
         assert proc.returncode == -9, proc.stderr
     else:
@@ -221,7 +221,7 @@ def test_the_lock_holder_is_named_though_nothing_is_written_into_the_lock(case, 
     """The lock file stays empty; `another patchctl (pid N)` still names the holder (from /proc/locks)."""
     from packaging.version import Version
 
-    from patchctl.engines import get_engine
+    from patchctl.core.engines import get_engine
     from patchctl.tree.operations import Target
 
     c = case("lock: held")

@@ -10,8 +10,7 @@ import os
 
 import pytest
 from hostile_cli import run_cli
-
-from patchctl.testing.builders import write_tree
+from support.builders import write_tree
 
 INFO = "vllm-1.0.dist-info"
 # The file replaced by a FIFO, and the commands that must read it (the others may not need it).
@@ -37,8 +36,8 @@ def args(command, site, store, new_store):
 def fifo_site(site, store):
     """The hostile fixtures' tree with one more module RECORD lists, a direct_url.json, the store's
     patches applied (so there is a record and patched files) and one hand edit for `new`."""
-    from patchctl.testing.builders import install_fake_dist
-    from patchctl.testing.fixtures import PRISTINE
+    from support.builders import install_fake_dist
+    from support.fixtures import PRISTINE
 
     files = dict(PRISTINE, **{"vllm/plain.py": "PLAIN = 1\n"})
     install_fake_dist(site, "vllm", "1.0", files)
@@ -68,8 +67,8 @@ def test_a_fifo_in_place_of_a_tree_file_is_refused_not_read(case, fifo_site, sto
 def test_a_fifo_in_a_directory_upstream_is_refused_not_read(case, site, store, klass):
     """`check vllm@DIR` reads the directory as an upstream (sources.files.DirectorySource and
     installed.version_of_tree): before, both read by path, so a FIFO there hung `check`."""
-    from patchctl.testing.builders import install_fake_dist
-    from patchctl.testing.fixtures import PRISTINE
+    from support.builders import install_fake_dist
+    from support.fixtures import PRISTINE
 
     install_fake_dist(site, "vllm", "1.0", PRISTINE)
     rel = FILES[klass][0]

@@ -56,7 +56,7 @@ def test_the_installer_runs_as_the_venvs_owner(service_venv, args, capsys):
 
 
 def test_a_failing_installer_as_the_owner_is_exit_3(service_venv):
-    from patchctl.errors import EnvironmentProblem
+    from patchctl.core.errors import EnvironmentProblem
 
     python = str(service_venv / "bin/python")
     with pytest.raises(EnvironmentProblem) as caught:

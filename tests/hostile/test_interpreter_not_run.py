@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 from hostile_cli import Outcome
-
-from patchctl.testing.builders import fake_venv, install_fake_dist
-from patchctl.testing.fixtures import PRISTINE
+from support.builders import fake_venv, install_fake_dist
+from support.fixtures import PRISTINE
 
 SERVICE_UID = 4001
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="chown to the service user's uid needs root")
@@ -29,7 +28,7 @@ def _run(*args: str, timeout: float = 40.0) -> tuple[Outcome, int]:
                "sys.stderr.write('\\nRSS %d\\n' % resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); "
                "sys.exit(p.returncode)")
     try:
-        proc = subprocess.run([sys.executable, "-c", wrapper, sys.executable, "-m", "patchctl.cli", *args, "--json"],
+        proc = subprocess.run([sys.executable, "-c", wrapper, sys.executable, "-m", "patchctl.cli.main", *args, "--json"],
                               capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return Outcome("hang", None, {}, ""), 0
@@ -240,8 +239,8 @@ def test_an_interpreter_root_does_not_own_is_not_run(case, tmp_path, how):
 
 def test_run_bounded_kills_the_group_and_caps_output(tmp_path):
     """The runner itself, in process: its memory and its time bounded, nothing left in the group."""
-    from patchctl.errors import EnvironmentProblem
-    from patchctl.interpreter import run_bounded
+    from patchctl.core.errors import EnvironmentProblem
+    from patchctl.core.interpreter import run_bounded
 
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     for script, expect in [("yes", "printed more than"), ("sleep 100 & exec sleep 100", "did not finish within"),
@@ -272,7 +271,7 @@ def test_run_bounded_kills_the_group_and_caps_output(tmp_path):
 ])
 def test_the_targets_machine_is_read_from_its_elf_header_not_asked(tmp_path, head, expected):
     """--install's wheel choice: the interpreter is read, not run (a script or a short file: this machine's)."""
-    from patchctl.interpreter import machine_of
+    from patchctl.core.interpreter import machine_of
 
     python = tmp_path / "python"
     python.write_bytes(head + bytes(64) if expected else head)

@@ -8,9 +8,8 @@ import re
 
 import pytest
 from hostile_cli import run_cli
-
-from patchctl.testing.builders import install_fake_dist
-from patchctl.testing.fixtures import PRISTINE, four_release_index
+from support.builders import install_fake_dist
+from support.fixtures import PRISTINE, four_release_index
 
 OUTSIDE = ["zz-other.pth", "othpkg/__init__.py", "othpkg/deep/mod.py", "vllm-1.0.dist-info/RECORD", "toplevel.py",
            "vllm_extra/x.py"]

@@ -8,8 +8,7 @@ import stat
 
 import pytest
 from hostile_cli import contents, run_cli
-
-from patchctl.testing.fixtures import PRISTINE
+from support.fixtures import PRISTINE
 
 
 @pytest.mark.parametrize("mode", [0o644, 0o600, 0o640, 0o755, 0o700, 0o444])

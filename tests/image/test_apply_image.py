@@ -9,9 +9,9 @@ import subprocess
 import sys
 
 import pytest
+from support.invoke import run_json
 
-from patchctl.store import default_store_dir
-from patchctl.testing.invoke import run_json
+from patchctl.store.series import default_store_dir
 from tests.image.conftest import SGLANG, SITE, need, run, unpack
 
 pytestmark = [pytest.mark.network, pytest.mark.slow]

@@ -6,8 +6,8 @@ import base64
 import json
 
 import pytest
+from support.invoke import run_json
 
-from patchctl.testing.invoke import run_json
 from tests.image.conftest import REGISTRY, SGLANG, need, need_dxf, start_registry
 
 pytestmark = [pytest.mark.network, pytest.mark.slow]

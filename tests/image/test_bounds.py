@@ -2,7 +2,7 @@
 --timeout plus their compressed size at READ_RATE: a 4 MB layer of 4 GiB of zeros ends at it, not
 85 s later), by the bytes a layer inflates to, by what is staged in total, and a full disk while
 staging is exit 3 naming the path. Every case is exit 3 with the limit (or the cause) and the path
-in the message, and nothing is pushed. Layers are generated here (patchctl.testing.oci)."""
+in the message, and nothing is pushed. Layers are generated here (support.oci)."""
 from __future__ import annotations
 
 import os
@@ -12,11 +12,11 @@ import time
 from pathlib import Path
 
 import pytest
+from support import oci
+from support.invoke import run_json
+from support.mounts import small_tmpfs
 
 from patchctl.image import stack, stream
-from patchctl.testing import oci
-from patchctl.testing.invoke import run_json
-from patchctl.testing.mounts import small_tmpfs
 
 SITE = oci.SITE
 GiB, MiB = 1 << 30, 1 << 20

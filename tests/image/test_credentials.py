@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from patchctl.errors import RegistryError
+from patchctl.core.errors import RegistryError
 from patchctl.image.auth import credentials_for, helper_for
 
 

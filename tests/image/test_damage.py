@@ -3,15 +3,14 @@ a FIFO, a device, a link or a folder, or a whiteout (`.wh.NAME`, or an opaque `.
 later layer) deleting it, is exit 3 naming the path and the layer, never `obsolete`, and nothing is
 pushed. What a runtime stacks the same way stays fine: a damaged path mended by a later layer, a
 reinstall behind an opaque whiteout, whiteouts of other files, patchctl's own layer's whiteouts.
-Images are OCI layouts built here (patchctl.testing.oci), no registry or tool needed."""
+Images are OCI layouts built here (support.oci), no registry or tool needed."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-
-from patchctl.testing import oci
-from patchctl.testing.invoke import run_json
+from support import oci
+from support.invoke import run_json
 
 SITE = oci.SITE
 PKG = SITE + "sglang"
@@ -159,8 +158,8 @@ def test_any_stacking_is_an_answer_or_a_clean_error(tmp_path_factory):
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
-    from patchctl.engines import get_engine
-    from patchctl.errors import PatchctlError
+    from patchctl.core.engines import get_engine
+    from patchctl.core.errors import PatchctlError
     from patchctl.image import layers as L
     from patchctl.image.layout import LayoutRepository
     from patchctl.image.manifest import Layer

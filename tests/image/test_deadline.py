@@ -8,8 +8,8 @@ import threading
 import time
 
 import pytest
+from support.invoke import run_json
 
-from patchctl.testing.invoke import run_json
 from tests.image.conftest import need_dxf
 
 

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from patchctl.store import default_store_dir
+from patchctl.store.series import default_store_dir
 from tests.image.conftest import need, run
 
 pytestmark = [pytest.mark.network, pytest.mark.slow]
@@ -22,7 +22,7 @@ def peak():
         if line.startswith("VmHWM:"):
             sys.stderr.write("VMHWM_KB " + line.split()[1] + "\n")
 atexit.register(peak)
-from patchctl.cli import main
+from patchctl.cli.main import main
 sys.argv = ["patchctl"] + sys.argv[1:]
 main()
 """

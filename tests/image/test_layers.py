@@ -11,13 +11,13 @@ import json
 import tarfile
 
 import pytest
+from support.invoke import run_json
 
-from patchctl.engines import get_engine
-from patchctl.errors import ImageContentError, RegistryError
+from patchctl.core.engines import get_engine
+from patchctl.core.errors import ImageContentError, RegistryError
 from patchctl.image import layers as L
 from patchctl.image.layout import LayoutRepository
 from patchctl.image.manifest import Layer, Manifest, media_type_of
-from patchctl.testing.invoke import run_json
 
 SITE = "usr/lib/python3/site-packages/"
 

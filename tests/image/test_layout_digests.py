@@ -2,7 +2,7 @@
 (issue 33, item 3c): a layer changed in place, at the same size, is exit 3 naming the blob, for
 `apply --image` (nothing pushed) as for `check …@image:` (nothing read as the engine's files). A
 layout's files are opened following no link and read only when regular: a FIFO where a blob or
-index.json belongs is exit 3, never a hang. Layouts are built here (patchctl.testing.oci), no tool."""
+index.json belongs is exit 3, never a hang. Layouts are built here (support.oci), no tool."""
 from __future__ import annotations
 
 import os
@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import oci
+from support.invoke import run_json
 
-from patchctl.engines import get_engine
-from patchctl.errors import RegistryError
+from patchctl.core.engines import get_engine
+from patchctl.core.errors import RegistryError
 from patchctl.image import layers as L
 from patchctl.image.layout import LayoutRepository
 from patchctl.image.manifest import Layer
-from patchctl.testing import oci
-from patchctl.testing.invoke import run_json
 
 
 def build(tmp_path: Path, *, compress: bool = True) -> tuple[Path, list[oci.BuiltLayer], Path]:
@@ -106,7 +106,7 @@ def test_a_layer_of_another_size_or_content_is_refused(tmp_path, change):
 def _cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     """The command in its own process: one that hangs is killed at `timeout` (the test then fails)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    return subprocess.run([sys.executable, "-c", "from patchctl.cli import main; main()", *args, "--json"],
+    return subprocess.run([sys.executable, "-c", "from patchctl.cli.main import main; main()", *args, "--json"],
                           capture_output=True, text=True, timeout=timeout, env=env)
 
 

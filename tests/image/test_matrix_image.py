@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from support.invoke import run_json
 
 from patchctl.matrix.build import load
-from patchctl.store import default_store_dir
-from patchctl.testing.invoke import run_json
+from patchctl.store.series import default_store_dir
 from tests.image.conftest import SGLANG, need, run
 
 pytestmark = [pytest.mark.network, pytest.mark.slow]

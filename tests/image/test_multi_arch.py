@@ -6,9 +6,9 @@ import hashlib
 import json
 
 import pytest
+from support.invoke import run_json
 
-from patchctl.store import default_store_dir
-from patchctl.testing.invoke import run_json
+from patchctl.store.series import default_store_dir
 from tests.image.conftest import need, run
 
 pytestmark = [pytest.mark.network, pytest.mark.slow]

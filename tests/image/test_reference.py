@@ -4,10 +4,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from support.invoke import run_json
 
-from patchctl.errors import EXIT_USAGE, ImageRefError
+from patchctl.core.errors import EXIT_USAGE, ImageRefError
 from patchctl.image.reference import ImageRef, is_loopback, parse_reference
-from patchctl.testing.invoke import run_json
 
 
 @pytest.mark.parametrize("text, expected", [

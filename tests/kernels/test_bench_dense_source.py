@@ -9,9 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from patchctl.testing.builders import build_wheel
-from patchctl.testing.index_server import IndexServer
+from support.builders import build_wheel
+from support.index_server import IndexServer
 
 # Only looked up, not imported: importing triton here, before test_sparse_mla.py sets
 # TRITON_INTERPRET=1 for its CPU run, would leave that run compiling for a GPU.

@@ -2,11 +2,10 @@
 
 import pytest
 import yaml
-
-from patchctl.testing.builders import build_wheel
-from patchctl.testing.fixtures import PRISTINE, four_release_index, loader_with
-from patchctl.testing.index_server import IndexServer
-from patchctl.testing.invoke import run_json
+from support.builders import build_wheel
+from support.fixtures import PRISTINE, four_release_index, loader_with
+from support.index_server import IndexServer
+from support.invoke import run_json
 
 
 @pytest.fixture

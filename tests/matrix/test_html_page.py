@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
+from support.fixtures import four_release_index
 
-from patchctl.cli import main
+from patchctl.cli.main import main
 from patchctl.matrix.html_page import STYLE, render_html
-from patchctl.testing.fixtures import four_release_index
 
 CHROMIUM = "/usr/bin/chromium"
 

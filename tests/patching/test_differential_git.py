@@ -16,7 +16,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from patchctl.errors import StoreError
+from patchctl.core.errors import StoreError
 from patchctl.patching.hunks import apply_hunks, parse_variant
 
 # What patchctl refuses although git may accept it (docs/patch-format.md, "What the reader refuses").

@@ -3,13 +3,13 @@ import json
 
 import pytest
 from packaging.version import Version
+from support.builders import write_tree
+from support.fixtures import PRISTINE, loader_with
 
-from patchctl import outcomes as O
+from patchctl.core import outcomes as O
 from patchctl.patching.evaluate import Options, evaluate
 from patchctl.sources.files import DirectorySource
-from patchctl.store import Store, choose_variant
-from patchctl.testing.builders import write_tree
-from patchctl.testing.fixtures import PRISTINE, loader_with
+from patchctl.store.series import Store, choose_variant
 
 V = Version("1.0")
 
@@ -111,7 +111,7 @@ def test_a_patch_may_only_touch_its_engines_package(builder, tmp_path, path):
     """Was: a variant adding a .pth next to the package passed check and apply (only lint flagged it)."""
     from click.testing import CliRunner
 
-    from patchctl.cli import main
+    from patchctl.cli.main import main
 
     builder.add("vllm", "pth", applies_to=">=1.0",
                 variants={"1.0": builder.variant(PRISTINE, {path: "import os\n"})})

@@ -1,9 +1,9 @@
 import pytest
+from support.builders import make_variant
+from support.fixtures import PRISTINE, loader_with
 
-from patchctl.errors import StoreError
+from patchctl.core.errors import StoreError
 from patchctl.patching.hunks import apply_hunks, parse_variant
-from patchctl.testing.builders import make_variant
-from patchctl.testing.fixtures import PRISTINE, loader_with
 
 
 def variant(tmp_path, pristine, patched):

@@ -14,15 +14,15 @@ import pytest
 from click.testing import CliRunner
 from packaging.specifiers import InvalidSpecifier
 from packaging.version import InvalidVersion, Version
+from support.builders import StoreBuilder, write_tree
+from support.fixtures import PRISTINE
 
-from patchctl import outcomes as O
-from patchctl.errors import StoreError
+from patchctl.core import outcomes as O
+from patchctl.core.errors import StoreError
 from patchctl.patching.evaluate import evaluate
 from patchctl.patching.hunks import apply_hunks, parse_variant
 from patchctl.sources.files import DirectorySource
-from patchctl.store import Store
-from patchctl.testing.builders import StoreBuilder, write_tree
-from patchctl.testing.fixtures import PRISTINE
+from patchctl.store.series import Store
 
 SEEDS = range(6)
 # store.PATCH_MAX_BYTES, the default README states (read here so that this module imports on the code
@@ -31,7 +31,7 @@ PATCH_MAX_BYTES = 8 << 20
 
 
 def test_the_patch_size_limit_is_the_documented_one():
-    from patchctl import store
+    import patchctl.store.series as store
 
     assert store.PATCH_MAX_BYTES == PATCH_MAX_BYTES
     readme = (Path(__file__).parents[2] / "README.md").read_text()
@@ -61,7 +61,7 @@ def one_change(seed: int, files: dict[str, str]) -> tuple[str, str, str]:
 
 
 def cli(*args: str) -> tuple[int, dict]:
-    from patchctl.cli import main
+    from patchctl.cli.main import main
 
     result = CliRunner().invoke(main, [*args, "--json"], catch_exceptions=False)
     return result.exit_code, json.loads(result.stdout)
@@ -234,7 +234,7 @@ def test_a_huge_version_in_the_metadata_is_exit_2(tmp_path, field):
 
 @pytest.mark.parametrize("text", [HUGE, "1." + HUGE, HUGE + ".dev1", "0.1+" + "a" * 200, "9" * 129])
 def test_the_bounded_version_parser_refuses_long_text(text):
-    from patchctl.versions import MAX_VERSION_CHARS, parse_specifier_set, parse_version
+    from patchctl.core.versions import MAX_VERSION_CHARS, parse_specifier_set, parse_version
 
     with pytest.raises(InvalidVersion):
         parse_version(text)

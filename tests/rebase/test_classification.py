@@ -9,14 +9,14 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from support.builders import build_wheel
+from support.fixtures import PRISTINE, loader_with
+from support.index_server import IndexServer
+from support.invoke import run_json
 
 from patchctl.patching import relocate
 from patchctl.patching.hunks import parse_variant
 from patchctl.sources.release import ReleaseSource
-from patchctl.testing.builders import build_wheel
-from patchctl.testing.fixtures import PRISTINE, loader_with
-from patchctl.testing.index_server import IndexServer
-from patchctl.testing.invoke import run_json
 
 REPO = Path(__file__).resolve().parents[2]
 HEADER = "# a header upstream added\n"

@@ -6,11 +6,10 @@ file whole. A release that removes every file a patch edits is still obsolete.""
 import subprocess
 
 import pytest
-
-from patchctl.testing.builders import build_wheel
-from patchctl.testing.fixtures import PRISTINE, loader_with
-from patchctl.testing.index_server import IndexServer
-from patchctl.testing.invoke import run_json
+from support.builders import build_wheel
+from support.fixtures import PRISTINE, loader_with
+from support.index_server import IndexServer
+from support.invoke import run_json
 
 UTILS_FIXED = PRISTINE["vllm/utils.py"].replace("return 1", "return 10")
 NO_UTILS = {k: v for k, v in PRISTINE.items() if k != "vllm/utils.py"}

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from patchctl.errors import StoreError
-from patchctl.store import Store
+from patchctl.core.errors import StoreError
+from patchctl.store.series import Store
 
 REPO = Path(__file__).resolve().parents[2]
 KERNEL = "kernels/sparse_mla/triton_sparse_mla.py"

@@ -13,12 +13,12 @@ import zipfile
 
 import pytest
 from packaging.version import Version
+from support.builders import build_wheel
+from support.fixtures import PRISTINE, loader_with
+from support.index_server import IndexServer
+from support.invoke import run_json
 
 from patchctl.sources import fetch
-from patchctl.testing.builders import build_wheel
-from patchctl.testing.fixtures import PRISTINE, loader_with
-from patchctl.testing.index_server import IndexServer
-from patchctl.testing.invoke import run_json
 
 
 def filler(count: int, size: int, seed: int = 0) -> dict[str, str]:
@@ -232,10 +232,10 @@ def test_within_the_freshness_window_the_index_is_not_asked(files, store, fresh_
 
 
 def test_the_freshness_window_from_the_config_file(files, store, fresh_cache, monkeypatch, tmp_path):
-    from patchctl.schemas import problem
+    from patchctl.core.schemas import problem
 
     if problem("config", {"index_max_age": 60}) is not None:
-        pytest.skip("patchctl/schemas/config.json does not accept index_max_age yet (issue 17 report: the diff)")
+        pytest.skip("patchctl/core/schemas/config.json does not accept index_max_age yet (issue 17 report: the diff)")
     monkeypatch.delenv("PATCHCTL_INDEX_MAX_AGE", raising=False)
     config = tmp_path / "config.yaml"
     config.write_text("index_max_age: 600\n")
@@ -313,7 +313,7 @@ def test_a_failed_export_leaves_nothing_at_the_destination(files, store, fresh_c
 # cached name lists, one hash per read ----------------------------------------------------------------
 
 def sdist_source(server, cache):
-    from patchctl.engines import get_engine
+    from patchctl.core.engines import get_engine
     from patchctl.sources.index import PackageIndex
     from patchctl.sources.release import ReleaseSource, choose_artifact
 

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from patchctl.errors import EnvironmentProblem
+from patchctl.core.errors import EnvironmentProblem
 from patchctl.sources.cache import ArtifactCache
 from patchctl.sources.git import open_repo
 

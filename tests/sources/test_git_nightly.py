@@ -3,11 +3,10 @@ import subprocess
 import sys
 
 import pytest
-
-from patchctl.testing.builders import build_wheel, git, install_fake_dist, write_tree
-from patchctl.testing.fixtures import PRISTINE, loader_with
-from patchctl.testing.index_server import IndexServer
-from patchctl.testing.invoke import run_json
+from support.builders import build_wheel, git, install_fake_dist, write_tree
+from support.fixtures import PRISTINE, loader_with
+from support.index_server import IndexServer
+from support.invoke import run_json
 
 run = run_json
 

@@ -8,13 +8,13 @@ import os
 import tracemalloc
 
 import pytest
+from support import index_server
+from support.builders import build_wheel, filler_blobs
+from support.fixtures import PRISTINE
+from support.index_server import IndexServer
+from support.invoke import run_json
 
 from patchctl.sources import fetch
-from patchctl.testing import index_server
-from patchctl.testing.builders import build_wheel, filler_blobs
-from patchctl.testing.fixtures import PRISTINE
-from patchctl.testing.index_server import IndexServer
-from patchctl.testing.invoke import run_json
 
 EVIL = "import os\nos.system('touch /tmp/owned')\n"
 # Incompressible filler: the wheel (~3 MB) is then read by ranges, not whole (release.choose).

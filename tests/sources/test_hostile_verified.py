@@ -2,7 +2,7 @@
 `verified/` and its index pages are written by whoever shares the cache, so neither a sha256 stored
 beside a member's bytes nor an index page's ETag proves anything by itself.
 
-Three channels, each against the local test index (patchctl.testing.index_server), each case planted
+Three channels, each against the local test index (support.index_server), each case planted
 the way an attacker could (this suite runs as root, so "another user" is an os.chown):
 - a planted member (or artifact, or RECORD) under verified/<sha256>/, read through other index URLs;
 - a planted index page (another user's file, or one others may write);
@@ -20,13 +20,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from support.builders import build_wheel, filler_blobs
+from support.fixtures import PRISTINE
+from support.index_server import IndexServer
+from support.invoke import run_json
 
 from patchctl.sources import fetch
 from patchctl.sources.cache import ArtifactCache, framed, member_key
-from patchctl.testing.builders import build_wheel, filler_blobs
-from patchctl.testing.fixtures import PRISTINE
-from patchctl.testing.index_server import IndexServer
-from patchctl.testing.invoke import run_json
 
 # Planted where the patch still applies, so that only the bytes tell: the planted line in an export.
 EVIL_LINE = "import os; os.system('touch /tmp/owned')\n"
@@ -262,7 +262,7 @@ def page_answers(server: IndexServer) -> list[int]:
 def _with_url(data: dict, page: str) -> dict:
     """The page as a planter writes it for the patchctl that reads it: with its URL recorded where
     the cache's schema has one (a patchctl before it refuses a page that carries one as damaged)."""
-    from patchctl.schemas import schema
+    from patchctl.core.schemas import schema
 
     if "url" in schema("index-cache")["properties"]:
         data["url"] = page

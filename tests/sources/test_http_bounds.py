@@ -1,5 +1,5 @@
 """Every download and page bounded (issue 33, items 6a, 6b and 8a), against the hostile index of
-test_http_limits.py (patchctl/testing/server.py's raw replies), each case the real `patchctl check`
+test_http_limits.py (patches/checklib/testserver.py's raw replies), each case the real `patchctl check`
 in a fresh interpreter:
 
 - a download's size: the index listing 10^12 bytes for a wheel let `check --verify --timeout 5` run
@@ -23,8 +23,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_http_limits import MB, WHEEL, Hostile, _honest, assert_clean, check_args, run_case
 
-from patchctl.testing import server as testserver
-from patchctl.testing.server import RAW, Reply, Request, raw_head
+from checklib import testserver
+from checklib.testserver import RAW, Reply, Request, raw_head
 
 PEP691 = "application/vnd.pypi.simple.v1+json"
 TIMEOUT = 5.0
@@ -140,7 +140,7 @@ def test_an_endless_download_stops_at_the_cap_with_nothing_left(cap, rate, liste
     """No Content-Length; the index lists no size, or the cap itself. The server sends zeros as fast
     as it can (stopped by the cap), or at `rate` (< 1: a fraction of MIN_RATE, a drip stopped by the
     deadline, whose allowance is the cap's at MIN_RATE and does not follow the bytes; else bytes/s)."""
-    from patchctl.options import parse_size
+    from patchctl.cli.options import parse_size
     from patchctl.sources.deadline import MIN_RATE
 
     limit = parse_size(cap)
@@ -289,14 +289,14 @@ def test_a_byte_count_out_of_range_in_a_header_is_a_bad_answer(name, store, fres
 @pytest.mark.parametrize("text,size", [("1073741824", 1 << 30), ("512M", 512 << 20), ("512MiB", 512 << 20),
                                        ("2g", 2 << 30), ("64K", 64 << 10), (" 3 GiB ", 3 << 30), ("1T", 1 << 40)])
 def test_max_download_reads_sizes(text, size):
-    from patchctl.options import parse_size
+    from patchctl.cli.options import parse_size
 
     assert parse_size(text) == size
 
 
 @pytest.mark.parametrize("bad", ["0", "-1", "1.5G", "1e9", "lots", "9" * 30, "\u00b2", "1PB", ""])
 def test_a_bad_max_download_is_a_usage_error(bad, tmp_path):
-    from patchctl.testing.invoke import run_json
+    from support.invoke import run_json
 
     doc = run_json("check", "vllm@1.0", "--index-url", "http://127.0.0.1:9/simple", "--max-download", bad)
     assert doc["exit_code"] == 2, doc
@@ -304,8 +304,9 @@ def test_a_bad_max_download_is_a_usage_error(bad, tmp_path):
 
 
 def test_the_max_download_option_is_the_commands_not_the_processes(tmp_path):
+    from support.invoke import run_json
+
     from patchctl.sources import http
-    from patchctl.testing.invoke import run_json
 
     run_json("check", "sglang@file:" + str(tmp_path / "none.whl"), "--max-download", "5M")
     assert http.DOWNLOAD_MAX_BYTES == 5 * MB
@@ -331,7 +332,7 @@ def test_the_deadline_does_not_follow_the_bytes_received(framing, listed, monkey
     size the index lists, within the download cap) at MIN_RATE, fixed when the headers are in: the
     old deadline grew by every byte received, so an answer of no stated size ran as long as it
     flowed (the sweep: 36 s and 2.4 GB under --timeout 5)."""
-    from patchctl.errors import NetworkError
+    from patchctl.core.errors import NetworkError
     from patchctl.sources import http
 
     MIN_RATE = http.MIN_RATE  # noqa: N806
@@ -405,7 +406,7 @@ def test_a_number_out_of_range_in_a_cached_page_is_a_damaged_entry(name, offline
                  st.from_regex(r"\s*[0-9\u00b2\u0660-\u0669]{1,40}\s*", fullmatch=True)))
 @settings(max_examples=300, deadline=None)
 def test_byte_count_takes_only_ascii_counts_in_range(text):
-    from patchctl.errors import NetworkError
+    from patchctl.core.errors import NetworkError
     from patchctl.sources import http
 
     try:

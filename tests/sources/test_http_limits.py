@@ -5,7 +5,7 @@ address space, so that the old code fails by MemoryError rather than by taking t
 must end in time with a clean exit-3 error (or, for a charset, a normal result), no traceback, and a
 peak RSS under 100 MB.
 
-The hostile index is the one test server (patchctl/testing/server.py) with responders whose raw
+The hostile index is the one test server (patches/checklib/testserver.py) with responders whose raw
 replies write status lines, headers and framing by hand. With $NETLIMITS_TALLY set, every case
 appends its class and outcome (clean / traceback / hang / memory / wrong) to that file."""
 from __future__ import annotations
@@ -25,10 +25,10 @@ from functools import cache, lru_cache
 from pathlib import Path
 
 import pytest
+from support.fixtures import PRISTINE
 
-from patchctl.testing import server as testserver
-from patchctl.testing.fixtures import PRISTINE
-from patchctl.testing.server import RAW, Reply, Request, TestServer, byte_range, raw_head
+from checklib import testserver
+from checklib.testserver import RAW, Reply, Request, TestServer, byte_range, raw_head
 
 MB = 1 << 20
 RSS_LIMIT_MB = 100
@@ -48,7 +48,7 @@ sys.stderr.write("PROBE-FROM " + http.__file__ + "\n")
 code = None
 start = time.monotonic()
 try:
-    from patchctl.cli import main
+    from patchctl.cli.main import main
     main()
 except SystemExit as exc:
     code = exc.code
@@ -461,8 +461,9 @@ def test_the_timeout_option_is_the_commands_not_the_processes(tmp_path):
     """Commands invoked in one process (the tests, code embedding patchctl) must not inherit an
     earlier command's --timeout: CI's image deadline test (--timeout 2) left 2 s for every later
     in-process test, and the matrix's unreachable-nightly row said "timed out", not "refused"."""
+    from support.invoke import run_json
+
     from patchctl.sources import http
-    from patchctl.testing.invoke import run_json
 
     run_json("check", "sglang@file:" + str(tmp_path / "none.whl"), "--timeout", "2")
     assert http.TIMEOUT == 2.0

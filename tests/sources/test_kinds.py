@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from support.builders import build_wheel, write_tree
+from support.fixtures import PRISTINE, loader_with
 
-from patchctl.cli import main
-from patchctl.errors import UsageError
-from patchctl.testing.builders import build_wheel, write_tree
-from patchctl.testing.fixtures import PRISTINE, loader_with
+from patchctl.cli.main import main
+from patchctl.core.errors import UsageError
 
 CHECK = '''
 def test_patched_tree_has_the_change(patched_tree, pristine_tree, engine_version):
@@ -81,7 +81,7 @@ SPECS = ["vllm", "vllm@0.23.0", "vllm@latest", "vllm@nightly", "sglang@git:main"
 
 @pytest.mark.parametrize("text", SPECS)
 def test_every_kind_prints_what_it_parses(text):
-    from patchctl.spec import parse_spec
+    from patchctl.sources.spec import parse_spec
 
     ref = parse_spec(text)
     assert str(ref) == text and parse_spec(str(ref)) == ref
@@ -89,7 +89,7 @@ def test_every_kind_prints_what_it_parses(text):
 
 def test_the_registry_holds_one_object_per_kind_name():
     from patchctl.sources import registry
-    from patchctl.spec import KINDS
+    from patchctl.sources.spec import KINDS
 
     assert KINDS == registry.names() == ("installed", "latest", "nightly", "git", "commit", "image", "file", "path", "exact")
     assert [registry.kind_named(n).name for n in KINDS] == list(KINDS)
@@ -98,7 +98,7 @@ def test_the_registry_holds_one_object_per_kind_name():
 
 
 def test_file_comes_before_the_directory_it_would_look_like():
-    from patchctl.spec import parse_spec
+    from patchctl.sources.spec import parse_spec
 
     ref = parse_spec("vllm@file:/x/vllm-1.0-py3-none-any.whl")
     assert (ref.kind, ref.path, ref.version) == ("file", "/x/vllm-1.0-py3-none-any.whl", None)
@@ -106,7 +106,7 @@ def test_file_comes_before_the_directory_it_would_look_like():
 
 
 def test_an_engine_may_limit_its_kinds():
-    from patchctl.engines import get_engine
+    from patchctl.core.engines import get_engine
     from patchctl.sources import registry
 
     engine = get_engine("vllm")._replace(kinds=("exact", "installed"))
@@ -118,11 +118,11 @@ def test_an_engine_may_limit_its_kinds():
 def test_commit_wheels_follow_the_engines_layout(monkeypatch):
     """vLLM's <root>/<SHA>/ comes from engines.yaml (nightly.commit_layout); an engine whose wheel
     index names no layout publishes no per-commit builds."""
-    from patchctl.engines import get_engine
+    from patchctl.core.engines import get_engine
     from patchctl.sources import registry
     from patchctl.sources.fetch import SourceContext
     from patchctl.sources.kinds import commit
-    from patchctl.spec import EngineRef
+    from patchctl.sources.spec import EngineRef
 
     engine = get_engine("vllm")
     assert engine.nightly.commit_layout == "{root}/{commit}"
@@ -146,8 +146,8 @@ def test_commit_wheels_follow_the_engines_layout(monkeypatch):
 def test_engines_yaml_is_checked_by_its_schema():
     from importlib import resources
 
-    from patchctl.schemas import problem
-    from patchctl.yamlio import load_yaml
+    from patchctl.core.schemas import problem
+    from patchctl.core.yamlio import load_yaml
 
     raw = load_yaml(resources.files("patchctl").joinpath("engines.yaml").read_text())
     assert problem("engines", raw) is None
@@ -228,7 +228,7 @@ def test_smoke_builds_its_trees_from_the_file(wheel, store, fresh_cache):
 
 def test_install_plan_names_the_file(wheel, sdist):
     from patchctl.sources.fetch import SourceContext
-    from patchctl.spec import parse_spec
+    from patchctl.sources.spec import parse_spec
     from patchctl.tree.find import plan_install
 
     for path in (wheel, sdist):
@@ -267,9 +267,9 @@ def test_config_imports_nothing_from_the_sources_layer():
     for the config file's index (imports inside functions count too)."""
     import ast
 
-    import patchctl.config
+    import patchctl.core.config
 
-    tree = ast.parse(Path(patchctl.config.__file__).read_text())
+    tree = ast.parse(Path(patchctl.core.config.__file__).read_text())
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
     imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     assert not {m for m in imported if m.startswith("patchctl.sources")}, imported

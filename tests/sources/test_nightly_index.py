@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 from packaging.version import Version
+from support.builders import git, write_tree
+from support.invoke import run_json
+from support.nightly_index import NightlyIndex, build_dev_wheel, release_files, sglang_layout_repo, touched_paths
 
-from patchctl.engines import get_engine
+from patchctl.core.engines import get_engine
 from patchctl.sources.fetch import SourceContext, release
-from patchctl.testing.builders import git, write_tree
-from patchctl.testing.invoke import run_json
-from patchctl.testing.nightly_index import NightlyIndex, build_dev_wheel, release_files, sglang_layout_repo, touched_paths
 
 pytestmark = pytest.mark.network
 
@@ -164,7 +164,7 @@ def test_next_version_like_setuptools_scm():
 
 
 def test_an_sdist_without_an_index_hash_is_refused():
-    from patchctl.errors import UsageError
+    from patchctl.core.errors import UsageError
     from patchctl.sources.index import IndexProject, _index_file
     from patchctl.sources.release import choose_artifact
 
@@ -176,7 +176,7 @@ def test_an_sdist_without_an_index_hash_is_refused():
 
 
 def test_commit_spec():
-    from patchctl.spec import parse_spec
+    from patchctl.sources.spec import parse_spec
 
     ref = parse_spec("vllm@commit:2F3F441F8")
     assert (ref.kind, ref.git_ref, str(ref)) == ("commit", "2f3f441f8", "vllm@commit:2f3f441f8")
@@ -189,7 +189,7 @@ def test_a_nightly_after_the_newest_release_gets_its_variants(tmp_path, fresh_ca
     files a nightly of that day carries, as near as can be had without wheels.vllm.ai) gets every
     patch with the same outcome and variant as the release itself: triton-sparse-mla and
     slot-mapping-bounds included."""
-    from patchctl.store import Store
+    from patchctl.store.series import Store
 
     series = Store.open(STORE).series("vllm")
     newest = max(v.base for p in series.patches for v in p.variants)

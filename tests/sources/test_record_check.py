@@ -5,12 +5,12 @@ zip's own CRC-32s are right and only RECORD can tell."""
 import zipfile
 
 import pytest
+from support.builders import build_wheel, filler_blobs
+from support.fixtures import PRISTINE
+from support.index_server import IndexServer
+from support.invoke import run_json
 
-from patchctl.errors import NetworkError
-from patchctl.testing.builders import build_wheel, filler_blobs
-from patchctl.testing.fixtures import PRISTINE
-from patchctl.testing.index_server import IndexServer
-from patchctl.testing.invoke import run_json
+from patchctl.core.errors import NetworkError
 
 
 def tamper(wheel, member: str, data: bytes) -> None:
@@ -82,7 +82,7 @@ def test_export_full_downloads_the_wheel_and_checks_every_member(files, store, f
 def test_release_source_without_sparse_reads_checks_record(files, fresh_cache):
     """The full-download path itself (ReleaseSource(sparse=False)), as `export --full` and a
     server without Range use it."""
-    from patchctl.engines import get_engine
+    from patchctl.core.engines import get_engine
     from patchctl.sources.index import PackageIndex
     from patchctl.sources.release import ReleaseSource, choose_artifact
 

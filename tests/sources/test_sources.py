@@ -4,11 +4,10 @@ import io
 import tarfile
 
 import pytest
-
-from patchctl.testing.builders import build_wheel, filler_blobs
-from patchctl.testing.fixtures import PRISTINE
-from patchctl.testing.index_server import IndexServer
-from patchctl.testing.invoke import run_json
+from support.builders import build_wheel, filler_blobs
+from support.fixtures import PRISTINE
+from support.index_server import IndexServer
+from support.invoke import run_json
 
 # Incompressible filler so that the wheel (~6 MB) is much larger than what a sparse read needs, and
 # than the first tail read (1 MB for a project patchctl has not measured yet).

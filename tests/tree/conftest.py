@@ -1,8 +1,7 @@
 """The two-patch store the target tests share: `loader` changes a line, `utils` changes a function and
-creates a file (vllm/added.py), both over patchctl.testing.fixtures.PRISTINE."""
+creates a file (vllm/added.py), both over support.fixtures.PRISTINE."""
 import pytest
-
-from patchctl.testing.fixtures import PRISTINE, loader_with
+from support.fixtures import PRISTINE, loader_with
 
 PATCHED_LOADER = loader_with({10: "ten\n"})
 PATCHED_UTILS = PRISTINE["vllm/utils.py"].replace("return 2", "return 3")

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import sys
 
-from patchctl.testing.builders import install_fake_dist
-from patchctl.testing.fixtures import PRISTINE
-from patchctl.testing.invoke import run_json as cli
+from support.builders import install_fake_dist
+from support.fixtures import PRISTINE
+from support.invoke import run_json as cli
+
 from patchctl.tree.journal import StateRecord, _sealed
 
 NIGHTLY = "1.1.dev3+gabc123def"

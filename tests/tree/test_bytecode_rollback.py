@@ -6,7 +6,7 @@ rewrote the source, stopped at the bytecode, and left the new mtime; the next re
 bytes and skipped the file, so the bytecode stayed stale for good; and the hint said "free space"
 for a permission error.
 
-Real permissions: the command runs as uid 65534 (patchctl.testing.invoke.as_nobody), root only."""
+Real permissions: the command runs as uid 65534 (support.invoke.as_nobody), root only."""
 from __future__ import annotations
 
 import importlib.util
@@ -19,10 +19,9 @@ from importlib._bootstrap_external import _code_to_timestamp_pyc, _validate_time
 from pathlib import Path
 
 import pytest
-
-from patchctl.testing.builders import StoreBuilder, write_tree
-from patchctl.testing.fixtures import PRISTINE, loader_with
-from patchctl.testing.invoke import as_nobody, run_json
+from support.builders import StoreBuilder, write_tree
+from support.fixtures import PRISTINE, loader_with
+from support.invoke import as_nobody, run_json
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: a switch to another user")
 

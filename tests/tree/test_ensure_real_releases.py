@@ -5,9 +5,8 @@ SGLang finding lived (every 0.5.4-0.5.16 tree gained a second guard block on eac
 from __future__ import annotations
 
 import pytest
-
-from patchctl.testing.builders import install_fake_dist
-from patchctl.testing.invoke import run_json
+from support.builders import install_fake_dist
+from support.invoke import run_json
 
 pytestmark = pytest.mark.network
 
@@ -15,7 +14,7 @@ pytestmark = pytest.mark.network
 def releases():
     from patchctl.matrix.build import versions_for
     from patchctl.sources.fetch import SourceContext
-    from patchctl.store import Store
+    from patchctl.store.series import Store
 
     store, ctx = Store.open(), SourceContext()
     return [(engine, str(v)) for engine in store.engines() for v in versions_for(engine, store, ctx)]
@@ -24,10 +23,10 @@ def releases():
 def test_ensure_writes_nothing_on_an_intact_tree_for_every_claimed_release(tmp_path):
     from packaging.version import Version
 
-    from patchctl.engines import get_engine
+    from patchctl.core.engines import get_engine
     from patchctl.patching.evaluate import evaluate
     from patchctl.sources.fetch import SourceContext, release
-    from patchctl.store import Store
+    from patchctl.store.series import Store
 
     store, ctx = Store.open(), SourceContext()
     checked = []

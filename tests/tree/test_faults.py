@@ -1,6 +1,6 @@
 """Trustworthy writes: `apply`, `ensure` and `revert` never report success over a damaged engine.
 
-The fault-injection matrix runs the real CLI in-process (so `patchctl.atomic._os_write`, the one seam
+The fault-injection matrix runs the real CLI in-process (so `patchctl.core.atomic._os_write`, the one seam
 every write goes through, can be monkeypatched) on a small synthetic target: BASE (PRISTINE plus
 vllm/config.py) and a series of three patches that change loader.py, utils.py and config.py and
 create added.py — blob, journal, four target files and the state record: a dozen writes.
@@ -47,11 +47,11 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from support import mounts
+from support.builders import write_tree
+from support.fixtures import PRISTINE, loader_with
 
-from patchctl import atomic
-from patchctl.testing import mounts
-from patchctl.testing.builders import write_tree
-from patchctl.testing.fixtures import PRISTINE, loader_with
+from patchctl.core import atomic
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/fd"),
                                 reason="needs /proc to tell which file each write goes to")
@@ -137,8 +137,8 @@ def differing(a: dict[str, bytes], b: dict[str, bytes]) -> list[str]:
 
 
 def invoke(*args: str) -> tuple[int, dict]:
-    """`patchctl ARGS --json` in-process (patchctl.testing.invoke.run_json, keeping the exit code)."""
-    from patchctl.cli import main
+    """`patchctl ARGS --json` in-process (support.invoke.run_json, keeping the exit code)."""
+    from patchctl.cli.main import main
 
     result = CliRunner().invoke(main, [*args, "--json"], catch_exceptions=False)
     doc = json.loads(result.stdout)
@@ -559,7 +559,7 @@ def test_real_full_tmpfs_midway(builder, tmp_path, small_tmpfs, monkeypatch):
 KILLER = textwrap.dedent(r"""
     import os, re, signal, sys
     from pathlib import Path
-    from patchctl import atomic
+    from patchctl.core import atomic
 
     point, tree = sys.argv[1], Path(sys.argv[2]).resolve()
     real, seen = atomic._os_write, {}
@@ -585,7 +585,7 @@ KILLER = textwrap.dedent(r"""
         return real(fd, data)
 
     atomic._os_write = write
-    from patchctl.cli import main
+    from patchctl.cli.main import main
     sys.argv = ["patchctl", *sys.argv[3:]]
     main()
 """)

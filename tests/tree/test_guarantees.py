@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from patchctl.testing.builders import install_fake_dist, write_tree
-from patchctl.testing.fixtures import PRISTINE, four_release_index, loader_with
-from patchctl.testing.invoke import run_json
+from support.builders import install_fake_dist, write_tree
+from support.fixtures import PRISTINE, four_release_index, loader_with
+from support.invoke import run_json
 
 PATCHED_LOADER = loader_with({10: "ten\n"})
 PATCHED_UTILS = PRISTINE["vllm/utils.py"].replace("return 2", "return 3")
@@ -135,7 +134,7 @@ def test_apply_refuses_fuzz_unless_allowed_and_check_warns(builder, tmp_path):
 def test_ensure_after_a_killed_revert_recovers_first(store, site):
     cli("apply", "vllm", "--target", str(site), "--store", str(store), expect=0)
     applied = files(site)
-    proc = subprocess.run([sys.executable, "-m", "patchctl.cli", "revert", "vllm", "--target", str(site)],
+    proc = subprocess.run([sys.executable, "-m", "patchctl.cli.main", "revert", "vllm", "--target", str(site)],
                           env=dict(os.environ, PATCHCTL_CRASH_AT="file:1"), capture_output=True)
     assert proc.returncode == -9
     assert files(site) != applied  # really half-reverted
@@ -171,7 +170,7 @@ def test_the_trees_own_version_wins_over_the_spec(store, site):
 # 6. temp files of a killed write are swept --------------------------------------------------------
 
 def test_recovery_sweeps_temp_files_of_dead_processes(store, site):
-    proc = subprocess.run([sys.executable, "-m", "patchctl.cli", "apply", "vllm", "--target", str(site),
+    proc = subprocess.run([sys.executable, "-m", "patchctl.cli.main", "apply", "vllm", "--target", str(site),
                            "--store", str(store)], env=dict(os.environ, PATCHCTL_CRASH_AT="file:1"),
                           capture_output=True)
     assert proc.returncode == -9
@@ -256,7 +255,7 @@ def files_of_pristine_install(tmp_path: Path) -> dict:
 def test_randomly_damaged_records_and_journals_give_a_patchctl_error(store, site, data):
     """Any damage to state.json or journal.json: a patchctl error (exit 3) or, where the damage left
     a valid document, a working status; never another exception."""
-    from patchctl.errors import PatchctlError
+    from patchctl.core.errors import PatchctlError
     from patchctl.tree.journal import TargetState
 
     cli("apply", "vllm", "--target", str(site), "--store", str(store), expect=0)
@@ -315,7 +314,7 @@ def test_another_data_dir_or_path_finds_the_same_record_and_lock(store, site, tm
 
     from packaging.version import Version
 
-    from patchctl.engines import get_engine
+    from patchctl.core.engines import get_engine
     from patchctl.tree.operations import Target
 
     with Target(get_engine("vllm"), site, Version("1.0"), "t").state().locked():
@@ -336,7 +335,7 @@ def test_a_bind_mount_of_the_tree_sees_the_same_record_and_lock(store, site, tmp
 
         from packaging.version import Version
 
-        from patchctl.engines import get_engine
+        from patchctl.core.engines import get_engine
         from patchctl.tree.operations import Target
 
         with Target(get_engine("vllm"), site, Version("1.0"), "t").state().locked():
@@ -351,7 +350,7 @@ def test_a_record_from_the_old_data_dir_location_is_moved_into_the_tree(store, s
     import hashlib
     import shutil
 
-    from patchctl import config
+    from patchctl.core import config
 
     cli("apply", "vllm", "--target", str(site), "--store", str(store), expect=0)
     body = json.loads((state_dir(site) / "state.json").read_text())["record"]

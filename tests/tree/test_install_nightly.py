@@ -1,6 +1,6 @@
 """`apply ENGINE@nightly --install` installs exactly the build `check` resolves, into a fresh venv, then
 patches it, and `status` names that build. vLLM: a local server laid out as its nightly wheel
-repository (patchctl.testing.nightly_index), serving the real 0.23.0 files the series touches
+repository (support.nightly_index), serving the real 0.23.0 files the series touches
 repackaged as a dev build; installed with uv (when it can be installed here) and with pip, both with
 --no-deps so no index is asked for vLLM's dependencies. SGLang: a local git repository holding the
 real 0.5.9 files, built from its pinned commit by setuptools-scm (whose build requirements come from
@@ -17,10 +17,9 @@ import venv
 from pathlib import Path
 
 import pytest
-
-from patchctl.testing.builders import git
-from patchctl.testing.invoke import run_json
-from patchctl.testing.nightly_index import (
+from support.builders import git
+from support.invoke import run_json
+from support.nightly_index import (
     WHEEL_TAG,
     NightlyIndex,
     build_dev_wheel,
@@ -130,7 +129,7 @@ def apply_and_status(index: NightlyIndex, python: str, release_outcomes: dict[st
     assert status["build"]["version"] == DEV and status["build"]["commit"] == COMMIT
     assert status["build"]["url"] == index.root + wheel and status["build"]["installer"] == installer
     assert status["installed_build"]["version"] == DEV and status["installed_build"]["url"] == index.root + wheel
-    text = subprocess.run([sys.executable, "-m", "patchctl.cli", "status", "vllm", "--python", python],
+    text = subprocess.run([sys.executable, "-m", "patchctl.cli.main", "status", "vllm", "--python", python],
                           capture_output=True, text=True)
     sha = f", sha256 {build['sha256']}" if build["sha256"] else ""
     assert f"patched build: vllm {DEV} (commit {COMMIT}) from {index.root}{wheel}{sha}, installed with {installer}" \
@@ -181,12 +180,12 @@ def test_the_installed_version_must_be_the_resolved_one(index, tmp_path, monkeyp
     installers refuse a wheel whose name and METADATA disagree, so the installed tree here is one a
     different installer run left: a dist-info as pip writes it.)"""
     from packaging.version import Version
+    from support.builders import install_fake_dist
 
-    from patchctl.engines import get_engine
-    from patchctl.errors import EnvironmentProblem
+    from patchctl.core.engines import get_engine
+    from patchctl.core.errors import EnvironmentProblem
     from patchctl.sources.fetch import SourceContext
-    from patchctl.spec import parse_spec
-    from patchctl.testing.builders import install_fake_dist
+    from patchctl.sources.spec import parse_spec
     from patchctl.tree.find import check_installed, plan_install
 
     plan = plan_install(parse_spec("vllm@nightly"), sys.executable, SourceContext(nightly_source=index.url))
@@ -269,7 +268,7 @@ def test_sglang_install_argv_pins_the_commit(sglang_repo, tmp_path, use_pip):
     """The requirement --install hands the installer for a git build: the resolved commit, SGLang's
     python/ subdirectory, a local repository as a file:// URL."""
     from patchctl.sources.fetch import SourceContext
-    from patchctl.spec import parse_spec
+    from patchctl.sources.spec import parse_spec
     from patchctl.tree.find import plan_install
 
     repo, head = sglang_repo
@@ -284,7 +283,7 @@ def test_the_wheel_for_the_targets_machine(tmp_path, vllm_files):
     import platform
 
     from patchctl.sources.fetch import SourceContext
-    from patchctl.spec import parse_spec
+    from patchctl.sources.spec import parse_spec
     from patchctl.tree.find import plan_install
 
     machine = platform.machine()

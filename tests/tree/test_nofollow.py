@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from patchctl.errors import Planted
-from patchctl.nofollow import lstat_beneath, parent_beneath, read_beneath
+from patchctl.core.errors import Planted
+from patchctl.core.nofollow import lstat_beneath, parent_beneath, read_beneath
 
 
 @pytest.fixture

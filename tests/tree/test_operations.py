@@ -6,10 +6,9 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from patchctl.testing.builders import install_fake_dist
-from patchctl.testing.fixtures import PRISTINE, loader_with
-from patchctl.testing.invoke import run_json
+from support.builders import install_fake_dist
+from support.fixtures import PRISTINE, loader_with
+from support.invoke import run_json
 
 PATCHED_LOADER = loader_with({10: "ten\n"})
 PATCHED_UTILS = PRISTINE["vllm/utils.py"].replace("return 2", "return 3")
@@ -60,7 +59,7 @@ STEPS = ["journal", "file:1", "file:2", "file:3", "state"]
 def test_killed_apply_recovers_to_pristine(store, tree, step):
     before = snapshot(tree)
     env = dict(os.environ, PATCHCTL_CRASH_AT=step)
-    proc = subprocess.run([sys.executable, "-m", "patchctl.cli", "apply", "vllm@1.0", "--target", str(tree),
+    proc = subprocess.run([sys.executable, "-m", "patchctl.cli.main", "apply", "vllm@1.0", "--target", str(tree),
                            "--store", str(store)], env=env, capture_output=True)
     assert proc.returncode == -9, proc.stderr  # really killed by SIGKILL mid-write
     st = cli("status", "vllm@1.0", "--target", str(tree))
@@ -75,7 +74,7 @@ def test_killed_revert_recovers_to_fully_applied(store, tree, step):
     cli("apply", "vllm@1.0", "--target", str(tree), "--store", str(store), expect=0)
     applied = snapshot(tree)
     env = dict(os.environ, PATCHCTL_CRASH_AT=step)
-    proc = subprocess.run([sys.executable, "-m", "patchctl.cli", "revert", "vllm@1.0", "--target", str(tree)],
+    proc = subprocess.run([sys.executable, "-m", "patchctl.cli.main", "revert", "vllm@1.0", "--target", str(tree)],
                           env=env, capture_output=True)
     assert proc.returncode == -9
     assert cli("status", "vllm@1.0", "--target", str(tree))["state"] == "intact"
@@ -85,7 +84,7 @@ def test_killed_revert_recovers_to_fully_applied(store, tree, step):
 def test_second_apply_fails_clearly_while_locked(store, tree):
     from packaging.version import Version
 
-    from patchctl.engines import get_engine
+    from patchctl.core.engines import get_engine
     from patchctl.tree.operations import Target
 
     target = Target(get_engine("vllm"), tree.resolve(), Version("1.0"), "test")
@@ -206,7 +205,7 @@ def test_leftover_corrupt_journal_is_never_trusted(store, tree):
     cli("status", "vllm@1.0", "--target", str(tree), expect=0)
     from packaging.version import Version
 
-    from patchctl.engines import get_engine
+    from patchctl.core.engines import get_engine
     from patchctl.tree.operations import Target
 
     st = Target(get_engine("vllm"), tree.resolve(), Version("1.0"), "t").state()

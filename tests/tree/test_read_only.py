@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from support.builders import write_tree
+from support.fixtures import PRISTINE
+from support.invoke import as_nobody, run_json
 
-from patchctl.cli import main
-from patchctl.testing.builders import write_tree
-from patchctl.testing.fixtures import PRISTINE
-from patchctl.testing.invoke import as_nobody, run_json
+from patchctl.cli.main import main
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: bind mounts and a switch to another user")
 
@@ -80,7 +80,7 @@ def test_work_needed_on_a_read_only_mount_is_exit_3_with_the_cause(store, tree):
 
 def test_a_journal_on_a_read_only_mount_is_exit_3_naming_it(store, tree):
     env = dict(os.environ, PATCHCTL_CRASH_AT="file:1")
-    proc = subprocess.run([sys.executable, "-m", "patchctl.cli", "apply", "vllm@1.0", "--target", str(tree),
+    proc = subprocess.run([sys.executable, "-m", "patchctl.cli.main", "apply", "vllm@1.0", "--target", str(tree),
                            "--store", str(store)], env=env, capture_output=True)
     assert proc.returncode == -9 and (tree / ".patchctl/vllm/journal.json").exists()
     with read_only(tree):
@@ -103,8 +103,8 @@ def shared_tmp() -> Iterator[Path]:
 
 
 def test_ensure_and_status_as_a_user_who_cannot_write_the_tree(shared_tmp):
-    from patchctl.testing.builders import StoreBuilder
-    from patchctl.testing.fixtures import loader_with
+    from support.builders import StoreBuilder
+    from support.fixtures import loader_with
 
     store = shared_tmp / "store"
     b = StoreBuilder(store)

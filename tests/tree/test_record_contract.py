@@ -7,11 +7,12 @@ import hashlib
 import json
 import shutil
 
-from patchctl.testing.builders import install_fake_dist
-from patchctl.testing.fixtures import PRISTINE, four_release_index, loader_with
-from patchctl.testing.invoke import run_json
+from support.builders import install_fake_dist
+from support.fixtures import PRISTINE, four_release_index, loader_with
+from support.invoke import run_json
+
+from patchctl.core.yamlio import dump_yaml, load_yaml
 from patchctl.tree.journal import TargetState, _sealed
-from patchctl.yamlio import dump_yaml, load_yaml
 
 EDIT2 = PRISTINE["vllm/utils.py"] + "# edit2, by hand\n"
 

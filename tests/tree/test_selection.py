@@ -4,10 +4,9 @@ patch out and leaves the others applied, refused while an applied patch depends 
 from __future__ import annotations
 
 import pytest
-
-from patchctl.testing.builders import write_tree
-from patchctl.testing.fixtures import PRISTINE, loader_with
-from patchctl.testing.invoke import run_json
+from support.builders import write_tree
+from support.fixtures import PRISTINE, loader_with
+from support.invoke import run_json
 
 PATCHED_LOADER = loader_with({10: "ten\n"})  # as tests/tree/conftest.py's store writes them
 PATCHED_UTILS = PRISTINE["vllm/utils.py"].replace("return 2", "return 3")

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 from packaging.version import Version
 
 if TYPE_CHECKING:
-    from patchctl.engines import Engine
+    from patchctl.core.engines import Engine
     from patchctl.sources.fetch import SourceContext, Upstream
     from patchctl.sources.files import FileSource
-    from patchctl.spec import EngineRef
+    from patchctl.sources.spec import EngineRef
 
 
 class Parsed(NamedTuple):

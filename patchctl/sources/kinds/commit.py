@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from patchctl.errors import UsageError
+from patchctl.core.errors import UsageError
 from patchctl.sources.fetch import commit_of, same_commit
 from patchctl.sources.kinds import Parsed
 from patchctl.sources.kinds.common import Build
@@ -14,9 +14,9 @@ from patchctl.sources.kinds.git import GIT
 from patchctl.sources.kinds.nightly import nightly_kind, nightly_root, wheel_index_build
 
 if TYPE_CHECKING:
-    from patchctl.engines import Engine
+    from patchctl.core.engines import Engine
     from patchctl.sources.fetch import SourceContext, Upstream
-    from patchctl.spec import EngineRef
+    from patchctl.sources.spec import EngineRef
 
 _SHA = re.compile(r"[0-9a-f]{7,40}")
 

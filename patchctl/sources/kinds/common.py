@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from patchctl.errors import UsageError
+from patchctl.core.errors import UsageError
 from patchctl.sources.fetch import commit_of
 from patchctl.sources.kinds import PinnedBuild
 
@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from patchctl.sources.fetch import SourceContext, Upstream
     from patchctl.sources.files import FileSource
     from patchctl.sources.index import IndexFile
-    from patchctl.spec import EngineRef
+    from patchctl.sources.spec import EngineRef
 
 INSTALL_HINT = "name a version, nightly, commit:SHA, git:REF or file:PATH"
 SMOKE_WHAT = ("smoke checks need a release or a build: ENGINE@X.Y.Z, @latest, @nightly, "
@@ -93,7 +93,7 @@ def git_url(url: str) -> str:
 
 def wheel_for_machine(upstream: Upstream, python: str) -> IndexFile:
     """The build's wheel for the target interpreter's machine (vLLM publishes x86_64 and aarch64)."""
-    from patchctl.interpreter import machine_of
+    from patchctl.core.interpreter import machine_of
 
     wheels = [f for f in upstream.files if f.kind == "wheel" and not f.yanked]
     if len(wheels) == 1 or not wheels:

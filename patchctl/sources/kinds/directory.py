@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from patchctl.errors import UsageError
+from patchctl.core.errors import UsageError
 from patchctl.sources.fetch import Upstream
 from patchctl.sources.files import DirectorySource
 from patchctl.sources.installed import version_of_tree
@@ -15,10 +15,10 @@ from patchctl.sources.kinds import Parsed
 from patchctl.sources.kinds.common import Refusals
 
 if TYPE_CHECKING:
-    from patchctl.engines import Engine
+    from patchctl.core.engines import Engine
     from patchctl.sources.fetch import SourceContext
     from patchctl.sources.files import FileSource
-    from patchctl.spec import EngineRef
+    from patchctl.sources.spec import EngineRef
 
 
 class Directory(Refusals):

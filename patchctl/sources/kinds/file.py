@@ -18,19 +18,19 @@ from packaging.utils import (
 )
 from packaging.version import Version
 
-from patchctl import config
-from patchctl.errors import UsageError
+from patchctl.core import config
+from patchctl.core.errors import UsageError
 from patchctl.sources.fetch import Upstream, commit_of, installer_index
 from patchctl.sources.kinds import Parsed, PinnedBuild
 from patchctl.sources.kinds.common import Refusals
 
 if TYPE_CHECKING:
-    from patchctl.engines import Engine
+    from patchctl.core.engines import Engine
     from patchctl.sources.fetch import SourceContext
     from patchctl.sources.files import FileSource
     from patchctl.sources.index import IndexFile
     from patchctl.sources.release import ReleaseSource
-    from patchctl.spec import EngineRef
+    from patchctl.sources.spec import EngineRef
 
 
 class File(Refusals):

@@ -7,18 +7,18 @@ from typing import TYPE_CHECKING
 
 from packaging.version import InvalidVersion, Version
 
-from patchctl import config
-from patchctl.errors import UsageError
+from patchctl.core import config
+from patchctl.core.errors import UsageError
 from patchctl.sources.fetch import Upstream
 from patchctl.sources.kinds import Parsed, PinnedBuild
 from patchctl.sources.kinds.common import Refusals, pin_resolved
 
 if TYPE_CHECKING:
-    from patchctl.engines import Engine
+    from patchctl.core.engines import Engine
     from patchctl.sources.fetch import SourceContext
     from patchctl.sources.files import FileSource
     from patchctl.sources.git import GitSource
-    from patchctl.spec import EngineRef
+    from patchctl.sources.spec import EngineRef
 
 
 class Git(Refusals):

@@ -13,18 +13,18 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from patchctl.errors import ImageContentError
+from patchctl.core.errors import ImageContentError
 from patchctl.sources.fetch import Upstream
 from patchctl.sources.files import Provenance
 from patchctl.sources.kinds import Parsed
 from patchctl.sources.kinds.common import Refusals
 
 if TYPE_CHECKING:
-    from patchctl.engines import Engine
+    from patchctl.core.engines import Engine
     from patchctl.image.manifest import Image, Layer
     from patchctl.image.registry import Repository
     from patchctl.sources.fetch import SourceContext
-    from patchctl.spec import EngineRef
+    from patchctl.sources.spec import EngineRef
 
 PREFIX = "image:"
 
@@ -60,7 +60,7 @@ class ImageFiles:
         self._read |= wanted
 
     def read(self, path: str) -> bytes | None:
-        from patchctl.paths import resolve_inside
+        from patchctl.core.paths import resolve_inside
 
         self.prefetch([path])
         file = resolve_inside(Path(self._folder.name) / "files", self._root + path)

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from patchctl.errors import UsageError
+from patchctl.core.errors import UsageError
 from patchctl.sources.kinds import Parsed
 from patchctl.sources.kinds.common import Refusals
 from patchctl.sources.kinds.release import LATEST
 
 if TYPE_CHECKING:
-    from patchctl.engines import Engine
+    from patchctl.core.engines import Engine
     from patchctl.sources.fetch import SourceContext, Upstream
     from patchctl.sources.kinds import PinnedBuild
-    from patchctl.spec import EngineRef
+    from patchctl.sources.spec import EngineRef
 
 
 class Installed(Refusals):

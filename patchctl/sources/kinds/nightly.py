@@ -6,17 +6,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from patchctl import config
-from patchctl.engines import NightlySource
-from patchctl.errors import NetworkError, UsageError, plain_network_reason
+from patchctl.core import config
+from patchctl.core.engines import NightlySource
+from patchctl.core.errors import NetworkError, UsageError, plain_network_reason
 from patchctl.sources.fetch import Upstream, commit_of, same_commit
 from patchctl.sources.kinds import Parsed
 from patchctl.sources.kinds.common import Build
 
 if TYPE_CHECKING:
-    from patchctl.engines import Engine
+    from patchctl.core.engines import Engine
     from patchctl.sources.fetch import SourceContext
-    from patchctl.spec import EngineRef
+    from patchctl.sources.spec import EngineRef
 
 
 class Nightly(Build):

@@ -5,16 +5,16 @@ from typing import TYPE_CHECKING
 
 from packaging.version import InvalidVersion, Version
 
-from patchctl import config
+from patchctl.core import config
+from patchctl.core.versions import parse_version
 from patchctl.sources import fetch
 from patchctl.sources.kinds import Parsed, PinnedBuild
-from patchctl.versions import parse_version
 
 if TYPE_CHECKING:
-    from patchctl.engines import Engine
+    from patchctl.core.engines import Engine
     from patchctl.sources.fetch import SourceContext, Upstream
     from patchctl.sources.files import FileSource
-    from patchctl.spec import EngineRef
+    from patchctl.sources.spec import EngineRef
 
 
 class _Release:

@@ -1,5 +1,5 @@
 """A local OpenAI-compatible + SGLang-native HTTP server that answers like a reasoning model:
-responders on patchctl's one test server (patchctl.testing.server), which the smoke environment
+responders on patchctl's one test server (checklib.testserver), which the smoke environment
 imports (run_checks puts patchctl's own folder on its PYTHONPATH).
 
 Chat completions put the text in `reasoning_content` with `content: null` (streaming and not);
@@ -11,7 +11,7 @@ keep-alive sse-starlette servers (llama.cpp's Python server among them) send eve
 import json
 import time
 
-from patchctl.testing.server import Reply, Request, TestServer, json_reply, sse_reply
+from checklib.testserver import Reply, Request, TestServer, json_reply, sse_reply
 
 SERVED_NAME = "glm-5-reasoning-served"
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"]

@@ -1,0 +1,136 @@
+"""`patchctl revert`: restore every file patchctl wrote in a target, byte for byte (with its mtime and
+bytecode); with --from-release, restore the release's own files when patchctl's record is damaged."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import click
+
+from patchctl.cli.commands.framework import patchctl_command
+from patchctl.cli.documents import document
+from patchctl.cli.image_options import ImageOptions, image_options
+from patchctl.cli.options import fetch_options, store_option, target_options, wait_option
+from patchctl.core.errors import EXIT_OK
+from patchctl.sources.spec import parse_spec
+
+if TYPE_CHECKING:
+    from packaging.version import Version
+
+    from patchctl.sources.fetch import SourceContext
+    from patchctl.store.series import Store
+    from patchctl.tree.find import TargetSpec
+    from patchctl.tree.operations import RevertReport, Target
+
+
+def run(spec: str, where: TargetSpec, *, force: bool = False, wait: float = 0.0) -> tuple[dict, int]:
+    from patchctl.tree import operations as tgt
+    from patchctl.tree.find import find_target
+
+    target = find_target(parse_spec(spec), where)
+    rep = tgt.revert(target, force=force, wait=wait)
+    return _document(target, rep), EXIT_OK
+
+
+def run_patches(spec: str, names: tuple[str, ...], where: TargetSpec, store: Store, ctx: SourceContext, *,
+                wait: float = 0.0) -> tuple[dict, int]:
+    """`revert --patch P`: P out, the other applied patches left applied (operations.revert_patches),
+    from the stores the tree's record names; the record's choice then leaves P out for `ensure`."""
+    from patchctl.cli.commands.apply import recorded_store
+    from patchctl.patching.evaluate import Options
+    from patchctl.sources.fetch import base_files_for
+    from patchctl.tree import operations as tgt
+    from patchctl.tree.find import find_target
+
+    target = find_target(parse_spec(spec), where)
+    store = recorded_store(target, store)
+    rep = tgt.revert_patches(target, tuple(dict.fromkeys(names)), lambda: store.series(target.engine.name).patches,
+                             options=Options(), base_files=base_files_for(target.engine, ctx), wait=wait)
+    record = rep.record
+    kept = [p.name for p in record.patches] if record else []
+    message = (f"took {', '.join(names)} out ({len(rep.written)} file(s) written); still applied: "
+               f"{', '.join(kept) or 'none'}")
+    return document("revert", EXIT_OK, engine=target.engine.name, version=str(target.version),
+                    target=str(target.root), restored=list(rep.written), skipped=[], reverted=list(names),
+                    applied=kept, selection=record.selection.to_json() if record else None,
+                    message=message), EXIT_OK
+
+
+def run_from_release(spec: str, where: TargetSpec, store: Store, ctx: SourceContext, *, wait: float = 0.0) -> tuple[dict, int]:
+    """The way out of a damaged record or journal: no guess at what patchctl did. Every file the series
+    can touch at this version, and every file the dist-info RECORD says differs, gets the release's
+    own bytes (read from its artifact, checked against the wheel's RECORD). The variants are read as
+    check and apply read them: pinned, and refused when they name a file outside the engine's packages
+    (tree.operations.check_paths refuses it again before anything is written)."""
+    from patchctl.sources import fetch
+    from patchctl.tree import operations as tgt
+    from patchctl.tree.edits import record_mismatches
+    from patchctl.tree.find import find_target
+
+    target = find_target(parse_spec(spec), where)
+    # Changed or missing files RECORD hashes (not files it does not list: the release has no bytes for them).
+    paths = set(series_paths(store, target.engine.name, target.version)) | {e.path for e in record_mismatches(target)}
+    release = fetch.release(target.engine, target.version, ctx)
+    release.prefetch(sorted(paths))
+    rep = tgt.repair_from_release(target, release, sorted(paths), wait=wait)
+    return _document(target, rep), EXIT_OK
+
+
+def series_paths(store: Store, engine: str, version: Version) -> list[str]:
+    from patchctl.patching.evaluate import load_variant, outside_package
+    from patchctl.store.series import choose_variant
+
+    paths: list[str] = []
+    for patch in store.series(engine).patches:
+        choice = choose_variant(patch, version)
+        if choice.variant is not None:
+            parsed = load_variant(choice.variant, allow_modified=False)
+            outside_package(patch, choice.variant, parsed)
+            paths.extend(parsed.paths)
+    return paths
+
+
+def _document(target: Target, rep: RevertReport) -> dict:
+    message = rep.note or f"restored {len(rep.restored)} file(s) byte for byte"
+    if rep.skipped:
+        message += f"; {len(rep.skipped)} already pristine"
+    return document("revert", EXIT_OK, engine=target.engine.name, version=str(target.version),
+                    target=str(target.root), restored=list(rep.restored), skipped=list(rep.skipped),
+                    message=message)
+
+
+@patchctl_command("revert", example=(
+    "patchctl revert vllm",
+    "patchctl revert sglang --target ./site-packages --force    also files edited since",
+    "patchctl revert vllm --from-release      the record is damaged: the release's own files back",
+    "patchctl revert sglang --patch bench-fix   only that patch out; ensure keeps it out",
+))
+@click.argument("spec", metavar="ENGINE")
+@target_options
+@wait_option
+@click.option("--force", is_flag=True, help="Restore files even if they changed since they were patched.")
+@click.option("--from-release", is_flag=True,
+              help="Ignore patchctl's (damaged) record: restore the release's own files, fetched from the "
+                   "package index and checked against the wheel's RECORD.")
+@click.option("--patch", "patches", multiple=True, metavar="NAME",
+              help="Take only this patch out (repeatable), leaving the others applied; refused while an applied "
+                   "patch depends on it, unless named too. Recorded: `ensure` keeps it out.")
+@store_option
+@fetch_options
+@image_options(writes=True)
+def command(spec: str, where: TargetSpec, wait: float, force: bool, from_release: bool, patches: tuple[str, ...],
+            store: Store, ctx: SourceContext, image: ImageOptions | None) -> tuple[dict, int]:
+    """Restore every patched file byte for byte (--patch: take one patch out, keep the rest; --image REF
+    --to REF2: push the image it was made from)."""
+    if image:
+        from patchctl.cli import image_command
+
+        return image_command.revert(spec, image)
+    if from_release:
+        return run_from_release(spec, where, store, ctx, wait=wait)
+    if patches:
+        if force:
+            from patchctl.core.errors import UsageError
+
+            raise UsageError("--force restores every file; with --patch the tree must be intact")
+        return run_patches(spec, patches, where, store, ctx, wait=wait)
+    return run(spec, where, force=force, wait=wait)

@@ -1,0 +1,397 @@
+"""`patchctl validate`: check a running OpenAI-compatible server (or one it starts and stops) — coherence
+(answers, golden), throughput, and the deployment's baseline.
+
+The work is done by the serve tier's core, patchctl/validate/ (imported inside `run`, so that `--help`
+imports neither requests nor matplotlib); this module owns the options, the document and the text.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from patchctl.cli.commands.framework import patchctl_command
+from patchctl.cli.commands.text import Literal, coloured, print_lines, table
+from patchctl.cli.documents import document
+from patchctl.cli.options import as_version_option
+from patchctl.core.errors import EXIT_ENVIRONMENT, EXIT_OK, EXIT_PATCH_FAILED, UsageError
+from patchctl.sources.spec import parse_spec
+from patchctl.validate.baseline import DEFAULT_THRESHOLD
+
+if TYPE_CHECKING:
+    from packaging.version import Version
+
+    from patchctl.cli.commands.text import Console
+    from patchctl.sources.spec import EngineRef
+
+DEFAULT_CONCURRENCY = (1, 8, 32)
+
+
+def parse_levels(text: str) -> tuple[int, ...]:
+    """`1,8,32` → (1, 8, 32); UsageError for anything else."""
+    try:
+        levels = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise UsageError(f"concurrency {text!r}: comma-separated integers, e.g. 1,8,32") from None
+    if not levels or min(levels) < 1:
+        raise UsageError(f"concurrency {text!r}: at least one level, each >= 1")
+    return levels
+
+
+def run(
+    engine: str,
+    *,
+    url: str | None = None,
+    start: str | None = None,
+    ready_timeout: float = 900.0,
+    timeout: float = 300.0,
+    level_timeout: float | None = None,
+    model: str | None = None,
+    engine_version: str | None = None,
+    api_key: str | None = None,
+    python: str | None = None,
+    target_dir: str | None = None,
+    as_version: Version | None = None,
+    patch_set: str | None = None,
+    answers: bool = True,
+    reasoning_budget: int = 0,
+    golden: Path | str | None = None,
+    record_golden: bool = False,
+    throughput: bool = True,
+    concurrency: Sequence[int] | str = DEFAULT_CONCURRENCY,
+    requests_per_level: int | None = None,
+    prompt: str = "counting",
+    shared_prompt: bool = False,
+    max_tokens: int = 128,
+    stream: bool = True,
+    baseline_dir: Path | str | None = None,
+    update_baseline: bool = False,
+    threshold: float = DEFAULT_THRESHOLD,
+    out: Path | str | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[dict, int]:
+    """Validate the server at `url`, or the one `start` starts (its URL: `url`, else the command's
+    --host/--port); (document, exit code): 0 every check passed, 1 one failed (a request past its
+    deadline among them), 3 a reply broke the protocol or a limit (NetworkError, also exit 3: the
+    server never answered)."""
+    import shlex
+
+    from patchctl.validate.outputs import write_outputs
+    from patchctl.validate.process import url_from_command
+    from patchctl.validate.throughput import resolve_prompt
+    from patchctl.validate.validation import ServeConfig, run_validate, run_with_server
+
+    ref = parse_spec(engine)
+    if not url and not start:
+        raise UsageError("validate needs a server: --url URL (one that is running) or --start CMD "
+                         "(a server command patchctl starts, validates and stops)",
+                         hint=f"e.g. patchctl validate {ref.engine.name} --url http://127.0.0.1:8000")
+    argv: list[str] = []
+    if start is not None:
+        try:
+            argv = shlex.split(start)
+        except ValueError as exc:
+            raise UsageError(f"--start {start!r}: {exc}") from None
+        if not argv:
+            raise UsageError("--start names no command")
+    base_url = url or url_from_command(argv)
+    if not base_url.startswith(("http://", "https://")):
+        raise UsageError(f"--url {base_url!r} is not an http:// or https:// URL", hint="e.g. http://127.0.0.1:8000")
+    prompt_name, prompt_text = resolve_prompt(prompt)
+    served, origin, target = served_patch_set(ref, python=python, target_dir=target_dir, as_version=as_version,
+                                              patch_set=patch_set)
+    config = ServeConfig(
+        base_url=base_url,
+        model=model,
+        engine_version=engine_version,
+        patch_set=served,
+        api_key=api_key,
+        answers=answers,
+        answers_extra_tokens=reasoning_budget,
+        golden_path=Path(golden) if golden is not None else None,
+        record_golden=record_golden,
+        throughput=throughput,
+        concurrency=parse_levels(concurrency) if isinstance(concurrency, str) else tuple(concurrency),
+        requests_per_level=requests_per_level,
+        prompt=prompt_text,
+        prompt_name=prompt_name,
+        shared_prompt=shared_prompt,
+        max_tokens=max_tokens,
+        stream=stream,
+        baseline_dir=Path(baseline_dir) if baseline_dir is not None else None,
+        update_baseline=update_baseline,
+        threshold=threshold,
+        request_timeout_s=timeout,
+        level_timeout_s=level_timeout,
+    )
+    if argv:
+        report = run_with_server(config, argv, ready_timeout_s=ready_timeout, progress=progress)
+    else:
+        report = run_validate(config, progress)
+    warnings: list[str] = list(report.warnings)
+    files = None
+    if out is not None:
+        written = write_outputs(report, Path(out))
+        files = {"json": str(written.json_path), "png": str(written.png_path) if written.png_path else None}
+        warnings += written.warnings
+    # A server whose replies broke the protocol or a limit is the environment's fault, not a check's.
+    code = EXIT_ENVIRONMENT if report.bad_reply_count else EXIT_OK if report.ok else EXIT_PATCH_FAILED
+    return document("validate", code, engine=ref.engine.name, url=report.base_url, started=bool(argv),
+                    patch_set_from=origin, target=target, report=report.to_json(), files=files,
+                    warnings=warnings), code
+
+
+def served_patch_set(ref: EngineRef, *, python: str | None = None, target_dir: str | None = None,
+                     as_version: Version | None = None, patch_set: str | None = None) -> tuple[str, str, str | None]:
+    """The patch set the server runs, for the baseline key: (value, where it came from, the tree read).
+
+    --patch-set verbatim; else the state record of the engine's tree that --python or --target
+    locate ("none" when nothing is applied to it); else "unknown"."""
+    if patch_set is not None:
+        if not patch_set.strip():
+            raise UsageError("--patch-set is empty")
+        return patch_set, "option", None
+    if python is None and target_dir is None:
+        return "unknown", "unknown", None
+    from patchctl.tree.find import TargetSpec, find_target
+    from patchctl.tree.operations import status
+    from patchctl.validate.baseline import applied_patch_set
+
+    tree = find_target(ref, TargetSpec(python, target_dir, as_version))
+    current = status(tree)
+    # A tree pip has wiped or upgraded still has its old record, but runs none of those patches.
+    record = current.record if current.state in ("intact", "modified") else None
+    return applied_patch_set(record), "target", str(tree.root)
+
+
+# --- text -------------------------------------------------------------------------------------
+
+def render(doc: dict, out: Console, err: Console) -> None:
+    """The report: the single-request figure first, then coherence, throughput, baseline, the
+    verdict and what --out wrote (warnings are the document's, on stderr)."""
+    rep = doc.get("report")
+    if rep is None:
+        return
+    d = rep["deployment"]
+    tp = rep.get("throughput")
+    if tp is not None:  # the headline first: TTFT and the decode rate of one request at a time
+        print_lines(out, [_single_request(tp)])
+    print_lines(out, [f"validate {doc.get('engine')}: {rep['base_url']}",
+                      f"  model {d['model']}  engine {d['engine_version']}  patch set {d['patch_set']}"])
+    if rep.get("answers") is not None:
+        t = table("coherence: answers", ["check", "result", "why", "reply"])
+        for a in rep["answers"]:
+            t.add_row(a["name"], _verdict(a["passed"], "PASS", "FAIL"), Literal(a["reason"]),
+                      Literal(a["reply_excerpt"][:60]))
+        out.print(t)
+    g = rep.get("golden")
+    if g is not None:
+        source = f", from {g['golden_model']} on {g['golden_engine_version']}" if g.get("golden_model") else ""
+        title = f"coherence: golden ({g['mode']}, {g['path']}{source})"
+        if g["diffs"]:
+            t = table(title, ["prompt", "result", "first divergence"])
+            for x in g["diffs"]:
+                where = "-" if x["matched"] else f"{x['unit']} {x['position']}: expected {x['expected']} got {x['got']}"
+                t.add_row(Literal(repr(x["prompt"])[:40]), _verdict(x["matched"], "same", "DIVERGED"), Literal(where))
+            out.print(t)
+        else:
+            print_lines(out, [title])
+    if tp is not None:
+        how = "streaming" if tp["streamed"] else "non-streaming"
+        prompt = f"{_prompt_phrase(tp)}, " if tp.get("prompt") else ""
+        t = table(f"throughput ({how}, {tp['api']}, {prompt}max_tokens {tp['max_tokens']}; latencies are p50 ms; "
+                  "decode: per-request 1/TPOT p50; tok/s: output tokens over the level's wall time; spread: "
+                  "per-request tok/s IQR, ± its median's 95% interval; reasoning/answer: tokens, from chunks)",
+                  ["concurrency", "requests", "failed", "TTFT", "TPOT", "decode tok/s", "ITL", "E2E", "tok/s",
+                   "req/s", "spread", "stream", "reasoning/answer", "tokens by"])
+        for lv in tp["levels"]:
+            t.add_row(str(lv["concurrency"]), str(lv["requests"]), str(lv["failed"]), _ms(lv["ttft_ms"]),
+                      _ms(lv["tpot_ms"]), _p50(lv.get("decode_tok_s")), _ms(lv["itl_ms"]), _ms(lv["e2e_ms"]),
+                      _num(lv["output_tok_s"]), _num(lv.get("request_throughput"), 2),
+                      _spread(lv.get("request_tok_s")), lv.get("stream") or "-", _split(lv),
+                      lv["token_count_method"])
+        out.print(t)
+    b = rep.get("baseline")
+    if b is not None:
+        from patchctl.validate.baseline import BaselineCheck
+
+        print_lines(out, [f"baseline ({b['status']}, {b['path']})"]
+                    + ["  " + BaselineCheck(**c).describe(b["threshold"]) for c in b["checks"]])
+    if rep.get("notes"):
+        print_lines(out, ["notes:"] + [f"  {n}" for n in rep["notes"]])
+    failures = rep.get("failures") or []
+    if not failures:
+        out.print(coloured(f"OK ({rep['duration_s']:.1f}s)", "green"))
+    else:
+        out.print(coloured(f"FAILED: {len(failures)} problem(s) ({rep['duration_s']:.1f}s)", "bold red"))
+        print_lines(out, [f"  - {f}" for f in failures])
+    print_lines(out, [f"wrote {path}" for path in (doc.get("files") or {}).values() if path])
+
+
+# How the throughput requests' prompts were sent (ThroughputReport.prompts); older reports: none.
+_PROMPTS = {"unique": ", unique per request", "shared": ", shared by every request"}
+
+
+def _prompt_phrase(tp: dict) -> str:
+    """"counting prompt, unique per request": the throughput prompt and how it was sent."""
+    return f"{tp['prompt']} prompt{_PROMPTS.get(tp.get('prompts') or '', '')}"
+_COUNTED = {"usage": "server usage", "chunks": "chunks (no server usage)", "mixed": "usage and chunks"}
+
+
+def _single_request(tp: dict) -> str:
+    """The figure people quote first, led by what a user feels: the time to the first token and the
+    decode rate after it (1/TPOT); output tokens over the whole request, prefill included, after."""
+    one = tp.get("single_request")
+    if one is None:
+        return "single request: not measured (--concurrency has no 1)"
+    where = f"(concurrency 1, {one['requests']} requests" + (f", {_prompt_phrase(tp)}" if tp.get("prompt") else "")
+    if one.get("token_count_method"):
+        where += f", tokens by {_COUNTED.get(one['token_count_method'], one['token_count_method'])}"
+    overall = f"{_num(one['output_tok_s'])} output tok/s over E2E"
+    if one.get("latency_not_measured"):
+        return (f"single request: TTFT and decode rate not measured: {one['latency_not_measured']}; "
+                f"{overall} {where})")
+    if one["ttft_ms"] is None:  # not streamed
+        return f"single request: TTFT and decode rate not measured: not streamed; {overall} {where})"
+    parts = [f"TTFT {one['ttft_ms']['p50']:.1f} ms"]
+    if one.get("decode_tok_s") is not None:
+        parts.append(f"decode {one['decode_tok_s']['p50']:.1f} tok/s")
+    if one["tpot_ms"] is not None:
+        parts.append(f"TPOT {one['tpot_ms']['p50']:.1f} ms")
+    if one.get("itl_ms") is not None:
+        parts.append(f"ITL {one['itl_ms']['p50']:.1f} ms")
+    if one.get("e2e_ms") is not None:
+        parts.append(f"E2E {one['e2e_ms']['p50']:.0f} ms")
+    return f"single request: {', '.join(parts)}; {overall} {where}; p50)"
+
+
+def _p50(spread: dict | None) -> str:
+    return "-" if spread is None else f"{spread['p50']:.1f}"
+
+
+def _split(lv: dict) -> str:
+    """Reasoning and answer tokens, and how many requests ran out inside their reasoning."""
+    if lv.get("reasoning_tokens") is None:
+        return "-"
+    cut = f" ({lv['ended_in_reasoning']} cut in reasoning)" if lv.get("ended_in_reasoning") else ""
+    return f"{lv['reasoning_tokens']}/{lv['content_tokens']}{cut}"
+
+
+def _spread(spread: dict | None) -> str:
+    if spread is None or spread.get("iqr_pct") is None:
+        return "-"
+    ci = "" if spread.get("median_ci_pct") is None else f" ±{spread['median_ci_pct']:.1f}%"
+    return f"{spread['iqr_pct']:.1f}%{ci}"
+
+
+def _verdict(good: bool, yes: str, no: str) -> str:
+    return coloured(yes, "green") if good else coloured(no, "bold red")
+
+
+def _num(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _ms(stats: dict | None) -> str:
+    """p50 of a latency summary; "-" where it was not measured (never 0)."""
+    return "-" if stats is None else f"{stats['p50']:.1f}"
+
+
+# --- command line -----------------------------------------------------------------------------
+
+def _concurrency(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[int, ...]:
+    try:
+        return parse_levels(value)
+    except UsageError as exc:
+        raise click.BadParameter(exc.message) from None
+
+
+def _notify(text: str) -> None:
+    """Progress lines on stderr, so that --json output stays one document."""
+    click.echo(f"patchctl: {text}", err=True)
+
+
+@patchctl_command("validate", render=render, example=(
+    "patchctl validate vllm --url http://127.0.0.1:8000          answers, throughput at 1/8/32, baseline",
+    "patchctl validate vllm --url URL --concurrency 1 --requests 32   the single-request figure, steadier",
+    "patchctl validate vllm --start 'vllm serve MODEL --port 8000' --python /opt/vllm/bin/python",
+    "patchctl validate vllm --url URL --golden g.json --record-golden   record greedy outputs (known-good)",
+    "patchctl validate vllm --url URL --golden g.json --no-throughput   compare with them token by token",
+    "patchctl validate sglang --url http://127.0.0.1:30000 --update-baseline --out runs/today.json --json",
+    "patchctl validate vllm --url URL --timeout 60 --level-timeout 600   no request past 60 s, no level past 10 min",
+))
+@click.argument("engine", metavar="ENGINE")
+@click.option("--url", metavar="URL", help="The running OpenAI-compatible server to validate.")
+@click.option("--start", metavar="CMD",
+              help="Start this server command (e.g. \"vllm serve MODEL --port 8000\"), validate it, stop it. "
+                   "Its URL: --url, else the command's --host/--port.")
+@click.option("--ready-timeout", type=float, default=900.0, show_default=True,
+              help="Seconds --start waits for the server to answer.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
+              metavar="SECONDS",
+              help="Deadline of each request to the server, connect to last byte (a stream that never ends, or "
+                   "only sends keep-alives, fails at it): e.g. --timeout 60. A server that answers no request "
+                   "within it is exit 3.")
+@click.option("--level-timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+              help="Deadline of each concurrency level: requests in flight then fail, the rest are not sent "
+                   "(default: the level's waves, requests / concurrency rounded up, times --timeout + 1 s), "
+                   "e.g. --level-timeout 600.")
+@click.option("--model", help="Model to request (default: the first of /v1/models).")
+@click.option("--engine-version", help="Engine version for the baseline key (default: the server's /version).")
+@click.option("--api-key", envvar="OPENAI_API_KEY", help="Bearer token, if the server wants one.")
+@click.option("--python", "python", metavar="PATH",
+              help="Interpreter whose environment holds the engine the server runs: what patchctl applied "
+                   "there names the baseline's patch set.")
+@click.option("--target", "target_dir", type=click.Path(file_okay=False),
+              help="Or the engine's tree (a checkout or unpacked tree) the server runs.")
+@as_version_option
+@click.option("--patch-set", metavar="TEXT",
+              help="Name the patch set the server runs, for the baseline key (default: read from --python/"
+                   "--target; without them \"unknown\").")
+@click.option("--answers/--no-answers", default=True, show_default=True,
+              help="Coherence: prompts with checkable answers (fact, arithmetic, counting, code).")
+@click.option("--reasoning-budget", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Extra max_tokens per answers prompt, for reasoning models that think first.")
+@click.option("--golden", type=click.Path(dir_okay=False, path_type=Path),
+              help="Coherence: compare greedy outputs token by token with this golden file.")
+@click.option("--record-golden", is_flag=True, help="Record --golden from this (known-good) server instead.")
+@click.option("--throughput/--no-throughput", default=True, show_default=True,
+              help="Throughput and latency at each concurrency level, and the baseline comparison.")
+@click.option("--concurrency", default="1,8,32", show_default=True, callback=_concurrency,
+              help="Concurrency levels, comma-separated.")
+@click.option("--requests", "requests_per_level", type=click.IntRange(min=1),
+              help="Requests per concurrency level (default: 2 x concurrency, at least 16: enough for a median "
+                   "steady within the 5% threshold).")
+@click.option("--prompt", default="counting", show_default=True, metavar="counting|essay|FILE",
+              help="Throughput prompt: counting (the field's deterministic \"Count from 1 to 50, writing each "
+                   "number on a new line.\"), essay (open-ended, what validate used before), or a text file "
+                   "whose content is the prompt. Every throughput request is at temperature 0, and starts with "
+                   "a tag of its own (\"[3f9a1c-7] \") so a prefix cache cannot skip its prefill.")
+@click.option("--shared-prompt", is_flag=True,
+              help="Send the prompt untagged, the same text in every throughput request: TTFT is then the "
+                   "server's prefix-cache hit (vLLM's prefix caching, SGLang's radix cache and llama.cpp reuse "
+                   "a prompt seen before), not a prefill.")
+@click.option("--max-tokens", type=click.IntRange(min=1), default=128, show_default=True,
+              help="max_tokens of every throughput request.")
+@click.option("--stream/--no-stream", default=True, show_default=True,
+              help="--no-stream measures latency and tok/s only (no TTFT/TPOT/ITL).")
+@click.option("--baseline-dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Where per-deployment baselines live (default: patchctl's data dir).")
+@click.option("--update-baseline", is_flag=True, help="Record this run as the deployment's baseline.")
+@click.option("--threshold", type=click.FloatRange(min=0), default=DEFAULT_THRESHOLD, show_default=True,
+              help="Relative drop from the baseline that fails (0.05 = 5%).")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE.json",
+              help="Also write the report as JSON here, and its latency/throughput plot next to it (.png; "
+                   "needs the plot extra).")
+def command(engine: str, **options: Any) -> tuple[dict, int]:  # Any: click's values, one type per option
+    """Validate a running OpenAI-compatible server for ENGINE: answers, coherence, throughput.
+
+    One of --url URL (a running server) or --start CMD (patchctl starts it, waits until it answers,
+    validates it and stops it). Each deployment (model, engine version, patch set) keeps its own
+    throughput baseline. Exit codes: 0 ok, 1 a check failed (a request past its deadline among them),
+    2 bad input, 3 no server, it failed to start or never answered, or its replies broke the protocol
+    or a limit (each named in the report).
+    """
+    return run(engine, progress=_notify, **options)

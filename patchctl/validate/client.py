@@ -1,0 +1,359 @@
+"""A minimal OpenAI-compatible HTTP client that times what it receives.
+
+`requests` rather than the openai SDK: we need the arrival time of every SSE
+chunk and tolerance for non-standard fields (reasoning_content, content: null),
+and it is already a patchctl dependency.
+
+Nothing a server sends may cost more than it should (README, "Validating a running server"): every
+request has one deadline, connect to last byte (`--timeout`; a level's own deadline may cut it
+shorter), that a server dripping bytes or keep-alive comments cannot extend: the watchdog of
+image/deadline.py shuts the socket down at it. Every reply has a cap in bytes (reply_cap: it grows
+with max_tokens), every SSE line one (sse.LINE_MAX_BYTES); what is past a cap, or not of OpenAI's
+shape, is a BadServerReply: the request fails naming it, and the client keeps the sentence
+(`bad_replies`) for the report.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+import requests
+
+from patchctl.core.errors import BadServerReply, NetworkError, ServerError, TruncatedStream, plain_network_reason
+from patchctl.image.deadline import Watch, session, watched
+from patchctl.validate.metrics import RequestRecord
+from patchctl.validate.reading import (
+    SMALL_REPLY_BYTES,
+    Reading,
+    error_text,
+    read_capped,
+    reply_cap,
+    sane_usage,
+    watch_body,
+)
+from patchctl.validate.sse import delta_from_object, excerpt, load_json
+
+CHAT = "chat"
+COMPLETIONS = "completions"
+
+DEFAULT_TIMEOUT_S = 300.0  # one request's deadline (--timeout): 128 tokens at 1 tok/s, and a queue
+BAD_REPLIES_KEPT = 20  # sentences kept for the report; the rest are counted
+PROBE_TIMEOUT_S = 30.0  # /v1/models and /version, at most (and never more than --timeout)
+
+
+class Completion(NamedTuple):
+    """A non-streaming reply, with per-token strings when the server gave logprobs."""
+
+    content: str
+    reasoning: str
+    tokens: tuple[str, ...] | None
+    completion_tokens: int | None
+    finish_reason: str | None
+
+
+class RequestDeadline(requests.Timeout):
+    """A request's deadline passed (a requests.Timeout, so the callers' handling of one applies);
+    `answered`: whether the server's status line came before it."""
+
+    def __init__(self, message: str, answered: bool):
+        super().__init__(message)
+        self.answered = answered
+
+
+class OpenAIClient:
+    def __init__(
+        self,
+        base_url: str,
+        model: str | None = None,
+        api_key: str | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        if self.base_url.endswith("/v1"):
+            self.base_url = self.base_url[: -len("/v1")]
+        self.model = model
+        self.timeout_s = timeout_s
+        # identity: a compressed reply could not be capped as it is read (BadServerReply if sent anyway)
+        self._headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
+        # One session per thread: its connection stays open between requests, so a timed request
+        # pays no TCP set-up and no per-call session (environment, netrc) before it is sent.
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self.answered = 0  # requests the server answered (a status line came)
+        self.unanswered = 0  # requests that ended with no answer (refused, reset, the deadline passed)
+        self.last_unanswered = ""  # why the last of them got none
+        self.bad_replies: list[str] = []  # "LABEL: why", one per request whose reply broke the protocol or a cap
+        self.bad_reply_count = 0
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
+
+    def _session(self) -> requests.Session:
+        held: requests.Session | None = getattr(self._local, "session", None)
+        if held is None:
+            # image/deadline's session: its pools note each connection, for the deadline's watchdog
+            held = self._local.session = session()
+        return held
+
+    # -- bounded exchanges ---------------------------------------------------------
+
+    def _count(self, answered: bool, why: str = "") -> None:
+        with self._lock:
+            if answered:
+                self.answered += 1
+            else:
+                self.unanswered += 1
+                self.last_unanswered = why
+
+    def note_bad_reply(self, label: str, exc: BadServerReply) -> str:
+        """Keep "LABEL: why" for the report (the first BAD_REPLIES_KEPT; bad_reply_count counts all)."""
+        text = f"{label}: {exc}"[:300]
+        with self._lock:
+            self.bad_reply_count += 1
+            if len(self.bad_replies) < BAD_REPLIES_KEPT:
+                self.bad_replies.append(text)
+        return text
+
+    def never_answered(self) -> bool:
+        """Requests were made and none of them got an answer: the server never answers at all."""
+        return self.answered == 0 and self.unanswered > 0
+
+    def require_answer(self) -> None:
+        """NetworkError (exit 3) when the server never answered any request so far."""
+        if self.never_answered():
+            raise NetworkError(
+                f"no answer from {self.base_url}: {self.unanswered} request(s) sent, none answered (the last: "
+                f"{self.last_unanswered})",
+                hint="is the server up and serving on that port? pass a larger --timeout SECONDS for a slow one")
+
+    def _exchange(self, method: str, url: str, seconds: float, consume: Any, body: Any = None,
+                  why: str | None = None, sending: Any = None) -> Any:
+        """One request under one deadline of `seconds`, connect to last byte: consume(response) reads
+        it (the response still open, its body not read). RequestDeadline when the deadline passed,
+        BadServerReply for a compressed reply; a status of 400 or more is consume's to judge. sending()
+        is called once the watchdog runs, right before the request goes out (a timed request's start)."""
+        why = why or f"--timeout {self.timeout_s:g} s"
+        answered = False
+        watch: Watch | None = None
+        try:
+            with watched(seconds) as watch:
+                if sending is not None:
+                    sending()
+                with self._session().request(method, url, json=body, headers=self._headers, timeout=seconds,
+                                             stream=True) as resp:
+                    answered = True
+                    self._count(True)
+                    watch_body(watch, resp)
+                    encoding = resp.headers.get("Content-Encoding", "").strip().lower()
+                    if encoding not in ("", "identity"):
+                        raise BadServerReply(f"the reply is compressed (Content-Encoding {encoding[:40]}) though "
+                                             "identity was asked: its size could not be capped as it is read")
+                    result = consume(resp)
+        except Exception as exc:
+            # requests' own timeout (a read waits no longer than the deadline) is the deadline too
+            expired = watch is not None and watch.expired or isinstance(exc, requests.Timeout)
+            error = self._deadline(url, seconds, why, answered) if expired else exc
+            if not answered:
+                self._count(False, str(error) if expired else plain_network_reason(str(exc)))
+            raise error from None
+        if watch.expired:  # the watchdog cut it short: what was read is not the whole reply
+            raise self._deadline(url, seconds, why, answered)
+        return result
+
+    @staticmethod
+    def _deadline(url: str, seconds: float, why: str, answered: bool) -> RequestDeadline:
+        what = "the reply was not complete" if answered else "no answer"
+        return RequestDeadline(f"{what} within {seconds:.3g} s ({why}) from {url}", answered)
+
+    def _get_small(self, path: str) -> tuple[int, bytes]:
+        url = f"{self.base_url}{path}"
+
+        def consume(resp: requests.Response) -> tuple[int, bytes]:
+            return resp.status_code, read_capped(resp, SMALL_REPLY_BYTES)
+
+        result: tuple[int, bytes] = self._exchange("GET", url, min(PROBE_TIMEOUT_S, self.timeout_s), consume)
+        return result
+
+    def connect(self) -> None:
+        """Open this thread's connection before it is timed (a GET of /v1/models on its session):
+        the first timed request then pays no TCP set-up, as every later one on the connection.
+        A failure here is left to the timed request to report."""
+        try:
+            # Read to the end, so the connection goes back to the session's pool open.
+            self._get_small("/v1/models")
+        except (requests.RequestException, BadServerReply):
+            pass
+
+    # -- discovery ---------------------------------------------------------------
+
+    def list_models(self) -> list[str]:
+        status, data = self._get_small("/v1/models")
+        if status >= 400:
+            raise requests.HTTPError(f"HTTP {status} from {self.base_url}/v1/models: {excerpt(data)}")
+        obj = load_json(data)
+        models = obj.get("data") if isinstance(obj, dict) else None
+        if not isinstance(models, list) or not all(isinstance(m, dict) and isinstance(m.get("id"), str)
+                                                   for m in models):
+            raise BadServerReply(f"/v1/models is not OpenAI's list of models: {excerpt(data)}")
+        return [m["id"] for m in models]
+
+    def resolve_model(self) -> str:
+        if self.model is None:
+            models = self.list_models()
+            if not models:
+                raise RuntimeError(f"{self.base_url}/v1/models lists no model")
+            self.model = models[0]
+        return self.model
+
+    def engine_version(self) -> str | None:
+        """vLLM and SGLang answer GET /version; others (llama.cpp) do not. NetworkError when this is
+        the first request and the server does not answer it (require_answer)."""
+        try:
+            status, data = self._get_small("/version")
+            obj = load_json(data) if status == 200 else None
+            version = obj.get("version") if isinstance(obj, dict) else None
+            return str(version)[:200] if isinstance(version, (str, int, float)) and version != "" else None
+        except (requests.RequestException, BadServerReply):
+            self.require_answer()
+        return None
+
+    # -- requests ----------------------------------------------------------------
+
+    def _body(
+        self, api: str, prompt: str, max_tokens: int, temperature: float, extra: Mapping[str, Any] | None
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.resolve_model(),
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            "seed": 0,
+        }
+        if api == CHAT:
+            body["messages"] = [{"role": "user", "content": prompt}]
+        elif api == COMPLETIONS:
+            body["prompt"] = prompt
+        else:
+            raise ValueError(f"unknown api {api!r}")
+        body.update(extra or {})
+        return body
+
+    def _url(self, api: str) -> str:
+        return f"{self.base_url}/v1/chat/completions" if api == CHAT else f"{self.base_url}/v1/completions"
+
+    def complete(
+        self,
+        api: str,
+        prompt: str,
+        max_tokens: int,
+        temperature: float = 0.0,
+        logprobs: bool = False,
+        extra: Mapping[str, Any] | None = None,
+        label: str = "request",
+    ) -> Completion:
+        """One non-streaming request. NetworkError when the server has never answered (this request
+        included); a BadServerReply is noted (bad_replies) and raised."""
+        body = self._body(api, prompt, max_tokens, temperature, extra)
+        if logprobs:
+            if api == CHAT:
+                body.update({"logprobs": True, "top_logprobs": 1})
+            else:
+                body["logprobs"] = 1
+        url = self._url(api)
+
+        def consume(resp: requests.Response) -> Any:
+            if resp.status_code >= 400:
+                raise requests.HTTPError(f"{resp.status_code} from {url}: {error_text(resp)}", response=resp)
+            return load_json(read_capped(resp, reply_cap(max_tokens)))
+
+        try:
+            obj = self._exchange("POST", url, self.timeout_s, consume, body)
+            delta = delta_from_object(obj)
+            tokens = _tokens_of(obj)
+        except BadServerReply as exc:
+            raise BadServerReply(self.note_bad_reply(label, exc)) from None
+        except requests.RequestException:
+            self.require_answer()
+            raise
+        usage = sane_usage(delta, max_tokens)[0]
+        return Completion(delta.content, delta.reasoning, tokens, usage, delta.finish_reason)
+
+    def timed_request(
+        self,
+        api: str,
+        prompt: str,
+        max_tokens: int,
+        stream: bool = True,
+        temperature: float = 0.0,
+        extra: Mapping[str, Any] | None = None,
+        *,
+        label: str = "request",
+        seconds: float | None = None,
+        why: str | None = None,
+    ) -> RequestRecord:
+        """Send one request and record when each piece of output arrived.
+
+        Failures become a record with ok=False rather than an exception: under load, one failed
+        request is a result to report, not a reason to stop. `seconds`: its deadline (default
+        --timeout), `why` the words that name it in the error; `label` names the request in a
+        BadServerReply's sentence ("c=8 request 5: event 3: ...").
+        """
+        body = self._body(api, prompt, max_tokens, temperature, extra)
+        if stream:
+            body["stream"] = True
+            # Servers that know it put exact token counts in a final chunk.
+            body.setdefault("stream_options", {"include_usage": True})
+        got = Reading(max_tokens)
+        started = [time.perf_counter()]
+
+        def sending() -> None:  # the watchdog's start-up is not the server's time
+            started[0] = time.perf_counter()
+
+        try:
+            self._exchange("POST", self._url(api), self.timeout_s if seconds is None else seconds,
+                           lambda resp: got.read(resp, stream), body, why, sending)
+            error = None
+        except BadServerReply as exc:
+            self.note_bad_reply(label, exc)
+            error = f"BadServerReply: {exc}"[:300]  # without the label: a level's errors are its distinct ones
+        except (requests.RequestException, ServerError, TruncatedStream, ValueError, OSError) as exc:
+            error = f"{type(exc).__name__}: {exc}"[:300]
+        end = time.perf_counter()
+        return RequestRecord(
+            ok=error is None,
+            error=error,
+            streamed=stream,
+            start=started[0],
+            end=end,
+            chunk_times=tuple(got.chunk_times),
+            usage_tokens=got.usage,
+            content="".join(got.content),
+            reasoning="".join(got.reasoning),
+            finish_reason=got.finish,
+            reasoning_chunks=got.reasoning_chunks,
+            content_chunks=got.content_chunks,
+            reads=len(got.reads),
+            # max_tokens ran out while the model was still thinking: no answer was reached.
+            ended_in_reasoning=got.finish == "length" and got.last_kind == "reasoning",
+            usage_rejected=got.usage_rejected,
+        )
+
+
+def _tokens_of(obj: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """Per-token strings from a logprobs block, chat or completions shape (obj passed
+    delta_from_object: its choices are a list of objects); BadServerReply for another shape."""
+    choices = obj.get("choices") or []
+    if not choices:
+        return None
+    lp = choices[0].get("logprobs")
+    if not lp:
+        return None
+    if not isinstance(lp, dict):
+        raise BadServerReply(f"choices[0].logprobs is {type(lp).__name__}, not an object")
+    if isinstance(lp.get("content"), list):  # chat shape
+        if not all(isinstance(item, dict) for item in lp["content"]):
+            raise BadServerReply("choices[0].logprobs.content holds an entry that is not an object")
+        return tuple(str(item.get("token", ""))[:1000] for item in lp["content"])
+    if isinstance(lp.get("tokens"), list):  # completions shape
+        return tuple(str(t)[:1000] for t in lp["tokens"])
+    return None
