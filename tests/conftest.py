@@ -6,16 +6,16 @@ import os
 import sys
 from pathlib import Path
 
-# Test support is not in the package: tests/support/ (this folder, on sys.path as pytest's rootdir) and
-# patches/checklib/ (the one test server, which the bundled checks use too). Processes the tests start
-# (`python -m support.reasoner`, `-m patchctl.cli` with a fake server) find them through PYTHONPATH.
-_HERE = Path(__file__).resolve().parent
-_SUPPORT_PATHS = [str(_HERE), str(_HERE.parent / "patches")]
-for _entry in reversed(_SUPPORT_PATHS):
-    if _entry not in sys.path:
-        sys.path.insert(0, _entry)
+# Test support is not in the package: tests/support/ and tests/checklib (a link to patches/checklib/,
+# whose testserver.py is the one test server, which the bundled checks use too). This folder is on
+# sys.path as pytest's rootdir; processes the tests start (`python -m support.reasoner`, `-m
+# patchctl.cli` with a fake server) find it through PYTHONPATH. Never patches/ itself: its vllm/ and
+# sglang/ folders would pass for the engines' packages.
+_HERE = str(Path(__file__).resolve().parent)
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)
 os.environ["PYTHONPATH"] = os.pathsep.join(
-    _SUPPORT_PATHS + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p not in _SUPPORT_PATHS])
+    [_HERE] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != _HERE])
 
 import pytest  # noqa: E402
 from support.builders import StoreBuilder, write_tree  # noqa: E402
