@@ -28,7 +28,6 @@ KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {
     ("patchctl.cli.commands.revert", "patchctl.cli.commands.apply"): "issue 34 item 2: one service",
     ("patchctl.cli.commands.matrix", "patchctl.cli.commands.status"): "issue 34 item 2: one service",
     ("patchctl.cli.commands.smoke", "patchctl.cli.commands.validate"): "issue 34 item 2: one service",
-    ("patchctl.sources.spec", "patchctl.sources.registry"): "issue 34: EngineRef below the kinds (a circle with types)",
     ("patchctl.tree.lock", "patchctl.tree.journal"): "issue 34 item 4: the lock yields a session (a circle with types)",
 }
 # ---------------------------------------------------------------------------------------------

@@ -18,8 +18,8 @@ from patchctl.sources.files import FileSource, ProgressSink
 
 if TYPE_CHECKING:
     from patchctl.sources.index import IndexFile, PackageIndex
+    from patchctl.sources.refs import EngineRef
     from patchctl.sources.release import ReleaseSource
-    from patchctl.sources.spec import EngineRef
 
 # GitPython (which runs `git version` at import) and requests are imported where they are used, so
 # that building a SourceContext, as every command does, costs nothing on the hot paths.

@@ -17,11 +17,12 @@ from patchctl.sources.kinds.image import IMAGE
 from patchctl.sources.kinds.installed import INSTALLED
 from patchctl.sources.kinds.nightly import NIGHTLY
 from patchctl.sources.kinds.release import EXACT, LATEST
+from patchctl.sources.refs import KIND_SUFFIX
 
 if TYPE_CHECKING:
     from patchctl.core.engines import Engine
     from patchctl.sources.fetch import SourceContext, Upstream
-    from patchctl.sources.spec import EngineRef
+    from patchctl.sources.refs import EngineRef
 
 KINDS: tuple[UpstreamKind, ...] = (
     INSTALLED,
@@ -36,6 +37,7 @@ KINDS: tuple[UpstreamKind, ...] = (
 )
 
 _BY_NAME = {k.name: k for k in KINDS}
+KIND_SUFFIX.update({k.name: k.suffix for k in KINDS})  # how an EngineRef prints itself
 
 
 def kind_named(name: str) -> UpstreamKind:

@@ -11,26 +11,14 @@ is the same as `git:SHA`.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
-
-from packaging.version import Version
-
-from patchctl.core.engines import Engine, get_engine
+from patchctl.core.engines import get_engine
 from patchctl.core.errors import UsageError
 from patchctl.sources import registry
+from patchctl.sources.refs import EngineRef
+
+__all__ = ["KINDS", "EngineRef", "parse_spec", "shown"]  # EngineRef: importing it from here loads the registry
 
 KINDS = registry.names()
-
-
-class EngineRef(NamedTuple):
-    engine: Engine
-    kind: str  # one of KINDS; "installed" when no VERSION was given
-    version: Version | None = None  # for "exact"
-    git_ref: str | None = None  # for "git"; the commit for "commit"
-    path: str | None = None  # for "path" (a directory) and "file" (a wheel or sdist)
-
-    def __str__(self) -> str:
-        return self.engine.name + registry.kind_named(self.kind).suffix(self)
 
 
 def shown(text: str) -> str:

@@ -149,7 +149,7 @@ def test_engines_yaml_is_checked_by_its_schema():
     from patchctl.core.schemas import problem
     from patchctl.core.yamlio import load_yaml
 
-    raw = load_yaml(resources.files("patchctl").joinpath("engines.yaml").read_text())
+    raw = load_yaml(resources.files("patchctl.core").joinpath("engines.yaml").read_text())
     assert problem("engines", raw) is None
     broken = dict(raw, vllm={k: v for k, v in raw["vllm"].items() if k != "version"})
     assert "version" in (problem("engines", broken) or "")

@@ -16,7 +16,7 @@ from patchctl.sources.kinds.nightly import nightly_kind, nightly_root, wheel_ind
 if TYPE_CHECKING:
     from patchctl.core.engines import Engine
     from patchctl.sources.fetch import SourceContext, Upstream
-    from patchctl.sources.spec import EngineRef
+    from patchctl.sources.refs import EngineRef
 
 _SHA = re.compile(r"[0-9a-f]{7,40}")
 

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from patchctl.sources.fetch import SourceContext, Upstream
     from patchctl.sources.files import FileSource
     from patchctl.sources.index import IndexFile
-    from patchctl.sources.spec import EngineRef
+    from patchctl.sources.refs import EngineRef
 
 INSTALL_HINT = "name a version, nightly, commit:SHA, git:REF or file:PATH"
 SMOKE_WHAT = ("smoke checks need a release or a build: ENGINE@X.Y.Z, @latest, @nightly, "

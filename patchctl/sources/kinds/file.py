@@ -29,8 +29,8 @@ if TYPE_CHECKING:
     from patchctl.sources.fetch import SourceContext
     from patchctl.sources.files import FileSource
     from patchctl.sources.index import IndexFile
+    from patchctl.sources.refs import EngineRef
     from patchctl.sources.release import ReleaseSource
-    from patchctl.sources.spec import EngineRef
 
 
 class File(Refusals):

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from patchctl.image.manifest import Image, Layer
     from patchctl.image.registry import Repository
     from patchctl.sources.fetch import SourceContext
-    from patchctl.sources.spec import EngineRef
+    from patchctl.sources.refs import EngineRef
 
 PREFIX = "image:"
 

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from patchctl.core.engines import Engine
     from patchctl.sources.fetch import SourceContext, Upstream
     from patchctl.sources.kinds import PinnedBuild
-    from patchctl.sources.spec import EngineRef
+    from patchctl.sources.refs import EngineRef
 
 
 class Installed(Refusals):

@@ -16,7 +16,7 @@ from patchctl.sources.kinds.common import Build
 if TYPE_CHECKING:
     from patchctl.core.engines import Engine
     from patchctl.sources.fetch import SourceContext
-    from patchctl.sources.spec import EngineRef
+    from patchctl.sources.refs import EngineRef
 
 
 class Nightly(Build):

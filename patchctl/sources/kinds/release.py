@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from patchctl.core.engines import Engine
     from patchctl.sources.fetch import SourceContext, Upstream
     from patchctl.sources.files import FileSource
-    from patchctl.sources.spec import EngineRef
+    from patchctl.sources.refs import EngineRef
 
 
 class _Release:
