@@ -17,7 +17,7 @@ from patchctl.core.schemas import problem, schema
 from patchctl.core.yamlio import load_yaml
 
 REPO = Path(__file__).resolve().parent.parent
-SCHEMAS = sorted(p.stem for p in (REPO / "patchctl" / "schemas").glob("*.json"))
+SCHEMAS = sorted(p.stem for p in (REPO / "patchctl" / "core" / "schemas").glob("*.json"))
 COMMITTED = (
     [("series", p) for p in sorted((REPO / "patches").glob("*/series.yaml"))]
     + [("patch", p) for p in sorted((REPO / "patches").glob("*/*/patch.yaml"))]
@@ -31,7 +31,7 @@ def test_the_documents_patchctl_reads_have_schemas():
 
 @pytest.mark.parametrize("name", SCHEMAS)
 def test_each_schema_is_a_valid_draft7_schema(name):
-    doc = json.loads((REPO / "patchctl" / "schemas" / f"{name}.json").read_text(encoding="utf-8"))
+    doc = json.loads((REPO / "patchctl" / "core" / "schemas" / f"{name}.json").read_text(encoding="utf-8"))
     assert doc.get("$schema") == "http://json-schema.org/draft-07/schema#"
     jsonschema.Draft7Validator.check_schema(doc)
     fastjsonschema.compile(doc)
@@ -126,7 +126,7 @@ def test_the_generated_validator_is_the_schemas_own(name):
     """scripts/compile_schemas.py was run after the last schema edit (else patchctl compiles in memory)."""
     from patchctl.core.schemas import generated_module, module_name
 
-    generated = REPO / "patchctl" / "schemas" / "compiled" / f"{module_name(name)}.py"
+    generated = REPO / "patchctl" / "core" / "schemas" / "compiled" / f"{module_name(name)}.py"
     assert generated.read_text(encoding="utf-8") == generated_module(name), "run scripts/compile_schemas.py"
 
 
@@ -143,7 +143,7 @@ def test_no_validator_code_is_read_from_the_cache(fresh_cache):
     marker = fresh_cache / "ran"
     planted = compile(f"open({str(marker)!r}, 'w').close()\ndef validate(data):\n    return data\n", "<planted>", "exec")
     for name in SCHEMAS:
-        raw = (REPO / "patchctl" / "schemas" / f"{name}.json").read_bytes()
+        raw = (REPO / "patchctl" / "core" / "schemas" / f"{name}.json").read_bytes()
         key = hashlib.sha256(b"\0".join((raw, fastjsonschema.VERSION.encode(), sys.version.encode()))).hexdigest()[:16]
         planted_file = fresh_cache / "validators" / f"{name}-{key}.marshal"
         planted_file.parent.mkdir(parents=True, exist_ok=True)
