@@ -188,8 +188,13 @@ def test_every_command_s_documents_validate(tmp_path, builder, seen, monkeypatch
     from support.reasoner import ReasonerServer
 
     with ReasonerServer() as served:
-        run("validate", "vllm", "--url", served.base_url, "--concurrency", "1", "--requests", "1", "--max-tokens", "4",
-            "--out", str(tmp_path / "v" / "serve.json"))
+        # twice, so that the report's every section is there: golden and baseline recorded, then compared
+        quick = ("--url", served.base_url, "--concurrency", "1", "--requests", "1", "--max-tokens", "4",
+                 "--golden", str(tmp_path / "golden.json"), "--baseline-dir", str(tmp_path / "baselines"),
+                 "--model", "m", "--engine-version", "1")
+        run("validate", "vllm", *quick, "--record-golden", "--update-baseline", "--out", str(tmp_path / "v" / "s.json"))
+        report = run("validate", "vllm", *quick)["report"]
+        assert report["golden"]["mode"] == "compared" and report["baseline"]["status"] == "compared", report
     run("validate", "vllm", "--url", "ftp://nowhere", expect=2)
 
     # a usage error click finds, for every command, and a command line that names none
