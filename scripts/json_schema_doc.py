@@ -54,6 +54,8 @@ def _cell(text: str) -> str:
 
 def type_of(node: dict[str, Any]) -> str:
     """A schema node in a few words: `string or null`, `[patch]`, `"patchctl/1"`."""
+    if node.get("$ref") == "#":
+        return "this document"
     if "$ref" in node and len(node) <= 2:  # a $ref (with at most a description beside it)
         target = node["$ref"].rsplit("/", 1)[-1]
         return "object" if target.endswith(".json") or target == "distribution" else f"[{target}](#{target.replace('_', '-')})"
