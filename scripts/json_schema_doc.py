@@ -28,9 +28,9 @@ schemas' descriptions, then run `python scripts/json_schema_doc.py --write`. -->
 Every `--json` document has a JSON Schema (draft 2020-12) in the package, in
 `patchctl/core/schemas/output/`: `envelope.json` for the keys every document shares, and one schema
 per command (`apply.json` serves `apply` and `ensure`), which `$ref`s it. A document's `command` names
-its schema. The schemas are closed: a key they do not list is an error, except inside the few open
-objects this page marks *open* (and says why). In the tables, *always* marks the keys a document
-without an `error` always has.
+its schema. The schemas are closed: a key they do not list is an error (patchctl alone writes every
+object), except in maps whose keys are data, as `matrix`'s `versions` (`{engine: count}`). In the
+tables, *always* marks the keys a document without an `error` always has.
 """
 
 DEPLOYMENT = """\
