@@ -45,7 +45,7 @@ def test_every_error_class_lives_in_errors_py():
     root = Path(patchctl.__file__).parent
     elsewhere = []
     for path in root.rglob("*.py"):
-        if path == root / "errors.py":
+        if path == root / "core" / "errors.py":
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ClassDef):

@@ -94,3 +94,35 @@ def validate(name: str, document: Any, where: str, *, error: type[PatchctlError]
     if wrong is not None:
         raise error(f"{where}: {wrong}", hint=hint)
     return document
+
+
+# The documents patchctl WRITES (`--json`) have schemas too, in output/: one per document shape (apply's
+# also serves ensure), each `$ref`-ing output/envelope.json for the keys every document shares. They are
+# for readers of the output and for the tests (tests/test_output_schemas.py validates every command's
+# real documents with jsonschema); patchctl never validates its own output at run time, so nothing is
+# compiled for them. docs/json-schema.md is generated from them (scripts/json_schema_doc.py).
+OUTPUT = "output"
+
+
+def output_schema(name: str) -> dict[str, Any]:
+    """output/<name>.json (`envelope`, `apply`, `status`, ...)."""
+    text = resources.files("patchctl.core.schemas").joinpath(OUTPUT).joinpath(f"{name}.json").read_text(encoding="utf-8")
+    loaded: dict[str, Any] = json.loads(text)
+    return loaded
+
+
+def output_schema_names() -> list[str]:
+    """Every schema in output/, envelope first."""
+    names = sorted(p.name[:-len(".json")] for p in resources.files("patchctl.core.schemas").joinpath(OUTPUT).iterdir()
+                   if p.name.endswith(".json"))
+    return ["envelope", *(n for n in names if n != "envelope")]
+
+
+def output_schema_of(command: str) -> str:
+    """The output schema of the documents whose `command` is `command` (`ensure` → `apply`): read from each
+    schema's `command` property, so a new schema needs no table here."""
+    for name in output_schema_names()[1:]:
+        spec = output_schema(name)["properties"]["command"]
+        if command in spec.get("enum", [spec.get("const")]):
+            return name
+    raise KeyError(f"no output schema for command {command!r}")
