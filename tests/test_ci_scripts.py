@@ -115,6 +115,8 @@ def test_workflow_triggers_jobs_and_gpu_gate():
     assert "git push" not in WORKFLOW.read_text()
     pr = next(s for s in jobs["merge"]["steps"] if "create-pull-request" in s.get("uses", ""))
     assert pr["with"]["branch"].startswith("bot/") and pr["with"]["body-path"] == "pr-body.md"
+    # a pull request the default token opens starts no workflow: ci.yml would never test the new release
+    assert pr["with"]["token"] == "${{ secrets.NIGHTLY_PR_TOKEN || github.token }}"
     assert jobs["merge"]["permissions"] == {"contents": "write", "pull-requests": "write", "issues": "write"}
 
 
