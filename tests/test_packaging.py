@@ -56,7 +56,9 @@ def fresh_venv(path: Path) -> Path:
 
 
 def run_tool(exe: Path, *args: str, cwd: Path) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "PATCHCTL_STORE"}
+    # Nothing of the checkout on the tool's path: PYTHONPATH (set by a contributor, and by
+    # tests/conftest.py to the test support) would import patchctl, or its tests, from there.
+    env = {k: v for k, v in os.environ.items() if k not in ("PATCHCTL_STORE", "PYTHONPATH")}
     proc = subprocess.run([str(exe), *args, "--json"], cwd=cwd, capture_output=True, text=True, env=env)
     doc = json.loads(proc.stdout)
     assert proc.returncode == 0, (args, proc.stdout[-2000:], proc.stderr[-2000:])
