@@ -95,12 +95,12 @@ def select(changed: list[str], store, all_cases: list[tuple[str, str]], store_di
             "cases": chosen}
 
 
-def changed_paths(base: str | None, head: str) -> list[str] | None:
+def changed_paths(base: str | None, head: str, repo: Path = ROOT) -> list[str] | None:
     """`git diff --name-only BASE...HEAD`, or None where there is no such diff (no BASE, an
     all-zero one, or a BASE this clone lacks): the caller then runs every case."""
     if not base or base == NO_COMMIT:
         return None
-    proc = subprocess.run(["git", "diff", "--name-only", f"{base}...{head}"], cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run(["git", "diff", "--name-only", f"{base}...{head}"], cwd=repo, capture_output=True, text=True)
     if proc.returncode != 0:
         print(f"smoke_cases: git diff {base}...{head} failed: {proc.stderr.strip()}", file=sys.stderr)
         return None

@@ -212,14 +212,27 @@ def test_the_tool_or_the_smoke_machinery_changed_runs_every_case(smoke_store, pa
     assert doc["all"] is True and doc["cases"] == cases and doc["reasons"] == [f"every case: {path}"]
 
 
-def test_no_diff_to_make_runs_every_case_and_a_diff_gives_its_paths():
-    assert smoke_cases.changed_paths(None, "HEAD") is None
-    assert smoke_cases.changed_paths(smoke_cases.NO_COMMIT, "HEAD") is None  # a branch's first push
-    assert smoke_cases.changed_paths("f" * 40, "HEAD") is None  # a base this clone does not have
-    assert smoke_cases.changed_paths("HEAD", "HEAD") == []
-    first = subprocess.run(["git", "rev-list", "--max-parents=0", "HEAD"], cwd=ROOT, capture_output=True,
-                           text=True, check=True).stdout.split()[0]
-    assert "pyproject.toml" in smoke_cases.changed_paths(first, "HEAD")
+def test_no_diff_to_make_runs_every_case_and_a_diff_gives_its_paths(tmp_path):
+    """In a repository of its own: CI's checkouts are shallow, so the checkout's history is not there."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
+                              capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q")
+    (tmp_path / "README.md").write_text("a\n")
+    git("add", "-A")
+    git("commit", "-qm", "first")
+    first = git("rev-parse", "HEAD")
+    (tmp_path / "patches" / "vllm" / "p").mkdir(parents=True)
+    (tmp_path / "patches" / "vllm" / "p" / "patch.yaml").write_text("title: t\n")
+    git("add", "-A")
+    git("commit", "-qm", "second")
+    changed = smoke_cases.changed_paths
+    assert changed(first, "HEAD", tmp_path) == ["patches/vllm/p/patch.yaml"]
+    assert changed("HEAD", "HEAD", tmp_path) == []
+    assert changed(None, "HEAD", tmp_path) is None
+    assert changed(smoke_cases.NO_COMMIT, "HEAD", tmp_path) is None  # a branch's first push
+    assert changed("f" * 40, "HEAD", tmp_path) is None  # a base this clone does not have
 
 
 def test_the_script_names_cases_pytest_collects_and_writes_the_matrix_list(tmp_path, monkeypatch):
