@@ -3,7 +3,7 @@
 scripts/generate_variants.py, ...}` from their sources and the real releases.
 
     python3 scripts/generate_variants.py [--check] [--only NAME] [--source PATH=FILE] [--kernel FILE]
-        [--store DIR] [--pristine-root DIR] [--index-url URL] [--offline]
+        [--store DIR] [--pristine-root DIR] [--index-url URL] [--offline] [--release VERSION ...]
 
 Today these are vllm/triton-sparse-mla (the Triton sparse MLA backend; its kernel,
 kernels/sparse_mla/triton_sparse_mla.py, is the source of truth and is shipped verbatim) and its
@@ -437,11 +437,15 @@ def recipe_for(patch: Patch) -> Recipe:
     return recipe
 
 
-def release_versions(patch: Patch, ctx, pristine_root: Path | None) -> list[Version]:
+def release_versions(patch: Patch, ctx, pristine_root: Path | None,
+                     releases: list[Version] | None = None) -> list[Version]:
     """The releases the patch claims (its applies_to), ascending: from the package index, or the
-    trees present under --pristine-root."""
+    trees present under --pristine-root, or `releases` (--release; the tests pass the committed
+    matrix's rows, so a new upstream release does not change what they generate)."""
     dist = get_engine(patch.engine).dist
-    if pristine_root:
+    if releases is not None:
+        candidates = list(releases)
+    elif pristine_root:
         names = (re.fullmatch(rf"{re.escape(dist)}-(\d[^-]*)-sdist", d.name) for d in pristine_root.iterdir())
         candidates = [Version(m.group(1)) for m in names if m]
     else:
@@ -509,7 +513,8 @@ def applies(variant: bytes, tree: Path) -> bool:
 
 
 def generate(patch: Patch, ctx=None, *, sources: dict[str, Path] | None = None,
-             pristine_root: Path | None = None, repo: Path | None = None) -> Generated:
+             pristine_root: Path | None = None, repo: Path | None = None,
+             releases: list[Version] | None = None) -> Generated:
     """Every variant file of `patch` as its recipe, its sources and the real releases give them.
     `sources` replaces listed sources by other files; the rest are read below `repo` (default:
     the folder that holds the patch's store)."""
@@ -529,7 +534,7 @@ def generate(patch: Patch, ctx=None, *, sources: dict[str, Path] | None = None,
     touched: dict[str, list[str]] = {}
     shipped_by: dict[str, dict[str, bytes]] = {}
     current: str | None = None
-    for version in release_versions(patch, ctx, pristine_root):
+    for version in release_versions(patch, ctx, pristine_root, releases):
         tree = pristine_tree(patch, version, ctx, pristine_root)
         shipped = shipped_for(recipe, tree, data)
         variant, result = make_variant(patch, recipe, shipped, tree)
@@ -602,6 +607,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="<root>/<dist>-<v>-sdist trees (default: patchctl's cached pristine trees)")
     ap.add_argument("--index-url", help="package index (default: pip's configuration)")
     ap.add_argument("--offline", action="store_true", help="use only patchctl's cache")
+    ap.add_argument("--release", action="append", type=Version, metavar="VERSION",
+                    help="only this release (repeatable; default: every release the index lists)")
     args = ap.parse_args(argv)
 
     from patchctl.sources import fetch
@@ -625,7 +632,7 @@ def main(argv: list[str] | None = None) -> int:
     problems: list[str] = []
     for patch in patches:
         generated = generate(patch, ctx, sources=sources, pristine_root=args.pristine_root,
-                             repo=store.root.resolve().parent)
+                             repo=store.root.resolve().parent, releases=args.release)
         print(f"== {patch.engine}/{patch.name}")
         for version, name in generated.chosen.items():
             print(f"  {version}: {name}")

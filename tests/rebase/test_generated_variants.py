@@ -1,7 +1,9 @@
 """Generated variants (patch.yaml `generated_by`) match their sources: every such patch is regenerated
 from its sources and the real releases, and must give exactly the committed variant files and their
 series.yaml pins. A kernel edit committed without regenerating and re-pinning fails here. (And the
-shape of `generated_by` that the store accepts.)"""
+shape of `generated_by` that the store accepts.) The releases are the committed compat_matrix.yaml's
+rows (support.releases), not the index's listing: a new upstream release reaches these tests
+through the nightly's pull request, never by itself."""
 from __future__ import annotations
 
 import hashlib
@@ -11,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.releases import committed_releases
 
 from patchctl.core.errors import StoreError
 from patchctl.store.series import Store
@@ -24,6 +27,11 @@ def _generator(path: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def releases(engine: str) -> list:
+    """What the generator iterates here: the committed matrix's rows of the engine."""
+    return [version for _, version in committed_releases(engine)]
 
 
 def _declared():
@@ -80,7 +88,7 @@ def test_some_patches_declare_generated_variants():
 @pytest.mark.parametrize("patch", _declared(), ids=lambda p: f"{p.engine}/{p.name}")
 def test_committed_variants_and_pins_are_what_the_sources_give(patch):
     generator = _generator(patch.generated_by["generator"])
-    generated = generator.generate(patch, repo=REPO)
+    generated = generator.generate(patch, repo=REPO, releases=releases(patch.engine))
     assert generated.variants, "the generator made no variant"
     assert not differences(patch, generated.variants), (
         "regenerate (python3 scripts/generate_variants.py), review, then `patchctl pin`:\n"
@@ -102,14 +110,15 @@ def test_a_changed_kernel_line_is_reported(tmp_path):
     kernel.write_text("".join(lines))
 
     generator = _generator(patch.generated_by["generator"])
-    generated = generator.generate(patch, repo=REPO, sources={KERNEL: kernel})
+    generated = generator.generate(patch, repo=REPO, sources={KERNEL: kernel}, releases=releases(patch.engine))
     problems = differences(patch, generated.variants)
     committed = {v.filename for v in patch.variants}
     assert {p.split(":")[0] for p in problems} == committed, problems
     assert all(any(n in p for p in generator.differences(generated)) for n in committed)
 
     proc = subprocess.run([sys.executable, str(REPO / "scripts" / "generate_variants.py"), "--check",
-                           "--only", "triton-sparse-mla", "--kernel", str(kernel)],
+                           "--only", "triton-sparse-mla", "--kernel", str(kernel),
+                           *(f"--release={v}" for v in releases(patch.engine))],
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     for name in committed:
@@ -134,8 +143,8 @@ def test_each_release_family_ships_its_own_backend_source(tmp_path):
     assert changed.read_text() != text
 
     generator = _generator(patch.generated_by["generator"])
-    base = generator.generate(patch, repo=REPO)
-    other = generator.generate(patch, repo=REPO, sources={v24: changed})
+    base = generator.generate(patch, repo=REPO, releases=releases(patch.engine))
+    other = generator.generate(patch, repo=REPO, sources={v24: changed}, releases=releases(patch.engine))
     from packaging.version import Version
     new_family = {n for v, n in base.chosen.items() if Version(v) >= Version("0.24")}
     old_family = {n for v, n in base.chosen.items() if Version(v) < Version("0.24")}
@@ -145,3 +154,26 @@ def test_each_release_family_ships_its_own_backend_source(tmp_path):
     assert differ == new_family, (differ, new_family)
     for name in new_family:
         assert b"+# one changed line" in other.variants[name]
+
+
+def test_the_generator_iterates_the_committed_rows_whatever_the_index_lists(tmp_path, monkeypatch, fresh_cache):
+    """An index listing every committed vLLM release and a newer one: the releases the tests above
+    generate for are the committed rows the patch claims, and the index's newer one is not among them."""
+    from packaging.version import Version
+    from support.builders import build_wheel
+    from support.index_server import IndexServer
+
+    from patchctl.sources.fetch import SourceContext
+
+    generator = _generator("scripts/generate_variants.py")
+    patch = Store.open(REPO / "patches").series("vllm").get("triton-sparse-mla")
+    committed = releases("vllm")
+    files = tmp_path / "files"
+    with IndexServer(files) as server:
+        for version in [*committed, Version("999.0")]:
+            server.add("vllm", build_wheel(files, "vllm", str(version), {"vllm/__init__.py": ""}))
+        ctx = SourceContext(index_url=server.url)
+        from_index = generator.release_versions(patch, ctx, None)
+        chosen = generator.release_versions(patch, ctx, None, releases(patch.engine))
+    assert Version("999.0") in from_index  # the stand-in index does list it (the script's default)
+    assert chosen == [v for v in committed if patch.in_range(v)] and len(chosen) >= 10
