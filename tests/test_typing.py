@@ -14,7 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "patchctl"
-GENERATED = PACKAGE / "schemas" / "compiled"
+GENERATED = PACKAGE / "core" / "schemas" / "compiled"
 
 
 @pytest.mark.skipif(importlib.util.find_spec("mypy") is None,

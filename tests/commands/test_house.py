@@ -320,7 +320,9 @@ def test_sigint_at_random_moments_is_130_without_a_traceback(tmp_path):
         subprocess.run(argv, capture_output=True, env=env, check=True)
         return time.monotonic() - start
 
-    whole = duration(cmd)
+    # The shortest of three whole runs: one run measured on a loaded machine (a neighbour's burst) was
+    # long enough that most later signals came after the end (CI, 2026-12-05: 16 of 24 finished first).
+    whole = min(duration(cmd) for _ in range(3))
     bare = min(duration([sys.executable, "-c", "pass"]) for _ in range(3))  # the interpreter's own start-up
     rng = random.Random(20261201)
     seen: dict[str, int] = {}
