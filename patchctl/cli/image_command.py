@@ -1,23 +1,21 @@
-"""`apply --image REF --to REF2` and `status --image REF`: the commands' image branch. Each runs the
-command's own tree operation (`apply.run` / `status.run` on `--target DIR`) on the tree read out of
-the image (image/patch.py), and adds the `image` section to the command's document."""
+"""`apply --image REF --to REF2`, `status --image REF` and `revert --image`: the commands' image
+branch. tree/image.py runs the service on the tree read out of the image and returns typed results;
+this maps them to the command's document (cli/tree_documents.py, as on a directory) and adds the
+`image` section."""
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING
-
-from packaging.version import Version
 
 from patchctl.cli.image_options import ImageOptions
 from patchctl.core.errors import EXIT_OK
 from patchctl.sources.spec import parse_spec
 
 if TYPE_CHECKING:
-    from patchctl.cli.options import WriteRules as Options
+    from patchctl.patching.options import Options
     from patchctl.sources.fetch import SourceContext
     from patchctl.store.series import Store
     from patchctl.tree.journal import Selection
+    from patchctl.tree.stores import Stores
 
 
 def series_paths(store: Store, engine: str, allow_modified: bool) -> list[str]:
@@ -32,60 +30,57 @@ def series_paths(store: Store, engine: str, allow_modified: bool) -> list[str]:
     return list(dict.fromkeys(paths))
 
 
-# A command's own run on a tree (commands/apply.run, commands/status.run), handed in by the command:
-# this module never imports the command modules that import it.
-TreeRun = Callable[..., tuple[dict, int]]
-
-
-def apply(tree_run: TreeRun, spec: str, image: ImageOptions, store: Store, ctx: SourceContext, options: Options, *,
+def apply(spec: str, image: ImageOptions, stores: Stores, ctx: SourceContext, options: Options, *,
           keep_going: bool, dry_run: bool, force: bool, wait: float,
           selection: Selection | None = None) -> tuple[dict, int]:
     from patchctl import __version__
     from patchctl.cli.progress import progress_for
+    from patchctl.cli.tree_documents import apply_document
     from patchctl.image.reference import parse_reference
-    from patchctl.tree.find import TargetSpec
+    from patchctl.tree import service
     from patchctl.tree.image import apply_image
 
     ref = parse_spec(spec)
     source = parse_reference(image.ref)
     assert image.to is not None  # image_options(writes=True) requires it
     dest = parse_reference(image.to)
-    paths = series_paths(store, ref.engine.name, options.allow_modified)
-    docs: list[dict] = []
-
-    def operation(root: Path, _version: Version | None) -> tuple[dict, int]:
-        doc, code = tree_run(spec, store, ctx, options, TargetSpec(target_dir=str(root)),
-                            keep_going=keep_going, dry_run=dry_run, wait=wait, force=force, selection=selection)
-        docs.append(doc)
-        return doc, code
-
-    section, code = apply_image(source, dest, ref.engine, paths, operation, insecure=image.insecure,
-                                progress=progress_for(), dry_run=dry_run, patchctl_version=__version__)
-    doc = _combined(docs, section, code)
-    return doc, code
+    paths = series_paths(stores.store, ref.engine.name, options.allow_modified)
+    request = service.ApplyRequest(stores, options, ctx, service.Mode.APPLY, selection, keep_going, dry_run,
+                                   force, wait)
+    done = apply_image(source, dest, ref, paths, request, insecure=image.insecure, progress=progress_for(),
+                       patchctl_version=__version__)
+    docs = [apply_document(run, "apply", dry_run=dry_run)[0] for run in done.runs]
+    return _combined(docs, done.section, done.code), done.code
 
 
-def status(tree_run: TreeRun, spec: str, image: ImageOptions, *, wait: float) -> tuple[dict, int]:
+def status(spec: str, image: ImageOptions, *, wait: float) -> tuple[dict, int]:
+    from patchctl.cli.documents import document
     from patchctl.cli.progress import progress_for
+    from patchctl.cli.tree_documents import status_document
     from patchctl.image.reference import parse_reference
-    from patchctl.tree.find import TargetSpec
     from patchctl.tree.image import status_image
 
     ref = parse_spec(spec)
     source = parse_reference(image.ref)
+    digest, found = status_image(source, ref, wait=wait, insecure=image.insecure, progress=progress_for())
     docs: list[dict] = []
-
-    def operation(root: Path, version: Version | None) -> tuple[dict, int]:
-        doc, code = tree_run(spec, TargetSpec(target_dir=str(root), as_version=version), wait=wait)
+    platforms: list[dict] = []
+    code = EXIT_OK
+    for p in found:
+        if p.result is None:
+            platforms.append({"platform": p.platform, "state": "not-applied", "patch_set": None,
+                              "layers_read": 0, "message": "no patchctl layer in the image's history"})
+            continue
+        doc, one = status_document(p.result)
+        code = max(code, one)
+        # One dict: the platform's entry, and (the first) the document itself, as it always was.
+        doc.update(platform=p.platform, patch_set=p.patch_set, layers_read=p.layers_read, root=p.root)
         docs.append(doc)
-        return doc, code
-
-    section, code = status_image(source, ref.engine, operation, insecure=image.insecure, progress=progress_for())
+        platforms.append(doc)
+    section = {"from": str(source), "digest": digest, "platforms": platforms}
     if docs:
         doc = _combined(docs, section, code)
     else:
-        from patchctl.cli.documents import document
-
         doc = document("status", code, engine=ref.engine.name, state="not-applied",
                        message=f"no patches applied to {source}: no patchctl layer in its history", image=section)
     return doc, code

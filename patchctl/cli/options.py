@@ -119,14 +119,25 @@ def store_option(f: F) -> F:
     """`--store DIR` (repeatable), `PATCHCTL_STORE` (a path list) and the config's `stores:` → `store`:
     the user's stores layered over the bundled patch set, which comes last (`--no-bundled`: without
     it). Opened inside the command's error handling."""
+    return _store_flags(f, "store", _layered_store)
 
-    def build(stores: tuple[str, ...], no_bundled: bool) -> Any:
-        from patchctl.store.series import Store
 
-        return Store.layered(list(stores), bundled=not no_bundled)
+def _layered_store(stores: tuple[str, ...], no_bundled: bool) -> Any:
+    from patchctl.store.series import Store
 
+    return Store.layered(list(stores), bundled=not no_bundled)
+
+
+def _named_stores(stores: tuple[str, ...], no_bundled: bool) -> Any:
+    from patchctl.tree.stores import Stores
+
+    # Named: the command line chose the stores, so a tree's recorded ones give way (tree.stores.decide).
+    return Stores(_layered_store(stores, no_bundled), named=bool(stores) or no_bundled)
+
+
+def _store_flags(f: F, name: str, build: Callable[..., Any]) -> F:
     return _apply(
-        _inject(f, "store", build, "stores", "no_bundled"),
+        _inject(f, name, build, "stores", "no_bundled"),
         click.option("--store", "stores", multiple=True, type=click.Path(file_okay=False), metavar="DIR",
                      help="A patch store of yours, layered over the bundled one (repeatable; also PATCHCTL_STORE, "
                           "a path list, and `stores:` in the config file)."),
@@ -259,24 +270,15 @@ def apply_options(f: F) -> F:
     )
 
 
-class WriteRules(NamedTuple):
-    """The apply engine's Options as apply/ensure's flags give them, without importing the engine:
-    `ensure` on an intact tree never evaluates a patch (tree.operations turns these into Options
-    when it does). The fields are Options' own, in its order."""
-
-    strict: bool = True
-    allow_modified: bool = False
-    applied: frozenset[str] = frozenset()
-    fuzz_refusal: str = "--strict forbids fuzz"
-
-
 def write_options(f: F) -> F:
     """For commands that write an engine (apply, ensure): strict by default, as dpkg-source and Yocto
     are — a hunk that only applies with reduced context is refused unless --allow-fuzz. → `options`
-    (WriteRules)."""
+    (the apply engine's Options, from its own module: the engine itself is not imported)."""
 
     def build(allow_fuzz: bool, strict: bool, allow_modified: bool) -> Any:
-        return WriteRules(strict=not allow_fuzz, allow_modified=allow_modified,
+        from patchctl.patching.options import Options
+
+        return Options(strict=not allow_fuzz, allow_modified=allow_modified,
                           fuzz_refusal="apply refuses fuzz by default: review the hunks with `patchctl check`, "
                                        "rebase the patch, or pass --allow-fuzz")
 
@@ -329,7 +331,13 @@ def selection_options(f: F) -> F:
     )
 
 
+def stores_option(f: F) -> F:
+    """store_option for the commands that write a tree → `stores` (a tree.stores.Stores: the store, and
+    whether --store/--no-bundled named it, which decides between it and the tree's recorded stores)."""
+    return _store_flags(f, "stores", _named_stores)
+
+
 def writer_options(f: F) -> F:
-    """Everything apply and ensure share: the target, where base files come from, the store, which
+    """Everything apply and ensure share: the target, where base files come from, the stores, which
     patches, the strict writing rules and the lock wait."""
-    return _apply(f, target_options, fetch_options, store_option, selection_options, write_options, wait_option)
+    return _apply(f, target_options, fetch_options, stores_option, selection_options, write_options, wait_option)

@@ -19,6 +19,7 @@ from patchctl.core import outcomes as O
 from patchctl.core.errors import StoreError
 from patchctl.core.paths import outside_packages
 from patchctl.patching.hunks import FilePatch, FileResult, Hunk, ParsedVariant, apply_hunks, parse_variant, split_lines
+from patchctl.patching.options import Options
 from patchctl.sources.files import FileSource
 from patchctl.store.series import Patch, Variant, choose_variant
 
@@ -61,13 +62,6 @@ class SeriesResult(NamedTuple):
 
     def outcome_of(self, name: str) -> PatchOutcome:
         return next(o for o in self.outcomes if o.name == name)
-
-
-class Options(NamedTuple):
-    strict: bool = False  # fuzz counts as a failure (the default when writing: apply, ensure)
-    allow_modified: bool = False  # accept variants whose bytes differ from the series pin
-    applied: frozenset[str] = frozenset()  # patches a state record says we applied (already-applied vs upstreamed)
-    fuzz_refusal: str = "--strict forbids fuzz"  # the way out, in the words of the command that refused
 
 
 BaseFiles = Callable[[Version], FileSource]

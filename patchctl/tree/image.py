@@ -1,15 +1,15 @@
 """apply and status on an image. The engine's files are read out of the layers into a staging tree
 (only the files the series can touch, their bytecode, the dist-info METADATA and the `.patchctl/`
-record), and that tree is handed to the caller's tree operation: the very `apply --target` (or
-`status --target`) patchctl runs on a directory, so the series, the variant choice, all-or-nothing
-and the refusal of fuzz are the tree's own. What the operation changed in the staging tree becomes
-one new layer; every platform of an index that holds the engine is patched, all of them or none
-(the push happens only after every platform applied), and the ones without the engine are named.
+record), and that tree goes through the service (tree.service) as `apply --target` (or `status
+--target`) on a directory does, so the series, the variant choice, all-or-nothing and the refusal
+of fuzz are the tree's own; the typed results come back for the command to render. What apply
+changed in the staging tree becomes one new layer; every platform of an index that holds the
+engine is patched, all of them or none (the push happens only after every platform applied), and
+the ones without the engine are named.
 """
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -27,16 +27,14 @@ from patchctl.image.repository import open_repository
 if TYPE_CHECKING:
     from patchctl.core.engines import Engine
     from patchctl.sources.files import ProgressSink
+    from patchctl.sources.spec import EngineRef
     from patchctl.tree.journal import StateRecord
-
-# The tree operation: given the staging import root (and the version to assume when no dist-info
-# was read: status reads only the layers from patchctl's upward), run apply/status there.
-TreeOperation = Callable[[Path, "Version | None"], tuple[dict, int]]
+    from patchctl.tree.service import ApplyRequest, ApplyRun, StatusResult
 
 
 class PlatformResult(NamedTuple):
     platform: str
-    doc: dict  # the tree operation's document
+    run: ApplyRun  # the service's apply on the staging tree
     code: int
     image: M.Image
     found: L.Found | None
@@ -63,10 +61,21 @@ def _platform_images(repo: Repository, manifest: Manifest) -> tuple[list[tuple[d
     return out, index
 
 
-def apply_image(source: ImageRef, dest: ImageRef, engine: Engine, paths: list[str], operation: TreeOperation, *,
-                insecure: bool = False, progress: ProgressSink | None = None, dry_run: bool = False,
-                patchctl_version: str = "") -> tuple[dict, int]:
-    """The image section of apply's document; nothing is pushed unless every platform applied."""
+class ImageApply(NamedTuple):
+    section: dict  # the image section of apply's document
+    code: int
+    runs: tuple[ApplyRun, ...]  # per platform applied, in the section's order
+
+
+def apply_image(source: ImageRef, dest: ImageRef, ref: EngineRef, paths: list[str], request: ApplyRequest, *,
+                insecure: bool = False, progress: ProgressSink | None = None,
+                patchctl_version: str = "") -> ImageApply:
+    """The service's apply on every platform's engine tree; nothing is pushed unless every platform applied."""
+    from patchctl.core.errors import EXIT_OK, EXIT_PATCH_FAILED
+    from patchctl.tree import service
+    from patchctl.tree.find import TargetSpec
+
+    engine, dry_run = ref.engine, request.dry_run
     repo = open_repository(source, insecure=insecure, progress=progress)
     top = repo.manifest(source.target)
     images, index = _platform_images(repo, top)
@@ -86,9 +95,9 @@ def apply_image(source: ImageRef, dest: ImageRef, engine: Engine, paths: list[st
                 left_out.append({"platform": image.platform, "reason": exc.message})
                 continue
             before = L.snapshot(found.local)
-            doc, code = operation(found.local, None)
-            result = PlatformResult(image.platform, doc, code, image, found)
-            if code == 0 and not dry_run:
+            run = service.apply(ref, TargetSpec(target_dir=str(found.local)), request)
+            result = PlatformResult(image.platform, run, EXIT_OK if run.ok else EXIT_PATCH_FAILED, image, found)
+            if result.code == EXIT_OK and not dry_run:
                 result = _new_layer(result, staged, before, folder, engine, patchctl_version)
             results.append(result)
         if not results:
@@ -98,11 +107,11 @@ def apply_image(source: ImageRef, dest: ImageRef, engine: Engine, paths: list[st
         pushed = None
         if not failed and not dry_run:
             pushed = _push(repo, dest, results, index, insecure=insecure, progress=progress)
-        return {
+        return ImageApply({
             "from": str(source), "to": str(dest), "source_digest": top.digest,
             "digest": pushed.digest if pushed else None, "pushed": pushed is not None,
             "platforms": [_platform_json(r) for r in results], "left_out": left_out,
-        }, max(r.code for r in results)
+        }, max(r.code for r in results), tuple(r.run for r in results))
 
 
 def _platform_json(r: PlatformResult) -> dict:
@@ -193,24 +202,34 @@ def _push(repo: Repository, dest: ImageRef, results: list[PlatformResult], index
     return pushed
 
 
-def status_image(source: ImageRef, engine: Engine, operation: TreeOperation, *, insecure: bool = False,
-                 progress: ProgressSink | None = None) -> tuple[dict, int]:
-    """Per platform: the tree status of the files read from the first patchctl layer upward (the
+class PlatformStatus(NamedTuple):
+    platform: str
+    patch_set: str | None  # the image's patch-set label
+    layers_read: int
+    root: str | None  # the engine's import root in the image; None: no patchctl layer, nothing read
+    result: StatusResult | None
+
+
+def status_image(source: ImageRef, ref: EngineRef, *, wait: float = 30.0, insecure: bool = False,
+                 progress: ProgressSink | None = None) -> tuple[str, list[PlatformStatus]]:
+    """Per platform: the service's status of the files read from the first patchctl layer upward (the
     layers below it are never pulled); an image without a patchctl layer is `not-applied` without
-    reading any layer."""
+    reading any layer. Returns the image's digest and the platforms."""
+    from patchctl.tree import service
+    from patchctl.tree.find import TargetSpec, find_target
+
+    engine = ref.engine
     repo = open_repository(source, insecure=insecure, progress=progress)
     top = repo.manifest(source.target)
     images, _ = _platform_images(repo, top)
     wanted = L.engine_filter(engine, lambda rel: True)
     platforms = []
-    code = 0
     with tempfile.TemporaryDirectory(prefix="patchctl-image-") as work:
         for number, (_, image) in enumerate(images):
             ours = M.patchctl_layers(image.config)
             label = ((image.config.get("config") or {}).get("Labels") or {}).get(M.PATCH_SET_LABEL)
             if not ours:
-                platforms.append({"platform": image.platform, "state": "not-applied", "patch_set": None,
-                                  "layers_read": 0, "message": "no patchctl layer in the image's history"})
+                platforms.append(PlatformStatus(image.platform, None, 0, None, None))
                 continue
             layers = M.layers_of(image.doc)[ours[0]:]
             staged = L.read_layers(repo, layers, wanted, Path(work) / f"p{number}", progress,
@@ -219,12 +238,11 @@ def status_image(source: ImageRef, engine: Engine, operation: TreeOperation, *, 
             root = found.local if found else _record_root(staged, engine)
             recorded = _record(root, engine)
             version = None if found or recorded is None else Version(recorded.version)
-            doc, one = operation(root, version)
-            code = max(code, one)
-            doc.update(platform=image.platform, patch_set=label, layers_read=len(layers),
-                       root="/" + str(root.relative_to(staged.folder)))
-            platforms.append(doc)
-    return {"from": str(source), "digest": top.digest, "platforms": platforms}, code
+            target = find_target(ref, TargetSpec(target_dir=str(root), as_version=version))
+            platforms.append(PlatformStatus(image.platform, label, len(layers),
+                                            "/" + str(root.relative_to(staged.folder)),
+                                            service.status(target, wait=wait)))
+    return top.digest, platforms
 
 
 def _record_root(staged: L.Staged, engine: Engine) -> Path:

@@ -9,7 +9,7 @@ import hashlib
 import os
 import stat
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -19,11 +19,8 @@ from patchctl.core import config
 from patchctl.core import outcomes as O
 from patchctl.core.engines import Engine
 from patchctl.core.errors import (
-    ConflictError,
-    Drifted,
     EnvironmentProblem,
     PatchFailed,
-    RecordUnmet,
     StateDamaged,
     StoreError,
     UsageError,
@@ -44,8 +41,8 @@ from patchctl.tree.journal import (
 if TYPE_CHECKING:
     # The apply engine (the diff reader, the store, packaging.requirements under it) is imported by
     # apply() only: status and revert read the state record and hash files, nothing more.
-    from patchctl.cli.options import WriteRules
-    from patchctl.patching.evaluate import BaseFiles, Options, SeriesResult
+    from patchctl.patching.evaluate import BaseFiles, SeriesResult
+    from patchctl.patching.options import Options
     from patchctl.sources.files import FileSource, Provenance
     from patchctl.store.series import Patch
 
@@ -140,128 +137,15 @@ class ApplyReport(NamedTuple):
     note: str
     state_before: str = "not-applied"
     record: StateRecord | None = None  # what is applied now
-    unlocked: str | None = None  # ensure on a tree nothing may be written into: why, read without the lock
+    failure: tuple[str, str] | None = None  # patches that do not apply (message, hint): nothing was written
 
 
-def apply(target: Target, patches: Callable[[], tuple[Patch, ...]], *, options: Options | WriteRules,
-          base_files: BaseFiles | None, keep_going: bool = False, dry_run: bool = False, wait: float = 0.0,
-          force: bool = False, fingerprint: str | None = None, ensure: bool = False,
-          selection: Selection | None = None, stores: tuple[StoreRef, ...] = ()) -> ApplyReport:
-    """patches: the whole series, called only when it must be evaluated (ensure on an intact target
-    never parses the store). selection: which of them (None: for ensure the record's choice, for
-    apply every patch).
-    stores: the layers the series comes from, recorded. ensure: stop at "intact, from this very series
-    and choice" — systemd runs it before every start —, refuse a tree changed by hand instead of
-    taking it over, and fail (RecordUnmet) when a patch the record lists is gone from the series."""
-    from patchctl.store.series import select
-
-    st = target.state()
-    with st.locked(wait, read_only_ok=ensure) as unlocked:
-        if unlocked is not None:
-            return _ensure_read_only(target, patches, unlocked, fingerprint, selection)
-        recovered = st.recover()
-        current = status(target)
-        record = current.record
-        # ensure keeps the record's choice; apply sets it (no --patch/--exclude: every patch).
-        chosen = selection if selection is not None else (record.selection if record and ensure else Selection())
-        if ensure and record is not None and selection is not None and selection != record.selection:
-            raise UsageError(f"the tree's record chose {_describe_selection(record.selection)}; this asks for "
-                             f"{_describe_selection(selection)}",
-                             hint=f"changing the set is an explicit `patchctl apply {target.engine.name}` with "
-                                  f"--patch/--exclude")
-        if ensure and current.state == "intact" and fingerprint is not None:
-            assert record is not None  # status() says "intact" only about a record it loaded
-            if record.store_fingerprint == fingerprint:
-                return ApplyReport(None, (), recovered, "patches intact: nothing to do", "intact", record)
-        if current.state == "modified" and (ensure or not force):
-            raise Drifted(current)
-        series = patches()
-        if ensure and record is not None:
-            _require_recorded(target, record, series)
-        picked = select(series, chosen.patches, chosen.exclude, target.engine.name)
-        applied = {p.name for p in record.patches if p.outcome in O.WRITES} if record else set()
-        dropped = applied - {p.name for p in picked}
-        plan = _Plan(chosen, stores, fingerprint)
-        if current.state == "intact" and dropped:
-            # A smaller set than is applied: the files are computed again from their pristine bytes.
-            return _rebuild_locked(target, st, current, picked, plan, options=options, base_files=base_files,
-                                   keep_going=keep_going, dry_run=dry_run, recovered=recovered)
-        return _apply_locked(target, st, current, picked, plan, options=options, base_files=base_files,
-                             keep_going=keep_going, dry_run=dry_run, recovered=recovered)
-
-
-def _ensure_read_only(target: Target, patches: Callable[[], tuple[Patch, ...]], unlocked: str,
-                      fingerprint: str | None, selection: Selection | None) -> ApplyReport:
-    """ensure on a tree nothing may be written into (a read-only mount, a service user) and no
-    interrupted write in it (locked() checked): exit 0 without writing when the tree is intact by the
-    record's fingerprints — the recorded patches, from stores that give the same variants (sha256) and
-    the same choice —, else exit 3 with what needs writing and how to let it be written."""
-    from patchctl.store.series import choose_variant, select, variant_sha256
-
-    current = status(target)
-    record = current.record
-    fix = (f"make the tree writable for this run (the owner of the environment, a read-write mount), then "
-           f"`patchctl ensure {target.engine.name}`")
-    why = f"cannot lock {target.state().dir}: {unlocked}"
-    if current.state != "intact" or record is None:
-        raise EnvironmentProblem(f"{why}, and the tree needs writing: {current.message}", hint=fix)
-    if selection is not None and selection != record.selection:
-        raise EnvironmentProblem(f"{why}, and this asks for another choice of patches than the record's", hint=fix)
-    note = f"patches intact; read without the lock ({why}): nothing may be written, and nothing needed writing"
-    if record.store_fingerprint is not None and record.store_fingerprint == fingerprint:
-        return ApplyReport(None, (), False, note, "intact", record, unlocked)
-    series = patches()
-    _require_recorded(target, record, series)
-    picked = {p.name: p for p in select(series, record.selection.patches, record.selection.exclude, target.engine.name)}
-    recorded = {p.name: p for p in record.patches}
-    for name, patch in picked.items():
-        choice = choose_variant(patch, target.version)
-        had = recorded.get(name)
-        variant = None if choice.variant is None else choice.variant.filename
-        if had is None or had.variant != variant or (had.sha256 is not None
-                                                     and had.sha256 != variant_sha256(patch, variant)):
-            raise EnvironmentProblem(f"{why}, and {name} in the store differs from what the record says was "
-                                     f"applied: the tree needs writing", hint=fix)
-    return ApplyReport(None, (), False, note, "intact", record, unlocked)
-
-
-def _engine_options(options: Options | WriteRules) -> Options:
-    """The apply engine's Options (imported only here, when a patch is evaluated)."""
-    from patchctl.patching.evaluate import Options
-
-    return options if isinstance(options, Options) else Options(*options)
-
-
-class _Plan(NamedTuple):
+class Plan(NamedTuple):
     """What a write records besides the files: the choice, the stores, the store fingerprint."""
 
     selection: Selection
     stores: tuple[StoreRef, ...]
     fingerprint: str | None
-
-
-def _describe_selection(selection: Selection) -> str:
-    if selection.everything:
-        return "every patch of the series"
-    text = "only " + ", ".join(selection.patches) if selection.patches is not None else "every patch"
-    return text + (f" except {', '.join(selection.exclude)}" if selection.exclude else "")
-
-
-def _require_recorded(target: Target, record: StateRecord, series: tuple[Patch, ...]) -> None:
-    """Every patch the record lists as written (or found applied) must still be in the series."""
-    names = {p.name for p in series}
-    gone = [p for p in record.patches if p.outcome in (*O.WRITES, O.ALREADY_APPLIED) and p.name not in names]
-    if gone:
-        p = gone[0]
-        where = (f"the store {p.store.path} ({p.store.kind})" if p.store
-                 else "its store (the record is older than patchctl-state/3)")
-        raise RecordUnmet(
-            f"{', '.join(g.name for g in gone)} {'is' if len(gone) == 1 else 'are'} recorded as applied to "
-            f"{target.root} from {where}, which no longer has {'it' if len(gone) == 1 else 'them'}: ensure does "
-            f"not start the engine without a patch the record lists",
-            hint=f"put the patch back into its store, or change the set explicitly: `patchctl apply "
-                 f"{target.engine.name} --exclude {gone[0].name}` (or `patchctl revert {target.engine.name} --patch "
-                 f"{gone[0].name}`)")
 
 
 def _origins(picked: tuple[Patch, ...], result: SeriesResult) -> dict[str, tuple[StoreRef, str | None]]:
@@ -278,8 +162,8 @@ def _origins(picked: tuple[Patch, ...], result: SeriesResult) -> dict[str, tuple
     return out
 
 
-def _apply_locked(target: Target, st: TargetState, current: TargetStatus, patches: tuple[Patch, ...], plan: _Plan, *,
-                  options: Options | WriteRules, base_files: BaseFiles | None, keep_going: bool, dry_run: bool,
+def apply_locked(target: Target, st: TargetState, current: TargetStatus, patches: tuple[Patch, ...], plan: Plan, *,
+                  options: Options, base_files: BaseFiles | None, keep_going: bool, dry_run: bool,
                   recovered: bool) -> ApplyReport:
     from patchctl.patching import evaluate
 
@@ -296,9 +180,10 @@ def _apply_locked(target: Target, st: TargetState, current: TargetStatus, patche
         record = record._replace(files=carried, patches=()) if carried else None
     applied = frozenset(p.name for p in record.patches) if record else frozenset()
     result = evaluate.evaluate(patches, target.version, _TreeSource(target, leftovers),
-                                   options=_engine_options(options)._replace(applied=applied), base_files=base_files)
+                                   options=options._replace(applied=applied), base_files=base_files)
     if not result.ok and not keep_going:
-        raise _failed(target, result, [o for o in result.outcomes if o.outcome == O.CONFLICT])
+        return ApplyReport(result, (), recovered, "", current.state,
+                           failure=_failed(target, [o for o in result.outcomes if o.outcome == O.CONFLICT]))
     if dry_run:
         return ApplyReport(result, (), recovered, "dry run: nothing written", current.state)
     changes = [c._replace(before=st.read_tree(c.path, st.state_file)) if c.path in leftovers else c
@@ -324,8 +209,8 @@ def _origins_changed(record: StateRecord, origins: dict[str, tuple[StoreRef, str
                if p.outcome in (*O.WRITES, O.ALREADY_APPLIED))
 
 
-def _rebuild_locked(target: Target, st: TargetState, current: TargetStatus, patches: tuple[Patch, ...], plan: _Plan, *,
-                    options: Options | WriteRules, base_files: BaseFiles | None, keep_going: bool, dry_run: bool,
+def rebuild_locked(target: Target, st: TargetState, current: TargetStatus, patches: tuple[Patch, ...], plan: Plan, *,
+                    options: Options, base_files: BaseFiles | None, keep_going: bool, dry_run: bool,
                     recovered: bool) -> ApplyReport:
     """An intact tree brought to a smaller set of patches: the chosen ones evaluated on the pristine
     bytes the record keeps, every file of the others put back as it was (mtime and bytecode), one
@@ -336,9 +221,10 @@ def _rebuild_locked(target: Target, st: TargetState, current: TargetStatus, patc
     assert record is not None  # only an intact record is rebuilt
     pristine = {f.path: (None if f.pristine_sha256 is None else st.blob(f.pristine_sha256)) for f in record.files}
     result = evaluate.evaluate(patches, target.version, _TreeSource(target, frozenset(), pristine),
-                               options=_engine_options(options)._replace(applied=frozenset()), base_files=base_files)
+                               options=options._replace(applied=frozenset()), base_files=base_files)
     if not result.ok and not keep_going:
-        raise _failed(target, result, [o for o in result.outcomes if o.outcome == O.CONFLICT])
+        return ApplyReport(result, (), recovered, "", current.state,
+                           failure=_failed(target, [o for o in result.outcomes if o.outcome == O.CONFLICT]))
     if dry_run:
         return ApplyReport(result, (), recovered, "dry run: nothing written", current.state)
     wanted = {c.path: c.after for c in result.changes}
@@ -424,10 +310,10 @@ class _TreeSource:
         return self._tree.provenance()
 
 
-def _failed(target: Target, result: SeriesResult, bad: list) -> ConflictError:
-    return ConflictError(
+def _failed(target: Target, bad: list) -> tuple[str, str]:
+    return (
         f"{len(bad)} patch(es) do not apply: {', '.join(o.name for o in bad)}; nothing was written",
-        result, hint=f"the outcome table and each failing hunk with the upstream lines around it are below "
+        f"the outcome table and each failing hunk with the upstream lines around it are below "
                      f"(--json: `patches`); `patchctl rebase {target.engine.name} --onto {target.version}` carries "
                      f"the patches onto this release; --keep-going applies the others",
     )
@@ -481,7 +367,7 @@ def _check_writable(root: Path, paths: list[str]) -> None:
 
 
 def _merge_record(target: Target, st: TargetState, old: StateRecord | None, result: SeriesResult,
-                  changes: list, plan: _Plan, origins: dict[str, tuple[StoreRef, str | None]]) -> StateRecord:
+                  changes: list, plan: Plan, origins: dict[str, tuple[StoreRef, str | None]]) -> StateRecord:
     files = {f.path: f for f in (old.files if old else ())}
     for change in changes:
         if change.path in files:
@@ -555,47 +441,6 @@ def revert(target: Target, *, force: bool = False, wait: float = 0.0) -> RevertR
         return RevertReport(tuple(c.path for c in changes), tuple(skipped), recovered, "")
 
 
-def revert_patches(target: Target, names: tuple[str, ...], patches: Callable[[], tuple[Patch, ...]], *,
-                   options: Options | WriteRules, base_files: BaseFiles | None, wait: float = 0.0) -> ApplyReport:
-    """`revert --patch P`: P taken out of an intact tree, the other applied patches left applied (their
-    files computed again from the pristine bytes), the record's choice updated so `ensure` keeps P out.
-    A patch still applied that depends on P is refused (exit 2) unless it is named too."""
-    from patchctl.store.series import dependents, unknown_names
-
-    st = target.state()
-    with st.locked(wait):
-        recovered = st.recover()
-        current = status(target)
-        record = current.record
-        if record is None:
-            raise UsageError(f"nothing to revert: no patches applied to {target.engine.name} at {target.root}")
-        if current.state != "intact":
-            raise PatchFailed(f"{current.message}; `revert --patch` takes one patch out of an intact tree only",
-                              hint=f"`patchctl ensure {target.engine.name}` first, or `patchctl revert "
-                                   f"{target.engine.name}` for every patch")
-        applied = [p.name for p in record.patches if p.outcome in (*O.WRITES, O.ALREADY_APPLIED)]
-        series = patches()
-        unknown_names(series, names, target.engine.name)
-        not_applied = [n for n in names if n not in applied]
-        if not_applied:
-            raise UsageError(f"{', '.join(not_applied)} {'is' if len(not_applied) == 1 else 'are'} not applied to "
-                             f"{target.root} (applied: {', '.join(applied) or 'none'})")
-        needs = dependents(series, names, applied)
-        if needs:
-            name, deps = next(iter(needs.items()))
-            raise UsageError(f"{name} is applied and depends on {', '.join(deps)}: refusing to take "
-                             f"{', '.join(deps)} out alone",
-                             hint=f"name it too: `patchctl revert {target.engine.name} "
-                                  + " ".join(f"--patch {n}" for n in [*names, *needs]) + "`")
-        keep = [p for p in series if p.name in applied and p.name not in names]
-        old = record.selection
-        selection = (old._replace(patches=tuple(n for n in old.patches if n not in names))
-                     if old.patches is not None else old._replace(exclude=tuple(dict.fromkeys([*old.exclude, *names]))))
-        plan = _Plan(selection, record.stores, record.store_fingerprint)
-        return _rebuild_locked(target, st, current, tuple(keep), plan, options=options, base_files=base_files,
-                               keep_going=False, dry_run=False, recovered=recovered)
-
-
 def repair_from_release(target: Target, release: FileSource, paths: list[str], *, wait: float = 0.0) -> RevertReport:
     """The way out of a damaged record or journal: every file in `paths` (what the series touches at
     this version, and whatever the dist-info RECORD says differs) back to the release's own bytes,
@@ -619,5 +464,5 @@ def repair_from_release(target: Target, release: FileSource, paths: list[str], *
                             f"restored {len(changes)} file(s) from {target.engine.dist} {target.version} itself")
 
 
-__all__ = ["Drifted", "StateDamaged", "Target", "apply", "check_paths", "checked_status", "repair_from_release",
-           "revert", "revert_patches", "status"]
+__all__ = ["StateDamaged", "Target", "apply_locked", "check_paths", "checked_status", "rebuild_locked",
+           "repair_from_release", "revert", "status"]

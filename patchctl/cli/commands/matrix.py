@@ -53,12 +53,11 @@ def image_status(store: Store, ctx: SourceContext) -> ImageStatus:
     """(engine, image) -> the `image` section of `patchctl status ENGINE --image REF`: the image's
     digest and, per platform, its state and patch-set fingerprint (None where patchctl never
     patched it)."""
-    from patchctl.cli.commands import status
     from patchctl.cli.image_command import status as image_status_of
     from patchctl.cli.image_options import ImageOptions
 
     def one(engine: str, image: str) -> dict:
-        doc, _ = image_status_of(status.run, engine, ImageOptions(image, None, False), wait=30.0)
+        doc, _ = image_status_of(engine, ImageOptions(image, None, False), wait=30.0)
         return dict(doc["image"])
 
     return one

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING
 import click
 
 from patchctl.cli.commands.framework import patchctl_command
-from patchctl.cli.documents import document
 from patchctl.cli.image_options import ImageOptions, image_options
 from patchctl.cli.options import fetch_options, store_option, target_options, wait_option
 from patchctl.core.errors import EXIT_OK
@@ -19,40 +18,28 @@ if TYPE_CHECKING:
     from patchctl.sources.fetch import SourceContext
     from patchctl.store.series import Store
     from patchctl.tree.find import TargetSpec
-    from patchctl.tree.operations import RevertReport, Target
 
 
 def run(spec: str, where: TargetSpec, *, force: bool = False, wait: float = 0.0) -> tuple[dict, int]:
-    from patchctl.tree import operations as tgt
+    from patchctl.cli.tree_documents import revert_document
+    from patchctl.tree import service
     from patchctl.tree.find import find_target
 
     target = find_target(parse_spec(spec), where)
-    rep = tgt.revert(target, force=force, wait=wait)
-    return _document(target, rep), EXIT_OK
+    return revert_document(service.revert(target, force=force, wait=wait)), EXIT_OK
 
 
 def run_patches(spec: str, names: tuple[str, ...], where: TargetSpec, store: Store, ctx: SourceContext, *,
                 wait: float = 0.0) -> tuple[dict, int]:
-    """`revert --patch P`: P out, the other applied patches left applied (operations.revert_patches),
+    """`revert --patch P`: P out, the other applied patches left applied (tree.service.revert_patches),
     from the stores the tree's record names; the record's choice then leaves P out for `ensure`."""
-    from patchctl.cli.commands.apply import recorded_store
-    from patchctl.patching.evaluate import Options
-    from patchctl.sources.fetch import base_files_for
-    from patchctl.tree import operations as tgt
+    from patchctl.cli.tree_documents import revert_document
+    from patchctl.tree import service
     from patchctl.tree.find import find_target
+    from patchctl.tree.stores import Stores
 
     target = find_target(parse_spec(spec), where)
-    store = recorded_store(target, store)
-    rep = tgt.revert_patches(target, tuple(dict.fromkeys(names)), lambda: store.series(target.engine.name).patches,
-                             options=Options(), base_files=base_files_for(target.engine, ctx), wait=wait)
-    record = rep.record
-    kept = [p.name for p in record.patches] if record else []
-    message = (f"took {', '.join(names)} out ({len(rep.written)} file(s) written); still applied: "
-               f"{', '.join(kept) or 'none'}")
-    return document("revert", EXIT_OK, engine=target.engine.name, version=str(target.version),
-                    target=str(target.root), restored=list(rep.written), skipped=[], reverted=list(names),
-                    applied=kept, selection=record.selection.to_json() if record else None,
-                    message=message), EXIT_OK
+    return revert_document(service.revert_patches(target, names, Stores(store), ctx, wait=wait)), EXIT_OK
 
 
 def run_from_release(spec: str, where: TargetSpec, store: Store, ctx: SourceContext, *, wait: float = 0.0) -> tuple[dict, int]:
@@ -61,10 +48,12 @@ def run_from_release(spec: str, where: TargetSpec, store: Store, ctx: SourceCont
     own bytes (read from its artifact, checked against the wheel's RECORD). The variants are read as
     check and apply read them: pinned, and refused when they name a file outside the engine's packages
     (tree.operations.check_paths refuses it again before anything is written)."""
+    from patchctl.cli.tree_documents import revert_document
     from patchctl.sources import fetch
     from patchctl.tree import operations as tgt
     from patchctl.tree.edits import record_mismatches
     from patchctl.tree.find import find_target
+    from patchctl.tree.service import RevertResult
 
     target = find_target(parse_spec(spec), where)
     # Changed or missing files RECORD hashes (not files it does not list: the release has no bytes for them).
@@ -72,7 +61,7 @@ def run_from_release(spec: str, where: TargetSpec, store: Store, ctx: SourceCont
     release = fetch.release(target.engine, target.version, ctx)
     release.prefetch(sorted(paths))
     rep = tgt.repair_from_release(target, release, sorted(paths), wait=wait)
-    return _document(target, rep), EXIT_OK
+    return revert_document(RevertResult(target, rep.restored, rep.skipped, rep.recovered, rep.note)), EXIT_OK
 
 
 def series_paths(store: Store, engine: str, version: Version) -> list[str]:
@@ -87,15 +76,6 @@ def series_paths(store: Store, engine: str, version: Version) -> list[str]:
             outside_package(patch, choice.variant, parsed)
             paths.extend(parsed.paths)
     return paths
-
-
-def _document(target: Target, rep: RevertReport) -> dict:
-    message = rep.note or f"restored {len(rep.restored)} file(s) byte for byte"
-    if rep.skipped:
-        message += f"; {len(rep.skipped)} already pristine"
-    return document("revert", EXIT_OK, engine=target.engine.name, version=str(target.version),
-                    target=str(target.root), restored=list(rep.restored), skipped=list(rep.skipped),
-                    message=message)
 
 
 @patchctl_command("revert", example=(

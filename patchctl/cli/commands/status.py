@@ -6,75 +6,21 @@ from typing import TYPE_CHECKING
 import click
 
 from patchctl.cli.commands.framework import patchctl_command
-from patchctl.cli.documents import document
 from patchctl.cli.image_options import ImageOptions, image_options
 from patchctl.cli.options import WAIT, target_options
-from patchctl.core.errors import EXIT_OK, EXIT_PATCH_FAILED
 from patchctl.sources.spec import parse_spec
 
 if TYPE_CHECKING:
     from patchctl.cli.commands.text import Console
     from patchctl.tree.find import TargetSpec
-    from patchctl.tree.operations import Target
-
-EXIT_BY_STATE = {"intact": EXIT_OK, "not-applied": EXIT_OK, "wiped": EXIT_PATCH_FAILED,
-                 "version-changed": EXIT_PATCH_FAILED, "modified": EXIT_PATCH_FAILED}
 
 
 def run(spec: str, where: TargetSpec, *, wait: float = 30.0) -> tuple[dict, int]:
-    from patchctl.tree import operations as tgt
+    from patchctl.cli.tree_documents import status_document
+    from patchctl.tree import service
     from patchctl.tree.find import find_target
 
-    target = find_target(parse_spec(spec), where)
-    st, recovered, unlocked = tgt.checked_status(target, wait)
-    code = EXIT_BY_STATE[st.state]
-    record = st.record
-    unmanaged, warnings = _unmanaged(target)
-    if unlocked is not None:
-        warnings.insert(0, f"read without the lock: {target.state().dir} cannot be written ({unlocked}), and no "
-                           f"interrupted write is there to undo")
-    doc = document(
-        "status", code, engine=target.engine.name, version=str(target.version), target=str(target.root),
-        state=st.state, message=st.message + (" (recovered an interrupted run first)" if recovered else ""),
-        applied_version=record.version if record else None,
-        applied_at=record.applied_at if record else None,
-        applied=[p.to_json() for p in record.patches] if record else [],
-        # What ensure re-applies: the choice (--patch/--exclude; patches null: every patch of the
-        # series) and the stores, highest priority first.
-        selection=record.selection.to_json() if record else None,
-        stores=[s._asdict() for s in record.stores] if record else [],
-        # Which build the patches were applied to (a nightly's version, commit, URL); null for a
-        # record written before patchctl kept it, or with nothing applied. installed_build: what the
-        # tree is now, from its dist-info.
-        build=record.build._asdict() if record and record.build else None,
-        installed_build=target.build._asdict() if target.build else None,
-        files=[f._asdict() for f in st.files],
-        unmanaged=unmanaged, warnings=warnings,
-    )
-    doc["note"] = unmanaged_line(doc)  # printed after the message
-    return doc, code
-
-
-def _unmanaged(target: Target) -> tuple[list[str], list[str]]:
-    """Hand edits: .py files of the engine's packages that differ from the dist-info RECORD and that no
-    applied patch wrote. RECORD only (no network; a tree without one says nothing), and never a
-    reason to change the exit code: an intact patch set with a hand edit beside it is still intact."""
-    from patchctl.tree.edits import unmanaged
-
-    try:
-        return unmanaged(target), []
-    except OSError as exc:
-        return [], [f"could not look for hand edits in {target.root}: {exc}"]
-
-
-def unmanaged_line(doc: dict) -> str | None:
-    paths = doc.get("unmanaged") or []
-    if not paths:
-        return None
-    shown = ", ".join(paths[:10]) + (f" and {len(paths) - 10} more" if len(paths) > 10 else "")
-    files = "1 file differs" if len(paths) == 1 else f"{len(paths)} files differ"
-    return (f"{files} from {doc['engine']} {doc['version']} and belong{'s' if len(paths) == 1 else ''} to no patch: "
-            f"{shown}; `patchctl new {doc['engine']} NAME` turns {'it' if len(paths) == 1 else 'them'} into one")
+    return status_document(service.status(find_target(parse_spec(spec), where), wait=wait))
 
 
 def build_line(build: dict | None) -> str | None:
@@ -132,5 +78,5 @@ def command(spec: str, where: TargetSpec, wait: float, image: ImageOptions | Non
     if image:
         from patchctl.cli import image_command
 
-        return image_command.status(run, spec, image, wait=wait)
+        return image_command.status(spec, image, wait=wait)
     return run(spec, where, wait=wait)
