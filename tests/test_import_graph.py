@@ -21,12 +21,6 @@ import patchctl
 # checks. Remove an entry once its fix lands; test_known_exceptions_are_still_needed fails for an
 # entry that no longer occurs, so the list can only shrink.
 KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("patchctl.core.errors", "patchctl.patching.evaluate"): "issue 34: errors carry payloads typed from above",
-    ("patchctl.core.errors", "patchctl.tree.operations"): "issue 34: errors carry payloads typed from above",
-    ("patchctl.tree.operations", "patchctl.cli.options"): "issue 34 item 2: WriteRules, a CLI type, in the work",
-    ("patchctl.cli.commands.ensure", "patchctl.cli.commands.apply"): "issue 34 item 2: one service",
-    ("patchctl.cli.commands.revert", "patchctl.cli.commands.apply"): "issue 34 item 2: one service",
-    ("patchctl.cli.commands.matrix", "patchctl.cli.commands.status"): "issue 34 item 2: one service",
     ("patchctl.cli.commands.smoke", "patchctl.cli.commands.validate"): "issue 34 item 2: one service",
     ("patchctl.tree.lock", "patchctl.tree.journal"): "issue 34 item 4: the lock yields a session (a circle with types)",
 }

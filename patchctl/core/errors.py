@@ -16,13 +16,10 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # types of the payloads only; errors.py imports nothing of patchctl at run time
+if TYPE_CHECKING:  # errors.py imports nothing of patchctl: an error carries plain data, never a payload's type
     import json as _json
 
     import yaml as _yaml
-
-    from patchctl.patching.evaluate import SeriesResult
-    from patchctl.tree.operations import TargetStatus
 
     class BoundsError(_json.JSONDecodeError, _yaml.YAMLError):  # made at run time by __getattr__, below
         path: tuple[Any, ...] | None
@@ -148,21 +145,6 @@ class RecordUnmet(EnvironmentProblem):
     starts a server with a recorded patch missing (exit 3); changing the set is an explicit `apply`."""
 
     kind = "record-unmet"
-
-
-class Drifted(PatchFailed):
-    """Patched files were changed by hand since patchctl wrote them: never written over unasked."""
-
-    def __init__(self, current: TargetStatus):
-        super().__init__(current.message, hint="inspect the files; `patchctl revert --force` restores them, "
-                                                "`patchctl apply --force` takes them as they are")
-        self.status = current
-
-
-class ConflictError(PatchFailed):
-    def __init__(self, message: str, result: SeriesResult, hint: str | None = None):
-        super().__init__(message, hint=hint)
-        self.result = result
 
 
 # --- writing files (patchctl/core/atomic.py) ---
