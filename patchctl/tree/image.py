@@ -143,7 +143,8 @@ def _new_layer(result: PlatformResult, staged: L.Staged, before: dict[str, str],
     except OSError as exc:  # a full temporary folder: named, not a bare errno
         raise EnvironmentProblem(f"cannot write the new layer to {folder / 'layer.tar.gz'}: {exc.strerror or exc}",
                                  hint="set TMPDIR to a folder with room") from None
-    record = _record(found.local, engine)
+    # What the service just wrote; only a run that wrote nothing new has none, and its tree holds the record.
+    record = result.run.results[0].record or _record(found.local, engine)
     fingerprint = (record.store_fingerprint or "") if record else ""
     patches = [p.name for p in record.patches if p.outcome in O.WRITES] if record else []
     new = M.with_layer(result.image, layer.digest, layer.size, layer.diff_id, fingerprint=fingerprint,

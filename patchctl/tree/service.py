@@ -346,6 +346,37 @@ def revert_patches(target: Target, names: tuple[str, ...], stores: S.Stores, ctx
     return RevertResult(target, rep.written, (), rep.recovered, rep.note, names, rep.record)
 
 
+def revert_from_release(target: Target, store: Store, ctx: SourceContext, *, wait: float = 0.0) -> RevertResult:
+    """The way out of a damaged record or journal: no guess at what patchctl did. Every file the series
+    can touch at this version, and every file the dist-info RECORD says differs, gets the release's
+    own bytes (read from its artifact, checked against the wheel's RECORD). The variants are read as
+    check and apply read them: pinned, and refused when they name a file outside the engine's packages
+    (tree.operations.check_paths refuses it again before anything is written)."""
+    from patchctl.sources import fetch
+    from patchctl.tree.edits import record_mismatches
+
+    # Changed or missing files RECORD hashes (not files it does not list: the release has no bytes for them).
+    paths = set(_series_paths(store, target)) | {e.path for e in record_mismatches(target)}
+    release = fetch.release(target.engine, target.version, ctx)
+    release.prefetch(sorted(paths))
+    rep = ops.repair_from_release(target, release, sorted(paths), wait=wait)
+    return RevertResult(target, rep.restored, rep.skipped, rep.recovered, rep.note)
+
+
+def _series_paths(store: Store, target: Target) -> list[str]:
+    from patchctl.patching.evaluate import load_variant, outside_package
+    from patchctl.store.series import choose_variant
+
+    paths: list[str] = []
+    for patch in store.series(target.engine.name).patches:
+        choice = choose_variant(patch, target.version)
+        if choice.variant is not None:
+            parsed = load_variant(choice.variant, allow_modified=False)
+            outside_package(patch, choice.variant, parsed)
+            paths.extend(parsed.paths)
+    return paths
+
+
 @dataclass(frozen=True)
 class StatusResult:
     target: Target

@@ -13,7 +13,6 @@ from patchctl.core.errors import EXIT_OK
 from patchctl.sources.spec import parse_spec
 
 if TYPE_CHECKING:
-    from packaging.version import Version
 
     from patchctl.sources.fetch import SourceContext
     from patchctl.store.series import Store
@@ -49,33 +48,11 @@ def run_from_release(spec: str, where: TargetSpec, store: Store, ctx: SourceCont
     check and apply read them: pinned, and refused when they name a file outside the engine's packages
     (tree.operations.check_paths refuses it again before anything is written)."""
     from patchctl.cli.tree_documents import revert_document
-    from patchctl.sources import fetch
-    from patchctl.tree import operations as tgt
-    from patchctl.tree.edits import record_mismatches
+    from patchctl.tree import service
     from patchctl.tree.find import find_target
-    from patchctl.tree.service import RevertResult
 
     target = find_target(parse_spec(spec), where)
-    # Changed or missing files RECORD hashes (not files it does not list: the release has no bytes for them).
-    paths = set(series_paths(store, target.engine.name, target.version)) | {e.path for e in record_mismatches(target)}
-    release = fetch.release(target.engine, target.version, ctx)
-    release.prefetch(sorted(paths))
-    rep = tgt.repair_from_release(target, release, sorted(paths), wait=wait)
-    return revert_document(RevertResult(target, rep.restored, rep.skipped, rep.recovered, rep.note)), EXIT_OK
-
-
-def series_paths(store: Store, engine: str, version: Version) -> list[str]:
-    from patchctl.patching.evaluate import load_variant, outside_package
-    from patchctl.store.series import choose_variant
-
-    paths: list[str] = []
-    for patch in store.series(engine).patches:
-        choice = choose_variant(patch, version)
-        if choice.variant is not None:
-            parsed = load_variant(choice.variant, allow_modified=False)
-            outside_package(patch, choice.variant, parsed)
-            paths.extend(parsed.paths)
-    return paths
+    return revert_document(service.revert_from_release(target, store, ctx, wait=wait)), EXIT_OK
 
 
 @patchctl_command("revert", example=(
