@@ -275,7 +275,7 @@ def write_options(f: F) -> F:
     are — a hunk that only applies with reduced context is refused unless --allow-fuzz. → `options`
     (the apply engine's Options, from its own module: the engine itself is not imported)."""
 
-    def build(allow_fuzz: bool, strict: bool, allow_modified: bool) -> Any:
+    def build(allow_fuzz: bool, allow_modified: bool) -> Any:
         from patchctl.patching.options import Options
 
         return Options(strict=not allow_fuzz, allow_modified=allow_modified,
@@ -283,10 +283,9 @@ def write_options(f: F) -> F:
                                        "rebase the patch, or pass --allow-fuzz")
 
     return _apply(
-        _inject(f, "options", build, "allow_fuzz", "strict", "allow_modified"),
+        _inject(f, "options", build, "allow_fuzz", "allow_modified"),
         click.option("--allow-fuzz", is_flag=True,
                      help="Accept hunks that only apply with reduced context (refused by default)."),
-        click.option("--strict", is_flag=True, hidden=True, help="The default when writing; kept for old scripts."),
         click.option("--allow-modified", is_flag=True,
                      help="Accept variant files whose sha256 differs from the series pin."),
     )

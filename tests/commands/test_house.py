@@ -69,10 +69,17 @@ def test_bisect_with_non_versions_is_a_usage_error(builder):
         result = invoke("bisect", "vllm", "p", *spelling, "--store", str(builder.root), "--json")
         doc = json.loads(result.stdout)
         assert result.exit_code == 2 and "must be releases" in doc["error"]["message"]
-    # the old spelling (PATCH --engine ENGINE) still works
-    result = invoke("bisect", "p", "--engine", "vllm", "--from", "x", "--to", "y", "--store", str(builder.root),
-                    "--json")
-    assert result.exit_code == 2 and "must be releases" in json.loads(result.stdout)["error"]["message"]
+
+
+def test_the_hidden_deprecated_flags_are_gone(builder):
+    """No release has shipped, so no script depends on them (issue 34, item 4): `apply/ensure --strict`
+    (strict is the default when writing), `smoke --serve/--start` (`patchctl validate`) and `bisect
+    PATCH --engine ENGINE` (`bisect ENGINE PATCH`) are usage errors naming the option."""
+    for args in (["apply", "vllm", "--strict"], ["ensure", "vllm", "--strict"],
+                 ["smoke", "vllm@1.0", "--serve", "http://127.0.0.1:9"], ["smoke", "vllm@1.0", "--start", "true"],
+                 ["bisect", "p", "--engine", "vllm", "--from", "1.0", "--to", "1.1"]):
+        result = invoke(*args, "--store", str(builder.root))
+        assert result.exit_code == 2 and "No such option" in result.output, (args, result.output)
 
 
 def test_status_wait_is_honoured(tree):

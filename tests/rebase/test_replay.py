@@ -132,10 +132,10 @@ def test_rebase_classifies_relocates_and_reuses_reviewed_resolutions(setup, tmp_
 
 def test_bisect_finds_first_bad_release(setup, fresh_cache):
     server, store = setup
-    doc = run("bisect", "clash", "--engine", "vllm", "--from", "1.0", "--to", "1.2",
+    doc = run("bisect", "vllm", "clash", "--from", "1.0", "--to", "1.2",
               "--index-url", server.url, "--store", str(store), expect=0)
     assert doc["first_bad"] == "1.1" and doc["last_good"] == "1.0"
-    bad = run("bisect", "clash", "--engine", "vllm", "--from", "1.1", "--to", "1.2",
+    bad = run("bisect", "vllm", "clash", "--from", "1.1", "--to", "1.2",
               "--index-url", server.url, "--store", str(store), expect=2)
     assert "expected good" in bad["error"]["message"]
 

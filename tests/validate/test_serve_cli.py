@@ -142,18 +142,6 @@ def test_out_without_matplotlib_writes_the_json_and_warns(shape_server, tmp_path
     assert json.loads(out.read_text())["ok"] and not out.with_suffix(".png").exists()
 
 
-def test_deprecated_smoke_serve_alias(shape_server):
-    shape_server.settings["delay_s"] = 0  # the alias runs the default levels, 1, 8 and 32
-    result = CliRunner().invoke(main, ["smoke", "vllm", "--serve", shape_server.base_url, "--json"])
-    assert result.exit_code == 0, result.output
-    doc = json.loads(result.stdout)
-    assert (doc["command"], doc["url"], doc["ok"]) == ("validate", shape_server.base_url, True)
-    assert "`smoke --serve/--start` is deprecated" in doc["warnings"][0]
-    assert [lv["concurrency"] for lv in doc["report"]["throughput"]["levels"]] == [1, 8, 32]
-    text = CliRunner().invoke(main, ["smoke", "vllm", "--serve", shape_server.base_url])
-    assert text.exit_code == 0 and "OK" in text.stdout and "deprecated" in text.stderr
-
-
 def test_help_and_no_heavy_imports():
     help_text = validate("--help")
     assert help_text.exit_code == 0 and "--url URL" in help_text.output and "Examples:" in help_text.output

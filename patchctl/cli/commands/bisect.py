@@ -75,20 +75,17 @@ def render(doc: dict, out: Console, err: Console) -> None:
     "patchctl bisect sglang bench-native-nonstream-timing --repo ./sglang --good v0.5.9 --bad main --as-version 0.5.9",
 ))
 @click.argument("names", nargs=-1, metavar="ENGINE PATCH")
-@click.option("--engine", "engine_flag", type=ENGINE, hidden=True, help="Deprecated: name ENGINE first.")
 @click.option("--good", "--from", "good", required=True, help="A good release (or commit with --repo).")
 @click.option("--bad", "--to", "bad", required=True, help="A bad release (or commit with --repo).")
 @click.option("--smoke", is_flag=True, help="Also run the patch's CPU smoke checks at each release.")
 @checks_python_option
 @store_option
 @source_options
-def command(names: tuple[str, ...], engine_flag: str | None, good: str, bad: str, smoke: bool, python: str | None,
+def command(names: tuple[str, ...], good: str, bad: str, smoke: bool, python: str | None,
             store: Store, ctx: SourceContext) -> tuple[dict, int]:
     """Find the first release (or commit) where PATCH stops applying or its smoke fails."""
     if len(names) == 2:
         engine, patch = ENGINE.convert(names[0], None, None), names[1]
-    elif len(names) == 1 and engine_flag:  # the old spelling: bisect PATCH --engine ENGINE
-        engine, patch = engine_flag, names[0]
     else:
         raise UsageError("name the engine and the patch: patchctl bisect ENGINE PATCH --good X --bad Y")
     return run(engine, patch, store, ctx, good=good, bad=bad, smoke=smoke, python=python)

@@ -1,5 +1,5 @@
 """`patchctl smoke`: run the patches' own checks (cpu or gpu tier) against the patched tree of a release.
-The serve tier is `patchctl validate`; `smoke --serve/--start` remain for one release as its alias."""
+The serve tier is `patchctl validate`."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -33,11 +33,6 @@ def run(spec: str, store: Store, ctx: SourceContext, *, only: tuple[str, ...] = 
 
 
 def render(doc: dict, out: Console, err: Console) -> None:
-    if doc.get("command") == "validate":  # from the deprecated `smoke --serve/--start` alias
-        from patchctl.cli.commands import validate
-
-        validate.render(doc, out, err)
-        return
     if doc.get("results") is None:
         return
     t = table(f"smoke {doc.get('engine')} {doc.get('version')} ({doc.get('tier')} tier)",
@@ -69,25 +64,10 @@ def _notify(text: str) -> None:
 @checks_python_option
 @store_option
 @source_options
-@click.option("--serve", "serve_url", hidden=True, help="Deprecated: `patchctl validate --url URL`.")
-@click.option("--start", "start_cmd", hidden=True, help="Deprecated: `patchctl validate --start CMD`.")
-def command(spec: str, only: tuple[str, ...], tier: str, python: str | None, store: Store, ctx: SourceContext,
-            serve_url: str | None, start_cmd: str | None) -> tuple[dict, int]:
+def command(spec: str, only: tuple[str, ...], tier: str, python: str | None, store: Store,
+            ctx: SourceContext) -> tuple[dict, int]:
     """Run the patches' smoke checks against the patched tree of ENGINE@VERSION.
 
     A running server is validated by `patchctl validate`.
     """
-    if serve_url or start_cmd:
-        from patchctl.cli.commands import validate
-        from patchctl.cli.documents import error_document
-        from patchctl.core.errors import PatchctlError
-
-        deprecated = ("`smoke --serve/--start` is deprecated and goes away in the next release: "
-                      "use `patchctl validate --url URL` or `patchctl validate --start CMD`")
-        try:
-            doc, code = validate.run(parse_spec(spec).engine.name, url=serve_url, start=start_cmd, progress=_notify)
-        except PatchctlError as exc:  # the error document says it too
-            return error_document("validate", exc, warnings=[deprecated]), exc.exit_code
-        doc["warnings"].insert(0, deprecated)
-        return doc, code
     return run(spec, store, ctx, only=only, tier=tier, python=python, notify=_notify)
