@@ -158,7 +158,7 @@ def apply_tree(target: Target, request: ApplyRequest, *, python: str | None = No
         from patchctl.store.series import select
 
         picked = select(patches, chosen.patches, chosen.exclude, name)
-        leaving = _leaving(target, current, picked)
+        leaving = _leaving(target, current, picked, patches, decided.gone, request.stores.named)
         plan = ops.Plan(chosen, S.refs(store), fingerprint)
         base_files = None
         if request.ctx is not None:
@@ -194,7 +194,8 @@ def _series(store: Store, engine: str) -> Callable[[], tuple[Patch, ...]]:
     return patches
 
 
-def _leaving(target: Target, current: TargetStatus, picked: tuple[Patch, ...]) -> dict[str, str]:
+def _leaving(target: Target, current: TargetStatus, picked: tuple[Patch, ...], series: tuple[Patch, ...],
+             gone: tuple[tuple[str, str], ...], named: bool) -> dict[str, str]:
     """The patches the record lists as written that this run takes out, with why: only where the run
     replaces the record's set (an intact tree rebuilt, a wiped tree re-applied); a tree taken over with
     --force keeps its record's patches."""
@@ -202,11 +203,21 @@ def _leaving(target: Target, current: TargetStatus, picked: tuple[Patch, ...]) -
     if record is None or current.state not in ("intact", "wiped", "version-changed"):
         return {}
     chosen = {p.name for p in picked}
+    in_series = {p.name for p in series}
+    gone_paths = {path for path, _ in gone}
     out: dict[str, str] = {}
     for p in record.patches:
-        if p.outcome in O.WRITES and p.name not in chosen:
-            where = f" (recorded from {p.store.path})" if p.store else ""
-            out[p.name] = f"this run's stores and choice of patches leave it out{where}"
+        if p.outcome not in O.WRITES or p.name in chosen:
+            continue
+        store = p.store.path if p.store else None
+        if store in gone_paths:
+            out[p.name] = f"the store it was applied from, {store}, is gone"
+        elif p.name in in_series:
+            out[p.name] = "this run's choice of patches (--patch/--exclude, or the record's) leaves it out"
+        elif named:
+            out[p.name] = f"the stores named here do not have it (it was applied from {store or 'another store'})"
+        else:
+            out[p.name] = f"{store or 'its store'} no longer has it"
     return out
 
 

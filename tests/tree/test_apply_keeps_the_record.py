@@ -59,6 +59,31 @@ def test_apply_without_store_keeps_a_captured_patch_and_a_change_of_set_names_wh
         assert {p["name"] for p in status["applied"]} == {"loader"}
 
 
+def test_a_recorded_store_that_is_gone_stops_ensure_and_apply_names_what_leaves_with_it(
+        tmp_path, builder, monkeypatch):
+    """ensure refuses (exit 3); apply, the explicit way to change the set, takes the patch out and says
+    why, in the dry run first."""
+    import shutil
+
+    with four_release_index(tmp_path, builder) as server:
+        site, mine = tmp_path / "site", tmp_path / "mine"
+        install_fake_dist(site, "vllm", "1.0", PRISTINE)
+        monkeypatch.setenv("PATCHCTL_STORE", str(builder.root))
+        common = ["--target", str(site), "--index-url", server.url]
+        run_json("apply", "vllm", *common, expect=0)
+        (site / "vllm/utils.py").write_text(EDIT2)
+        run_json("new", "vllm", "edit2", *common, "--store", str(mine), "--title", "t", "--why", "w", expect=0)
+        shutil.move(mine, tmp_path / "elsewhere")
+        assert run_json("ensure", "vllm", *common, expect=3)["error"]["kind"] == "record-unmet"
+        doc = run_json("apply", "vllm", *common, "--dry-run", expect=0)
+        assert doc["removed"] == ["edit2"] and (site / "vllm/utils.py").read_text() == EDIT2, doc
+        assert any("edit2" in w and "is gone" in w for w in doc["warnings"]), doc["warnings"]
+        doc = run_json("apply", "vllm", *common, expect=0)
+        assert doc["removed"] == ["edit2"] and doc["written"] == ["vllm/utils.py"], doc
+        assert (site / "vllm/utils.py").read_text() == PRISTINE["vllm/utils.py"]
+        assert run_json("ensure", "vllm", *common, expect=0)["written"] == []
+
+
 def test_a_smaller_choice_names_the_patches_it_takes_out(tmp_path, builder):
     """--exclude takes an applied patch out; the document says which, in the dry run as well."""
     from support.builders import write_tree
