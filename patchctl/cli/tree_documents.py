@@ -1,4 +1,4 @@
-"""The documents of the commands that work on a tree (apply, ensure, revert): tree.service's typed
+"""The documents of the commands that work on a tree (apply, ensure, revert, status): tree.service's typed
 results mapped to the --json dicts, once for the commands and their image path, so that no command
 imports another."""
 from __future__ import annotations
