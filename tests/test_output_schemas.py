@@ -227,7 +227,7 @@ APPLY = {
     "patches": [{"name": "loader", "outcome": "clean", "variant": "1.0.patch", "reason": "r",
                  "files": ["vllm/loader.py"], "hunks": [{"file": "vllm/loader.py", "index": 1, "status": "clean",
                                                          "offset": 0, "fuzz": 0, "line": 7, "context": None}]}],
-    "written": ["vllm/loader.py"], "note": None, "state_before": "not-applied", "also": [], "build": None,
+    "written": ["vllm/loader.py"], "removed": [], "note": None, "state_before": "not-applied", "also": [], "build": None,
 }
 ERROR = {"schema": "patchctl/1", "command": "status", "ok": False, "exit_code": 2, "warnings": [],
          "error": {"kind": "usage", "message": "m", "hint": None}}
