@@ -24,7 +24,8 @@ from patchctl.patching import evaluate
 from patchctl.sources import http
 from patchctl.sources.index import PackageIndex
 from patchctl.sources.release import ReleaseSource, choose_artifact
-from patchctl.store.series import Store, choose_variant
+from patchctl.store.layered import Store
+from patchctl.store.series import choose_variant
 
 
 def sparse(version: Version, cache: Path, patches) -> tuple[float, int, int, list[str]]:

@@ -24,10 +24,10 @@ import tempfile
 import time
 from pathlib import Path
 
-import patchctl.store.series as store_module
+import patchctl.store.reading as store_module
 from patchctl.matrix import build as matrix
 from patchctl.sources import fetch
-from patchctl.store.series import Store
+from patchctl.store.layered import Store
 
 
 def needed_bytes(doc: dict, cache: Path) -> int:

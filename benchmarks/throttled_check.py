@@ -178,7 +178,8 @@ def variants_for(spec: str) -> tuple[str, str, list[str | None]]:
     from packaging.version import Version
 
     from patchctl.core.engines import get_engine
-    from patchctl.store.series import Store, choose_variant
+    from patchctl.store.layered import Store
+    from patchctl.store.series import choose_variant
 
     name, _, version = spec.partition("@")
     engine = get_engine(name)

@@ -19,7 +19,7 @@ import sys
 from patchctl.core.errors import PatchctlError
 from patchctl.matrix import build as matrix
 from patchctl.sources.fetch import SourceContext
-from patchctl.store.series import Store
+from patchctl.store.layered import Store
 
 
 def shard_count(jobs: int, per_shard: int, max_shards: int) -> int:

@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--files", nargs="*", help="the changed paths themselves (instead of --base)")
     args = parser.parse_args(argv)
 
-    from patchctl.store.series import Store
+    from patchctl.store.layered import Store
 
     smoke = smoke_module()
     store = Store.open(ROOT / "patches")

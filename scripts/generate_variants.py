@@ -47,7 +47,8 @@ from packaging.version import Version  # noqa: E402
 
 from patchctl.core import gitutil  # noqa: E402
 from patchctl.core.engines import get_engine  # noqa: E402
-from patchctl.store.series import Patch, Store  # noqa: E402
+from patchctl.store.layered import Store  # noqa: E402
+from patchctl.store.series import Patch  # noqa: E402
 
 GENERATOR = "scripts/generate_variants.py"  # what patch.yaml's generated_by.generator names
 KERNEL = "kernels/sparse_mla/triton_sparse_mla.py"

@@ -166,7 +166,7 @@ def test_ci_runs_lint_the_fast_tier_on_every_python_and_the_smoke_cases_a_change
 def smoke_store(builder):
     """vllm: `low` (1.x, checks, bases 1.0 and 1.2), `high` (>=1.5, checks, base 2.0, generated from
     kernels/k.py), `plain` (no checks, base 1.1); sglang: `s` (checks, base 0.5)."""
-    from patchctl.store.series import Store
+    from patchctl.store.layered import Store
 
     files = {"vllm/loader.py": "a = 1\n"}
     changed = {"vllm/loader.py": "a = 2\n"}

@@ -287,7 +287,8 @@ def read_store(root: Path, engine: str) -> None:
     from packaging.version import Version
 
     from patchctl.core.engines import get_engine
-    from patchctl.store.series import Store, choose_variant, drop_rule_met
+    from patchctl.store.layered import Store
+    from patchctl.store.series import choose_variant, drop_rule_met
 
     for patch in Store.open(root).series(engine).patches:  # and what the commands then ask of it
         for version in ("0.0.1", "0.5.10", "0.20.0", "1.0"):

@@ -9,7 +9,7 @@ from support.releases import committed_releases
 
 from patchctl.core.engines import get_engine
 from patchctl.sources.fetch import SourceContext, release
-from patchctl.store.series import Store
+from patchctl.store.layered import Store
 
 GGUF = "vllm/model_executor/model_loader/gguf_loader.py"
 SERVER_ARGS = "sglang/srt/server_args.py"
@@ -98,7 +98,7 @@ def test_real_store_lints_and_checks_its_newest_claimed_version():
 def _committed_matrix():
     import yaml
 
-    from patchctl.store.series import default_store_dir
+    from patchctl.store.layered import default_store_dir
 
     path = default_store_dir().parent / "compat_matrix.yaml"
     return yaml.safe_load(path.read_text()) if path.is_file() else None

@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from patchctl.cli.main import main
-from patchctl.store.series import Store
+from patchctl.store.layered import Store
 
 pytestmark = [pytest.mark.network, pytest.mark.slow]
 

@@ -13,7 +13,7 @@ from patchctl.sources.spec import parse_spec
 if TYPE_CHECKING:
     from patchctl.patching.options import Options
     from patchctl.sources.fetch import SourceContext
-    from patchctl.store.series import Store
+    from patchctl.store.layered import Store
     from patchctl.tree.journal import Selection
     from patchctl.tree.stores import Stores
 

@@ -123,7 +123,7 @@ def store_option(f: F) -> F:
 
 
 def _layered_store(stores: tuple[str, ...], no_bundled: bool) -> Any:
-    from patchctl.store.series import Store
+    from patchctl.store.layered import Store
 
     return Store.layered(list(stores), bundled=not no_bundled)
 

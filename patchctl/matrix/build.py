@@ -19,7 +19,8 @@ from patchctl.core.errors import PatchctlError, UsageError
 from patchctl.core.yamlio import dump_yaml, load_yaml
 from patchctl.patching import evaluate
 from patchctl.sources import fetch
-from patchctl.store.series import Store, drop_rule_met
+from patchctl.store.layered import Store
+from patchctl.store.series import drop_rule_met
 
 if TYPE_CHECKING:
     from patchctl.sources.spec import EngineRef

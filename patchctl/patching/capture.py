@@ -189,7 +189,7 @@ class Written(NamedTuple):
 
 def check_new_name(store_root: Path, engine: str, name: str) -> None:
     """Refuse a name the series already has (or a folder already there), before anything is read."""
-    from patchctl.store.series import Store
+    from patchctl.store.layered import Store
 
     if not NAME_RE.match(name):
         raise UsageError(f"patch name {name!r}: use letters, digits and . _ + - (starting with a letter or digit)")
@@ -212,7 +212,7 @@ def write_new_patch(store_root: Path, engine: str, name: str, version: Version, 
     check_new_name(store_root, engine, name)
     folder = store_root / engine / name
     series_file = store_root / engine / "series.yaml"
-    from patchctl.store.series import load_store_yaml  # a damaged series.yaml: StoreError naming it
+    from patchctl.store.reading import load_store_yaml  # a damaged series.yaml: StoreError naming it
 
     series = load_store_yaml(series_file) if series_file.is_file() else None
     if series is None:
@@ -230,7 +230,7 @@ def write_new_patch(store_root: Path, engine: str, name: str, version: Version, 
 
 def write_refreshed(store_root: Path, patch: Patch, version: Version, data: bytes) -> Written:
     """<version>.patch of an existing patch, replaced or added, and pinned in series.yaml."""
-    from patchctl.store.series import Store, write_variant
+    from patchctl.store.layered import Store, write_variant
 
     filename = f"{version}.patch"
     write_variant(Store(store_root), patch, filename, data)

@@ -26,7 +26,8 @@ from patchctl.patching.hunks import parse_variant
 from patchctl.rebase.rerere import rerere_dir
 from patchctl.sources import fetch
 from patchctl.sources.files import DirectorySource
-from patchctl.store.series import Patch, Store, Variant, choose_variant, write_variant
+from patchctl.store.layered import Store, write_variant
+from patchctl.store.series import Patch, Variant, choose_variant
 
 UNCHANGED, REFRESHED, CONFLICT, UPSTREAMED, OBSOLETE = "unchanged", "refreshed", "conflict", "upstreamed", "obsolete"
 

@@ -12,7 +12,7 @@ from packaging.version import Version
 from patchctl.core import gitutil
 from patchctl.core.errors import UsageError
 from patchctl.core.gitutil import git
-from patchctl.store.series import Store, write_variant
+from patchctl.store.layered import Store, write_variant
 
 
 def rerere_dir(store: Store, engine: str) -> Path:

@@ -16,7 +16,7 @@ from patchctl.smoke.pytest_run import CheckResult
 from patchctl.sources import fetch, registry
 from patchctl.sources.kinds.common import SMOKE_WHAT
 from patchctl.sources.spec import EngineRef, parse_spec
-from patchctl.store.series import Store
+from patchctl.store.layered import Store
 
 if TYPE_CHECKING:
     from packaging.version import Version

@@ -291,7 +291,7 @@ def adopt(target: Target, patch: str, variant: str, files: Mapping[str, tuple[by
     The record keeps what it said besides (the build, the choice, the stores) and learns the store the
     patch lives in (`store`) and its variant's sha256, so `ensure` re-applies it with no --store.
     Returns a warning when the record could not be written (a tree this user cannot write)."""
-    from patchctl.store.series import store_kind
+    from patchctl.store.layered import store_kind
     from patchctl.tree.journal import Selection, StoreRef
     from patchctl.tree.operations import check_paths
 

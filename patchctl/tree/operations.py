@@ -150,7 +150,8 @@ class Plan(NamedTuple):
 
 def _origins(picked: tuple[Patch, ...], result: SeriesResult) -> dict[str, tuple[StoreRef, str | None]]:
     """name -> (the store the patch came from, the sha256 of the variant applied)."""
-    from patchctl.store.series import store_kind, variant_sha256
+    from patchctl.store.layered import store_kind
+    from patchctl.store.series import variant_sha256
 
     by_name = {p.name: p for p in picked}
     out: dict[str, tuple[StoreRef, str | None]] = {}

@@ -25,7 +25,8 @@ if TYPE_CHECKING:
     from patchctl.patching.evaluate import SeriesResult
     from patchctl.sources.fetch import SourceContext
     from patchctl.sources.spec import EngineRef
-    from patchctl.store.series import Patch, Store
+    from patchctl.store.layered import Store
+    from patchctl.store.series import Patch
     from patchctl.tree.find import TargetSpec
     from patchctl.tree.journal import BuildRecord, StateRecord
     from patchctl.tree.operations import Target, TargetStatus
@@ -155,7 +156,7 @@ def apply_tree(target: Target, request: ApplyRequest, *, python: str | None = No
         patches = series()
         if ensure and record is not None:
             _require_recorded(target, record, patches)
-        from patchctl.store.series import select
+        from patchctl.store.selection import select
 
         picked = select(patches, chosen.patches, chosen.exclude, name)
         leaving = _leaving(target, current, picked, patches, decided.gone, request.stores.named)
@@ -240,7 +241,8 @@ def _ensure_read_only(target: Target, current: TargetStatus, patches: Callable[[
     interrupted write in it (locked() checked): exit 0 without writing when the tree is intact by the
     record's fingerprints — the recorded patches, from stores that give the same variants (sha256) and
     the same choice —, else exit 3 with what needs writing and how to let it be written."""
-    from patchctl.store.series import choose_variant, select, variant_sha256
+    from patchctl.store.selection import select
+    from patchctl.store.series import choose_variant, variant_sha256
 
     record = current.record
     fix = (f"make the tree writable for this run (the owner of the environment, a read-write mount), then "
@@ -309,7 +311,7 @@ def revert_patches(target: Target, names: tuple[str, ...], stores: S.Stores, ctx
     files computed again from the pristine bytes), from the stores the record names, and the record's
     choice updated so `ensure` keeps P out. A patch still applied that depends on P is refused (exit 2)
     unless it is named too."""
-    from patchctl.store.series import dependents, unknown_names
+    from patchctl.store.selection import dependents, unknown_names
 
     names = tuple(dict.fromkeys(names))
     st = target.state()

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from patchctl.core.errors import RecordUnmet
 
 if TYPE_CHECKING:
-    from patchctl.store.series import Store
+    from patchctl.store.layered import Store
     from patchctl.tree.journal import StateRecord, StoreRef
 
 
@@ -37,7 +37,7 @@ def decide(record: StateRecord | None, stores: Stores, *, keep_record: bool, ref
     from `stores` alone. refuse_gone: a recorded store that is gone is exit 3 (RecordUnmet) naming it
     and the patches recorded from it (ensure never starts an engine without them); else it is
     returned, and the caller names the patches that leave with it."""
-    from patchctl.store.series import recorded_layers
+    from patchctl.store.layered import recorded_layers
 
     if not keep_record or record is None or not record.stores:
         return Decided(stores.store)  # nothing applied, or a record older than patchctl-state/3
@@ -55,7 +55,7 @@ def decide(record: StateRecord | None, stores: Stores, *, keep_record: bool, ref
 
 def refs(store: Store) -> tuple[StoreRef, ...]:
     """The store's layers as a record names them (path, bundled/user), highest priority first."""
-    from patchctl.store.series import store_kind
+    from patchctl.store.layered import store_kind
     from patchctl.tree.journal import StoreRef
 
     return tuple(StoreRef(str(layer), store_kind(layer)) for layer in (store.layers or (store.root,)))

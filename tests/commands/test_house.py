@@ -122,7 +122,7 @@ def test_rebase_verification_never_writes_the_reviewed_store(builder, monkeypatc
     from patchctl.cli.commands.rebase import verify_with_smoke
     from patchctl.smoke import suite as smoke
     from patchctl.sources.fetch import SourceContext
-    from patchctl.store.series import Store
+    from patchctl.store.layered import Store
 
     builder.add("vllm", "p", applies_to=">=1.0",
                 variants={"1.0": builder.variant(PRISTINE, {"vllm/loader.py": loader_with({3: "x\n"})})})
@@ -185,7 +185,7 @@ def test_bisect_smoke_gate_is_called_per_release(monkeypatch, builder):
         def index_for(self):
             return Index()
 
-    from patchctl.store.series import Store
+    from patchctl.store.layered import Store
     doc, code = bisect.run("vllm", "p", Store.open(builder.root), Ctx(), good="1.0", bad="1.1", smoke=True)
     assert code == 0
     from packaging.version import Version

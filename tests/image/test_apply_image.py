@@ -11,7 +11,7 @@ import sys
 import pytest
 from support.invoke import run_json
 
-from patchctl.store.series import default_store_dir
+from patchctl.store.layered import default_store_dir
 from tests.image.conftest import SGLANG, SITE, need, run, unpack
 
 pytestmark = [pytest.mark.network, pytest.mark.slow]

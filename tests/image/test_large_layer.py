@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from patchctl.store.series import default_store_dir
+from patchctl.store.layered import default_store_dir
 from tests.image.conftest import need, run
 
 pytestmark = [pytest.mark.network, pytest.mark.slow]

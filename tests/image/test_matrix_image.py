@@ -9,7 +9,7 @@ import pytest
 from support.invoke import run_json
 
 from patchctl.matrix.build import load
-from patchctl.store.series import default_store_dir
+from patchctl.store.layered import default_store_dir
 from tests.image.conftest import SGLANG, need, run
 
 pytestmark = [pytest.mark.network, pytest.mark.slow]

@@ -8,7 +8,7 @@ import json
 import pytest
 from support.invoke import run_json
 
-from patchctl.store.series import default_store_dir
+from patchctl.store.layered import default_store_dir
 from tests.image.conftest import need, run
 
 pytestmark = [pytest.mark.network, pytest.mark.slow]

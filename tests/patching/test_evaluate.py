@@ -9,7 +9,8 @@ from support.fixtures import PRISTINE, loader_with
 from patchctl.core import outcomes as O
 from patchctl.patching.evaluate import Options, evaluate
 from patchctl.sources.files import DirectorySource
-from patchctl.store.series import Store, choose_variant
+from patchctl.store.layered import Store
+from patchctl.store.series import choose_variant
 
 V = Version("1.0")
 

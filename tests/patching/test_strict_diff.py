@@ -22,7 +22,7 @@ from patchctl.core.errors import StoreError
 from patchctl.patching.evaluate import evaluate
 from patchctl.patching.hunks import apply_hunks, parse_variant
 from patchctl.sources.files import DirectorySource
-from patchctl.store.series import Store
+from patchctl.store.layered import Store
 
 SEEDS = range(6)
 # store.PATCH_MAX_BYTES, the default README states (read here so that this module imports on the code

@@ -16,7 +16,7 @@ import pytest
 from support.releases import committed_releases
 
 from patchctl.core.errors import StoreError
-from patchctl.store.series import Store
+from patchctl.store.layered import Store
 
 REPO = Path(__file__).resolve().parents[2]
 KERNEL = "kernels/sparse_mla/triton_sparse_mla.py"

@@ -416,7 +416,7 @@ def test_a_hanging_check_is_stopped_with_its_children(tmp_path, builder, child):
     from support.fixtures import PRISTINE
 
     from patchctl.smoke.pytest_run import run_checks
-    from patchctl.store.series import Store
+    from patchctl.store.layered import Store
 
     pids = tmp_path / "pids"
     patch_dir = builder.add("vllm", "hang", variants={"1.0": builder.variant(PRISTINE, {"vllm/utils.py": "X = 1\n"})})

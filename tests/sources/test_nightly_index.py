@@ -189,7 +189,7 @@ def test_a_nightly_after_the_newest_release_gets_its_variants(tmp_path, fresh_ca
     files a nightly of that day carries, as near as can be had without wheels.vllm.ai) gets every
     patch with the same outcome and variant as the release itself: triton-sparse-mla and
     slot-mapping-bounds included."""
-    from patchctl.store.series import Store
+    from patchctl.store.layered import Store
 
     series = Store.open(STORE).series("vllm")
     newest = max(v.base for p in series.patches for v in p.variants)

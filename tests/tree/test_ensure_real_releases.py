@@ -23,7 +23,7 @@ def test_the_releases_are_the_committed_matrix_rows_whatever_the_index_lists(tmp
     """An index that lists a newer release of every engine (as vLLM 0.34.0 appeared on 2026-12-02)
     changes nothing: the list is the matrix's rows, read here with a plain YAML reader."""
     from patchctl.core.engines import get_engine
-    from patchctl.store.series import Store
+    from patchctl.store.layered import Store
 
     files = tmp_path / "files"
     with IndexServer(files) as server:
@@ -45,7 +45,7 @@ def test_ensure_writes_nothing_on_an_intact_tree_for_every_claimed_release(tmp_p
     from patchctl.core.engines import get_engine
     from patchctl.patching.evaluate import evaluate
     from patchctl.sources.fetch import SourceContext, release
-    from patchctl.store.series import Store
+    from patchctl.store.layered import Store
 
     store, ctx = Store.open(), SourceContext()
     checked = []

@@ -60,7 +60,7 @@ def test_the_service_returns_typed_results(store, tree):
     from packaging.version import Version
 
     from patchctl.core.engines import get_engine
-    from patchctl.store.series import Store
+    from patchctl.store.layered import Store
     from patchctl.tree import service
     from patchctl.tree.journal import Selection
     from patchctl.tree.operations import Target

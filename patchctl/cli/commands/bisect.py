@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
     from patchctl.cli.commands.text import Console
     from patchctl.sources.fetch import SourceContext
-    from patchctl.store.series import Store
+    from patchctl.store.layered import Store
 
 
 

@@ -17,13 +17,13 @@ if TYPE_CHECKING:
     from patchctl.cli.commands.text import Console
     from patchctl.patching.evaluate import Options
     from patchctl.sources.fetch import SourceContext
-    from patchctl.store.series import Store
+    from patchctl.store.layered import Store
 
 
 def run(spec: str, store: Store, ctx: SourceContext, options: Options, *, only: tuple[str, ...] = ()) -> tuple[dict, int]:
     from patchctl.patching.evaluate import evaluate, needed_paths
     from patchctl.sources import fetch, registry
-    from patchctl.store.series import unknown_names
+    from patchctl.store.selection import unknown_names
 
     ref = parse_spec(spec)
     series = store.series(ref.engine.name).patches

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from patchctl.patching.evaluate import Options
     from patchctl.sources.fetch import SourceContext
     from patchctl.sources.files import FileSource
-    from patchctl.store.series import Store
+    from patchctl.store.layered import Store
 
 
 def run(spec: str, dest: Path, store: Store, ctx: SourceContext, options: Options, *, full: bool = False) -> tuple[dict, int]:

@@ -12,7 +12,8 @@ from patchctl.core.errors import EXIT_OK, EXIT_USAGE, StoreError
 
 if TYPE_CHECKING:
     from patchctl.cli.commands.text import Console
-    from patchctl.store.series import Patch, Store
+    from patchctl.store.layered import Store
+    from patchctl.store.series import Patch
 
 
 def run(store: Store) -> tuple[dict, int]:

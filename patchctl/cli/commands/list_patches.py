@@ -14,7 +14,7 @@ from patchctl.core.errors import EXIT_OK
 if TYPE_CHECKING:
     from patchctl.cli.commands.text import Console
     from patchctl.sources.fetch import SourceContext
-    from patchctl.store.series import Store
+    from patchctl.store.layered import Store
 
 
 

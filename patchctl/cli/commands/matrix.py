@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from patchctl.matrix.build import ImageStatus, SmokeRunner
     from patchctl.sources.fetch import SourceContext
     from patchctl.sources.spec import EngineRef
-    from patchctl.store.series import Store
+    from patchctl.store.layered import Store
 
 
 def parse_shard(text: str | None) -> tuple[int, int] | None:

@@ -11,7 +11,7 @@ from patchctl.cli.options import store_option
 from patchctl.core.errors import EXIT_OK, UsageError
 
 if TYPE_CHECKING:
-    from patchctl.store.series import Store
+    from patchctl.store.layered import Store
 
 
 
@@ -22,7 +22,7 @@ def run(store: Store) -> tuple[dict, int]:
     from patchctl.core.atomic import write_atomic
     from patchctl.core.schemas import validate
     from patchctl.core.yamlio import dump_yaml
-    from patchctl.store.series import load_store_yaml
+    from patchctl.store.reading import load_store_yaml
 
     changed = []
     # The stores the user named: the bundled patch set is pinned where it is developed, by naming it

@@ -20,7 +20,8 @@ if TYPE_CHECKING:
     from patchctl.cli.commands.text import Console
     from patchctl.rebase.replay import Verifier
     from patchctl.sources.fetch import SourceContext
-    from patchctl.store.series import Patch, Store
+    from patchctl.store.layered import Store
+    from patchctl.store.series import Patch
 
 
 COLOURS = {"unchanged": "green", "refreshed": "green", "upstreamed": "cyan", "obsolete": "dim",
@@ -33,7 +34,7 @@ def run(engine: str, store: Store, ctx: SourceContext, *, onto: Version | str, o
     from patchctl.core.engines import get_engine
     from patchctl.rebase import replay
     from patchctl.sources.fetch import latest_release
-    from patchctl.store.series import unknown_names
+    from patchctl.store.selection import unknown_names
 
     unknown_names(store.series(engine).patches, patches, engine)  # apply's and ensure's message
     only = frozenset(patches) or None
@@ -62,7 +63,7 @@ def verify_with_smoke(store: Store, ctx: SourceContext, python: str | None) -> V
     def verify(patch: Patch, version: Version, new_variant: bytes) -> tuple[bool, str]:
         from patchctl.patching.evaluate import Options
         from patchctl.smoke.suite import cpu_gate
-        from patchctl.store.series import Store
+        from patchctl.store.layered import Store
 
         if (patch.directory / f"{version}.patch").exists():
             return False, f"{version}.patch exists already"

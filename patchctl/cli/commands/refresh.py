@@ -33,7 +33,8 @@ def run(engine: str, name: str, where: TargetSpec, store_dir: str | None, ctx: S
     from patchctl.patching import capture
     from patchctl.patching.evaluate import load_variant
     from patchctl.sources import fetch
-    from patchctl.store.series import Store, choose_variant
+    from patchctl.store.layered import Store
+    from patchctl.store.series import choose_variant
     from patchctl.tree import edits as ed
     from patchctl.tree.find import find_target
     from patchctl.tree.journal import sha256

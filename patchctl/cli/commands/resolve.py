@@ -15,7 +15,7 @@ from patchctl.core.errors import EXIT_OK
 if TYPE_CHECKING:
     from packaging.version import Version
 
-    from patchctl.store.series import Store
+    from patchctl.store.layered import Store
 
 
 

@@ -15,7 +15,7 @@ from patchctl.sources.spec import parse_spec
 if TYPE_CHECKING:
 
     from patchctl.sources.fetch import SourceContext
-    from patchctl.store.series import Store
+    from patchctl.store.layered import Store
     from patchctl.tree.find import TargetSpec
 
 

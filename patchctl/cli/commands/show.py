@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     from patchctl.cli.commands.text import Console
     from patchctl.sources.fetch import SourceContext
     from patchctl.sources.spec import EngineRef
-    from patchctl.store.series import Patch, Store
+    from patchctl.store.layered import Store
+    from patchctl.store.series import Patch
 
 
 def run(store: Store, name: str, spec: str | None, ctx: SourceContext) -> tuple[dict, int]:
