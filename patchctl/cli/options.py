@@ -12,7 +12,7 @@ import functools
 import re
 import sys
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import click
 from packaging.version import InvalidVersion, Version
@@ -203,30 +203,18 @@ max_download_option = click.option(
          "wheel]; a file the index lists as larger is refused before it is fetched (README, Limits).")
 
 
-class SourceFlags(NamedTuple):
-    index_url: str | None = None
-    offline: bool = False
-    nightly_source: str | None = None
-    repo: str | None = None
-    as_version: Version | None = None
-    verify: bool = False
-
-
-def make_context(flags: SourceFlags, *, progress: Any = None) -> Any:
-    from patchctl.sources.fetch import SourceContext
-
-    return SourceContext(index_url=flags.index_url, offline=flags.offline, progress=progress,
-                         nightly_source=flags.nightly_source, repo=flags.repo, version_override=flags.as_version,
-                         sparse=not flags.verify)
-
-
 def _fetch_flags(f: F, *, with_as_version: bool) -> F:
     consumed = ["index_url", "offline", "nightly_source", "repo", "verify"] + (["as_version"] if with_as_version else [])
 
-    def build(**flags: Any) -> Any:
+    def build(index_url: str | None = None, offline: bool = False, nightly_source: str | None = None,
+              repo: str | None = None, verify: bool = False, as_version: Version | None = None) -> Any:
+        # The flags become the one type that says how to fetch (sources.fetch.SourceContext), here.
         from patchctl.cli.progress import progress_for
+        from patchctl.sources.fetch import SourceContext
 
-        return make_context(SourceFlags(**flags), progress=progress_for())
+        return SourceContext(index_url=index_url, offline=offline, progress=progress_for(),
+                             nightly_source=nightly_source, repo=repo, version_override=as_version,
+                             sparse=not verify)
 
     declared = [
         timeout_option,
