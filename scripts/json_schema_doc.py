@@ -58,7 +58,7 @@ def type_of(node: dict[str, Any]) -> str:
         return "this document"
     if "$ref" in node and len(node) <= 2:  # a $ref (with at most a description beside it)
         target = node["$ref"].rsplit("/", 1)[-1]
-        return "object" if target.endswith(".json") or target == "distribution" else f"[{target}](#{target.replace('_', '-')})"
+        return "object" if target.endswith(".json") or target == "distribution" else f"[{target}](#{target})"
     if "anyOf" in node:
         return " or ".join(type_of(n) for n in node["anyOf"])
     if "const" in node:
