@@ -89,8 +89,26 @@ def _text(value: object) -> str:
     return "`".join(parts)
 
 
-def _bullets(items: list[str]) -> str:
-    return "".join(f"- {_text(item)}\n" for item in items) if items else "- (none recorded)\n"
+SHORT = 160  # characters of a bullet in the short form; the whole item is under "Evidence in full"
+
+
+def _short(value: object) -> str:
+    """An evidence item cut to its first clause (or SHORT characters at a word), as `show` prints the short form."""
+    text = " ".join(str(value).split())
+    if len(text) <= SHORT:
+        return text
+    head = text[:SHORT]
+    cut = max(head.rfind(sep) for sep in (". ", "; ", ": "))
+    head = head[:cut] if cut >= 60 else head[:head.rfind(" ")]
+    if head.count("`") % 2:  # never leave a code span open
+        head += "`"
+    return head.rstrip(",;:. ") + " …"
+
+
+def _bullets(items: list[str], short: bool = False) -> str:
+    if not items:
+        return "- (none recorded)\n"
+    return "".join(f"- {_text(_short(item) if short else item)}\n" for item in items)
 
 
 def _patch_page(engine: str, name: str, meta: dict, variants: list[str]) -> str:
@@ -117,9 +135,11 @@ def _patch_page(engine: str, name: str, meta: dict, variants: list[str]) -> str:
         "## Why\n\n", _text(meta.get("why", "")), "\n\n",
         "## Where it applies\n\n", _bullets(where), "\n",
         "## Upstream\n\n", _bullets(upstream), "\n",
-        "## What is proven\n\n", _bullets(evidence.get("proven") or []), "\n",
-        "## What is not proven\n\n", _bullets(evidence.get("not_proven") or []), "\n",
-        f"`patchctl show {name} {engine}` prints the same from the installed store.\n",
+        "## What is proven\n\n", _bullets(evidence.get("proven") or [], short=True), "\n",
+        "## What is not proven\n\n", _bullets(evidence.get("not_proven") or [], short=True), "\n",
+        "## Evidence in full\n\n", "Proven:\n\n", _bullets(evidence.get("proven") or []), "\n",
+        "Not proven:\n\n", _bullets(evidence.get("not_proven") or []), "\n",
+        f"`patchctl show {name} {engine}` prints it from the installed store.\n",
     ])
 
 
