@@ -39,7 +39,7 @@ DEPLOYMENT = """\
 Not a `--json` document but a file patchctl reads: `--deployment FILE` (any command; also
 `patchctl --deployment FILE COMMAND` and `$PATCHCTL_DEPLOYMENT`). One YAML mapping, every key but
 `engine` optional, no other key allowed; relative paths are relative to the file's folder. The
-README's Configuration section ("Deployment file") says which option each key fills.
+docs' Configuration page ("Deployment file", docs/configuration.md) says which option each key fills.
 
 A file that breaks the schema, is not UTF-8 YAML, is missing, is not a regular file, is over 1 MiB,
 may be written by everyone or belongs to another user (not root, not the user running patchctl), or
@@ -58,7 +58,7 @@ def type_of(node: dict[str, Any]) -> str:
         return "this document"
     if "$ref" in node and len(node) <= 2:  # a $ref (with at most a description beside it)
         target = node["$ref"].rsplit("/", 1)[-1]
-        return "object" if target.endswith(".json") or target == "distribution" else f"[{target}](#{target.replace('_', '-')})"
+        return "object" if target.endswith(".json") or target == "distribution" else f"[{target}](#{target})"
     if "anyOf" in node:
         return " or ".join(type_of(n) for n in node["anyOf"])
     if "const" in node:

@@ -65,7 +65,7 @@ def test_exit_codes_are_distinct_and_documented():
              errors.EXIT_INTERNAL, errors.EXIT_INTERRUPTED]
     assert len(set(codes)) == len(codes) and errors.EXIT_INTERNAL not in range(4)
     readme = (Path(__file__).parent.parent / "README.md").read_text()
-    table = readme.split("### Exit codes", 1)[1].split("\n## ", 1)[0]
+    table = readme.split("## Exit codes", 1)[1].split("\n## ", 1)[0]
     for code in codes:
         assert f"\n| {code} |" in table, code
     schema_doc = (Path(__file__).parent.parent / "docs/json-schema.md").read_text()

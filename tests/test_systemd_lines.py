@@ -1,4 +1,4 @@
-"""The unit's command lines as systemd runs them (README, "Running engines under systemd"), against a
+"""The unit's command lines as systemd runs them (docs/systemd.md), against a
 real SGLang release pip installed into a venv, with patchctl pip installed into a venv of its own:
 
 - `ExecStartPre=patchctl ensure --deployment FILE --wait 60` in a clean environment (`env -i`, no
@@ -82,7 +82,7 @@ def deployed() -> Iterator[Deployment]:
         pip(base / "tool", "install", "-q", str(src))  # patchctl as a user installs it, with its dependencies
         pip(d.engine, "install", "-q", "--no-deps", f"sglang=={RELEASES[0]}")
         d.file.parent.mkdir(parents=True)
-        # The README's file, with the interpreter relative to the file (resolved against its folder).
+        # docs/systemd.md's file, with the interpreter relative to the file (resolved against its folder).
         d.file.write_text("engine: sglang\npython: ../../engine/bin/python\nwait: 60\n")
         d.file.chmod(0o644)  # whatever the umask: a deployment file its group may write is refused
         subprocess.run(["chmod", "-R", "a+rX", str(base)], check=True)

@@ -127,7 +127,7 @@ def load(path: str | Path) -> Deployment:
     return Deployment(real, _resolved(data, real.parent))  # a link's paths are its file's
 
 
-_HINT = "the keys are in README, Configuration, \"Deployment file\" (schema: patchctl/core/schemas/deployment.json)"
+_HINT = "the keys are in docs/configuration.md, \"Deployment file\" (schema: patchctl/core/schemas/deployment.json)"
 
 
 def _check(data: dict, text: str, shown: Path) -> None:

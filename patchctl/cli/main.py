@@ -175,7 +175,7 @@ def _deployment_option() -> click.Option:
                         callback=_use_deployment, type=click.Path(dir_okay=False),
                         help="The deployment file whose settings fill this command's options and ENGINE "
                              "(also `patchctl --deployment FILE COMMAND` and $PATCHCTL_DEPLOYMENT; "
-                             "README, Configuration).")
+                             "docs/configuration.md).")
 
 
 def _use_deployment(ctx: click.Context, param: click.Parameter, value: str | None) -> None:

@@ -166,7 +166,7 @@ def _set_timeout(ctx: click.Context, param: click.Parameter, value: float | None
 timeout_option = click.option(
     "--timeout", type=float, default=None, expose_value=False, callback=_set_timeout, metavar="SECONDS",
     help="Deadline of each network request, connect to last byte [default: 60]; a larger answer's "
-         "grows by the size it may carry at 256 KiB/s, fixed up front (README, Limits); reading an image's "
+         "grows by the size it may carry at 256 KiB/s, fixed up front (docs/limits.md); reading an image's "
          "layers, by their size at 4 MiB/s. Lock waits are --wait's.")
 
 
@@ -200,7 +200,7 @@ def _set_max_download(ctx: click.Context, param: click.Parameter, value: str | N
 max_download_option = click.option(
     "--max-download", type=str, default=None, expose_value=False, callback=_set_max_download, metavar="SIZE",
     help="Most bytes any one download may carry, e.g. --max-download 2GiB [default: 1GiB, twice vLLM's largest "
-         "wheel]; a file the index lists as larger is refused before it is fetched (README, Limits).")
+         "wheel]; a file the index lists as larger is refused before it is fetched (docs/limits.md).")
 
 
 def _fetch_flags(f: F, *, with_as_version: bool) -> F:

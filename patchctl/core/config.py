@@ -55,7 +55,7 @@ def load_config() -> dict:
         raise UsageError(f"config file {path} must hold a mapping")
     return validate("config", data, f"config file {path}", error=UsageError,
                     hint="keys: index_url, index_max_age, stores, nightly.<engine>.{url, ref, kind, variant} "
-                         "(README, Configuration)")
+                         "(docs/configuration.md)")
 
 
 class IndexChoice(NamedTuple):

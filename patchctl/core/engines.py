@@ -75,7 +75,7 @@ def all_engines() -> dict[str, Engine]:
     """engines.yaml, checked against patchctl/core/schemas/engines.json (a broken one is a bug: exit 3)."""
     text = resources.files("patchctl.core").joinpath("engines.yaml").read_text()
     raw = validate("engines", load_yaml(text), "patchctl/core/engines.yaml", error=EnvironmentProblem,
-                   hint="reinstall patchctl, or fix engines.yaml (README, Configuration)")
+                   hint="reinstall patchctl, or fix engines.yaml (docs/configuration.md)")
     engines = {}
     for name, data in raw.items():
         nightly = data.get("nightly") or {"kind": "none"}

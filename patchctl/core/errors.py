@@ -1,7 +1,7 @@
 """Every error class patchctl raises, in one place; each `PatchctlError` carries the documented exit
 code the CLI returns and the `kind` of its JSON error document.
 
-Exit codes (README, "Exit codes"; docs/json-schema.md):
+Exit codes (docs/commands.md, "Exit codes"; docs/json-schema.md):
 0 ok · 1 a patch failed to apply (conflict, drift) · 2 usage or bad input · 3 environment (network,
 permissions, missing engine, lock held) · 4 internal error: a bug in patchctl (kind `internal`; the
 traceback is written to a crash log in the data dir) · 130 interrupted (Ctrl-C), at any moment.

@@ -175,7 +175,7 @@ def payload_start(head: bytes, entry: ZipEntry) -> int:
     return 30 + name_len + extra_len
 
 
-# What one member may cost in memory (README, "Limits"): the largest member patchctl reads is a
+# What one member may cost in memory (docs/limits.md): the largest member patchctl reads is a
 # module of ~320 KB (vLLM's gpu_model_runner.py), the highest real ratio above a MiB ~58:1 (a .hpp
 # of CUTLASS's, 603 KB). A zip bomb inflates ~1000:1.
 MAX_MEMBER_BYTES = 32 << 20

@@ -16,7 +16,7 @@ from packaging.version import Version
 from patchctl.core.errors import StoreError
 
 VARIANT_RE = re.compile(r"^(?P<base>.+)\.patch$")
-# The most a variant file may hold (README, Limits): the largest real variant is about 55 KB; a file
+# The most a variant file may hold (docs/limits.md): the largest real variant is about 55 KB; a file
 # past this is refused before it is read whole, so a huge one costs no memory.
 PATCH_MAX_BYTES = 8 << 20
 

@@ -25,7 +25,7 @@ from patchctl.sources.files import DirectorySource
 from patchctl.store.layered import Store
 
 SEEDS = range(6)
-# store.PATCH_MAX_BYTES, the default README states (read here so that this module imports on the code
+# store.PATCH_MAX_BYTES, the default docs/outcomes.md states (read here so that this module imports on the code
 # before the limit, to show each class failing there).
 PATCH_MAX_BYTES = 8 << 20
 
@@ -34,8 +34,8 @@ def test_the_patch_size_limit_is_the_documented_one():
     import patchctl.store.series as store
 
     assert store.PATCH_MAX_BYTES == PATCH_MAX_BYTES
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    assert "8 MiB" in readme and "PATCH_MAX_BYTES" in readme
+    page = (Path(__file__).parents[2] / "docs/outcomes.md").read_text()
+    assert "8 MiB" in page and "PATCH_MAX_BYTES" in page
 
 
 def generated_tree(seed: int) -> dict[str, str]:

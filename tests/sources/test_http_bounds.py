@@ -320,7 +320,7 @@ def test_the_default_cap_holds_twice_the_largest_engine_wheel():
     from patchctl.sources import http
 
     assert http.DEFAULT_DOWNLOAD_MAX_BYTES >= 2 * 509_219_874
-    assert "--max-download" in (Path(__file__).parents[2] / "README.md").read_text()
+    assert "--max-download" in (Path(__file__).parents[2] / "docs/limits.md").read_text()
 
 
 # --- 6. the deadline's allowance, in process: fixed once, whatever arrives -----------------------
@@ -376,7 +376,7 @@ CACHED_NUMBERS = {
 @pytest.mark.parametrize("offline", [False, True], ids=["online", "offline"])
 @pytest.mark.parametrize("name", list(CACHED_NUMBERS))
 def test_a_number_out_of_range_in_a_cached_page_is_a_damaged_entry(name, offline, store, fresh_cache, monkeypatch):
-    """The download cache is shared (README, Threat model): a planted page whose fetched_at is
+    """The download cache is shared (docs/threat-model.md): a planted page whose fetched_at is
     10**400 made `time.time() - fetched_at` an OverflowError (exit 4). Online it is fetched again
     (and the check is clean), offline it is named as damaged (exit 3)."""
     from patchctl.sources.cache import ArtifactCache

@@ -1,4 +1,4 @@
-"""The promises of README "Guarantees", one regression test per finding of the trustworthy-writes
+"""The promises of docs/guarantees.md, one regression test per finding of the trustworthy-writes
 issue (reproduced on the old code first), on real trees: a fake pip install with a real RECORD, real
 processes killed with SIGKILL, real file ownership and bytecode."""
 import json
