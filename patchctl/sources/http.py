@@ -21,6 +21,7 @@ these, a NetworkError (exit 3) names the URL and the limit."""
 from __future__ import annotations
 
 import http.client
+import io
 import re
 import threading
 import time
@@ -28,6 +29,7 @@ import urllib.parse
 import zlib
 from collections.abc import Callable, Iterator
 from types import TracebackType
+from typing import IO
 
 from patchctl.core.errors import AnswerTooLarge, NetworkError, RangeNotSupported  # noqa: F401  (release.py's)
 from patchctl.sources.connection import Connection, Key, pool_key
@@ -46,6 +48,7 @@ FETCH_POOL = 8
 RETRIES = 3
 RETRY_STATUS = (429, 500, 502, 503, 504)
 _REDIRECTS = (301, 302, 303, 307, 308)
+Body = bytes | IO[bytes] | None  # a file is streamed (its Content-Length given by the caller)
 
 _idle: dict[Key, list[http.client.HTTPConnection]] = {}
 _lock = threading.Lock()
@@ -115,12 +118,13 @@ class Response:
     """The parts of an HTTP answer patchctl reads (named as requests names them)."""
 
     def __init__(self, conn: http.client.HTTPConnection, raw: http.client.HTTPResponse, url: str, key: Key,
-                 deadline: Deadline | None = None, keep: int = FETCH_POOL):
+                 deadline: Deadline | None = None, keep: int = FETCH_POOL, method: str = "GET"):
         self.status_code = raw.status
         self.headers = raw.headers  # case-insensitive get()
         self.url = url
         self._conn: http.client.HTTPConnection | None = conn
         self._raw, self._key, self._keep = raw, key, keep
+        self.method = method
         self._content: bytes | None = None
         self._deadline = deadline
         # The most the body may hold (as sent, and decompressed): set by the request's kind.
@@ -137,7 +141,8 @@ class Response:
     def refuse_declared_excess(self) -> None:
         """An answer whose Content-Length is over the cap is refused before a byte of it is read."""
         length = self.length()
-        if length is not None and length > self.max_bytes:
+        # (a HEAD answer has no body: its Content-Length is what a GET would send)
+        if length is not None and length > self.max_bytes and self.method != "HEAD":
             self.close()
             raise _too_large(self.url, self.max_bytes, self.limit_why, f"its Content-Length is {length}")
 
@@ -255,7 +260,7 @@ def _connect(key: Key) -> http.client.HTTPConnection:
 _pool_key = pool_key
 
 
-def _request(method: str, url: str, headers: dict, deadline: Deadline, body: bytes | None = None,
+def _request(method: str, url: str, headers: dict, deadline: Deadline, body: Body = None,
              retries: int = RETRIES, keep: int = FETCH_POOL) -> Response:
     for _redirect in range(6):
         parts, key = _pool_key(url)
@@ -267,6 +272,10 @@ def _request(method: str, url: str, headers: dict, deadline: Deadline, body: byt
         if response.status_code in _REDIRECTS and response.headers.get("Location"):
             response.content  # noqa: B018  (read: the connection goes back to the pool)
             url = urllib.parse.urljoin(url, response.headers["Location"])
+            if _pool_key(url)[1][:3] != key[:3]:
+                # A login is for the server it was meant for: a registry's blob redirected to a
+                # storage host goes there without it (as requests and curl do).
+                headers = {k: v for k, v in headers.items() if k.lower() not in ("authorization", "cookie")}
             if response.status_code == 303 or response.status_code in (301, 302) and method == "POST":
                 method, body = "GET", None  # (as browsers and requests do; 307 and 308 send it again)
             continue
@@ -274,7 +283,7 @@ def _request(method: str, url: str, headers: dict, deadline: Deadline, body: byt
     raise NetworkError(f"{url}: too many redirects")
 
 
-def _send(method: str, key: Key, target: str, headers: dict, body: bytes | None, url: str, deadline: Deadline,
+def _send(method: str, key: Key, target: str, headers: dict, body: Body, url: str, deadline: Deadline,
           retries: int, keep: int) -> Response:
     attempt = 0
     while True:
@@ -292,6 +301,8 @@ def _send(method: str, key: Key, target: str, headers: dict, body: bytes | None,
         try:
             if conn.sock is None:
                 conn.connect()
+            if isinstance(body, io.IOBase):
+                body.seek(0)  # (sent again: the server had closed a kept-alive connection)
             # Held apart from conn: an answer that will close takes the socket from the connection.
             deadline.sock = conn.sock
             conn.request(method, target, body=body, headers=headers)
@@ -318,7 +329,7 @@ def _send(method: str, key: Key, target: str, headers: dict, body: bytes | None,
                 _pause(0.5 * 2 ** attempt, deadline)
                 attempt += 1
                 continue
-            return Response(conn, raw, url, key, deadline, keep)
+            return Response(conn, raw, url, key, deadline, keep, method)
         if attempt >= retries or isinstance(exc_to_raise, (TimeoutError, http.client.HTTPException)):
             raise exc_to_raise
         _pause(0.5 * 2 ** attempt, deadline)
@@ -376,7 +387,7 @@ def get(url: str, *, headers: dict | None = None, stream: bool = False, what: st
         raise
 
 
-def send(method: str, url: str, deadline: Deadline, *, body: bytes | None = None, headers: dict | None = None,
+def send(method: str, url: str, deadline: Deadline, *, body: Body = None, headers: dict | None = None,
          retries: int = RETRIES, keep: int = FETCH_POOL) -> Response:
     """One request under `deadline` (the watchdog shuts its socket down at it), redirects and
     retries (of 429/5xx, and of a refused connection: `retries` times) included; the Response once
