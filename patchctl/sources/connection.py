@@ -48,12 +48,15 @@ def create_connection(address: tuple[str, int], timeout: float | None = None) ->
 
 
 def context() -> ssl.SSLContext:
-    """The trust store requests and pip use: $REQUESTS_CA_BUNDLE or $CURL_CA_BUNDLE, else certifi's."""
+    """The trust store pip uses for the index: its `cert` ($PIP_CERT or its configuration), else
+    $REQUESTS_CA_BUNDLE or $CURL_CA_BUNDLE (as requests reads them), else certifi's."""
     global _ssl_context
     if _ssl_context is None:
         import ssl
 
-        cafile = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
+        from patchctl.sources.pip_config import network_setting
+
+        cafile = network_setting("cert") or os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
         if not cafile:
             try:
                 import certifi
@@ -66,14 +69,20 @@ def context() -> ssl.SSLContext:
 
 
 def proxy_for(scheme: str, host: str) -> str | None:
-    """The proxy the environment names for scheme ($HTTPS_PROXY, $HTTP_PROXY, $NO_PROXY, as requests
-    and pip honour them), None for none or a bypassed host."""
-    if not any(k.lower().endswith("_proxy") for k in os.environ):
+    """The proxy for scheme: pip's `proxy` ($PIP_PROXY or its configuration: every scheme, as pip
+    uses it), else the one the environment names ($HTTPS_PROXY, $HTTP_PROXY); None for none or a
+    host $NO_PROXY bypasses."""
+    from patchctl.sources.pip_config import network_setting
+
+    pip_proxy = network_setting("proxy")
+    if pip_proxy is None and not any(k.lower().endswith("_proxy") for k in os.environ):
         return None  # (urllib.request, which reads them as requests does, is itself ~30 ms to import)
     import urllib.request
 
     if urllib.request.proxy_bypass(host):
         return None
+    if pip_proxy is not None:
+        return pip_proxy if "://" in pip_proxy else f"http://{pip_proxy}"
     return urllib.request.getproxies().get(scheme)
 
 
