@@ -1,14 +1,17 @@
-"""HTTP with retries, size caps and friendly errors; the only module that talks to the network.
+"""patchctl's one HTTP client: retries, size caps and friendly errors; the only module that talks to
+the network. The index's pages (get), range reads (ranges.py), downloads (download.py), registries
+(image/distribution.py) and validate's requests to a server (validate/client.py) all go through
+send() here, each under one deadline of deadline.py's, its connections opened by connection.py.
 
-Range reads are ranges.py's, each request's deadline deadline.py's, both through get() here.
-
-On the standard library's http.client: requests (with urllib3 and charset_normalizer) costs ~0.2 s
-of CPU to import, as much as the round trips of a whole `check` on a fast link. What patchctl needs
-is here: connections kept alive and pooled per host (FETCH_POOL of them, as many as `release.py` has
-threads, so that a wheel's members are read over connections that already did their TCP and TLS
-handshakes), the proxies of the environment ($HTTPS_PROXY, $HTTP_PROXY, $NO_PROXY, as requests and
-pip honour them: CONNECT tunnels for https), redirects, gzip for index pages, and retries of
-429/5xx answers and of a kept-alive connection the server had closed.
+On the standard library's http.client, chosen by measurement (benchmarks/http_clients.py): it is
+the cheapest to import (urllib3 costs ~2x, requests ~3x, httpx ~4x) and streams at the raw socket's
+rate, and none of the libraries has a wall deadline a dripping server cannot extend (each has a
+per-read timeout only), so each would still need this watchdog and a way to its socket that they
+keep private. What patchctl needs is here: connections kept alive and pooled per host (FETCH_POOL of
+them, as many as `release.py` has threads, so that a wheel's members are read over connections that
+already did their TCP and TLS handshakes), pip's proxy and the environment's (CONNECT tunnels for
+https), pip's trust store, redirects (a login is not carried to another origin), gzip for index
+pages, and retries of 429/5xx answers and of a kept-alive connection the server had closed.
 
 Nothing a server sends may cost more than it should (README, "Limits"): every request has one
 deadline, connect to last byte, that a server dripping a byte at a time cannot extend (deadline.py:
