@@ -19,7 +19,7 @@ from checklib.testserver import Reply, Request, TestServer, json_reply
 from patchctl.core.errors import RegistryError
 from patchctl.image.auth import Credentials
 from patchctl.image.distribution import MANIFEST_TYPES, Registry
-from patchctl.sources import connection
+from patchctl.sources import connection, pip_config
 from patchctl.sources.deadline import Deadline
 
 MANIFEST = b'{"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json"}'
@@ -38,8 +38,9 @@ def tls(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def trusted(tls, monkeypatch) -> Path:
-    """The test certificate is the trust store (as $REQUESTS_CA_BUNDLE names one for requests and pip)."""
-    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(tls / "cert.pem"))
+    """The test certificate is the trust store (pip's cert, as $PIP_CERT names one)."""
+    monkeypatch.setenv("PIP_CERT", str(tls / "cert.pem"))
+    monkeypatch.setattr(pip_config, "_settings", {})
     monkeypatch.setattr(connection, "_ssl_context", None)
     yield tls
     connection._ssl_context = None  # (monkeypatch puts back the one of before: made for this file's bundle)
