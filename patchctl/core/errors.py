@@ -173,6 +173,23 @@ class ServerStartError(EnvironmentProblem):
     """The server exited, or did not get ready in time; carries its log tail (exit code 3)."""
 
 
+class RequestFailed(RuntimeError):
+    """One request of validate's client got no usable answer (refused, reset, cut short): a failed
+    request's record or a failed check reports it; NetworkError is only for a server that never answered."""
+
+
+class HTTPError(RequestFailed):
+    """The server answered a request of validate's client with an error status (400 or more)."""
+
+
+class RequestDeadline(RequestFailed):
+    """A request's deadline passed; `answered`: whether the server's status line came before it."""
+
+    def __init__(self, message: str, answered: bool):
+        super().__init__(message)
+        self.answered = answered
+
+
 class ServerError(RuntimeError):
     """The server put an error object into the stream instead of a chunk."""
 

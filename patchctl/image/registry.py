@@ -1,6 +1,6 @@
 """Where images are read from and pushed to, behind one interface (`Repository`): a registry speaking
-the OCI distribution API (through python-dxf, imported only here and only when a registry is
-used: `pip install patchctl[images]`), or an OCI layout directory (layout.py).
+the OCI distribution API (distribution.py, on patchctl's one HTTP client), or an OCI layout
+directory (layout.py).
 
 Blobs are streamed, never held whole: a pulled blob goes to the download cache by its digest
 (checked while it streams), and is pushed from there. Every failure of the registry is a
@@ -10,17 +10,19 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
-from collections.abc import Callable, Iterable, Iterator
+import urllib.parse
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, NamedTuple, Protocol, TypeVar, cast
+from typing import IO, TYPE_CHECKING, NamedTuple, Protocol, TypeVar
 
 from patchctl.core import config
-from patchctl.core.errors import EnvironmentProblem, ImageContentError, RegistryError, plain_network_reason
+from patchctl.core.errors import EnvironmentProblem, ImageContentError, RegistryError
 from patchctl.core.yamlio import load_json
 from patchctl.image.reference import ImageRef, is_loopback
 
 if TYPE_CHECKING:
+    from patchctl.sources.deadline import Deadline
     from patchctl.sources.files import ProgressSink
 
 T = TypeVar("T")
@@ -146,16 +148,11 @@ def _cannot_write(path: Path, exc: OSError) -> EnvironmentProblem:
 
 
 class RegistryRepository:
-    """A repository on a registry, through python-dxf."""
+    """A repository on a registry, through the OCI distribution API (distribution.py)."""
 
     def __init__(self, ref: ImageRef, *, insecure: bool, progress: ProgressSink | None):
-        try:
-            import dxf
-            import requests
-        except ImportError:
-            raise EnvironmentProblem("reading images from a registry needs python-dxf",
-                                     hint="pip install 'patchctl[images]'") from None
-        from patchctl.image.auth import credentials_for
+        from patchctl.image.auth import auth_files, credentials_for, helper_for
+        from patchctl.image.distribution import Registry
 
         self.ref = ref
         self.host = ref.api_host
@@ -163,94 +160,66 @@ class RegistryRepository:
         self.plain = plain
         self._progress = progress
         creds = credentials_for(ref.registry or self.host)
-        self._creds = creds
-
-        def authenticate(client: dxf.DXFBase, response: requests.Response) -> None:
-            client.authenticate(creds.username if creds else None, creds.password if creds else None,
-                                response=response, actions=["pull", "push"])
-
-        self._dxf = dxf.DXF(self.host, ref.repository, auth=authenticate, insecure=plain,
-                            timeout=config_timeout())
-        # dxf sends through the first of its sessions (the module `requests` unless one is pushed):
-        # one whose pools let image/deadline.py give each request one deadline.
-        from patchctl.image.deadline import session
-
-        self._dxf._sessions.insert(0, session())
+        helper = helper_for(ref.registry or self.host)
+        if creds is not None:
+            why = f"refused the login of {creds.username} from {creds.source}"
+        else:
+            why = "asks for a login, and no credentials for it are stored"
+        hint = ((f"credential helpers are not run by patchctl: {helper}; " if helper else "")
+                + f"log in with `docker login {ref.registry}` (or set REGISTRY_AUTH_FILE); read from: "
+                + ", ".join(str(f) for f in auth_files()))
+        self._api = Registry(self.host, ref.repository, self.name, plain=plain, creds=creds, unauthorized=(why, hint))
 
     @property
     def name(self) -> str:
         return f"{self.ref.registry}/{self.ref.repository}"
 
-    def _call(self, what: str, fn: Callable[[], T], size: int | None = None) -> T:
+    def _call(self, what: str, fn: Callable[[Deadline], T], size: int | None = None) -> T:
         """fn's requests, under one deadline: --timeout, plus size bytes at http.MIN_RATE."""
-        from patchctl.image.deadline import watched
         from patchctl.sources import http
+        from patchctl.sources.deadline import Deadline
 
         seconds = config_timeout() + (size or 0) / http.MIN_RATE
-        with watched(seconds) as watch:
-            try:
-                return self._mapped(what, fn)
-            except RegistryError:
-                if watch.expired:
-                    raise RegistryError(
-                        f"{self.name}: {what}: no complete answer within {seconds:.0f} s (the deadline of a request: "
-                        f"--timeout, plus the size at {http.MIN_RATE >> 10} KiB/s)",
-                        hint="a slow or stalled registry; pass a larger --timeout SECONDS on a slow link") from None
-                raise
-
-    def _mapped(self, what: str, fn: Callable[[], T]) -> T:
-        import requests
-        from dxf import exceptions as dx
-
+        deadline = Deadline(f"{self.name}: {what}", what, seconds)
         try:
-            return fn()
-        except dx.DXFAuthInsecureError:
-            raise RegistryError(
-                f"{self.name}: {what}: the registry asks for a login over plain HTTP, and patchctl sends "
-                f"credentials over HTTPS only", hint="serve the registry with TLS (a loopback registry too, "
-                "when it needs a login)") from None
-        except dx.DXFUnauthorizedError:
-            from patchctl.image.auth import auth_files, helper_for
-
-            helper = helper_for(self.ref.registry or self.host)
-            if self._creds is not None:
-                why = f"refused the login of {self._creds.username} from {self._creds.source}"
-            else:
-                why = "asks for a login, and no credentials for it are stored"
-            raise RegistryError(
-                f"{self.name}: {what}: the registry {why}",
-                hint=(f"credential helpers are not run by patchctl: {helper}; " if helper else "")
-                + f"log in with `docker login {self.ref.registry}` (or set REGISTRY_AUTH_FILE); read from: "
-                + ", ".join(str(f) for f in auth_files())) from None
-        except requests.exceptions.SSLError as exc:
-            raise RegistryError(f"{self.name}: {what}: {plain_network_reason(str(exc))}",
-                                hint="--insecure talks plain HTTP to a registry that has no TLS") from None
-        except requests.exceptions.HTTPError as exc:
-            response = exc.response
-            status = response.status_code if response is not None else "?"
-            body = (response.text[:300] if response is not None else "").strip()
-            if status == 404:
-                raise RegistryError(f"{self.name}: {what}: not found (HTTP 404) {body}".rstrip()) from None
-            raise RegistryError(f"{self.name}: {what}: HTTP {status} {body}".rstrip()) from None
-        except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
-            scheme = "http" if self.plain else "https"
-            raise RegistryError(f"{self.name}: {what}: cannot reach {scheme}://{self.host}: "
-                                f"{plain_network_reason(str(exc))}") from None
-        except requests.exceptions.RequestException as exc:
-            raise RegistryError(f"{self.name}: {what}: {plain_network_reason(str(exc))}") from None
-        except dx.DXFError as exc:
-            raise RegistryError(f"{self.name}: {what}: {exc}") from None
+            return fn(deadline)
+        except RegistryError:
+            if deadline.expired or deadline.remaining() <= 0:
+                raise RegistryError(
+                    f"{self.name}: {what}: no complete answer within {seconds:.0f} s (the deadline of a request: "
+                    f"--timeout, plus the size at {http.MIN_RATE >> 10} KiB/s)",
+                    hint="a slow or stalled registry; pass a larger --timeout SECONDS on a slow link") from None
+            raise
 
     def manifest(self, reference: str) -> Manifest:
-        _, response = self._call(f"manifest {reference}", lambda: self._dxf.get_manifest_and_response(reference))
-        data = response.content
-        if len(data) > MAX_MANIFEST:
-            raise RegistryError(f"{self.name}: manifest {reference} is {len(data)} bytes, more than {MAX_MANIFEST}")
+        from patchctl.image.distribution import MANIFEST_TYPES
+
+        what = f"manifest {reference}"
+
+        def get(deadline: Deadline) -> tuple[bytes, str]:
+            answer = self._api.request(what, "GET", f"manifests/{reference}", deadline,
+                                       headers={"Accept": MANIFEST_TYPES})
+            return self._api.read(what, answer, MAX_MANIFEST), answer.headers.get("Content-Type") or ""
+
+        data, content_type = self._call(what, get)
         digest = "sha256:" + hashlib.sha256(data).hexdigest()
         if reference.startswith("sha256:") and reference != digest:
             raise RegistryError(f"{self.name}: manifest {reference[:19]}… arrived with digest {digest[:19]}…")
-        media_type = response.headers.get("Content-Type", "").split(";")[0].strip()
-        return Manifest(data, media_type, digest)
+        return Manifest(data, content_type.split(";")[0].strip(), digest)
+
+    def _pull(self, digest: str, limit: int, take: Callable[[bytes], None]) -> Callable[[Deadline], None]:
+        """The request that streams the blob into take(), at most `limit` bytes."""
+        what = f"blob {digest[:19]}…"
+
+        def pull(deadline: Deadline) -> None:
+            answer = self._api.request(what, "GET", f"blobs/{digest}", deadline)
+            try:
+                for chunk in self._api.chunks(what, answer, limit, CHUNK):
+                    take(chunk)
+            finally:
+                answer.close()
+
+        return pull
 
     def blob(self, digest: str, size: int | None) -> Path:
         from patchctl.core.errors import CacheFileDamaged
@@ -266,16 +235,17 @@ class RegistryRepository:
         if present:
             return final
 
-        def pull() -> None:
-            chunks = cast("Iterable[bytes]", self._dxf.pull_blob(digest, chunk_size=CHUNK))
+        def pull(deadline: Deadline) -> None:
             if self._progress is not None:
                 self._progress.start(f"blob {digest[7:19]}", size)
             try:
                 with streamed_into(final, digest, size) as write:
-                    for chunk in chunks:
+                    def take(chunk: bytes) -> None:
                         write(chunk)
                         if self._progress is not None:
                             self._progress.advance(len(chunk))
+
+                    self._pull(digest, size if size is not None else MAX_BLOB, take)(deadline)
             finally:
                 if self._progress is not None:
                     self._progress.finish()
@@ -307,57 +277,73 @@ class RegistryRepository:
     def small_blob(self, digest: str, limit: int = MAX_CONFIG) -> bytes:
         data = bytearray()
 
-        def pull() -> None:
-            for chunk in cast("Iterable[bytes]", self._dxf.pull_blob(digest, chunk_size=CHUNK)):
-                data.extend(chunk)
-                if len(data) > limit:
-                    raise RegistryError(f"{self.name}: blob {digest[:19]}… is over {limit} bytes")
+        def take(chunk: bytes) -> None:
+            data.extend(chunk)
+            if len(data) > limit:
+                raise RegistryError(f"{self.name}: blob {digest[:19]}… is over {limit} bytes")
 
-        self._call(f"blob {digest[:19]}…", pull, limit)
+        self._call(f"blob {digest[:19]}…", self._pull(digest, limit + 1, take), limit)
         if "sha256:" + hashlib.sha256(data).hexdigest() != digest:
             raise RegistryError(f"{self.name}: blob {digest[:19]}… does not have that digest")
         return bytes(data)
 
     def has_blob(self, digest: str) -> bool:
-        import requests
+        what = f"blob {digest[:19]}…"
 
-        try:
-            self._call(f"blob {digest[:19]}…", lambda: self._dxf.blob_size(digest))
-        except RegistryError as exc:
-            if "HTTP 404" in exc.message:
-                return False
-            raise
-        except requests.exceptions.HTTPError:
-            return False
-        return True
+        def head(deadline: Deadline) -> bool:
+            answer = self._api.request(what, "HEAD", f"blobs/{digest}", deadline, ok=(200, 404))
+            answer.content  # noqa: B018  (none: the connection goes back to the pool)
+            return answer.status_code == 200
+
+        return self._call(what, head)
 
     def put_blob(self, path: Path, digest: str, size: int, source: Repository | None = None) -> None:
         if self.has_blob(digest):
             return
         if isinstance(source, RegistryRepository) and source.host == self.host:
+            query = urllib.parse.urlencode({"mount": digest, "from": source.ref.repository})
             try:
-                self._call("mount", lambda: self._dxf.mount_blob(source.ref.repository, digest))
+                self._call("mount", lambda d: self._api.request("mount", "POST", f"blobs/uploads/?{query}", d,
+                                                                ok=(201, 202)).close())
                 if self.has_blob(digest):
                     return
             except RegistryError:
                 pass  # a registry without cross-repository mounts: uploaded below
-        pushed = self._call(f"push {digest[:19]}…",
-                            lambda: self._dxf.push_blob(str(path), digest=digest, check_exists=False), size)
-        if pushed != digest:
-            raise ImageContentError(f"{self.name}: the registry stored {path} as {pushed}, not {digest}")
+        with open(path, "rb") as f:
+            self._upload(f, digest, size)
 
     def put_bytes(self, data: bytes, digest: str) -> None:
         if self.has_blob(digest):
             return
-        self._call(f"push {digest[:19]}…", lambda: self._dxf.push_blob(data=iter([data]), digest=digest, check_exists=False))
+        self._upload(data, digest, len(data))
+
+    def _upload(self, body: bytes | IO[bytes], digest: str, size: int) -> None:
+        """A monolithic upload: POST opens it, one PUT carries the bytes and closes it with the digest."""
+        what = f"push {digest[:19]}…"
+
+        def push(deadline: Deadline) -> None:
+            opened = self._api.request(what, "POST", "blobs/uploads/", deadline, ok=(202,))
+            location = opened.headers.get("Location") or ""
+            opened.close()
+            if not location:
+                raise RegistryError(f"{self.name}: {what}: the registry opened an upload with no Location")
+            url = urllib.parse.urljoin(self._api.base, location)
+            url += ("&" if urllib.parse.urlsplit(url).query else "?") + urllib.parse.urlencode({"digest": digest})
+            done = self._api.request(what, "PUT", url, deadline, body=body, ok=(201, 204),
+                                     headers={"Content-Type": "application/octet-stream", "Content-Length": str(size)})
+            stored = done.headers.get("Docker-Content-Digest")
+            done.close()
+            if stored and stored != digest:
+                raise ImageContentError(f"{self.name}: the registry stored {digest} as {stored}")
+
+        self._call(what, push, size)
 
     def put_manifest(self, tag: str, manifest: Manifest) -> None:
-        # Byte for byte, under the type it was served with: dxf's set_manifest reads the type from
-        # the document (an OCI manifest may omit it) and re-sends it as text; its request method
-        # sends these bytes with the same auth and TLS handling.
+        # Byte for byte, under the type it was served with (an OCI manifest may omit its mediaType).
         media_type = manifest.media_type or str(load_json(manifest.data).get("mediaType") or "")
-        self._call(f"push manifest {tag}", lambda: self._dxf._request(
-            "put", "manifests/" + tag, data=manifest.data, headers={"Content-Type": media_type}))
+        what = f"push manifest {tag}"
+        self._call(what, lambda d: self._api.request(what, "PUT", f"manifests/{tag}", d, body=manifest.data,
+                                                     headers={"Content-Type": media_type}, ok=(201, 202, 204)).close())
 
 
 def config_timeout() -> float:

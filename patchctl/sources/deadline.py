@@ -35,7 +35,8 @@ class Deadline:
         self.timeout = timeout
         self.expected = expected
         self.expired = False
-        self.conn: http.client.HTTPConnection | None = None
+        self.conn: http.client.HTTPConnection | None = None  # the connection, from before it connects
+        self.sock: socket.socket | None = None  # its socket, still shut when an answer took it from conn
 
     def allow(self, size: int) -> None:
         """The answer may carry `size` bytes (already capped by the caller): its allowance, once."""
@@ -49,13 +50,12 @@ class Deadline:
 
     def expire(self) -> None:
         self.expired = True
-        conn = self.conn
-        sock = getattr(conn, "sock", None)
-        if sock is not None:
-            try:  # the plain socket's shutdown, also under TLS: a blocked recv() returns at once
-                socket.socket.shutdown(sock, socket.SHUT_RDWR)
-            except OSError:
-                pass
+        for sock in (self.sock, getattr(self.conn, "sock", None)):
+            if sock is not None:
+                try:  # the plain socket's shutdown, also under TLS: a blocked recv() returns at once
+                    socket.socket.shutdown(sock, socket.SHUT_RDWR)
+                except OSError:
+                    pass
 
     def check(self) -> None:
         if self.expired or self.remaining() <= 0:

@@ -1,16 +1,19 @@
-"""HTTP with retries, size caps and friendly errors; the only module that talks to the network.
+"""patchctl's one HTTP client: retries, size caps and friendly errors; the only module that talks to
+the network. The index's pages (get), range reads (ranges.py), downloads (download.py), registries
+(image/distribution.py) and validate's requests to a server (validate/client.py) all go through
+send() here, each under one deadline of deadline.py's, its connections opened by connection.py.
 
-Range reads are ranges.py's, each request's deadline deadline.py's, both through get() here.
+On the standard library's http.client, chosen by measurement (benchmarks/http_clients.py): it is
+the cheapest to import (urllib3 costs ~2x, requests ~3x, httpx ~4x) and streams at the raw socket's
+rate, and none of the libraries has a wall deadline a dripping server cannot extend (each has a
+per-read timeout only), so each would still need this watchdog and a way to its socket that they
+keep private. What patchctl needs is here: connections kept alive and pooled per host (FETCH_POOL of
+them, as many as `release.py` has threads, so that a wheel's members are read over connections that
+already did their TCP and TLS handshakes), pip's proxy and the environment's (CONNECT tunnels for
+https), pip's trust store, redirects (a login is not carried to another origin), gzip for index
+pages, and retries of 429/5xx answers and of a kept-alive connection the server had closed.
 
-On the standard library's http.client: requests (with urllib3 and charset_normalizer) costs ~0.2 s
-of CPU to import, as much as the round trips of a whole `check` on a fast link. What patchctl needs
-is here: connections kept alive and pooled per host (FETCH_POOL of them, as many as `release.py` has
-threads, so that a wheel's members are read over connections that already did their TCP and TLS
-handshakes), the proxies of the environment ($HTTPS_PROXY, $HTTP_PROXY, $NO_PROXY, as requests and
-pip honour them: CONNECT tunnels for https), redirects, gzip for index pages, and retries of
-429/5xx answers and of a kept-alive connection the server had closed.
-
-Nothing a server sends may cost more than it should (README, "Limits"): every request has one
+Nothing a server sends may cost more than it should (docs/limits.md): every request has one
 deadline, connect to last byte, that a server dripping a byte at a time cannot extend (deadline.py:
 its allowance is fixed from the size the answer may carry, never from what arrived), and every
 answer a cap: a range answer no longer than the range asked, an index page no larger than
@@ -21,21 +24,19 @@ these, a NetworkError (exit 3) names the URL and the limit."""
 from __future__ import annotations
 
 import http.client
-import os
+import io
 import re
-import socket
 import threading
 import time
 import urllib.parse
 import zlib
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from types import TracebackType
+from typing import IO
 
 from patchctl.core.errors import AnswerTooLarge, NetworkError, RangeNotSupported  # noqa: F401  (release.py's)
+from patchctl.sources.connection import Connection, Key, pool_key
 from patchctl.sources.deadline import MIN_RATE, Deadline, size_text, unwatch, watch  # noqa: F401  (MIN_RATE: image/'s)
-
-if TYPE_CHECKING:
-    import ssl
 
 DEFAULT_TIMEOUT = 60.0  # seconds: one request's deadline, connect to last byte, and the longest wait for a read (--timeout)
 TIMEOUT = DEFAULT_TIMEOUT
@@ -50,10 +51,10 @@ FETCH_POOL = 8
 RETRIES = 3
 RETRY_STATUS = (429, 500, 502, 503, 504)
 _REDIRECTS = (301, 302, 303, 307, 308)
+Body = bytes | IO[bytes] | None  # a file is streamed (its Content-Length given by the caller)
 
-_idle: dict[tuple, list[http.client.HTTPConnection]] = {}
+_idle: dict[Key, list[http.client.HTTPConnection]] = {}
 _lock = threading.Lock()
-_ssl_context = None
 _declared: dict[str, int] = {}  # artifact URL -> the size its index page lists (declare_size)
 
 
@@ -119,13 +120,14 @@ def _cut_short(url: str, why: str) -> NetworkError:
 class Response:
     """The parts of an HTTP answer patchctl reads (named as requests names them)."""
 
-    def __init__(self, conn: http.client.HTTPConnection, raw: http.client.HTTPResponse, url: str, key: tuple,
-                 deadline: Deadline | None = None):
+    def __init__(self, conn: http.client.HTTPConnection, raw: http.client.HTTPResponse, url: str, key: Key,
+                 deadline: Deadline | None = None, keep: int = FETCH_POOL, method: str = "GET"):
         self.status_code = raw.status
         self.headers = raw.headers  # case-insensitive get()
         self.url = url
         self._conn: http.client.HTTPConnection | None = conn
-        self._raw, self._key = raw, key
+        self._raw, self._key, self._keep = raw, key, keep
+        self.method = method
         self._content: bytes | None = None
         self._deadline = deadline
         # The most the body may hold (as sent, and decompressed): set by the request's kind.
@@ -142,7 +144,8 @@ class Response:
     def refuse_declared_excess(self) -> None:
         """An answer whose Content-Length is over the cap is refused before a byte of it is read."""
         length = self.length()
-        if length is not None and length > self.max_bytes:
+        # (a HEAD answer has no body: its Content-Length is what a GET would send)
+        if length is not None and length > self.max_bytes and self.method != "HEAD":
             self.close()
             raise _too_large(self.url, self.max_bytes, self.limit_why, f"its Content-Length is {length}")
 
@@ -240,114 +243,51 @@ class Response:
             else:
                 with _lock:
                     pool = _idle.setdefault(self._key, [])
-                    if len(pool) < FETCH_POOL:
+                    if len(pool) < self._keep:
                         pool.append(self._conn)
                     else:
                         self._conn.close()
             self._conn = None
 
+    def __enter__(self) -> Response:
+        return self
 
-def _context() -> ssl.SSLContext:
-    global _ssl_context
-    if _ssl_context is None:
-        import ssl
-
-        cafile = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
-        if not cafile:
-            try:
-                import certifi  # requests' default trust store
-
-                cafile = certifi.where()
-            except ImportError:
-                cafile = None
-        _ssl_context = ssl.create_default_context(cafile=cafile)
-    return _ssl_context
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()  # (after a body read to its end the connection is back in the pool: nothing to close)
 
 
-def _proxy_for(scheme: str, host: str) -> str | None:
-    if not any(k.lower().endswith("_proxy") for k in os.environ):
-        return None  # (urllib.request, which reads them as requests does, is itself ~30 ms to import)
-    import urllib.request
-
-    if urllib.request.proxy_bypass(host):
-        return None
-    return urllib.request.getproxies().get(scheme)
+def _connect(key: Key) -> http.client.HTTPConnection:
+    return Connection(key, TIMEOUT)
 
 
-_addresses: dict[tuple[str, int], list[tuple]] = {}
+_pool_key = pool_key
 
 
-def _create_connection(address: tuple[str, int], timeout: float | None = None,
-                       source_address: tuple[str, int] | None = None) -> socket.socket:
-    """socket.create_connection with the host looked up once per process. A matrix opens dozens of
-    connections to one host, and a resolver that now and then waits out its 5 s timeout (as this
-    machine's did, about one lookup in sixty) stalled a whole release each time."""
-    host, port = address
-    with _lock:
-        found = _addresses.get((host, port))
-    if found is None:
-        found = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
-        with _lock:
-            _addresses[(host, port)] = found
-    error: OSError | None = None
-    for *_, sockaddr in found:
-        try:
-            return socket.create_connection(sockaddr[:2], timeout, source_address)
-        except OSError as exc:
-            error = exc
-    raise error or OSError(f"{host} resolves to no address")
-
-
-def _connect(key: tuple) -> http.client.HTTPConnection:
-    conn = _new_connection(key)
-    setattr(conn, "_create_connection", _create_connection)  # noqa: B010  (http.client's own seam, not in its stubs)
-    return conn
-
-
-def _new_connection(key: tuple) -> http.client.HTTPConnection:
-    scheme, host, port, proxy = key
-    if proxy:
-        p = urllib.parse.urlsplit(proxy)
-        if scheme == "https":
-            conn: http.client.HTTPConnection = http.client.HTTPSConnection(
-                p.hostname, p.port or 80, timeout=TIMEOUT, context=_context())
-            conn.set_tunnel(host, port)
-            return conn
-        return http.client.HTTPConnection(p.hostname, p.port or 80, timeout=TIMEOUT)
-    if scheme == "https":
-        return http.client.HTTPSConnection(host, port, timeout=TIMEOUT, context=_context())
-    return http.client.HTTPConnection(host, port, timeout=TIMEOUT)
-
-
-def _pool_key(url: str) -> tuple[urllib.parse.SplitResult, tuple]:
-    """The URL's parts and the pool its connections live in: (scheme, host, port, proxy)."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise NetworkError(f"cannot fetch {url}: not an http(s) URL")
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    return parts, (parts.scheme, parts.hostname, port, _proxy_for(parts.scheme, parts.hostname))
-
-
-def _request(method: str, url: str, headers: dict, stream: bool, deadline: Deadline) -> Response:
+def _request(method: str, url: str, headers: dict, deadline: Deadline, body: Body = None,
+             retries: int = RETRIES, keep: int = FETCH_POOL) -> Response:
     for _redirect in range(6):
         parts, key = _pool_key(url)
         proxy = key[3]
         target = url.split("#", 1)[0] if proxy and parts.scheme == "http" else \
             urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
-        send = {"User-Agent": "patchctl", "Accept-Encoding": "identity" if stream or "Range" in headers else "gzip",
-                **headers}
-        response = _send(method, key, target, send, url, deadline)
+        response = _send(method, key, target, {"User-Agent": "patchctl", **headers}, body, url, deadline, retries,
+                         keep)
         if response.status_code in _REDIRECTS and response.headers.get("Location"):
             response.content  # noqa: B018  (read: the connection goes back to the pool)
             url = urllib.parse.urljoin(url, response.headers["Location"])
-            if response.status_code == 303:
-                method = "GET"
+            if _pool_key(url)[1][:3] != key[:3]:
+                # A login is for the server it was meant for: a registry's blob redirected to a
+                # storage host goes there without it (as requests and curl do).
+                headers = {k: v for k, v in headers.items() if k.lower() not in ("authorization", "cookie")}
+            if response.status_code == 303 or response.status_code in (301, 302) and method == "POST":
+                method, body = "GET", None  # (as browsers and requests do; 307 and 308 send it again)
             continue
         return response
     raise NetworkError(f"{url}: too many redirects")
 
 
-def _send(method: str, key: tuple, target: str, headers: dict, url: str, deadline: Deadline) -> Response:
+def _send(method: str, key: Key, target: str, headers: dict, body: Body, url: str, deadline: Deadline,
+          retries: int, keep: int) -> Response:
     attempt = 0
     while True:
         deadline.check()
@@ -357,12 +297,18 @@ def _send(method: str, key: tuple, target: str, headers: dict, url: str, deadlin
         reused = conn is not None
         conn = conn or _connect(key)
         # Never wait longer for a connection or a read than the request has left.
-        conn.timeout = max(0.001, min(TIMEOUT, deadline.remaining()))
+        conn.timeout = max(0.001, min(deadline.timeout, deadline.remaining()))
         if conn.sock is not None:
             conn.sock.settimeout(conn.timeout)
         deadline.conn = conn
         try:
-            conn.request(method, target, headers=headers)
+            if conn.sock is None:
+                conn.connect()
+            if isinstance(body, io.IOBase):
+                body.seek(0)  # (sent again: the server had closed a kept-alive connection)
+            # Held apart from conn: an answer that will close takes the socket from the connection.
+            deadline.sock = conn.sock
+            conn.request(method, target, body=body, headers=headers)
             if deadline.expired:  # shut down before the request was out: nothing will answer
                 raise TimeoutError
             raw = conn.getresponse()
@@ -381,13 +327,13 @@ def _send(method: str, key: tuple, target: str, headers: dict, url: str, deadlin
                 raise deadline.error() from None
             exc_to_raise = exc
         else:
-            if raw.status in RETRY_STATUS and attempt < RETRIES:
+            if raw.status in RETRY_STATUS and attempt < retries:
                 conn.close()  # (its body unread: a retry needs no bytes of an error page)
                 _pause(0.5 * 2 ** attempt, deadline)
                 attempt += 1
                 continue
-            return Response(conn, raw, url, key, deadline)
-        if attempt >= RETRIES or isinstance(exc_to_raise, (TimeoutError, http.client.HTTPException)):
+            return Response(conn, raw, url, key, deadline, keep, method)
+        if attempt >= retries or isinstance(exc_to_raise, (TimeoutError, http.client.HTTPException)):
             raise exc_to_raise
         _pause(0.5 * 2 ** attempt, deadline)
         attempt += 1
@@ -425,10 +371,9 @@ def get(url: str, *, headers: dict | None = None, stream: bool = False, what: st
         limit = max_bytes or PAGE_MAX_BYTES
         why = "the size asked for" if max_bytes else "the limit of an index page"
     deadline = Deadline(url, what, TIMEOUT, expected)
-    watch(deadline)
-    response: Response | None = None
+    encoding = "identity" if stream or "Range" in (headers or {}) else "gzip"
+    response = send("GET", url, deadline, headers={"Accept-Encoding": encoding, **(headers or {})})
     try:
-        response = _request("GET", url, dict(headers or {}), stream, deadline)
         response.max_bytes, response.limit_why = limit, why
         if stream:
             # The allowance, fixed here once: what the answer may carry, never what it sends.
@@ -438,17 +383,31 @@ def get(url: str, *, headers: dict | None = None, stream: bool = False, what: st
             response.content  # noqa: B018
         return response
     except NetworkError as exc:
+        response.close()
+        if what and not exc.message.startswith(what):
+            exc.message = f"{what}: {exc.message}"
+            exc.args = (exc.message,)
+        raise
+
+
+def send(method: str, url: str, deadline: Deadline, *, body: Body = None, headers: dict | None = None,
+         retries: int = RETRIES, keep: int = FETCH_POOL) -> Response:
+    """One request under `deadline` (the watchdog shuts its socket down at it), redirects and
+    retries (of 429/5xx, and of a refused connection: `retries` times) included; the Response once
+    the answer's headers are in, its body unread. A NetworkError names what failed (the deadline's
+    own when it passed). `keep`: how many idle connections to the host its pool may hold."""
+    watch(deadline)
+    what = deadline.what
+    try:
+        return _request(method, url, dict(headers or {}), deadline, body, retries, keep)
+    except NetworkError as exc:
         unwatch(deadline)
-        if response is not None:
-            response.close()
         if what and not exc.message.startswith(what):
             exc.message = f"{what}: {exc.message}"
             exc.args = (exc.message,)
         raise
     except (OSError, http.client.HTTPException, EOFError, ValueError) as exc:  # ValueError: a bad port
         unwatch(deadline)
-        if response is not None:
-            response.close()
         if deadline.expired:
             raise deadline.error() from None
         raise NetworkError(f"cannot reach {what or url}: {short(exc)}") from None

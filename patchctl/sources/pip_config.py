@@ -29,6 +29,39 @@ def _from_pip_files() -> tuple[str, str] | None:
     global, user, site, then $PIP_CONFIG_FILE, each later file overriding), without importing
     pip._internal.configuration, which costs ~0.3 s of every command's start. None elsewhere (macOS,
     Windows: pip's own code decides there)."""
+    values = _file_values()
+    if values is None:
+        return None
+    for key in _KEYS:
+        if key in values:
+            return values[key], f"pip config {key}"
+    from pip._internal.models.index import PyPI  # the constant alone: ~10 ms
+
+    return PyPI.simple_url, "pip's default index"
+
+
+_settings: dict[str, str | None] = {}
+
+
+def network_setting(name: str) -> str | None:
+    """pip's `cert` or `proxy` as pip would use it for the index ($PIP_CERT, $PIP_PROXY, else its
+    configuration files' install., download. or global. key), so that patchctl reaches the index
+    through the proxy and with the trust store pip does; None when pip has none. Read once a process."""
+    if name not in _settings:
+        found = os.environ.get(f"PIP_{name.upper()}") or None
+        if found is None:
+            try:
+                values = _file_values() or {}
+            except Exception:  # a file configparser refuses: pip's own reading is not worth its cost here
+                values = {}
+            found = next((values[k] for k in (f"install.{name}", f"download.{name}", f"global.{name}")
+                          if values.get(k)), None)
+        _settings[name] = found
+    return _settings[name]
+
+
+def _file_values() -> dict[str, str] | None:
+    """Every "section.key" of pip's configuration files (None off Linux)."""
     if not sys.platform.startswith("linux"):
         return None
     import configparser
@@ -57,12 +90,7 @@ def _from_pip_files() -> tuple[str, str] | None:
             for key, value in parser.items(section):
                 key = key.lower().replace("_", "-")
                 values[f"{section}.{key[2:] if key.startswith('--') else key}"] = value
-    for key in _KEYS:
-        if key in values:
-            return values[key], f"pip config {key}"
-    from pip._internal.models.index import PyPI  # the constant alone: ~10 ms
-
-    return PyPI.simple_url, "pip's default index"
+    return values
 
 
 def _from_pip_in_process() -> tuple[str, str]:

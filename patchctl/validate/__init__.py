@@ -12,5 +12,5 @@ patchctl/cli/commands/validate.py.
     process    start, watch and stop a server for --start
     outputs    what --out writes: the report as JSON and its plot (matplotlib, the plot extra)
 
-Nothing is imported here, so `patchctl.validate.baseline` is importable without requests.
+Nothing is imported here, so `patchctl.validate.baseline` is importable without the HTTP client.
 """

@@ -1,38 +1,38 @@
 """A minimal OpenAI-compatible HTTP client that times what it receives.
 
-`requests` rather than the openai SDK: we need the arrival time of every SSE
-chunk and tolerance for non-standard fields (reasoning_content, content: null),
-and it is already a patchctl dependency.
+patchctl's one HTTP client (sources/http.py) rather than the openai SDK: we need the arrival time of
+every SSE chunk and tolerance for non-standard fields (reasoning_content, content: null).
 
-Nothing a server sends may cost more than it should (README, "Validating a running server"): every
+Nothing a server sends may cost more than it should (docs/validate.md): every
 request has one deadline, connect to last byte (`--timeout`; a level's own deadline may cut it
 shorter), that a server dripping bytes or keep-alive comments cannot extend: the watchdog of
-image/deadline.py shuts the socket down at it. Every reply has a cap in bytes (reply_cap: it grows
+sources/deadline.py shuts the socket down at it. Every reply has a cap in bytes (reply_cap: it grows
 with max_tokens), every SSE line one (sse.LINE_MAX_BYTES); what is past a cap, or not of OpenAI's
 shape, is a BadServerReply: the request fails naming it, and the client keeps the sentence
 (`bad_replies`) for the report.
 """
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-import requests
-
-from patchctl.core.errors import BadServerReply, NetworkError, ServerError, TruncatedStream, plain_network_reason
-from patchctl.image.deadline import Watch, session, watched
-from patchctl.validate.metrics import RequestRecord
-from patchctl.validate.reading import (
-    SMALL_REPLY_BYTES,
-    Reading,
-    error_text,
-    read_capped,
-    reply_cap,
-    sane_usage,
-    watch_body,
+from patchctl.core.errors import (
+    BadServerReply,
+    HTTPError,
+    NetworkError,
+    RequestDeadline,
+    RequestFailed,
+    ServerError,
+    TruncatedStream,
+    plain_network_reason,
 )
+from patchctl.sources import http
+from patchctl.sources.deadline import Deadline
+from patchctl.validate.metrics import RequestRecord
+from patchctl.validate.reading import SMALL_REPLY_BYTES, Reading, error_text, read_capped, reply_cap, sane_usage
 from patchctl.validate.sse import delta_from_object, excerpt, load_json
 
 CHAT = "chat"
@@ -41,6 +41,9 @@ COMPLETIONS = "completions"
 DEFAULT_TIMEOUT_S = 300.0  # one request's deadline (--timeout): 128 tokens at 1 tok/s, and a queue
 BAD_REPLIES_KEPT = 20  # sentences kept for the report; the rest are counted
 PROBE_TIMEOUT_S = 30.0  # /v1/models and /version, at most (and never more than --timeout)
+# Idle connections kept open to the server: every worker thread's connection stays open between its
+# requests, so a timed request pays no TCP set-up (a level runs --concurrency requests at once).
+CONNECTIONS_KEPT = 4096
 
 
 class Completion(NamedTuple):
@@ -51,15 +54,6 @@ class Completion(NamedTuple):
     tokens: tuple[str, ...] | None
     completion_tokens: int | None
     finish_reason: str | None
-
-
-class RequestDeadline(requests.Timeout):
-    """A request's deadline passed (a requests.Timeout, so the callers' handling of one applies);
-    `answered`: whether the server's status line came before it."""
-
-    def __init__(self, message: str, answered: bool):
-        super().__init__(message)
-        self.answered = answered
 
 
 class OpenAIClient:
@@ -77,9 +71,6 @@ class OpenAIClient:
         self.timeout_s = timeout_s
         # identity: a compressed reply could not be capped as it is read (BadServerReply if sent anyway)
         self._headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
-        # One session per thread: its connection stays open between requests, so a timed request
-        # pays no TCP set-up and no per-call session (environment, netrc) before it is sent.
-        self._local = threading.local()
         self._lock = threading.Lock()
         self.answered = 0  # requests the server answered (a status line came)
         self.unanswered = 0  # requests that ended with no answer (refused, reset, the deadline passed)
@@ -88,13 +79,6 @@ class OpenAIClient:
         self.bad_reply_count = 0
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
-
-    def _session(self) -> requests.Session:
-        held: requests.Session | None = getattr(self._local, "session", None)
-        if held is None:
-            # image/deadline's session: its pools note each connection, for the deadline's watchdog
-            held = self._local.session = session()
-        return held
 
     # -- bounded exchanges ---------------------------------------------------------
 
@@ -135,29 +119,32 @@ class OpenAIClient:
         is called once the watchdog runs, right before the request goes out (a timed request's start)."""
         why = why or f"--timeout {self.timeout_s:g} s"
         answered = False
-        watch: Watch | None = None
+        deadline = Deadline(url, "", seconds)
+        data = None if body is None else json.dumps(body).encode()
         try:
-            with watched(seconds) as watch:
-                if sending is not None:
-                    sending()
-                with self._session().request(method, url, json=body, headers=self._headers, timeout=seconds,
-                                             stream=True) as resp:
-                    answered = True
-                    self._count(True)
-                    watch_body(watch, resp)
-                    encoding = resp.headers.get("Content-Encoding", "").strip().lower()
-                    if encoding not in ("", "identity"):
-                        raise BadServerReply(f"the reply is compressed (Content-Encoding {encoding[:40]}) though "
-                                             "identity was asked: its size could not be capped as it is read")
-                    result = consume(resp)
+            if sending is not None:
+                sending()
+            # No retries: a timed request is sent once (a kept-alive connection the server had closed
+            # is the one exception: the request had not reached it).
+            with http.send(method, url, deadline, body=data, headers=self._headers, retries=0,
+                           keep=CONNECTIONS_KEPT) as resp:
+                answered = True
+                self._count(True)
+                resp.max_bytes = http.MAX_SIZE  # the reply's caps are reading.py's (BadServerReply)
+                encoding = (resp.headers.get("Content-Encoding") or "").strip().lower()
+                if encoding not in ("", "identity"):
+                    raise BadServerReply(f"the reply is compressed (Content-Encoding {encoding[:40]}) though "
+                                         "identity was asked: its size could not be capped as it is read")
+                result = consume(resp)
         except Exception as exc:
-            # requests' own timeout (a read waits no longer than the deadline) is the deadline too
-            expired = watch is not None and watch.expired or isinstance(exc, requests.Timeout)
-            error = self._deadline(url, seconds, why, answered) if expired else exc
+            # a read that waited out the time left is the deadline too, as is the watchdog's shutdown
+            expired = deadline.expired or isinstance(exc, NetworkError) and deadline.remaining() <= 0
+            error = self._deadline(url, seconds, why, answered) if expired else \
+                RequestFailed(exc.message) if isinstance(exc, NetworkError) else exc
             if not answered:
                 self._count(False, str(error) if expired else plain_network_reason(str(exc)))
             raise error from None
-        if watch.expired:  # the watchdog cut it short: what was read is not the whole reply
+        if deadline.expired:  # the watchdog cut it short: what was read is not the whole reply
             raise self._deadline(url, seconds, why, answered)
         return result
 
@@ -169,7 +156,7 @@ class OpenAIClient:
     def _get_small(self, path: str) -> tuple[int, bytes]:
         url = f"{self.base_url}{path}"
 
-        def consume(resp: requests.Response) -> tuple[int, bytes]:
+        def consume(resp: http.Response) -> tuple[int, bytes]:
             return resp.status_code, read_capped(resp, SMALL_REPLY_BYTES)
 
         result: tuple[int, bytes] = self._exchange("GET", url, min(PROBE_TIMEOUT_S, self.timeout_s), consume)
@@ -182,7 +169,7 @@ class OpenAIClient:
         try:
             # Read to the end, so the connection goes back to the session's pool open.
             self._get_small("/v1/models")
-        except (requests.RequestException, BadServerReply):
+        except (RequestFailed, BadServerReply):
             pass
 
     # -- discovery ---------------------------------------------------------------
@@ -190,7 +177,7 @@ class OpenAIClient:
     def list_models(self) -> list[str]:
         status, data = self._get_small("/v1/models")
         if status >= 400:
-            raise requests.HTTPError(f"HTTP {status} from {self.base_url}/v1/models: {excerpt(data)}")
+            raise HTTPError(f"HTTP {status} from {self.base_url}/v1/models: {excerpt(data)}")
         obj = load_json(data)
         models = obj.get("data") if isinstance(obj, dict) else None
         if not isinstance(models, list) or not all(isinstance(m, dict) and isinstance(m.get("id"), str)
@@ -214,7 +201,7 @@ class OpenAIClient:
             obj = load_json(data) if status == 200 else None
             version = obj.get("version") if isinstance(obj, dict) else None
             return str(version)[:200] if isinstance(version, (str, int, float)) and version != "" else None
-        except (requests.RequestException, BadServerReply):
+        except (RequestFailed, BadServerReply):
             self.require_answer()
         return None
 
@@ -261,9 +248,9 @@ class OpenAIClient:
                 body["logprobs"] = 1
         url = self._url(api)
 
-        def consume(resp: requests.Response) -> Any:
+        def consume(resp: http.Response) -> Any:
             if resp.status_code >= 400:
-                raise requests.HTTPError(f"{resp.status_code} from {url}: {error_text(resp)}", response=resp)
+                raise HTTPError(f"{resp.status_code} from {url}: {error_text(resp)}")
             return load_json(read_capped(resp, reply_cap(max_tokens)))
 
         try:
@@ -272,7 +259,7 @@ class OpenAIClient:
             tokens = _tokens_of(obj)
         except BadServerReply as exc:
             raise BadServerReply(self.note_bad_reply(label, exc)) from None
-        except requests.RequestException:
+        except RequestFailed:
             self.require_answer()
             raise
         usage = sane_usage(delta, max_tokens)[0]
@@ -316,7 +303,7 @@ class OpenAIClient:
         except BadServerReply as exc:
             self.note_bad_reply(label, exc)
             error = f"BadServerReply: {exc}"[:300]  # without the label: a level's errors are its distinct ones
-        except (requests.RequestException, ServerError, TruncatedStream, ValueError, OSError) as exc:
+        except (RequestFailed, ServerError, TruncatedStream, ValueError, OSError) as exc:
             error = f"{type(exc).__name__}: {exc}"[:300]
         end = time.perf_counter()
         return RequestRecord(

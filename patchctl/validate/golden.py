@@ -12,10 +12,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import requests
-
 from patchctl.core.atomic import write_atomic
-from patchctl.core.errors import UsageError
+from patchctl.core.errors import HTTPError, UsageError
 from patchctl.core.yamlio import load_json
 from patchctl.validate.client import CHAT, COMPLETIONS, OpenAIClient
 
@@ -155,7 +153,7 @@ def generate(
         label = f"golden prompt {k}"
         try:
             reply = client.complete(api, prompt, max_tokens, temperature=0.0, logprobs=True, extra=extra, label=label)
-        except requests.HTTPError:
+        except HTTPError:
             # Some servers refuse logprobs; text is still comparable.
             reply = client.complete(api, prompt, max_tokens, temperature=0.0, extra=extra, label=label)
         entries.append(GoldenEntry(prompt, reply.content, reply.tokens))

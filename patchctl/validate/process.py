@@ -20,9 +20,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import requests
-
-from patchctl.core.errors import ServerStartError, UsageError
+from patchctl.core.errors import NetworkError, ServerStartError, UsageError
+from patchctl.sources import http
+from patchctl.sources.deadline import Deadline
 
 
 def url_from_command(command: str | Sequence[str], default_port: int = 8000) -> str:
@@ -193,9 +193,10 @@ class ServerProcess:
             if code is not None:
                 raise ServerStartError(f"server exited with {code} before it was ready\n{self.log_tail()}")
             try:
-                if requests.get(url, timeout=5).status_code == 200:
-                    return
-            except requests.RequestException:
+                with http.send("GET", url, Deadline(url, "", 5.0), retries=0) as answer:
+                    if answer.status_code == 200:
+                        return
+            except NetworkError:
                 pass
             if time.monotonic() >= deadline:
                 raise ServerStartError(

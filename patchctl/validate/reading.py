@@ -1,21 +1,17 @@
 """Reading a server's reply within its limits: the body's bytes as they arrive (Arrivals) up to the
 reply's cap, a whole body (read_capped), the start of an error's; what one timed request has read
-(Reading), the usage figure judged (sane_usage), and the body's socket handed to the deadline's
-watchdog (watch_body). The client (client.py) sends; this reads."""
+(Reading), and the usage figure judged (sane_usage). The client (client.py) sends; this reads."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
-from types import SimpleNamespace
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-import requests
-
-from patchctl.core.errors import BadServerReply, TruncatedStream
+from patchctl.core.errors import BadServerReply, HTTPError, TruncatedStream
 from patchctl.validate.sse import Delta, delta_from_object, iter_sse_data, load_json, parse_event, usage_problem
 
 if TYPE_CHECKING:
-    from patchctl.image.deadline import Watch
+    from patchctl.sources.http import Response
 
 # A whole reply: 2 MiB (two lines at their cap, so that a line too long is named as such), and 4 KiB
 # per token max_tokens allows (a streamed chunk carrying one token is ~300 bytes; one with top-20
@@ -44,9 +40,9 @@ class Reading:
         self.last_kind = ""
         self.reads: set[int] = set()
 
-    def read(self, resp: requests.Response, stream: bool) -> None:
+    def read(self, resp: Response, stream: bool) -> None:
         if resp.status_code >= 400:
-            raise requests.HTTPError(f"HTTP {resp.status_code}: {error_text(resp)}")
+            raise HTTPError(f"HTTP {resp.status_code}: {error_text(resp)}")
         cap = reply_cap(self.max_tokens)
         if not stream:
             self._take(delta_from_object(load_json(read_capped(resp, cap))), time.perf_counter())
@@ -94,17 +90,7 @@ def sane_usage(delta: Delta, max_tokens: int) -> tuple[int | None, str | None]:
     return (None, problem) if problem else (delta.completion_tokens, None)
 
 
-def watch_body(watch: Watch, resp: requests.Response) -> None:
-    """Have the deadline's watchdog shut the body's socket down too: http.client hands a reply that
-    will close (close-delimited, `Connection: close`) its socket and drops it from the connection,
-    where the watchdog looks (image/deadline.py), so such a stream would otherwise read on for ever."""
-    fp = getattr(getattr(resp.raw, "_fp", None), "fp", None)  # http.client's socket file
-    sock = getattr(getattr(fp, "raw", None), "_sock", None)
-    if sock is not None:
-        watch.add(SimpleNamespace(sock=sock))
-
-
-def read_capped(resp: requests.Response, cap: int) -> bytes:
+def read_capped(resp: Response, cap: int) -> bytes:
     """The whole body, BadServerReply past `cap` bytes (a Content-Length above it: before reading)."""
     declared = resp.headers.get("Content-Length", "")
     if declared.strip().isdigit() and int(declared) > cap:
@@ -117,7 +103,7 @@ def read_capped(resp: requests.Response, cap: int) -> bytes:
     return bytes(got)
 
 
-def error_text(resp: requests.Response, limit: int = 300) -> str:
+def error_text(resp: Response, limit: int = 300) -> str:
     """The start of an error reply's body: only that much is read."""
     got = bytearray()
     for piece in resp.iter_content(4096):
@@ -135,28 +121,21 @@ class Arrivals:
     """The bytes of a streamed body, handed over as they arrive; `count` is how many reads so far,
     `received` how many bytes (BadServerReply past `cap`).
 
-    A chunked body comes one HTTP chunk at a time (urllib3 decodes the framing). A body without
-    chunks (close-delimited, or with a Content-Length) must not be read with a size: a sized read
-    waits until that many bytes came, and iter_content(None) on such a body reads it to the end, so
-    every token would seem to arrive at once. read1 returns whatever one read from the socket gave.
+    A chunked body comes as its chunks arrive (http.client decodes the framing), any other one as
+    each read from the socket gives it: never a sized read, which would wait until that many bytes
+    came and make every token seem to arrive at once.
     """
 
     READ = 65536
 
-    def __init__(self, resp: requests.Response, cap: int | None = None) -> None:
+    def __init__(self, resp: Response, cap: int | None = None) -> None:
         self.resp = resp
         self.count = 0
         self.received = 0
         self.cap = cap
 
     def __iter__(self) -> Iterator[bytes]:
-        raw = self.resp.raw
-        read1 = getattr(raw, "read1", None)  # urllib3 >= 2
-        if getattr(raw, "chunked", False) or read1 is None:
-            pieces: Iterable[bytes] = self.resp.iter_content(chunk_size=None)
-        else:
-            pieces = iter(lambda: read1(self.READ, decode_content=True), b"")
-        for piece in pieces:
+        for piece in self.resp.iter_content(self.READ):
             if piece:
                 self.count += 1
                 self.received += len(piece)

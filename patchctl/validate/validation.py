@@ -15,9 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import requests
-
-from patchctl.core.errors import BadServerReply, NetworkError, UsageError
+from patchctl.core.errors import BadServerReply, NetworkError, RequestFailed, UsageError
 from patchctl.validate import answers as _answers
 from patchctl.validate import baseline as _baseline
 from patchctl.validate import golden as _golden
@@ -103,7 +101,7 @@ def run_validate(config: ServeConfig, progress: Progress | None = None) -> Serve
     client = OpenAIClient(config.base_url, config.model, config.api_key, config.request_timeout_s)
     try:
         model = client.resolve_model()
-    except (requests.RequestException, BadServerReply, RuntimeError, ValueError, KeyError, TypeError,
+    except (RequestFailed, BadServerReply, RuntimeError, ValueError, KeyError, TypeError,
             AttributeError) as exc:
         # ValueError and the rest: /v1/models answered, but not with OpenAI's list of models
         raise NetworkError(
@@ -132,7 +130,7 @@ def run_validate(config: ServeConfig, progress: Progress | None = None) -> Serve
     if config.golden_path is not None:
         try:
             golden_report = _run_golden(config, Path(config.golden_path), client, engine_version, extra, say)
-        except requests.RequestException as exc:
+        except RequestFailed as exc:
             raise NetworkError(f"golden: a request to {client.base_url} failed: {exc}") from None
         except BadServerReply as exc:  # named in bad_replies too: the run goes on, and exits 3
             failures.append(f"golden: {exc}")

@@ -27,10 +27,6 @@ def need(tool: str) -> str:
     return path
 
 
-def need_dxf() -> None:
-    pytest.importorskip("dxf", reason="python-dxf is not installed (pip install 'patchctl[images]')")
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -66,7 +62,6 @@ def start_registry(folder: Path, auth: str = ""):
 def registry(tmp_path_factory) -> str:
     """host:port of a fresh registry on loopback (plain HTTP, as loopback registries are)."""
     need(REGISTRY)
-    need_dxf()
     host, proc = start_registry(tmp_path_factory.mktemp("registry"))
     yield host
     proc.terminate()

@@ -8,7 +8,7 @@ import json
 import pytest
 from support.invoke import run_json
 
-from tests.image.conftest import REGISTRY, SGLANG, need, need_dxf, start_registry
+from tests.image.conftest import REGISTRY, SGLANG, need, start_registry
 
 pytestmark = [pytest.mark.network, pytest.mark.slow]
 
@@ -16,7 +16,6 @@ pytestmark = [pytest.mark.network, pytest.mark.slow]
 @pytest.fixture
 def locked_registry(tmp_path):
     need(REGISTRY)
-    need_dxf()
     crypt = pytest.importorskip("crypt", reason="the crypt module makes the htpasswd entry")
     (tmp_path / "htpasswd").write_text(f"ci:{crypt.crypt('right', crypt.mksalt(crypt.METHOD_BLOWFISH))}\n")
     auth = f"auth:\n  htpasswd:\n    realm: test\n    path: {tmp_path / 'htpasswd'}\n"

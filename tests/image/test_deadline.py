@@ -10,8 +10,6 @@ import time
 import pytest
 from support.invoke import run_json
 
-from tests.image.conftest import need_dxf
-
 
 class Drip(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -50,7 +48,6 @@ def drip():
 
 
 def test_a_dripping_registry_is_cut_at_the_request_deadline(drip):
-    need_dxf()
     start = time.monotonic()
     doc = run_json("check", f"sglang@image:{drip}/test/slow:tag", "--timeout", "2", expect=3)
     elapsed = time.monotonic() - start

@@ -50,10 +50,11 @@ def test_only_loopback_is_plain_http_without_a_flag(host, loopback):
 
 
 def test_a_remote_registry_is_https_unless_insecure():
-    pytest.importorskip("dxf", reason="python-dxf is not installed (pip install 'patchctl[images]')")
     from patchctl.image.registry import RegistryRepository
 
     ref = parse_reference("10.1.2.3:5000/team/vllm:1")
-    assert RegistryRepository(ref, insecure=False, progress=None).plain is False
+    remote = RegistryRepository(ref, insecure=False, progress=None)
+    assert remote.plain is False and remote._api.base == "https://10.1.2.3:5000/v2/team/vllm/"
     assert RegistryRepository(ref, insecure=True, progress=None).plain is True
-    assert RegistryRepository(parse_reference("127.0.0.1:5000/x:1"), insecure=False, progress=None).plain is True
+    local = RegistryRepository(parse_reference("127.0.0.1:5000/x:1"), insecure=False, progress=None)
+    assert local.plain is True and local._api.base.startswith("http://127.0.0.1:5000/")

@@ -2,7 +2,7 @@
 import socket
 import time
 
-from patchctl.sources import http
+from patchctl.sources import connection, http
 
 
 def test_a_hostname_is_resolved_once(monkeypatch):
@@ -14,7 +14,7 @@ def test_a_hostname_is_resolved_once(monkeypatch):
         lookups.append(host)
         return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port))]
 
-    monkeypatch.setattr(http, "_addresses", {})
+    monkeypatch.setattr(connection, "_addresses", {})
     monkeypatch.setattr(socket, "getaddrinfo", lambda host, *a, **k: fake(host, *a, **k) if host == "index.test"
                         else socket_getaddrinfo(host, *a, **k))
     listener = socket.socket()
@@ -23,7 +23,7 @@ def test_a_hostname_is_resolved_once(monkeypatch):
     port = listener.getsockname()[1]
     try:
         for _ in range(3):
-            http._create_connection(("index.test", port), 5).close()
+            connection.create_connection(("index.test", port), 5).close()
     finally:
         listener.close()
     assert lookups == ["index.test"]
