@@ -46,7 +46,18 @@ DEADLINE_CASES = [("apply", "below"), ("apply", "above"), ("apply", "twice"), ("
 
 
 @pytest.mark.parametrize("command,where", DEADLINE_CASES)
-def test_a_decompression_bomb_ends_at_the_deadline(tmp_path, bomb, command, where):
+def test_a_decompression_bomb_ends_at_the_deadline(tmp_path, monkeypatch, bomb, command, where):
+    """The deadline alone ends it: the inflate cap is raised past the bomb, and each inflated chunk costs
+    2 ms more (a slow machine). On a quiet one the 1 GiB cap ended the read first, within the deadline,
+    and the test saw the cap's message instead (2026-12-05, the twice-stacked case)."""
+    monkeypatch.setattr(stream, "INFLATE_FLOOR", 64 * GiB)
+    readinto = stream.Inflated.readinto
+
+    def slow_readinto(self, buffer):
+        time.sleep(0.002)
+        return readinto(self, buffer)
+
+    monkeypatch.setattr(stream.Inflated, "readinto", slow_readinto)
     layout = image_with(tmp_path, bomb, where)
     store = str(oci.two_patch_store(tmp_path / "store"))
     if command.startswith("apply"):
