@@ -340,7 +340,8 @@ def test_status_without_record_says_nothing_and_with_one_keeps_its_exit_code(tre
     doc = run_json("status", "vllm", "--target", str(site), expect=0)
     assert doc["unmanaged"] == ["vllm/new_module.py", "vllm/utils.py"]
     assert doc["note"].startswith("2 files differ from vllm 1.0 and belong to no patch: vllm/new_module.py, "
-                                  "vllm/utils.py; `patchctl new vllm NAME` turns them into one")
+                                  f"vllm/utils.py; `patchctl new vllm NAME --target {site} --store DIR` turns them "
+                                  "into one")
     text = CliRunner().invoke(main,
                               ["status", "vllm", "--target", str(site)])
     assert text.exit_code == 0 and "belong to no patch" in text.stdout

@@ -105,8 +105,9 @@ def test_not_installed_suggests_only_flags_the_command_has(command, tmp_path):
 
 
 def test_a_hint_that_names_its_own_target_gets_no_second_one():
-    from patchctl.cli.main import main as group
     import click
+
+    from patchctl.cli.main import main as group
 
     with click.Context(group) as root:
         ctx = click.Context(group.get_command(root, "status"), parent=root)
@@ -136,3 +137,40 @@ def test_a_refused_connection_in_validate_is_one_short_line():
     message = doc["error"]["message"]
     assert "\n" not in message and "MaxRetryError" not in message and "HTTPConnection" not in message, message
     assert "refused" in message and len(message) < 200, message
+
+
+@pytest.mark.parametrize("command", ["status", "ensure", "revert"])
+def test_another_version_installed_points_at_apply_install_with_the_python(command, tmp_path, monkeypatch):
+    site = tmp_path / "site"
+    install_fake_dist(site, "vllm", "1.0", PRISTINE)
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    doc = run_json(command, "vllm@2.0", "--python", sys.executable, expect=2)
+    hint = doc["error"]["hint"]
+    assert "--install" not in HINT.sub("", hint), hint  # only inside the apply command that has it
+    assert f"`patchctl apply vllm@2.0 --install --python {shlex.quote(sys.executable)}`" in hint
+
+
+def source_hints() -> list[tuple[str, str]]:
+    """Every `patchctl COMMAND ...` written between backticks in patchctl's source (an f-string's
+    {fields} read as one word): (file, command line)."""
+    root = Path(__file__).resolve().parents[2] / "patchctl"
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for m in re.finditer(r"`(patchctl [a-z][^`\n\"]*)`", path.read_text()):
+            found.append((str(path.relative_to(root)), re.sub(r"\{[^}]*\}", "X", m.group(1))))
+    return found
+
+
+@pytest.mark.parametrize(("where", "hint"), source_hints())
+def test_every_flag_a_hint_in_the_source_names_is_one_its_command_has(where, hint):
+    import click
+
+    words = hint.split()[1:]
+    command = main.get_command(None, words[0])
+    if command is None:
+        pytest.skip(f"{words[0]!r} is not a command (prose: {hint})")
+    if isinstance(command, click.Group) and len(words) > 1:
+        command = command.get_command(None, words[1]) or command
+    flags = {o for p in command.params for o in getattr(p, "opts", [])}
+    named = {w.split("=", 1)[0] for w in words if w.startswith("--") and re.fullmatch(r"--[a-z][a-z-]*(=.*)?", w)}
+    assert named <= flags, f"{where}: `{hint}` names {sorted(named - flags)}, which {words[0]} does not have"
