@@ -88,7 +88,7 @@ def test_hand_edit_new_check_apply_revert_refresh(tmp_path, engine):
     edited = edit(site / first, 12, "# a hand edit\n")
     doc = run_json("status", engine, *target, expect=0)
     assert doc["state"] == "not-applied" and doc["unmanaged"] == [first]
-    assert f"`patchctl new {engine} NAME`" in doc["note"]
+    assert f"`patchctl new {engine} NAME --target {site} --store DIR`" in doc["note"]  # runs as printed
 
     doc = run_json("new", engine, "fix-it", *target, "--store", str(store), "--title", "Fix it",
                    "--why", "It breaks without it.", expect=0)

@@ -37,6 +37,10 @@ def hints_of(doc: dict) -> list[str]:
 
 
 def run_hint(hint: str, fill: dict[str, str]) -> tuple[int, dict]:
+    from patchctl.sources import fetch
+
+    # A user runs the hint as a new process: no index client kept from an earlier test's run.
+    fetch._index.cache_clear()
     words = [fill.get(w, w) for w in shlex.split(hint)[1:]]
     result = CliRunner().invoke(main, [*words, "--json"], catch_exceptions=False)
     doc = json.loads(result.stdout) if result.stdout.strip() else {}
