@@ -178,3 +178,24 @@ def test_every_flag_a_hint_in_the_source_names_is_one_its_command_has(where, hin
     flags = {o for p in command.params for o in getattr(p, "opts", [])}
     named = {w.split("=", 1)[0] for w in words if w.startswith("--") and re.fullmatch(r"--[a-z][a-z-]*(=.*)?", w)}
     assert named <= flags, f"{where}: `{hint}` names {sorted(named - flags)}, which {words[0]} does not have"
+
+
+@pytest.mark.parametrize("where", ["group", "command"])
+def test_a_deployment_file_is_carried_and_its_settings_are_not_repeated(where, store, tmp_path):
+    site = tmp_path / "site"
+    install_fake_dist(site, "vllm", "1.0", PRISTINE)
+    deployment = tmp_path / "etc" / "vllm.yaml"
+    deployment.parent.mkdir()
+    deployment.write_text(f"engine: vllm\ntarget: {site}\nstores: [{store}]\n")
+    named = (["--deployment", str(deployment), "{}"] if where == "group" else ["{}", "--deployment", str(deployment)])
+
+    def argv(command: str) -> list[str]:
+        return [command if w == "{}" else w for w in named]
+
+    run_json(*argv("apply"), expect=0)
+    install_fake_dist(site, "vllm", "1.0", PRISTINE)  # pip put the release's files back
+    doc = run_json(*argv("status"), expect=1)
+    assert doc["state"] == "wiped" and f"`patchctl ensure vllm --deployment {deployment}`" in doc["message"]
+    assert "--target" not in doc["message"]  # the file says it: the hint names the file, not its settings
+    assert_runs(doc, {})
+    assert run_json(*argv("status"), expect=0)["state"] == "intact"
