@@ -66,46 +66,43 @@ def _locates(param: click.Option) -> bool:
     return param.help != probe.help
 
 
-def _options_of(ctx: click.Context, words: list[str]) -> tuple[set[str], set[str]] | None:
-    """The flags the command a hint names accepts, and those among them that locate a target
-    (`--python` meaning the checks' interpreter does not); None for no such command."""
-    root = ctx.find_root()
-    group = root.command
-    command: Any = group
-    for word in words:
-        if not isinstance(command, click.Group):
-            break
-        nxt = command.get_command(root, word)
-        if nxt is None:
-            break
-        command = nxt
-    if command is group:
-        return None
-    flags: set[str] = set()
-    locating: set[str] = set()
-    for p in command.params:
-        if isinstance(p, click.Option):
-            flags.update(p.opts)
-            if _locates(p):
-                locating.update(p.opts)
-    return flags, locating
+# The locating flags each command takes (--deployment: every command). A table, not a look-up of the
+# click command: that would import the command's module, and `ensure` on an intact tree must stay off
+# `check` and the apply engine (tests/test_startup_imports.py). test_hints checks it against the commands.
+_STORE = ("--store", "--no-bundled")
+_WHERE = ("--python", "--target")
+LOCATING: dict[str, frozenset[str]] = {name: frozenset(flags) for name, flags in {
+    "apply": _WHERE + _STORE, "ensure": _WHERE + _STORE, "revert": _WHERE + _STORE,
+    "status": _WHERE, "validate": _WHERE, "diff": _WHERE, "new": _WHERE + ("--store",),
+    "refresh": _WHERE + ("--store",),
+    **{name: _STORE for name in ("check", "smoke", "export", "list", "show", "lint", "pin", "rebase", "resolve",
+                                 "bisect", "droppable")},
+    "matrix diff": (), "matrix merge": (),
+}.items()}
 
 
-def complete_command(hint: str, ctx: click.Context, given: Iterable[tuple[str, str | None]]) -> str:
+def _locating_flags(words: list[str]) -> frozenset[str] | None:
+    """The locating flags of the command a hint names (with --deployment); None for no such command."""
+    for name in (" ".join(words[:2]), " ".join(words[:1])):
+        if name in LOCATING:
+            return LOCATING[name] | {"--deployment"}
+    return None
+
+
+def complete_command(hint: str, given: Iterable[tuple[str, str | None]]) -> str:
     """One backticked command line with the locating options added that it lacks and accepts."""
     try:
         words = shlex.split(hint)[1:]
     except ValueError:
         return hint
-    options = _options_of(ctx, words)
-    if options is None:
+    locating = _locating_flags(words)
+    if locating is None:
         return hint
-    flags, locating = options
     named = {w.split("=", 1)[0] for w in words if w.startswith("--")}
     add: list[str] = []
     where_named = bool(named & {"--python", "--target"})
     for flag, value in given:
-        if flag not in flags or flag not in locating or flag in named:
+        if flag not in locating or flag in named:
             continue
         if flag in ("--python", "--target") and where_named:
             continue  # the hint names its own target (a journal's --target ROOT)
@@ -126,7 +123,7 @@ def complete(doc: Any, ctx: click.Context | None) -> Any:
     given = locating_args(ctx)
 
     def fix(text: str) -> str:
-        return _COMMAND.sub(lambda m: "`" + complete_command(m.group(1), ctx, given) + "`", text)
+        return _COMMAND.sub(lambda m: "`" + complete_command(m.group(1), given) + "`", text)
 
     def walk(value: Any) -> Any:
         if isinstance(value, str):

@@ -109,19 +109,31 @@ def test_not_installed_suggests_only_flags_the_command_has(command, tmp_path):
 
 
 def test_a_hint_that_names_its_own_target_gets_no_second_one():
+    given = [("--python", "/opt/py"), ("--store", "/s")]
+    # status has no --store: only the --python is carried; a hint naming --target keeps its own.
+    assert complete_command("patchctl ensure vllm", given) == "patchctl ensure vllm --python /opt/py --store /s"
+    assert complete_command("patchctl revert vllm --target /t", given) == "patchctl revert vllm --target /t --store /s"
+    assert complete_command("patchctl status vllm", given) == "patchctl status vllm --python /opt/py"
+    assert complete_command("patchctl nosuch x", given) == "patchctl nosuch x"
+    assert command_line("new", "vllm", "a b") == "patchctl new vllm 'a b'"
+
+
+def test_the_locating_table_is_the_commands_own():
+    """hints.LOCATING (kept as a table so that completing a hint imports no command) against the
+    click commands: each command, and each of its options that locates a target."""
     import click
 
-    from patchctl.cli.main import main as group
+    from patchctl.cli.hints import _LOCATORS, LOCATING, _locates
 
-    with click.Context(group) as root:
-        ctx = click.Context(group.get_command(root, "status"), parent=root)
-        given = [("--python", "/opt/py"), ("--store", "/s")]
-        # status has no --store: only the --python is carried; a hint naming --target keeps its own.
-        assert complete_command("patchctl ensure vllm", ctx, given) == "patchctl ensure vllm --python /opt/py --store /s"
-        assert complete_command("patchctl revert vllm --target /t", ctx, given) == "patchctl revert vllm --target /t --store /s"
-        assert complete_command("patchctl status vllm", ctx, given) == "patchctl status vllm --python /opt/py"
-        assert complete_command("patchctl nosuch x", ctx, given) == "patchctl nosuch x"
-    assert command_line("new", "vllm", "a b") == "patchctl new vllm 'a b'"
+    real = {}
+    for name in main.list_commands(None):
+        command = main.get_command(None, name)
+        subs = ([(f"{name} {s}", command.get_command(None, s)) for s in command.list_commands(None)]
+                if isinstance(command, click.Group) else [(name, command)])
+        for full, c in subs:
+            real[full] = frozenset(o for p in c.params if isinstance(p, click.Option) and _locates(p)
+                                   for o in p.opts if o in _LOCATORS)
+    assert LOCATING == real
 
 
 def test_the_extra_hint_says_how_under_pipx_uv_and_a_venv():
