@@ -54,7 +54,8 @@ def require_installed(engine: Engine, python: str | None = None) -> Installed:
     if found is None:
         raise EnvironmentProblem(
             f"{engine.dist} is not installed in the environment of {python or default_python()}",
-            hint="activate the right environment, pass --python PATH, --target DIR, or --install",
+            hint="activate the right environment, or pass --python PATH or --target DIR (`apply --install` installs "
+                 "a release first)",
         )
     return found
 

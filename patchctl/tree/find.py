@@ -85,7 +85,7 @@ def find_target(ref: EngineRef, where: TargetSpec, *, install: bool = False,
     if ref.version is not None and installed.version != ref.version:
         raise UsageError(
             f"{engine.dist} {installed.version} is installed in {installed.python}, not {ref.version}",
-            hint=f"pass --install to install {engine.dist}=={ref.version} first, or drop the version",
+            hint=f"drop the version, or `patchctl apply {engine.name}@{ref.version} --install` installs it first",
         )
     return Target(engine, installed.root, installed.version, f"installed in {installed.python}",
                   installed_build(engine, installed.root, installed.version))

@@ -20,7 +20,10 @@ from patchctl.validate.report import ServeReport
 if TYPE_CHECKING:
     from types import ModuleType
 
-PLOT_NEEDS_EXTRA = "the latency/throughput plot needs the plot extra: pip install 'patchctl[plot]'"
+# How to add the extra depends on how patchctl was installed (issue 36: `pip install` is wrong under pipx).
+PLOT_NEEDS_EXTRA = ("the latency/throughput plot needs matplotlib (the plot extra): under pipx `pipx inject patchctl "
+                    "matplotlib`; under uv `uv tool install --reinstall '.[plot]'` in patchctl's checkout (a uv venv: "
+                    "`uv pip install matplotlib`); in a venv `pip install matplotlib` with that venv active")
 
 
 class Written(NamedTuple):

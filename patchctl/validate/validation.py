@@ -93,6 +93,19 @@ def check_config(config: ServeConfig) -> None:
         _golden.GoldenRecord.load(Path(golden))
 
 
+def _why(exc: BaseException) -> str:
+    """One line for a failed request: a refused connection is "connection refused", not urllib3's
+    nested repr of its retry pool (issue 36)."""
+    text = str(exc)
+    for marker, short in (("Connection refused", "connection refused"), ("Name or service not known", "unknown host"),
+                          ("timed out", "timed out"), ("No route to host", "no route to host")):
+        if marker in text:
+            return short
+    if isinstance(exc, requests.ConnectionError):
+        return "the connection failed"
+    return " ".join(text.split())[:200]
+
+
 def run_validate(config: ServeConfig, progress: Progress | None = None) -> ServeReport:
     check_config(config)
     say = progress or (lambda _msg: None)
@@ -105,7 +118,7 @@ def run_validate(config: ServeConfig, progress: Progress | None = None) -> Serve
             AttributeError) as exc:
         # ValueError and the rest: /v1/models answered, but not with OpenAI's list of models
         raise NetworkError(
-            f"no OpenAI-compatible server answers at {client.base_url}: {exc}",
+            f"no OpenAI-compatible server answers at {client.base_url}: {_why(exc)}",
             hint="start one, or pass --start 'vllm serve MODEL' to let patchctl start and stop it",
         ) from None
     notes: list[str] = []

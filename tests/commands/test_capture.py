@@ -88,7 +88,7 @@ def test_hand_edit_new_check_apply_revert_refresh(tmp_path, engine):
     edited = edit(site / first, 12, "# a hand edit\n")
     doc = run_json("status", engine, *target, expect=0)
     assert doc["state"] == "not-applied" and doc["unmanaged"] == [first]
-    assert f"`patchctl new {engine} NAME`" in doc["note"]
+    assert f"`patchctl new {engine} NAME --target {site} --store DIR`" in doc["note"]  # runs as printed
 
     doc = run_json("new", engine, "fix-it", *target, "--store", str(store), "--title", "Fix it",
                    "--why", "It breaks without it.", expect=0)
@@ -340,7 +340,8 @@ def test_status_without_record_says_nothing_and_with_one_keeps_its_exit_code(tre
     doc = run_json("status", "vllm", "--target", str(site), expect=0)
     assert doc["unmanaged"] == ["vllm/new_module.py", "vllm/utils.py"]
     assert doc["note"].startswith("2 files differ from vllm 1.0 and belong to no patch: vllm/new_module.py, "
-                                  "vllm/utils.py; `patchctl new vllm NAME` turns them into one")
+                                  f"vllm/utils.py; `patchctl new vllm NAME --target {site} --store DIR` turns them "
+                                  "into one")
     text = CliRunner().invoke(main,
                               ["status", "vllm", "--target", str(site)])
     assert text.exit_code == 0 and "belong to no patch" in text.stdout

@@ -42,6 +42,9 @@ def run_and_exit(name: str, as_json: bool, fn: Callable[[], tuple[dict, int]], r
     used = click_ctx.meta.get("patchctl.cli.deployment") if click_ctx is not None else None  # cli.DEPLOYMENT_KEY
     if used:  # the document says which deployment file filled the command's options
         doc.setdefault("deployment", used)
+    from patchctl.cli.hints import complete
+
+    complete(doc, click_ctx)  # its hints carry the user's --python/--target/--store: they run as printed
     if as_json:
         emit_json(doc)
     else:

@@ -322,7 +322,10 @@ def _notify(text: str) -> None:
     "patchctl validate sglang --url http://127.0.0.1:30000 --update-baseline --out runs/today.json --json",
     "patchctl validate vllm --url URL --timeout 60 --level-timeout 600   no request past 60 s, no level past 10 min",
 ))
-@click.argument("engine", metavar="ENGINE")
+@click.argument("engine", metavar="ENGINE", required=False)
+@click.option("--demo", is_flag=True,
+              help="Try validate without a GPU: start a tiny OpenAI-compatible demo server in-process (a reasoning "
+                   "model with fixed, right answers), validate it and stop it (ENGINE may be left out).")
 @click.option("--url", metavar="URL", help="The running OpenAI-compatible server to validate.")
 @click.option("--start", metavar="CMD",
               help="Start this server command (e.g. \"vllm serve MODEL --port 8000\"), validate it, stop it. "
@@ -385,13 +388,30 @@ def _notify(text: str) -> None:
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE.json",
               help="Also write the report as JSON here, and its latency/throughput plot next to it (.png; "
                    "needs the plot extra).")
-def command(engine: str, **options: Any) -> tuple[dict, int]:  # Any: click's values, one type per option
+def command(engine: str | None, demo: bool, **options: Any) -> tuple[dict, int]:  # Any: click's values
     """Validate a running OpenAI-compatible server for ENGINE: answers, coherence, throughput.
 
     One of --url URL (a running server) or --start CMD (patchctl starts it, waits until it answers,
     validates it and stops it). Each deployment (model, engine version, patch set) keeps its own
     throughput baseline. Exit codes: 0 ok, 1 a check failed (a request past its deadline among them),
     2 bad input, 3 no server, it failed to start or never answered, or its replies broke the protocol
-    or a limit (each named in the report).
+    or a limit (each named in the report). --demo validates a demo server it starts itself.
     """
+    if demo:
+        return run_demo(engine, progress=_notify, **options)
+    if engine is None:
+        raise click.UsageError("Missing argument 'ENGINE'.")
     return run(engine, progress=_notify, **options)
+
+
+def run_demo(engine: str | None, progress: Callable[[str], None] | None = None, **options: Any) -> tuple[dict, int]:
+    """validate against the demo server (patchctl/validate/demo.py), started here and stopped after."""
+    from patchctl.validate.demo import DemoServer
+
+    if options.get("url") or options.get("start"):
+        raise UsageError("--demo starts its own server: leave out --url and --start",
+                         hint="patchctl validate --demo")
+    with DemoServer() as server:
+        if progress is not None:
+            progress(f"demo server (no GPU, fixed answers) at {server.base_url}")
+        return run(engine or "vllm", **{**options, "url": server.base_url}, progress=progress)
