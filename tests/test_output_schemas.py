@@ -195,7 +195,9 @@ def test_every_command_s_documents_validate(tmp_path, builder, seen, monkeypatch
                  "--golden", str(tmp_path / "golden.json"), "--baseline-dir", str(tmp_path / "baselines"),
                  "--model", "m", "--engine-version", "1")
         run("validate", "vllm", *quick, "--record-golden", "--update-baseline", "--out", str(tmp_path / "v" / "s.json"))
-        report = run("validate", "vllm", *quick)["report"]
+        # A one-request level's timings swing by more than 5% on a loaded machine (a regression verdict,
+        # exit 1, seen once): the comparison is what this needs, not its verdict, so any change passes.
+        report = run("validate", "vllm", *quick, "--threshold", "1000")["report"]
         assert report["golden"]["mode"] == "compared" and report["baseline"]["status"] == "compared", report
     run("validate", "vllm", "--url", "ftp://nowhere", expect=2)
 
