@@ -1,4 +1,10 @@
-"""The target's lock, never written into, and the removal of the bookkeeping its holder leaves.
+"""The bookkeeping folders of one engine in one tree, opened following no link; the target's lock,
+never written into; and the removal of the bookkeeping its holder leaves.
+
+`<tree>/.patchctl/<engine>/` is opened as descriptors (nofollow.open_dir), each folder checked to
+belong to the tree's owner, root or the user running patchctl. The lock's holder keeps them open for
+the whole session (hold() yields them): every read and write of the bookkeeping under the lock goes
+through those descriptors, and none is reopened by its name.
 
 `<tree>/.patchctl/<engine>/lock` is flock'ed by the one patchctl working on a tree.
 
@@ -27,16 +33,89 @@ import os
 import stat
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any, NamedTuple
 
-from patchctl.core.atomic import TEMP_NAME
+from patchctl.core.atomic import TEMP_NAME, write_atomic_at
 from patchctl.core.errors import EnvironmentProblem, Planted
-from patchctl.core.nofollow import exists_at, own_file, rmtree_at, unlink_at
-from patchctl.tree import folders
+from patchctl.core.nofollow import exists_at, open_dir, own_file, rmtree_at, unlink_at
+from patchctl.tree.bookkeeping import steps
 
-if TYPE_CHECKING:
-    from patchctl.tree.journal import TargetState
+GITIGNORE = b"# patchctl's record of what it changed in this tree\n*\n"
+
+
+class Folders(NamedTuple):
+    """The bookkeeping folders, open: the tree, <tree>/.patchctl and <tree>/.patchctl/<engine>."""
+
+    root: int
+    top: int
+    dir: int
+
+    @property
+    def owners(self) -> frozenset[int]:
+        """Who may own a folder or a file of the bookkeeping: the tree's owner, root, the user running
+        patchctl (root's `ensure` on a service user's venv finds the user's files and its own)."""
+        return frozenset({os.fstat(self.root).st_uid, 0, os.geteuid()})
+
+
+@contextmanager
+def opened(root: Path, engine: str, create: bool = False) -> Iterator[Folders | None]:
+    """The folders open (None: missing and not created). create: made when missing, with the
+    .gitignore that keeps them out of a checkout's status; a full disk leaves no empty folder."""
+    top_shown, dir_shown = root / ".patchctl", root / ".patchctl" / engine
+    opened_fds: list[int] = []
+    try:
+        root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # named by the user
+        opened_fds.append(root_fd)
+        owners = frozenset({os.fstat(root_fd).st_uid, 0, os.geteuid()})
+        top = open_dir(root_fd, ".patchctl", top_shown, owners=owners)
+        made_top = top is None
+        if top is None and create:
+            top = open_dir(root_fd, ".patchctl", top_shown, create=True, owners=owners)
+        if top is None:
+            yield None
+            return
+        opened_fds.append(top)
+        folder = open_dir(top, engine, dir_shown, owners=owners)
+        made_dir = folder is None
+        if folder is None and create:
+            folder = open_dir(top, engine, dir_shown, create=True, owners=owners)
+        if folder is None:
+            yield None
+            return
+        opened_fds.append(folder)
+        if made_dir and not exists_at(top, ".gitignore"):  # a folder made now (a tree as pip left it)
+            try:
+                write_atomic_at(top, ".gitignore", GITIGNORE, shown=str(top_shown / ".gitignore"))
+                steps.reached("gitignore")
+            except OSError:
+                # A full disk: leave no empty folder behind in the tree.
+                _quietly(os.rmdir, engine, dir_fd=top)
+                if made_top:
+                    _quietly(os.rmdir, ".patchctl", dir_fd=root_fd)
+                raise
+        yield Folders(root_fd, top, folder)
+    finally:
+        for fd in reversed(opened_fds):
+            os.close(fd)
+
+
+def restore_gitignore(top: int, shown: Path) -> None:
+    """Put the .gitignore back into `.patchctl/` (best effort: it only keeps a checkout's status
+    quiet), for a folder that was to be removed and was not: another patchctl made its own in it."""
+    if not exists_at(top, ".gitignore"):
+        _quietly(write_atomic_at, top, ".gitignore", GITIGNORE, shown=str(shown / ".gitignore"))
+
+
+def _quietly(func: Any, *args: Any, **kwargs: Any) -> None:
+    try:
+        func(*args, **kwargs)
+    except OSError:
+        pass
+
+
+# the lock --------------------------------------------------------------------------------------
 
 _OPEN = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # no O_TRUNC: nothing written
 # Opens of a lock that vanished or changed under us, beyond --wait: each needs another patchctl that
@@ -47,8 +126,11 @@ _PROC_LOCKS_LIMIT = 4 << 20  # one line per lock held on the machine, ~60 bytes 
 
 
 @contextmanager
-def hold(st: TargetState, wait_seconds: float = 0.0, *, read_only_ok: bool = False) -> Iterator[str | None]:
-    """TargetState.locked (its docstring says what it promises)."""
+def hold(root: Path, engine: str, wait_seconds: float = 0.0, *, read_only_ok: bool = False) -> Iterator[Folders | str]:
+    """The lock of `engine`'s bookkeeping in the tree at `root`, held: yields the folders, open, for
+    the holder to read and write through until it lets go (TargetState.locked says what it
+    promises); or, read_only_ok and the tree cannot be written, why the lock could not be taken."""
+    shown = root / ".patchctl" / engine
     deadline = time.monotonic() + wait_seconds
     retries = 0
 
@@ -59,7 +141,7 @@ def hold(st: TargetState, wait_seconds: float = 0.0, *, read_only_ok: bool = Fal
 
     while True:
         try:
-            fd = _open(st)
+            fd = _open(root, engine)
         except Planted:
             raise
         except OSError as exc:
@@ -69,35 +151,38 @@ def hold(st: TargetState, wait_seconds: float = 0.0, *, read_only_ok: bool = Fal
                 if again():
                     time.sleep(0.01)
                     continue
-                raise EnvironmentProblem(f"cannot lock {st.dir}: it was removed as patchctl made it, "
+                raise EnvironmentProblem(f"cannot lock {shown}: it was removed as patchctl made it, "
                                          f"{_RETRIES} times", hint="pass --wait SECONDS") from None
             unwritable = exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT)
-            journal = unwritable and st._exists_quietly("journal.json")
+            journal = unwritable and _journal_waits(root, engine)
             if read_only_ok and unwritable and not journal:
                 yield exc.strerror or str(exc)
                 return
             if journal:
                 raise EnvironmentProblem(
-                    f"cannot lock {st.dir}: {exc.strerror}; an interrupted write ({st.journal_file}) "
+                    f"cannot lock {shown}: {exc.strerror}; an interrupted write ({shown / 'journal.json'}) "
                     f"waits to be undone, and undoing it needs to write the tree",
-                    hint=f"run `patchctl status {st.engine}` once as the tree's owner on a writable mount: it "
+                    hint=f"run `patchctl status {engine}` once as the tree's owner on a writable mount: it "
                          f"rolls the interrupted write back") from None
-            raise EnvironmentProblem(f"cannot lock {st.dir}: {exc.strerror}",
+            raise EnvironmentProblem(f"cannot lock {shown}: {exc.strerror}",
                                      hint="run as the owner of the environment, on a writable mount") from None
         try:
             _flock(fd, deadline)
-            # The holder before us may have removed the lock (nothing applied): a lock on a file no
-            # longer linked locks nothing, so take the lock again on the file that is there now.
-            if not _is_current(st, fd):
-                if again():
-                    time.sleep(0.01)
-                    continue
-                raise EnvironmentProblem(f"cannot lock {st.dir / 'lock'}: it was replaced {_RETRIES} times while "
-                                         f"patchctl took it", hint="find who replaces it: patchctl does not")
-            try:
-                yield None
-            finally:
-                _forget_if_unused(st, fd)
+            with ExitStack() as session:
+                # The holder before us may have removed the lock (nothing applied): a lock on a file no
+                # longer linked locks nothing, so take the lock again on the file that is there now.
+                # The folders opened for this check are the session's: they hold the lock file.
+                f = _current(root, engine, fd, session)
+                if f is None:
+                    if again():
+                        time.sleep(0.01)
+                        continue
+                    raise EnvironmentProblem(f"cannot lock {shown / 'lock'}: it was replaced {_RETRIES} times while "
+                                             f"patchctl took it", hint="find who replaces it: patchctl does not")
+                try:
+                    yield f
+                finally:
+                    _forget_if_unused(root, engine, f, fd)
             return
         finally:
             try:
@@ -106,11 +191,20 @@ def hold(st: TargetState, wait_seconds: float = 0.0, *, read_only_ok: bool = Fal
                 pass
 
 
-def _open(st: TargetState) -> int:
+def _journal_waits(root: Path, engine: str) -> bool:
+    """Whether an interrupted write's journal is there (False where the folder cannot be read)."""
+    try:
+        with opened(root, engine) as f:
+            return f is not None and exists_at(f.dir, "journal.json")
+    except OSError:
+        return False
+
+
+def _open(root: Path, engine: str) -> int:
     """The lock file open (made when missing, empty), checked before anyone locks it. A link, a
     FIFO, a device, a hard link or another user's file: Planted, and nothing written to it."""
-    shown = st.dir / "lock"
-    with folders.opened(st.root, st.engine, create=True) as f:
+    shown = root / ".patchctl" / engine / "lock"
+    with opened(root, engine, create=True) as f:
         assert f is not None  # created
         try:
             before = os.stat("lock", dir_fd=f.dir, follow_symlinks=False)
@@ -142,13 +236,14 @@ def _open(st: TargetState) -> int:
     return fd
 
 
-def _is_current(st: TargetState, fd: int) -> bool:
-    """Whether the file open as `fd` is still the one named `lock` in the engine's folder."""
+def _current(root: Path, engine: str, fd: int, session: ExitStack) -> Folders | None:
+    """The folders, opened by their names and left open in `session`, when the file open as `fd` is
+    still the one named `lock` in them; None (nothing left open) when it is not."""
     try:
-        with folders.opened(st.root, st.engine) as f:
-            return f is not None and _linked(f.dir, fd)
+        f = session.enter_context(opened(root, engine))
     except FileNotFoundError:
-        return False
+        return None
+    return f if f is not None and _linked(f.dir, fd) else None
 
 
 def _linked(dir_fd: int, fd: int) -> bool:
@@ -192,34 +287,33 @@ def _holder(fd: int) -> str:
     return ""
 
 
-def _forget_if_unused(st: TargetState, fd: int) -> None:
+def _forget_if_unused(root: Path, engine: str, f: Folders, fd: int) -> None:
     """No record and no journal: remove the bookkeeping while holding its lock (`fd`), and
     `.patchctl/` when no other engine's is in it; nothing the next holder made (module docstring).
     Nothing is removed through a link: a link planted in the folder is unlinked, not followed."""
-    with folders.opened(st.root, st.engine) as f:
-        if f is None or exists_at(f.dir, "state.json") or exists_at(f.dir, "journal.json"):
-            return
-        if not _linked(f.dir, fd):
-            return  # not the lock we hold (replaced under us): whoever made it owns the folder now
-        rmtree_at(f.dir, "blobs")
-        names = os.listdir(f.dir)
-        if any(name != "lock" and not TEMP_NAME.match(name) for name in names):
-            return  # something else (a damaged record set aside): leave it for a person
-        for name in names:
-            if TEMP_NAME.match(name):
-                unlink_at(f.dir, name)  # a dead holder's (only a holder writes here)
-        if not _linked(f.dir, fd):
-            return
-        unlink_at(f.dir, "lock")
-        # From here on the next patchctl may make its lock in the folder: rmdir only, never rmtree.
-        try:
-            os.rmdir(st.engine, dir_fd=f.top)
-        except OSError:
-            return  # the next holder's lock is in it already
-        _remove_top(st, f)
+    if exists_at(f.dir, "state.json") or exists_at(f.dir, "journal.json"):
+        return
+    if not _linked(f.dir, fd):
+        return  # not the lock we hold (replaced under us): whoever made it owns the folder now
+    rmtree_at(f.dir, "blobs")
+    names = os.listdir(f.dir)
+    if any(name != "lock" and not TEMP_NAME.match(name) for name in names):
+        return  # something else (a damaged record set aside): leave it for a person
+    for name in names:
+        if TEMP_NAME.match(name):
+            unlink_at(f.dir, name)  # a dead holder's (only a holder writes here)
+    if not _linked(f.dir, fd):
+        return
+    unlink_at(f.dir, "lock")
+    # From here on the next patchctl may make its lock in the folder: rmdir only, never rmtree.
+    try:
+        os.rmdir(engine, dir_fd=f.top)
+    except OSError:
+        return  # the next holder's lock is in it already
+    _remove_top(root / ".patchctl", f)
 
 
-def _remove_top(st: TargetState, f: folders.Folders) -> None:
+def _remove_top(top: Path, f: Folders) -> None:
     """Remove `.patchctl/` when it holds no engine's folder. Two leaving holders can cross here: one
     puts the .gitignore back (it saw the other's folder) while the other, which saw an empty
     `.patchctl/`, tries its rmdir. So a .gitignore being written (its temporary file) is waited for,
@@ -235,7 +329,7 @@ def _remove_top(st: TargetState, f: folders.Folders) -> None:
             time.sleep(0.01)  # a .gitignore being written: by a holder on its way out, or by the next one
             continue
         if names not in ([], [".gitignore"]):
-            folders.restore_gitignore(f.top, st.top)  # another engine's, or the next holder's folder
+            restore_gitignore(f.top, top)  # another engine's, or the next holder's folder
             return
         unlink_at(f.top, ".gitignore")
         try:
@@ -245,4 +339,4 @@ def _remove_top(st: TargetState, f: folders.Folders) -> None:
             return
         except OSError:
             continue  # something came in between: look again
-    folders.restore_gitignore(f.top, st.top)
+    restore_gitignore(f.top, top)
