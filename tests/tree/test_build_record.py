@@ -1,5 +1,6 @@
 """The state record names the build it patched (version, commit, where it came from), `status` says it,
-and records written before the record kept a build still read: `build` is null until the next write."""
+and a record that knows no build (a tree with no dist-info to read it from) still reads: `build` is null
+until the next write."""
 from __future__ import annotations
 
 import json
@@ -24,8 +25,8 @@ def test_a_record_without_build_still_reads(store, tree):
     body = raw["record"]
     assert body["build"] == {"kind": "installed", "version": "1.0", "commit": None, "url": None, "artifact": None,
                              "sha256": None, "record_sha256": None, "index_url": None, "spec": None, "installer": None}
-    # What patchctl wrote before 2026-12: the same schema, no `build` key.
-    del body["build"]
+    # A record that knows no build.
+    body["build"] = None
     state_file(tree).write_bytes(seal("record", body))
     doc = cli("status", "vllm@1.0", "--target", str(tree), expect=0)
     assert doc["state"] == "intact" and doc["build"] is None

@@ -53,8 +53,8 @@ class PatchRecord(NamedTuple):
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PatchRecord:
-        return cls(data["name"], data["outcome"], data["variant"], StoreRef.from_json(data.get("store")),
-                   data.get("sha256"))
+        return cls(data["name"], data["outcome"], data["variant"], StoreRef.from_json(data["store"]),
+                   data["sha256"])
 
 
 class Selection(NamedTuple):
@@ -138,14 +138,14 @@ class StateRecord(NamedTuple):
             root=data["root"],
             version=data["version"],
             applied_at=data["applied_at"],
-            store_fingerprint=data.get("store_fingerprint"),
+            store_fingerprint=data["store_fingerprint"],
             patches=tuple(PatchRecord.from_json(p) for p in data["patches"]),
-            files=tuple(FileRecord(f["path"], f["pristine_sha256"], f["patched_sha256"], f.get("pristine_mtime_ns"),
-                                   tuple((b[0], b[1]) for b in f.get("bytecode") or ()))
+            files=tuple(FileRecord(f["path"], f["pristine_sha256"], f["patched_sha256"], f["pristine_mtime_ns"],
+                                   tuple((b[0], b[1]) for b in f["bytecode"]))
                         for f in data["files"]),
-            build=BuildRecord.from_json(data.get("build")),
-            stores=tuple(StoreRef(s["path"], s["kind"]) for s in data.get("stores") or ()),
-            selection=Selection.from_json(data.get("selection")),
+            build=BuildRecord.from_json(data["build"]),
+            stores=tuple(StoreRef(s["path"], s["kind"]) for s in data["stores"]),
+            selection=Selection.from_json(data["selection"]),
         )
 
 
