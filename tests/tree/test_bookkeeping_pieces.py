@@ -174,3 +174,26 @@ def test_the_seam_kills_at_each_step_it_is_asked_to(store, tree, step):
     assert proc.returncode == -9, proc.stderr
     doc = run_json("status", SPEC, "--target", str(tree))
     assert doc["state"] == "not-applied" and (tree / "vllm/loader.py").read_text() == PRISTINE["vllm/loader.py"]
+
+
+def test_a_lock_unlinked_as_its_waiter_checks_it_is_opened_again(tree, monkeypatch):
+    """The holder before us may unlink the lock (nothing applied) between our open and our check of
+    it: a file with 0 links is that race, not a planted link, so the lock is opened again. Checking
+    the count before the check left a window between the two looks (seen once in 8 rounds of
+    hostile/test_bookkeeping.py::test_waiters_survive_the_holder_removing_the_folder under load:
+    exit 3, "lock has 0 hard links"); the unlink here comes inside it."""
+    from patchctl.tree.bookkeeping import TargetState, lock
+
+    real, checked = lock.own_file, []
+
+    def holder_leaves_first(fd, shown, owners):
+        checked.append(fd)
+        if len(checked) == 1:
+            os.unlink(tree / ".patchctl/vllm/lock")
+        return real(fd, shown, owners)
+
+    monkeypatch.setattr(lock, "own_file", holder_leaves_first)
+    with TargetState(tree, "vllm").locked() as unlocked:
+        assert unlocked is None and len(checked) == 2  # opened again, and the new lock is held
+        assert (tree / ".patchctl/vllm/lock").is_file()
+    assert not (tree / ".patchctl").exists()

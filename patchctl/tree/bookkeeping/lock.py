@@ -225,11 +225,16 @@ def _open(root: Path, engine: str) -> int:
                               hint="remove it: patchctl did not make it") from None
             raise
         try:
-            if os.fstat(fd).st_nlink == 0:
-                # Unlinked between our open and now: its holder removed the folder (nothing applied).
-                # A planted link has two links or more; this is the cleanup race, so open the new one.
-                raise FileNotFoundError(errno.ENOENT, "removed as it was opened", str(shown))
-            own_file(fd, shown, f.owners)
+            try:
+                own_file(fd, shown, f.owners)
+            except Planted:
+                if os.fstat(fd).st_nlink != 0:
+                    raise
+                # Unlinked between our open and our check (its holder removed the folder: nothing
+                # applied), checked after own_file refused it, since the unlink can come between any
+                # two looks at it. A planted link has two links or more; this is the cleanup race,
+                # so open the new one.
+                raise FileNotFoundError(errno.ENOENT, "removed as it was opened", str(shown)) from None
         except BaseException:
             os.close(fd)
             raise
