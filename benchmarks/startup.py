@@ -113,7 +113,6 @@ def main() -> None:
         work = Path(tmp)
         env = dict(os.environ, PATCHCTL_DATA_DIR=str(work / "data"), PATCHCTL_CONFIG=str(work / "config.yaml"),
                    PATCHCTL_CACHE_DIR=str(work / "cache"))
-        env.pop("PATCHCTL_CRASH_AT", None)
         if not args.as_is:
             # As installed by pip: bytecode compiled once, not on every start (kept out of the tree).
             env.pop("PYTHONDONTWRITEBYTECODE", None)

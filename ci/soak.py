@@ -5,8 +5,7 @@ the next command, exactly pristine or exactly fully applied, with no temp file l
 Each trial: reset a real target (a tree of --files files of --file-kb KiB each, patched by a series
 of 4 patches that touch all of them) to pristine (for apply) or fully applied (for revert); start
 `python -m patchctl.cli.main apply|revert ...` as a subprocess; poll in a tight loop (os.path.exists)
-until its journal.json appears (in the tree, <root>/.patchctl/<engine>/, or — records of an older
-patchctl — under $PATCHCTL_DATA_DIR/targets/); sleep a random 0–--max-delay-ms (seeded RNG) and
+until its journal.json appears (in the tree, <root>/.patchctl/<engine>/); sleep a random 0–--max-delay-ms (seeded RNG) and
 kill -9 it; run one random follow-up (status / apply / revert / ensure: the real CLI, in the worker
 process, or with --follow-up-subprocess as a process of its own); then
 check that the tree is byte for byte pristine or fully applied, that the follow-up's exit code and
@@ -28,7 +27,6 @@ can be re-run alone with --only COMMAND:N.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import random
@@ -93,7 +91,7 @@ class Rig:
         self.work, self.store = work, store
         self.tree = work / "tree"
         self.data = work / "data"
-        self.env = {k: v for k, v in os.environ.items() if k not in ("PATCHCTL_CRASH_AT", "PATCHCTL_STORE")}
+        self.env = {k: v for k, v in os.environ.items() if k != "PATCHCTL_STORE"}
         self.env.update(PATCHCTL_DATA_DIR=str(self.data), PATCHCTL_CONFIG=str(work / "config.yaml"),
                         PATCHCTL_CACHE_DIR=str(work / "cache"), PYTHONDONTWRITEBYTECODE="1",
                         PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
@@ -101,10 +99,8 @@ class Rig:
             path = self.tree / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
-        key = hashlib.sha256(f"{ENGINE}\0{self.tree.resolve()}".encode()).hexdigest()[:20]
-        books = [self.tree / ".patchctl" / ENGINE, self.data / "targets" / key]
-        self.journals = [str(b / "journal.json") for b in books]
-        self.states = [str(b / "state.json") for b in books]
+        books = self.tree / ".patchctl" / ENGINE
+        self.journal, self.state = str(books / "journal.json"), str(books / "state.json")
         self.pristine = self.read_tree()
         rc, doc = self.cli("apply")
         if rc != 0:
@@ -122,11 +118,11 @@ class Rig:
     def window_ms(self, command: str) -> float | None:
         """How long the journal exists in an uninterrupted run of `command` (the window kills aim at)."""
         self.reset("pristine" if command == "apply" else "applied")
-        exists, (j0, j1) = os.path.exists, self.journals
+        exists, journal = os.path.exists, self.journal
         proc = subprocess.Popen(self.argv(command), env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         appeared = gone = None
         while proc.poll() is None:
-            there = exists(j0) or exists(j1)
+            there = exists(journal)
             if there and appeared is None:
                 appeared = time.perf_counter()
             elif not there and appeared is not None:
@@ -227,14 +223,14 @@ def trial(rig: Rig, command: str, number: int, seed: int, max_delay_ms: float, i
     t0 = time.perf_counter()
     rig.reset("pristine" if command == "apply" else "applied")
     t1 = time.perf_counter()
-    exists, (j0, j1) = os.path.exists, rig.journals
+    exists, journal = os.path.exists, rig.journal
     proc = subprocess.Popen(rig.argv(command), env=rig.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     saw = False
     # A tight loop (the write phase lasts a few tens of milliseconds), that never sleeps but yields
     # the core at each turn: on two loaded cores a spinning poller would otherwise take the CPU the
     # child needs to get there (it doubled each trial's time).
     while True:
-        if exists(j0) or exists(j1):
+        if exists(journal):
             saw = True
             break
         if proc.poll() is not None:
@@ -245,15 +241,15 @@ def trial(rig: Rig, command: str, number: int, seed: int, max_delay_ms: float, i
         proc.send_signal(signal.SIGKILL)  # not sent if it has exited already
     rc = proc.wait()
     killed = rc == -signal.SIGKILL
-    in_window = killed and (exists(j0) or exists(j1))
+    in_window = killed and exists(journal)
     left_by_kill = len(rig.temp_files())
     t2 = time.perf_counter()
     frc, fdoc = rig.cli(follow, in_process=in_process)
     t3 = time.perf_counter()
     end = rig.end_state()
     temps = rig.temp_files()
-    has_state = any(exists(s) for s in rig.states)
-    has_journal = exists(j0) or exists(j1)
+    has_state = exists(rig.state)
+    has_journal = exists(journal)
     wrong = []
     if frc != 0:
         said = (fdoc.get("error") or {}).get("message") or fdoc.get("message") or str(fdoc)[:300]

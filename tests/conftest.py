@@ -30,7 +30,6 @@ def isolated_dirs(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("PATCHCTL_DATA_DIR", str(base / "data"))
     monkeypatch.setenv("PATCHCTL_CONFIG", str(base / "config.yaml"))
     monkeypatch.setenv("PATCHCTL_CACHE_DIR", os.environ.get("PATCHCTL_TEST_CACHE") or str(shared_cache(tmp_path_factory)))
-    monkeypatch.delenv("PATCHCTL_CRASH_AT", raising=False)
     monkeypatch.delenv("PATCHCTL_STORE", raising=False)
     # A test's --store is the whole patch set (as it was before stores were layered): tests of the
     # layering itself set PATCHCTL_BUNDLED back.

@@ -100,7 +100,7 @@ def test_modes(tmp_path):
 def test_journal_turns_a_full_disk_into_a_clean_failure(tmp_path, monkeypatch):
     """The target's journaled writes go through the same helper: ENOSPC midway is undone."""
     from patchctl.core.errors import EnvironmentProblem
-    from patchctl.tree.journal import Change, TargetState
+    from patchctl.tree.bookkeeping import Change, TargetState
 
     root = tmp_path / "tree"
     root.mkdir()

@@ -797,13 +797,15 @@ def test_hostile_record_or_journal_is_damaged_by_name(data, kind):
     """A forged record or journal (its seal recomputed by whoever wrote it): exit 3 naming it."""
     import hashlib
 
-    from patchctl.tree.journal import _unseal
+    from patchctl.tree.bookkeeping import upgrade
+    from patchctl.tree.bookkeeping.record import unseal
 
     body = data.draw(hostile(_state_body(), dump_json)).decode()
     seal = hashlib.sha256(body.replace(" ", "").encode()).hexdigest()
     raw = f'{{"sha256": "{seal}", "{kind}": {body}}}'.encode()
     where = Path("/srv/site/.patchctl/vllm") / f"{'state' if kind == 'record' else 'journal'}.json"
-    refused_naming(lambda: _unseal(kind, raw, where, "state" if kind == "record" else "journal", "hint"), where)
+    fmt = upgrade.RECORD if kind == "record" else upgrade.JOURNAL
+    refused_naming(lambda: upgrade.current(fmt, unseal(kind, raw, where, "hint"), where, "hint"), where)
 
 
 IMAGE_MANIFEST = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",

@@ -21,7 +21,6 @@ import patchctl
 # checks. Remove an entry once its fix lands; test_known_exceptions_are_still_needed fails for an
 # entry that no longer occurs, so the list can only shrink.
 KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("patchctl.tree.lock", "patchctl.tree.journal"): "issue 34 item 4: the lock yields a session (a circle with types)",
 }
 # ---------------------------------------------------------------------------------------------
 

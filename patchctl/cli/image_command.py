@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from patchctl.patching.options import Options
     from patchctl.sources.fetch import SourceContext
     from patchctl.store.layered import Store
-    from patchctl.tree.journal import Selection
+    from patchctl.tree.bookkeeping import Selection
     from patchctl.tree.stores import Stores
 
 

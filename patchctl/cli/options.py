@@ -298,13 +298,13 @@ def target_options(f: F) -> F:
 
 
 def selection_options(f: F) -> F:
-    """--patch NAME / --exclude NAME (repeatable) → `selection` (a tree.journal.Selection; None when
+    """--patch NAME / --exclude NAME (repeatable) → `selection` (a tree.bookkeeping.Selection; None when
     neither is given: the tree's recorded choice, else every patch of the series)."""
 
     def build(patches: tuple[str, ...], exclude: tuple[str, ...]) -> Any:
         if not patches and not exclude:
             return None
-        from patchctl.tree.journal import Selection
+        from patchctl.tree.bookkeeping import Selection
 
         return Selection(tuple(dict.fromkeys(patches)) or None, tuple(dict.fromkeys(exclude)))
 

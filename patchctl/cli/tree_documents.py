@@ -10,7 +10,7 @@ from patchctl.core import outcomes as O
 from patchctl.core.errors import EXIT_OK, EXIT_PATCH_FAILED
 
 if TYPE_CHECKING:
-    from patchctl.tree.journal import BuildRecord, PatchRecord
+    from patchctl.tree.bookkeeping import BuildRecord, PatchRecord
     from patchctl.tree.service import ApplyResult, ApplyRun, RevertResult, StatusResult
 
 

@@ -7,7 +7,7 @@ from patchctl.core.errors import UsageError
 from patchctl.store.series import Patch
 
 # --- choosing patches: --patch / --exclude, checked against the series and its depends_on ---------
-# (the choice is kept in the tree's record, tree.journal.Selection, so that `ensure` keeps applying it)
+# (the choice is kept in the tree's record, tree.bookkeeping.Selection, so that `ensure` keeps applying it)
 
 def unknown_names(series: Sequence[Patch], names: Iterable[str], engine: str) -> None:
     known = [p.name for p in series]

@@ -20,7 +20,7 @@ from patchctl.core import outcomes as O
 from patchctl.core.errors import EnvironmentProblem, PatchctlError, UsageError
 from patchctl.core.nofollow import RECORD_LIMIT, read_beneath
 from patchctl.core.paths import outside_packages
-from patchctl.tree.journal import FileRecord, PatchRecord, StateRecord, sha256
+from patchctl.tree.bookkeeping import FileRecord, PatchRecord, StateRecord, sha256
 from patchctl.tree.operations import Target
 
 if TYPE_CHECKING:
@@ -292,7 +292,7 @@ def adopt(target: Target, patch: str, variant: str, files: Mapping[str, tuple[by
     patch lives in (`store`) and its variant's sha256, so `ensure` re-applies it with no --store.
     Returns a warning when the record could not be written (a tree this user cannot write)."""
     from patchctl.store.layered import store_kind
-    from patchctl.tree.journal import Selection, StoreRef
+    from patchctl.tree.bookkeeping import Selection, StoreRef
     from patchctl.tree.operations import check_paths
 
     check_paths(target, list(files))  # what revert will restore: the one rule of every tree write

@@ -19,8 +19,8 @@ from patchctl.core.pyenv import dist_versions
 from patchctl.core.yamlio import load_json
 from patchctl.sources import installed as inst
 from patchctl.sources.spec import EngineRef
+from patchctl.tree.bookkeeping import BuildRecord
 from patchctl.tree.edits import dist_info_file
-from patchctl.tree.journal import BuildRecord
 from patchctl.tree.operations import Target
 
 if TYPE_CHECKING:

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from patchctl.core.engines import Engine
     from patchctl.sources.files import ProgressSink
     from patchctl.sources.spec import EngineRef
-    from patchctl.tree.journal import StateRecord
+    from patchctl.tree.bookkeeping import StateRecord
     from patchctl.tree.service import ApplyRequest, ApplyRun, StatusResult
 
 
@@ -159,7 +159,7 @@ def _transient(rel: str) -> bool:
 
 
 def _record(root: Path, engine: Engine) -> StateRecord | None:
-    from patchctl.tree.journal import TargetState
+    from patchctl.tree.bookkeeping import TargetState
 
     return TargetState(root, engine.name, packages=tuple(engine.packages)).load()
 

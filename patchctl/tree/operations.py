@@ -5,7 +5,6 @@ damaged — on top of the in-memory apply engine and the journal (journal.py).
 Every operation takes the target's lock and recovers an interrupted run first."""
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 import time
@@ -15,7 +14,6 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from packaging.version import Version
 
-from patchctl.core import config
 from patchctl.core import outcomes as O
 from patchctl.core.engines import Engine
 from patchctl.core.errors import (
@@ -26,7 +24,7 @@ from patchctl.core.errors import (
     UsageError,
 )
 from patchctl.core.nofollow import lstat_beneath, read_beneath
-from patchctl.tree.journal import (
+from patchctl.tree.bookkeeping import (
     BuildRecord,
     Change,
     FileRecord,
@@ -55,10 +53,7 @@ class Target(NamedTuple):
     build: BuildRecord | None = None  # which build this is (installed by --install, or read from its dist-info)
 
     def state(self) -> TargetState:
-        # Where records lived before they moved into the tree (read once, then moved).
-        key = hashlib.sha256(f"{self.engine.name}\0{self.root.resolve()}".encode()).hexdigest()[:20]
-        return TargetState(self.root, self.engine.name, legacy_dir=config.data_dir() / "targets" / key,
-                           packages=tuple(self.engine.packages))
+        return TargetState(self.root, self.engine.name, packages=tuple(self.engine.packages))
 
 
 class FileStatus(NamedTuple):
@@ -205,7 +200,7 @@ def apply_locked(target: Target, st: TargetState, current: TargetStatus, patches
 
 
 def _origins_changed(record: StateRecord, origins: dict[str, tuple[StoreRef, str | None]]) -> bool:
-    """A record before patchctl-state/3 (or one `new` wrote) lacks a store or fingerprint it can have now."""
+    """A record `new` wrote lacks a store or fingerprint it can have now."""
     return any(p.name in origins and (p.store, p.sha256) != origins[p.name] for p in record.patches
                if p.outcome in (*O.WRITES, O.ALREADY_APPLIED))
 

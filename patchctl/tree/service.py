@@ -17,7 +17,7 @@ from patchctl.core.errors import EnvironmentProblem, PatchFailed, RecordUnmet, U
 from patchctl.patching.options import Options
 from patchctl.tree import operations as ops
 from patchctl.tree import stores as S
-from patchctl.tree.journal import Selection
+from patchctl.tree.bookkeeping import Selection
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -27,8 +27,8 @@ if TYPE_CHECKING:
     from patchctl.sources.spec import EngineRef
     from patchctl.store.layered import Store
     from patchctl.store.series import Patch
+    from patchctl.tree.bookkeeping import BuildRecord, StateRecord
     from patchctl.tree.find import TargetSpec
-    from patchctl.tree.journal import BuildRecord, StateRecord
     from patchctl.tree.operations import Target, TargetStatus
 
 
@@ -277,7 +277,7 @@ def _require_recorded(target: Target, record: StateRecord, series: tuple[Patch, 
     if gone:
         p = gone[0]
         where = (f"the store {p.store.path} ({p.store.kind})" if p.store
-                 else "its store (the record is older than patchctl-state/3)")
+                 else "a store the record does not name (recorded by `new` without --store)")
         raise RecordUnmet(
             f"{', '.join(g.name for g in gone)} {'is' if len(gone) == 1 else 'are'} recorded as applied to "
             f"{target.root} from {where}, which no longer has {'it' if len(gone) == 1 else 'them'}: ensure does "

@@ -10,7 +10,7 @@ from patchctl.core.errors import RecordUnmet
 
 if TYPE_CHECKING:
     from patchctl.store.layered import Store
-    from patchctl.tree.journal import StateRecord, StoreRef
+    from patchctl.tree.bookkeeping import StateRecord, StoreRef
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ def decide(record: StateRecord | None, stores: Stores, *, keep_record: bool, ref
     from patchctl.store.layered import recorded_layers
 
     if not keep_record or record is None or not record.stores:
-        return Decided(stores.store)  # nothing applied, or a record older than patchctl-state/3
+        return Decided(stores.store)  # nothing applied, or no store recorded (`new` without --store)
     layered, gone = recorded_layers(stores.store, [(s.path, s.kind) for s in record.stores])
     if gone and refuse_gone:
         path, kind = gone[0]
@@ -56,7 +56,7 @@ def decide(record: StateRecord | None, stores: Stores, *, keep_record: bool, ref
 def refs(store: Store) -> tuple[StoreRef, ...]:
     """The store's layers as a record names them (path, bundled/user), highest priority first."""
     from patchctl.store.layered import store_kind
-    from patchctl.tree.journal import StoreRef
+    from patchctl.tree.bookkeeping import StoreRef
 
     return tuple(StoreRef(str(layer), store_kind(layer)) for layer in (store.layers or (store.root,)))
 

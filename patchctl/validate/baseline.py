@@ -22,7 +22,7 @@ from patchctl.core.errors import UsageError
 from patchctl.core.yamlio import load_json
 
 if TYPE_CHECKING:
-    from patchctl.tree.journal import StateRecord
+    from patchctl.tree.bookkeeping import StateRecord
 
 FORMAT = 1
 DEFAULT_THRESHOLD = 0.05

@@ -1,5 +1,5 @@
 """Run the patchctl CLI with a hook at the seam between a tree path's check and its use: the Nth
-time `TargetState.inside` has checked HOSTILE_SWAP's `rel` (resolved it inside the tree), the name
+time `Place.inside` (the bookkeeping's) has checked HOSTILE_SWAP's `rel` (resolved it inside the tree), the name
 is swapped for a link out of the tree before the caller goes on to read or write it, as the tree's
 owner racing a root `patchctl` could. The `inside` method exists before and after the fix, so the
 same hook runs against either. A marker file says that the swap happened."""
@@ -8,10 +8,10 @@ import os
 import sys
 from pathlib import Path
 
-from patchctl.tree import journal
+from patchctl.tree.bookkeeping import place
 
 SPEC = json.loads(os.environ["HOSTILE_SWAP"])
-_inside = journal.TargetState.inside
+_inside = place.Place.inside
 _calls = [0]
 
 
@@ -41,7 +41,7 @@ def inside(self, rel, where):
     return out
 
 
-journal.TargetState.inside = inside
+place.Place.inside = inside
 
 if __name__ == "__main__":
     from patchctl.cli.main import main

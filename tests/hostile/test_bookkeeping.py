@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from hostile_cli import Outcome, run_cli
+from support import crash_at
 
 # (what is replaced, where the link points in the outside folder)
 LINKS = [
@@ -148,9 +149,7 @@ def prepare_bookkeeping(site: Path, store: Path, which: str) -> str:
     from support.fixtures import PRISTINE
 
     if which == "journal.json":
-        env = dict(os.environ, PATCHCTL_CRASH_AT="file:1")
-        proc = subprocess.run([sys.executable, "-m", "patchctl.cli.main", "apply", "vllm", "--target", str(site),
-                               "--store", str(store)], env=env, capture_output=True, timeout=60)
+        proc = crash_at.run("file:1", ["apply", "vllm", "--target", str(site), "--store", str(store)], timeout=60)
         assert proc.returncode == -9, proc.stderr
     else:
         assert run_cli("apply", "vllm", "--target", str(site), "--store", str(store)).code == 0

@@ -40,15 +40,15 @@ def test_revert_from_release_touches_nothing_outside_the_package(case, tmp_path,
 
 
 def _seal(kind: str, body: dict) -> bytes:
-    from patchctl.tree.journal import _sealed
+    from patchctl.tree.bookkeeping.record import seal
 
-    return _sealed(kind, body)
+    return seal(kind, body)
 
 
 @pytest.mark.parametrize("rel", OUTSIDE)
 def test_recovery_writes_nothing_a_forged_journal_names_outside_the_package(case, site, rel):
     """The journal's sha256 is integrity, not authority: whoever writes the folder can seal one."""
-    from patchctl.tree.journal import JOURNAL_SCHEMA
+    from patchctl.tree.bookkeeping.upgrade import JOURNAL
 
     c = case("outside package: recovery")
     plant(site, rel)
@@ -56,7 +56,7 @@ def test_recovery_writes_nothing_a_forged_journal_names_outside_the_package(case
     digest = hashlib.sha256(evil).hexdigest()
     (site / ".patchctl/vllm/blobs").mkdir(parents=True)
     (site / ".patchctl/vllm/blobs" / digest).write_bytes(evil)
-    journal = {"schema": JOURNAL_SCHEMA, "pid": 1, "previous_state": None, "entries": [
+    journal = {"schema": JOURNAL.tag, "pid": 1, "previous_state": None, "entries": [
         {"path": rel, "before": digest, "after": None, "before_mtime_ns": None, "before_bytecode": [],
          "after_mtime_ns": None, "after_bytecode": []}]}
     (site / ".patchctl/vllm/journal.json").write_bytes(_seal("journal", journal))

@@ -1,5 +1,6 @@
 """The state record names the build it patched (version, commit, where it came from), `status` says it,
-and records written before the record kept a build still read: `build` is null until the next write."""
+and a record that knows no build (a tree with no dist-info to read it from) still reads: `build` is null
+until the next write."""
 from __future__ import annotations
 
 import json
@@ -9,7 +10,7 @@ from support.builders import install_fake_dist
 from support.fixtures import PRISTINE
 from support.invoke import run_json as cli
 
-from patchctl.tree.journal import StateRecord, _sealed
+from patchctl.tree.bookkeeping.record import StateRecord, seal
 
 NIGHTLY = "1.1.dev3+gabc123def"
 
@@ -24,9 +25,9 @@ def test_a_record_without_build_still_reads(store, tree):
     body = raw["record"]
     assert body["build"] == {"kind": "installed", "version": "1.0", "commit": None, "url": None, "artifact": None,
                              "sha256": None, "record_sha256": None, "index_url": None, "spec": None, "installer": None}
-    # What patchctl wrote before 2026-12: the same schema, no `build` key.
-    del body["build"]
-    state_file(tree).write_bytes(_sealed("record", body))
+    # A record that knows no build.
+    body["build"] = None
+    state_file(tree).write_bytes(seal("record", body))
     doc = cli("status", "vllm@1.0", "--target", str(tree), expect=0)
     assert doc["state"] == "intact" and doc["build"] is None
     assert doc["installed_build"]["version"] == "1.0"
@@ -41,7 +42,7 @@ def test_a_damaged_build_is_refused(store, tree):
     cli("apply", "vllm@1.0", "--target", str(tree), "--store", str(store), expect=0)
     body = json.loads(state_file(tree).read_text())["record"]
     body["build"]["commit"] = "not a sha"
-    state_file(tree).write_bytes(_sealed("record", body))
+    state_file(tree).write_bytes(seal("record", body))
     doc = cli("status", "vllm@1.0", "--target", str(tree), expect=3)
     assert doc["error"]["kind"] == "state-damaged" and "commit" in doc["error"]["message"]
 

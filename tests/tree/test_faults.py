@@ -65,7 +65,7 @@ PATCHED = {
 }
 APPLIED = dict(BASE, **PATCHED)
 SPEC = "vllm@1.0"
-BOOKKEEPING = ".patchctl"  # <import root>/.patchctl/<engine>/ once the bookkeeping lives in the tree
+BOOKKEEPING = ".patchctl"  # the bookkeeping: <import root>/.patchctl/<engine>/
 
 COMMANDS = ("apply", "revert", "ensure")
 FAULTS = ("enospc", "eio", "erofs", "zero")
@@ -124,12 +124,9 @@ def temp_files(*roots: Path) -> list[str]:
 
 
 def journals(tree: Path) -> list[str]:
-    """journal.json wherever the bookkeeping lives: in the tree, or under the data dir (before it moved)."""
-    found = []
-    for base in (tree / BOOKKEEPING, data_dir() / "targets"):
-        if base.is_dir():
-            found += [str(p) for p in base.rglob("journal.json")]
-    return sorted(found)
+    """journal.json wherever it is in the tree's bookkeeping."""
+    base = tree / BOOKKEEPING
+    return sorted(str(p) for p in base.rglob("journal.json")) if base.is_dir() else []
 
 
 def differing(a: dict[str, bytes], b: dict[str, bytes]) -> list[str]:

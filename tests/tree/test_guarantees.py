@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import crash_at
 from support.builders import install_fake_dist, write_tree
 from support.fixtures import PRISTINE, four_release_index, loader_with
 from support.invoke import run_json
@@ -134,8 +135,7 @@ def test_apply_refuses_fuzz_unless_allowed_and_check_warns(builder, tmp_path):
 def test_ensure_after_a_killed_revert_recovers_first(store, site):
     cli("apply", "vllm", "--target", str(site), "--store", str(store), expect=0)
     applied = files(site)
-    proc = subprocess.run([sys.executable, "-m", "patchctl.cli.main", "revert", "vllm", "--target", str(site)],
-                          env=dict(os.environ, PATCHCTL_CRASH_AT="file:1"), capture_output=True)
+    proc = crash_at.run("file:1", ["revert", "vllm", "--target", str(site)])
     assert proc.returncode == -9
     assert files(site) != applied  # really half-reverted
     doc = cli("ensure", "vllm", "--target", str(site), "--store", str(store), expect=0)
@@ -170,9 +170,7 @@ def test_the_trees_own_version_wins_over_the_spec(store, site):
 # 6. temp files of a killed write are swept --------------------------------------------------------
 
 def test_recovery_sweeps_temp_files_of_dead_processes(store, site):
-    proc = subprocess.run([sys.executable, "-m", "patchctl.cli.main", "apply", "vllm", "--target", str(site),
-                           "--store", str(store)], env=dict(os.environ, PATCHCTL_CRASH_AT="file:1"),
-                          capture_output=True)
+    proc = crash_at.run("file:1", ["apply", "vllm", "--target", str(site), "--store", str(store)])
     assert proc.returncode == -9
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
@@ -216,15 +214,15 @@ def test_an_edited_record_fails_its_checksum(store, site):
 
 def test_a_path_outside_the_target_is_refused_even_with_a_valid_checksum(store, site, tmp_path):
     """Was: an absolute path in a journal entry made recovery write engine content outside the target."""
-    from patchctl.tree.journal import JOURNAL_SCHEMA, _sealed
+    from patchctl.tree.bookkeeping.upgrade import write_journal
 
     cli("apply", "vllm", "--target", str(site), "--store", str(store), expect=0)
     outside = tmp_path / "outside.py"
     for path in (str(outside), "../outside.py", "vllm/../../outside.py"):
-        journal = {"schema": JOURNAL_SCHEMA, "pid": 1, "previous_state": None, "entries": [
+        journal = {"pid": 1, "previous_state": None, "entries": [
             {"path": path, "before": "0" * 64, "after": None, "before_mtime_ns": None, "before_bytecode": [],
              "after_mtime_ns": None, "after_bytecode": []}]}
-        (state_dir(site) / "journal.json").write_bytes(_sealed("journal", journal))
+        (state_dir(site) / "journal.json").write_bytes(write_journal(journal))
         doc = cli("status", "vllm", "--target", str(site), expect=3)
         assert "leaves the engine root" in doc["error"]["message"] or "outside" in doc["error"]["message"]
         assert not outside.exists()
@@ -256,7 +254,7 @@ def test_randomly_damaged_records_and_journals_give_a_patchctl_error(store, site
     """Any damage to state.json or journal.json: a patchctl error (exit 3) or, where the damage left
     a valid document, a working status; never another exception."""
     from patchctl.core.errors import PatchctlError
-    from patchctl.tree.journal import TargetState
+    from patchctl.tree.bookkeeping import TargetState
 
     cli("apply", "vllm", "--target", str(site), "--store", str(store), expect=0)
     which = data.draw(st.sampled_from(["state.json", "journal.json"]))
@@ -343,28 +341,6 @@ def test_a_bind_mount_of_the_tree_sees_the_same_record_and_lock(store, site, tmp
             assert "another patchctl" in doc["error"]["message"]
     finally:
         subprocess.run(["umount", str(mnt)], capture_output=True)
-
-
-def test_a_record_from_the_old_data_dir_location_is_moved_into_the_tree(store, site):
-    """Records of patchctl before 2026-12 lived under <data dir>/targets/<key>/: found and moved."""
-    import hashlib
-    import shutil
-
-    from patchctl.core import config
-
-    cli("apply", "vllm", "--target", str(site), "--store", str(store), expect=0)
-    body = json.loads((state_dir(site) / "state.json").read_text())["record"]
-    key = hashlib.sha256(f"vllm\0{site.resolve()}".encode()).hexdigest()[:20]
-    legacy = config.data_dir() / "targets" / key
-    legacy.mkdir(parents=True)
-    shutil.copytree(state_dir(site) / "blobs", legacy / "blobs")
-    body["schema"] = "patchctl-state/1"
-    (legacy / "state.json").write_text(json.dumps(body))
-    shutil.rmtree(site / ".patchctl")
-    assert cli("status", "vllm", "--target", str(site), expect=0)["state"] == "intact"
-    assert not legacy.exists() and (state_dir(site) / "state.json").is_file()
-    cli("revert", "vllm", "--target", str(site), expect=0)
-    assert (site / "vllm/loader.py").read_text() == PRISTINE["vllm/loader.py"]
 
 
 # 11. ownership, mode, symlinks, bytecode ----------------------------------------------------

@@ -1,11 +1,11 @@
 """Apply / status / revert / ensure on real trees: all-or-nothing, kill -9 at every write step,
 locks, hardlinks, bytecode, permissions, escaping symlinks, tampered patches."""
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from support import crash_at
 from support.builders import install_fake_dist
 from support.fixtures import PRISTINE, loader_with
 from support.invoke import run_json
@@ -58,9 +58,7 @@ STEPS = ["journal", "file:1", "file:2", "file:3", "state"]
 @pytest.mark.parametrize("step", STEPS)
 def test_killed_apply_recovers_to_pristine(store, tree, step):
     before = snapshot(tree)
-    env = dict(os.environ, PATCHCTL_CRASH_AT=step)
-    proc = subprocess.run([sys.executable, "-m", "patchctl.cli.main", "apply", "vllm@1.0", "--target", str(tree),
-                           "--store", str(store)], env=env, capture_output=True)
+    proc = crash_at.run(step, ["apply", "vllm@1.0", "--target", str(tree), "--store", str(store)])
     assert proc.returncode == -9, proc.stderr  # really killed by SIGKILL mid-write
     st = cli("status", "vllm@1.0", "--target", str(tree))
     assert st["state"] == "not-applied" and "recovered" in st["message"]
@@ -73,9 +71,7 @@ def test_killed_apply_recovers_to_pristine(store, tree, step):
 def test_killed_revert_recovers_to_fully_applied(store, tree, step):
     cli("apply", "vllm@1.0", "--target", str(tree), "--store", str(store), expect=0)
     applied = snapshot(tree)
-    env = dict(os.environ, PATCHCTL_CRASH_AT=step)
-    proc = subprocess.run([sys.executable, "-m", "patchctl.cli.main", "revert", "vllm@1.0", "--target", str(tree)],
-                          env=env, capture_output=True)
+    proc = crash_at.run(step, ["revert", "vllm@1.0", "--target", str(tree)])
     assert proc.returncode == -9
     assert cli("status", "vllm@1.0", "--target", str(tree))["state"] == "intact"
     assert snapshot(tree) == applied
@@ -123,22 +119,22 @@ def test_read_only_target(store, tree):
 
 def test_read_only_target_as_root_via_immutable_check(store, tree, monkeypatch):
     """As root, permissions do not stop writes; simulate the failed write itself and check rollback."""
-    from patchctl.tree.journal import TargetState
+    from patchctl.tree.bookkeeping import journal
 
     before = snapshot(tree)
-    real_put = TargetState._put
+    real_put = journal.replace_file
     calls = {"n": 0}
 
-    def failing_put(self, rel, *args):
+    def failing_put(place, rel, *args):
         calls["n"] += 1
         if calls["n"] == 2:
-            raise PermissionError(13, "Permission denied", str(self.root / rel))
-        return real_put(self, rel, *args)
+            raise PermissionError(13, "Permission denied", str(place.root / rel))
+        return real_put(place, rel, *args)
 
-    monkeypatch.setattr(TargetState, "_put", failing_put)
+    monkeypatch.setattr(journal, "replace_file", failing_put)
     doc = cli("apply", "vllm@1.0", "--target", str(tree), "--store", str(store), expect=3)
     assert "nothing was changed" in doc["error"]["message"]
-    monkeypatch.setattr(TargetState, "_put", real_put)
+    monkeypatch.setattr(journal, "replace_file", real_put)
     assert snapshot(tree) == before
 
 

@@ -9,7 +9,6 @@ import os
 import shutil
 import stat
 import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from support import crash_at
 from support.builders import write_tree
 from support.fixtures import PRISTINE
 from support.invoke import as_nobody, run_json
@@ -79,9 +79,7 @@ def test_work_needed_on_a_read_only_mount_is_exit_3_with_the_cause(store, tree):
 
 
 def test_a_journal_on_a_read_only_mount_is_exit_3_naming_it(store, tree):
-    env = dict(os.environ, PATCHCTL_CRASH_AT="file:1")
-    proc = subprocess.run([sys.executable, "-m", "patchctl.cli.main", "apply", "vllm@1.0", "--target", str(tree),
-                           "--store", str(store)], env=env, capture_output=True)
+    proc = crash_at.run("file:1", ["apply", "vllm@1.0", "--target", str(tree), "--store", str(store)])
     assert proc.returncode == -9 and (tree / ".patchctl/vllm/journal.json").exists()
     with read_only(tree):
         for command in (["ensure", "vllm@1.0"], ["status", "vllm", "--as-version", "1.0"]):

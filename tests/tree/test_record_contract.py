@@ -4,7 +4,6 @@ stores with no --store, and a recorded patch or store that is gone is exit 3 nam
 from __future__ import annotations
 
 import hashlib
-import json
 import shutil
 
 from support.builders import install_fake_dist
@@ -12,7 +11,7 @@ from support.fixtures import PRISTINE, four_release_index, loader_with
 from support.invoke import run_json
 
 from patchctl.core.yamlio import dump_yaml, load_yaml
-from patchctl.tree.journal import TargetState, _sealed
+from patchctl.tree.bookkeeping import TargetState
 
 EDIT2 = PRISTINE["vllm/utils.py"] + "# edit2, by hand\n"
 
@@ -77,27 +76,3 @@ def test_ensure_brings_back_a_captured_patch_from_its_recorded_store(tmp_path, b
         # changing the set is an explicit apply
         doc = run_json("apply", "vllm", "--target", str(site), "--store", str(store_a), *index, expect=0)
         assert run_json("ensure", "vllm", "--target", str(site), *index, expect=0)["written"] == []
-
-
-def test_a_record_before_patchctl_state_3_is_read_and_written_back_as_3(builder, tree):
-    builder.add("vllm", "loader", variants={"1.0": builder.variant(PRISTINE, {"vllm/loader.py": loader_with({10: "ten\n"})})})
-    run_json("apply", "vllm@1.0", "--target", str(tree), "--store", str(builder.root), expect=0)
-    state = tree / ".patchctl/vllm/state.json"
-    body = json.loads(state.read_text())["record"]
-    assert body["schema"] == "patchctl-state/3"
-    # what patchctl wrote before 2026-12-02
-    body["schema"] = "patchctl-state/2"
-    del body["stores"], body["selection"]
-    for p in body["patches"]:
-        del p["store"], p["sha256"]
-    state.write_bytes(_sealed("record", body))
-    old = _record(tree)
-    assert old.stores == () and old.patches[0].store is None and old.selection.everything
-    assert run_json("status", "vllm", "--target", str(tree), "--as-version", "1.0", expect=0)["state"] == "intact"
-    # ensure with the store named: nothing to write, the record says the same
-    assert run_json("ensure", "vllm@1.0", "--target", str(tree), "--store", str(builder.root), expect=0)["written"] == []
-    # the next apply writes the record as /3, with the store and the fingerprint
-    run_json("apply", "vllm@1.0", "--target", str(tree), "--store", str(builder.root), expect=0)
-    assert json.loads(state.read_text())["record"]["schema"] == "patchctl-state/3"
-    new = _record(tree)
-    assert new.patches[0].store.path == str(builder.root.resolve()) and new.patches[0].sha256

@@ -9,7 +9,7 @@ from support.builders import write_tree
 from support.fixtures import PRISTINE
 from support.invoke import run_json
 
-from patchctl.tree import journal
+from patchctl.tree.bookkeeping import TargetState
 
 
 @pytest.fixture
@@ -17,7 +17,7 @@ def reads(monkeypatch):
     """Every load of a tree's record, as True when it happened under the tree's lock."""
     seen: list[bool] = []
     held = [0]
-    real_load, real_locked = journal.TargetState.load, journal.TargetState.locked
+    real_load, real_locked = TargetState.load, TargetState.locked
 
     def load(self, *args, **kwargs):
         seen.append(held[0] > 0)
@@ -32,8 +32,8 @@ def reads(monkeypatch):
             finally:
                 held[0] -= 1
 
-    monkeypatch.setattr(journal.TargetState, "load", load)
-    monkeypatch.setattr(journal.TargetState, "locked", locked)
+    monkeypatch.setattr(TargetState, "load", load)
+    monkeypatch.setattr(TargetState, "locked", locked)
     return seen
 
 
@@ -62,7 +62,7 @@ def test_the_service_returns_typed_results(store, tree):
     from patchctl.core.engines import get_engine
     from patchctl.store.layered import Store
     from patchctl.tree import service
-    from patchctl.tree.journal import Selection
+    from patchctl.tree.bookkeeping import Selection
     from patchctl.tree.operations import Target
     from patchctl.tree.stores import Stores
 

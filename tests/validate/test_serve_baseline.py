@@ -3,7 +3,7 @@ import json
 import pytest
 
 from patchctl.core.errors import UsageError
-from patchctl.tree.journal import FileRecord, PatchRecord, StateRecord
+from patchctl.tree.bookkeeping import FileRecord, PatchRecord, StateRecord
 from patchctl.validate.baseline import (
     Baseline,
     BaselineStore,

@@ -15,8 +15,8 @@ if TYPE_CHECKING:
     from patchctl.cli.commands.text import Console
     from patchctl.patching.options import Options
     from patchctl.sources.fetch import SourceContext
+    from patchctl.tree.bookkeeping import Selection
     from patchctl.tree.find import TargetSpec
-    from patchctl.tree.journal import Selection
     from patchctl.tree.stores import Stores
 
 

@@ -36,8 +36,8 @@ def run(engine: str, name: str, where: TargetSpec, store_dir: str | None, ctx: S
     from patchctl.store.layered import Store
     from patchctl.store.series import choose_variant
     from patchctl.tree import edits as ed
+    from patchctl.tree.bookkeeping import sha256
     from patchctl.tree.find import find_target
-    from patchctl.tree.journal import sha256
     from patchctl.tree.operations import check_paths
 
     store_root = capture.writable_store(store_dir)

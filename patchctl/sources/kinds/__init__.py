@@ -28,7 +28,7 @@ class Parsed(NamedTuple):
 
 class PinnedBuild(NamedTuple):
     """Exactly one build for `apply --install`: the installer's requirement and what the installed
-    dist-info must say afterwards; the rest is kept in the state record (tree/journal.BuildRecord)."""
+    dist-info must say afterwards; the rest is kept in the state record (tree/bookkeeping/record.BuildRecord)."""
 
     requirement: str  # vllm==0.23.0, vllm @ https://…whl, sglang @ git+URL@SHA#subdirectory=python, /abs/x.whl
     version: Version
