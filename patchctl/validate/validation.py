@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from patchctl.core.errors import BadServerReply, HTTPError, NetworkError, RequestFailed, UsageError
+from patchctl.core.errors import BadServerReply, NetworkError, RequestFailed, UsageError
 from patchctl.validate import answers as _answers
 from patchctl.validate import baseline as _baseline
 from patchctl.validate import golden as _golden
@@ -101,8 +101,6 @@ def _why(exc: BaseException) -> str:
                           ("timed out", "timed out"), ("No route to host", "no route to host")):
         if marker in text:
             return short
-    if isinstance(exc, RequestFailed) and not isinstance(exc, HTTPError):
-        return "the connection failed"
     return " ".join(text.split())[:200]
 
 
