@@ -1,6 +1,7 @@
 """Only what pyproject.toml cannot say: the bundled patch set (patches/ in the repository) is copied
 into the built package as patchctl/bundled/, so a wheel or an sdist installed as a tool carries it.
 An editable install reads patches/ from the checkout instead (patchctl/core/bundled.py)."""
+
 import shutil
 from pathlib import Path
 

@@ -5,6 +5,7 @@ wheel) against the naive path (download the sdist, extract it, `git apply --chec
 
 Targets (issue 2): sparse bytes <= 2% of the artifact's, and >= 10x faster.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -80,8 +81,10 @@ def main() -> None:
     print(f"{'path':<8} {'wall s':>8} {'bytes fetched':>14} {'artifact bytes':>15} {'% of artifact':>14}  outcomes")
     print(f"{'sparse':<8} {s_time:>8.2f} {s_bytes:>14,} {s_size:>15,} {100 * s_bytes / s_size:>13.2f}%  {' '.join(s_out)}")
     print(f"{'naive':<8} {n_time:>8.2f} {n_bytes:>14,} {n_size:>15,} {100 * n_bytes / n_size:>13.2f}%  {' '.join(n_out)}")
-    print(f"speed-up {n_time / s_time:.1f}x; sparse bytes {100 * s_bytes / s_size:.2f}% of its artifact "
-          f"(target <= 2%), {100 * s_bytes / n_bytes:.2f}% of the sdist")
+    print(
+        f"speed-up {n_time / s_time:.1f}x; sparse bytes {100 * s_bytes / s_size:.2f}% of its artifact "
+        f"(target <= 2%), {100 * s_bytes / n_bytes:.2f}% of the sdist"
+    )
 
 
 if __name__ == "__main__":

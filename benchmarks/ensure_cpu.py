@@ -10,6 +10,7 @@ names the store). Both rows run with bytecode, as an installed package has it (P
 in the run's own folder: a checkout run with PYTHONDONTWRITEBYTECODE would compile patchctl every
 time). Prints a table and exits 1 when ensure is over 2x the floor.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,15 +45,19 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory() as work_dir:
         work = Path(work_dir)
-        env = dict(os.environ, PATCHCTL_DATA_DIR=str(work / "data"), PATCHCTL_CONFIG=str(work / "config.yaml"),
-                   PATCHCTL_CACHE_DIR=str(work / "cache"), PATCHCTL_BUNDLED="0")
+        env = dict(
+            os.environ,
+            PATCHCTL_DATA_DIR=str(work / "data"),
+            PATCHCTL_CONFIG=str(work / "config.yaml"),
+            PATCHCTL_CACHE_DIR=str(work / "cache"),
+            PATCHCTL_BUNDLED="0",
+        )
         env.pop("PATCHCTL_STORE", None)
         # Bytecode as an installed package has it (pip compiles on install): written once by the
         # warm-up runs into a folder of this run, never into the checkout.
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env["PYTHONPYCACHEPREFIX"] = str(work / "pycache")
-        os.environ.update({k: env[k] for k in ("PATCHCTL_DATA_DIR", "PATCHCTL_CONFIG", "PATCHCTL_CACHE_DIR",
-                                                "PATCHCTL_BUNDLED")})
+        os.environ.update({k: env[k] for k in ("PATCHCTL_DATA_DIR", "PATCHCTL_CONFIG", "PATCHCTL_CACHE_DIR", "PATCHCTL_BUNDLED")})
         builder = StoreBuilder(work / "store")
         builder.add("vllm", "loader", variants={"1.0": builder.variant(PRISTINE, {"vllm/loader.py": loader_with({10: "ten\n"})})})
         tree = work / "tree"
@@ -60,8 +65,7 @@ def main() -> int:
         run_json("apply", "vllm", "--target", str(tree), "--store", str(builder.root), expect=0)
         rows = {
             "import floor": [sys.executable, "-c", FLOOR],
-            "ensure (intact, no --store)": [sys.executable, "-m", "patchctl.cli.main", "ensure", "vllm", "--target",
-                                            str(tree)],
+            "ensure (intact, no --store)": [sys.executable, "-m", "patchctl.cli.main", "ensure", "vllm", "--target", str(tree)],
             "status": [sys.executable, "-m", "patchctl.cli.main", "status", "vllm", "--target", str(tree)],
         }
         for argv in rows.values():

@@ -17,6 +17,7 @@ Columns, each measured in a fresh child process against a loopback server starte
   sse lag ms  20 SSE events 50 ms apart over a chunked body: the mean delay from the server's write
               to the client having the line (what validate times as token arrival)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,8 +36,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CLIENTS = ("floor", "today", "urllib3", "requests", "httpx")
-IMPORT = {"floor": "socket", "today": "patchctl.sources.http", "urllib3": "urllib3", "requests": "requests",
-          "httpx": "httpx"}
+IMPORT = {"floor": "socket", "today": "patchctl.sources.http", "urllib3": "urllib3", "requests": "requests", "httpx": "httpx"}
 BLOCK = b"x" * (1 << 20)
 
 
@@ -60,7 +60,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             if wanted:
                 a, b = int(wanted[1]), int(wanted[2])
                 self._head(206, b - a + 1, {"Content-Range": f"bytes {a}-{b}/{len(data)}"})
-                self.wfile.write(data[a:b + 1])
+                self.wfile.write(data[a : b + 1])
             else:
                 self._head(200, len(data))
                 self.wfile.write(data)
@@ -165,13 +165,13 @@ def child(client: str, case: str, port: int) -> dict:
                     left[0] -= len(data)
                     last[0] = data
                     yield data
+
             return int(head.split()[1]), pieces()
         if client == "today":
             r = today.get(base + path, stream=True)
             return r.status_code, r.iter_content(65536)
         if client == "urllib3":
-            r = pool.request("GET", base + path, preload_content=False, timeout=urllib3.Timeout(connect=timeout,
-                                                                                               read=timeout))
+            r = pool.request("GET", base + path, preload_content=False, timeout=urllib3.Timeout(connect=timeout, read=timeout))
             return r.status, r.stream(65536)
         if client == "requests":
             r = session.get(base + path, stream=True, timeout=timeout)
@@ -259,8 +259,9 @@ def env_with(extra: str) -> dict:
 def import_ms(module: str, runs: int, env: dict) -> float | None:
     times = []
     for _ in range(runs):
-        proc = subprocess.run([sys.executable, "-X", "importtime", "-c", f"import {module}"], capture_output=True,
-                              text=True, env=env)
+        proc = subprocess.run(
+            [sys.executable, "-X", "importtime", "-c", f"import {module}"], capture_output=True, text=True, env=env
+        )
         if proc.returncode != 0:
             return None
         for line in proc.stderr.splitlines():
@@ -271,8 +272,9 @@ def import_ms(module: str, runs: int, env: dict) -> float | None:
 
 
 def run_child(client: str, case: str, port: int, env: dict) -> dict | None:
-    proc = subprocess.run([sys.executable, __file__, "--child", client, case, str(port)], capture_output=True,
-                          text=True, env=env, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, __file__, "--child", client, case, str(port)], capture_output=True, text=True, env=env, timeout=300
+    )
     if proc.returncode != 0:
         return {"error": proc.stderr.strip().splitlines()[-1][:60] if proc.stderr.strip() else "failed"}
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -310,16 +312,20 @@ def main() -> None:
             opened = server.connections if conns is not None and "error" not in conns else "-"
         drip = run_child(client, "drip", port, env) or {}
         sse = run_child(client, "sse", port, env) or {}
-        rows.append([client, f"{ms:.1f}",
-                     f"{stream['mib_s']:.0f}" if "mib_s" in stream else stream.get("error", "-"),
-                     f"{stream['rss_mib']:.0f}" if "rss_mib" in stream else "-",
-                     "ok" if rng.get("ok") else str(rng.get("status", rng.get("error", "-"))),
-                     str(opened),
-                     f"{drip['seconds']:.1f} ({drip['how']})" if "seconds" in drip else drip.get("error", "-"),
-                     f"{sse['lag_ms']:.1f}" if "lag_ms" in sse else sse.get("error", "-")])
+        rows.append(
+            [
+                client,
+                f"{ms:.1f}",
+                f"{stream['mib_s']:.0f}" if "mib_s" in stream else stream.get("error", "-"),
+                f"{stream['rss_mib']:.0f}" if "rss_mib" in stream else "-",
+                "ok" if rng.get("ok") else str(rng.get("status", rng.get("error", "-"))),
+                str(opened),
+                f"{drip['seconds']:.1f} ({drip['how']})" if "seconds" in drip else drip.get("error", "-"),
+                f"{sse['lag_ms']:.1f}" if "lag_ms" in sse else sse.get("error", "-"),
+            ]
+        )
     server.shutdown()
-    head = ["client", "import ms", "stream MiB/s", "peak RSS MiB", "range", "conns/20", "drip s (1 s timeout)",
-            "sse lag ms"]
+    head = ["client", "import ms", "stream MiB/s", "peak RSS MiB", "range", "conns/20", "drip s (1 s timeout)", "sse lag ms"]
     widths = [max(len(str(r[i])) if i < len(r) else 0 for r in [head, *rows]) for i in range(len(head))]
     for row in [head, *rows]:
         print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=False)))

@@ -8,6 +8,7 @@
 (d) `patchctl --help`. T is a small synthetic tree with one patch applied first by `patchctl apply`.
 Target: ensure <= 2x the floor's CPU; none of requests, GitPython, rich, matplotlib imported.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -92,8 +93,9 @@ def imports_of(argv: list[str], env: dict) -> dict:
         code = f"import sys; {FLOOR}; print(sorted(h for h in {HEAVY!r} if h in sys.modules))"
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
         return {"exit": 0, "heavy": json.loads(out.stdout.replace("'", '"'))}
-    proc = subprocess.run([sys.executable, "-c", WRAPPER.format(heavy=HEAVY), json.dumps(argv)],
-                          env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", WRAPPER.format(heavy=HEAVY), json.dumps(argv)], env=env, capture_output=True, text=True
+    )
     for line in proc.stderr.splitlines():
         if line.startswith("PATCHCTL-IMPORTS "):
             return json.loads(line.split(" ", 1)[1])
@@ -104,28 +106,40 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-n", "--repeat", type=int, default=20, help="runs of each command (default 20)")
     parser.add_argument("--imports", action="store_true", help="list the heavy libraries each command imports")
-    parser.add_argument("--as-is", action="store_true",
-                        help="keep this environment's bytecode settings (by default the children get a bytecode "
-                             "cache, as an installed patchctl has; PYTHONDONTWRITEBYTECODE=1 makes every start "
-                             "compile patchctl anew)")
+    parser.add_argument(
+        "--as-is",
+        action="store_true",
+        help="keep this environment's bytecode settings (by default the children get a bytecode "
+        "cache, as an installed patchctl has; PYTHONDONTWRITEBYTECODE=1 makes every start "
+        "compile patchctl anew)",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="patchctl-startup-") as tmp:
         work = Path(tmp)
-        env = dict(os.environ, PATCHCTL_DATA_DIR=str(work / "data"), PATCHCTL_CONFIG=str(work / "config.yaml"),
-                   PATCHCTL_CACHE_DIR=str(work / "cache"))
+        env = dict(
+            os.environ,
+            PATCHCTL_DATA_DIR=str(work / "data"),
+            PATCHCTL_CONFIG=str(work / "config.yaml"),
+            PATCHCTL_CACHE_DIR=str(work / "cache"),
+        )
         if not args.as_is:
             # As installed by pip: bytecode compiled once, not on every start (kept out of the tree).
             env.pop("PYTHONDONTWRITEBYTECODE", None)
             env["PYTHONPYCACHEPREFIX"] = str(work / "pycache")
         store, tree = build_target(work)
-        subprocess.run(patchctl_cmd("apply", "vllm", "--target", str(tree), "--store", str(store), "--json"),
-                       env=env, check=True, capture_output=True)
+        subprocess.run(
+            patchctl_cmd("apply", "vllm", "--target", str(tree), "--store", str(store), "--json"),
+            env=env,
+            check=True,
+            capture_output=True,
+        )
         table = commands(store, tree)
         if args.imports:
             # The writing commands last and in this order: revert un-applies, apply applies again.
-            writers = {"revert --json": ["revert", "vllm", "--target", str(tree), "--json"],
-                       "apply --target --json": ["apply", "vllm", "--target", str(tree), "--store", str(store),
-                                                 "--json"]}
+            writers = {
+                "revert --json": ["revert", "vllm", "--target", str(tree), "--json"],
+                "apply --target --json": ["apply", "vllm", "--target", str(tree), "--store", str(store), "--json"],
+            }
             print("| command | heavy modules imported | exit |")
             print("|---|---|---|")
             for name, argv in [*((n, a) for n, (_, a) in table.items()), *writers.items()]:
@@ -144,8 +158,7 @@ def main() -> None:
             bytecode = f"as this environment has it (PYTHONDONTWRITEBYTECODE={setting!r})"
         else:
             bytecode = "cached, as after pip install"
-        print(f"{args.repeat} runs each, {os.cpu_count()} cores, {sys.executable} {sys.version.split()[0]}, "
-              f"bytecode {bytecode}")
+        print(f"{args.repeat} runs each, {os.cpu_count()} cores, {sys.executable} {sys.version.split()[0]}, bytecode {bytecode}")
         print()
         print("| command | CPU ms (median) | wall ms (median) | CPU / floor |")
         print("|---|---:|---:|---:|")

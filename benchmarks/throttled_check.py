@@ -21,6 +21,7 @@ a first round of both paths fills it (and the index's own caches) and is not cou
 Targets (issue 17): vLLM and SGLang <= 0.25x the naive time at 50 MB/s and <= 0.15x at 10 MB/s;
 every engine <= 1x at every speed. Medians of --rounds rounds; each round runs every cell once.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,6 +41,7 @@ DEFAULT_ENGINES = ("vllm@0.23.0", "sglang@0.5.23", "vllm-gguf-plugin@0.0.5")
 
 # ---------------------------------------------------------------------------------------------
 # the throttling proxy (runs in its own process: `--proxy PORTFILE RATE RTT`)
+
 
 class Link:
     """One direction of a bottleneck link: bytes leave in arrival order at `rate` bytes/s."""
@@ -120,8 +122,9 @@ async def _serve(port_file: str, rate: float, rtt: float) -> None:
 class Proxy:
     def __init__(self, mb_per_s: float, rtt_ms: float, work: Path):
         self.port_file = work / f"proxy-{mb_per_s}.port"
-        self.process = subprocess.Popen([sys.executable, __file__, "--proxy", str(self.port_file),
-                                         str(mb_per_s * 1e6), str(rtt_ms / 1000)])
+        self.process = subprocess.Popen(
+            [sys.executable, __file__, "--proxy", str(self.port_file), str(mb_per_s * 1e6), str(rtt_ms / 1000)]
+        )
         for _ in range(200):
             if self.port_file.is_file() and self.port_file.read_text():
                 break
@@ -199,8 +202,12 @@ def run_naive(spec: str, index: str, proxy: str, work: Path) -> tuple[float, dic
     work.mkdir(parents=True)
     env = _child_env(proxy)
     start, cpu = time.perf_counter(), _children_cpu()
-    proc = subprocess.run([sys.executable, "-c", NAIVE, index, dist, version, str(work), layout, package,
-                           json.dumps(paths)], env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", NAIVE, index, dist, version, str(work), layout, package, json.dumps(paths)],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     seconds = time.perf_counter() - start
     CPU.setdefault(f"naive {spec}", []).append(_children_cpu() - cpu)
     if proc.returncode != 0:
@@ -212,8 +219,9 @@ def run_check(spec: str, proxy: str, cache: Path) -> tuple[float, dict]:
     env = dict(_child_env(proxy), PATCHCTL_CACHE_DIR=str(cache))
     env.pop("PATCHCTL_INDEX_MAX_AGE", None)
     start, cpu = time.perf_counter(), _children_cpu()
-    proc = subprocess.run([sys.executable, "-m", "patchctl.cli.main", "check", spec, "--json"], env=env,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "patchctl.cli.main", "check", spec, "--json"], env=env, capture_output=True, text=True
+    )
     seconds = time.perf_counter() - start
     CPU.setdefault(f"check {spec}", []).append(_children_cpu() - cpu)
     if proc.returncode not in (0, 1):
@@ -282,10 +290,14 @@ def main() -> None:
                         info[(speed, spec, "naive")] = doc
             finally:
                 proxy.close()
-    print(f"cold `check` vs the naive path through a throttled link ({args.rtt:g} ms RTT), "
-          f"median of {args.rounds} round(s), {os.cpu_count()} cores, index from {resolve_index().origin}")
-    print(f"{'MB/s':>5} {'engine':<24} {'check s':>8} {'naive s':>8} {'ratio':>6} {'target':>7} "
-          f"{'check bytes':>12} {'naive bytes':>12}  check reads / naive reads")
+    print(
+        f"cold `check` vs the naive path through a throttled link ({args.rtt:g} ms RTT), "
+        f"median of {args.rounds} round(s), {os.cpu_count()} cores, index from {resolve_index().origin}"
+    )
+    print(
+        f"{'MB/s':>5} {'engine':<24} {'check s':>8} {'naive s':>8} {'ratio':>6} {'target':>7} "
+        f"{'check bytes':>12} {'naive bytes':>12}  check reads / naive reads"
+    )
     met = True
     for speed in args.speeds:
         for spec in args.engines:
@@ -296,16 +308,27 @@ def main() -> None:
             limit = TARGETS.get(int(speed), 1.0) if not spec.startswith("vllm-gguf-plugin") else 1.0
             ok = c / n <= limit
             met &= ok
-            print(f"{speed:>5g} {spec:<24} {c:>8.2f} {n:>8.2f} {c / n:>6.2f} {'<=' + format(limit, 'g'):>7}"
-                  f"{'' if ok else '!'} {source['bytes_fetched']:>12,} {naive['bytes']:>12,}  "
-                  f"{source['kind']} {source.get('read')} / {naive['artifact']}")
-    outcomes = {spec: ([p["outcome"] for p in info[(args.speeds[0], spec, "check")]["patches"]],
-                       info[(args.speeds[0], spec, "naive")]["outcomes"]) for spec in args.engines}
+            print(
+                f"{speed:>5g} {spec:<24} {c:>8.2f} {n:>8.2f} {c / n:>6.2f} {'<=' + format(limit, 'g'):>7}"
+                f"{'' if ok else '!'} {source['bytes_fetched']:>12,} {naive['bytes']:>12,}  "
+                f"{source['kind']} {source.get('read')} / {naive['artifact']}"
+            )
+    outcomes = {
+        spec: (
+            [p["outcome"] for p in info[(args.speeds[0], spec, "check")]["patches"]],
+            info[(args.speeds[0], spec, "naive")]["outcomes"],
+        )
+        for spec in args.engines
+    }
     for spec, (check_out, naive_out) in outcomes.items():
         print(f"outcomes {spec}: check {' '.join(check_out)}; naive {' '.join(naive_out)}")
-    print("CPU s of each process (user+sys, median over every speed and round), check / naive: " + "; ".join(
-        f"{spec} {statistics.median(CPU['check ' + spec]):.2f} / {statistics.median(CPU['naive ' + spec]):.2f}"
-        for spec in args.engines))
+    print(
+        "CPU s of each process (user+sys, median over every speed and round), check / naive: "
+        + "; ".join(
+            f"{spec} {statistics.median(CPU['check ' + spec]):.2f} / {statistics.median(CPU['naive ' + spec]):.2f}"
+            for spec in args.engines
+        )
+    )
     print("targets " + ("met" if met else "NOT met (cells marked !)"))
 
 

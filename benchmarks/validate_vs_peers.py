@@ -29,6 +29,7 @@ only by what the clients add. There the peers get the served model's own tokeniz
 GGUF: vLLM's client counts a stream's tokens with it, this server reporting no usage), and vLLM's
 client's requests are mended where this server refuses them (VLLM_RUNNER's --llama-cpp).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -133,20 +134,56 @@ def prompt_file(path: Path, n: int) -> Path:
     """n prompts as validate sends them (throughput.request_prompts: the counting prompt behind a tag
     of its own, a fresh tag set per run), in ShareGPT's format, which both peers read: the tools
     then send the same prompts, none of which a prefix cache has seen."""
-    rows = [{"conversations": [{"from": "human", "value": text}, {"from": "gpt", "value": "1"}]}
-            for text in request_prompts(COUNTING_PROMPT, n)]
+    rows = [
+        {"conversations": [{"from": "human", "value": text}, {"from": "gpt", "value": "1"}]}
+        for text in request_prompts(COUNTING_PROMPT, n)
+    ]
     path.write_text(json.dumps(rows))
     return path
 
 
-def run_bench(peer: str, tree: Path, url: str, tokenizer: Path, conc: int, n: int, max_tokens: int,
-              out: Path, llama_cpp: bool = False, warmup: bool = True) -> dict[str, Any]:
+def run_bench(
+    peer: str,
+    tree: Path,
+    url: str,
+    tokenizer: Path,
+    conc: int,
+    n: int,
+    max_tokens: int,
+    out: Path,
+    llama_cpp: bool = False,
+    warmup: bool = True,
+) -> dict[str, Any]:
     prompts = prompt_file(out.with_suffix(".prompts.json"), n)
-    cmd = [peer, "-c", RUNNER, str(tree), "--backend", "sglang-oai-chat", "--base-url", url,
-           "--dataset-name", "sharegpt", "--dataset-path", str(prompts), "--sharegpt-output-len", str(max_tokens),
-           "--num-prompts", str(n), "--max-concurrency", str(conc),
-           "--request-rate", "inf", "--seed", "1", "--output-file", str(out), "--disable-tqdm",
-           "--tokenizer", str(tokenizer)]
+    cmd = [
+        peer,
+        "-c",
+        RUNNER,
+        str(tree),
+        "--backend",
+        "sglang-oai-chat",
+        "--base-url",
+        url,
+        "--dataset-name",
+        "sharegpt",
+        "--dataset-path",
+        str(prompts),
+        "--sharegpt-output-len",
+        str(max_tokens),
+        "--num-prompts",
+        str(n),
+        "--max-concurrency",
+        str(conc),
+        "--request-rate",
+        "inf",
+        "--seed",
+        "1",
+        "--output-file",
+        str(out),
+        "--disable-tqdm",
+        "--tokenizer",
+        str(tokenizer),
+    ]
     if llama_cpp:
         # bench_serving's chat requests carry the cap as max_completion_tokens only, which
         # llama-cpp-python's server does not read: it then generates to EOS or the context's end.
@@ -156,31 +193,72 @@ def run_bench(peer: str, tree: Path, url: str, tokenizer: Path, conc: int, n: in
         # with a prefix cache that request is a cache hit (TTFT 45 ms against 300 on llama.cpp), one of
         # its n that none of validate's is (validate warms up with the untagged prompt).
         cmd += ["--warmup-requests", "0"]
-    env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1",
-           "PATH": "/usr/bin:/bin"}
+    env = {
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "NO_PROXY": "127.0.0.1",
+        "no_proxy": "127.0.0.1",
+        "PATH": "/usr/bin:/bin",
+    }
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
     if proc.returncode != 0 or not out.exists():
         raise SystemExit(f"bench_serving failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return dict(json.loads(out.read_text().strip().splitlines()[-1]))
 
 
-def run_vllm(peer: str, tree: Path, url: str, tokenizer: Path, conc: int, n: int, max_tokens: int,
-             out: Path, llama_cpp: bool = False) -> dict[str, Any]:
+def run_vllm(
+    peer: str, tree: Path, url: str, tokenizer: Path, conc: int, n: int, max_tokens: int, out: Path, llama_cpp: bool = False
+) -> dict[str, Any]:
     import requests
 
     model = requests.get(f"{url}/v1/models", timeout=30).json()["data"][0]["id"]
-    cmd = [peer, "-c", VLLM_RUNNER, str(tree), *(["--llama-cpp"] if llama_cpp else []),
-           "--backend", "openai-chat", "--base-url", url,
-           "--endpoint", "/v1/chat/completions", "--model", model, "--tokenizer", str(tokenizer),
-           "--dataset-name", "sharegpt", "--dataset-path", str(prompt_file(out.with_suffix(".prompts.json"), n)),
-           "--sharegpt-output-len", str(max_tokens), "--num-prompts", str(n), "--max-concurrency", str(conc),
-           "--request-rate", "inf", "--seed", "1",
-           "--save-result", "--result-dir", str(out.parent), "--result-filename", out.name, "--disable-tqdm"]
+    cmd = [
+        peer,
+        "-c",
+        VLLM_RUNNER,
+        str(tree),
+        *(["--llama-cpp"] if llama_cpp else []),
+        "--backend",
+        "openai-chat",
+        "--base-url",
+        url,
+        "--endpoint",
+        "/v1/chat/completions",
+        "--model",
+        model,
+        "--tokenizer",
+        str(tokenizer),
+        "--dataset-name",
+        "sharegpt",
+        "--dataset-path",
+        str(prompt_file(out.with_suffix(".prompts.json"), n)),
+        "--sharegpt-output-len",
+        str(max_tokens),
+        "--num-prompts",
+        str(n),
+        "--max-concurrency",
+        str(conc),
+        "--request-rate",
+        "inf",
+        "--seed",
+        "1",
+        "--save-result",
+        "--result-dir",
+        str(out.parent),
+        "--result-filename",
+        out.name,
+        "--disable-tqdm",
+    ]
     if llama_cpp:  # as bench_serving's, its chat requests carry max_completion_tokens only; and the
         # runner's --llama-cpp mends two more (VLLM_RUNNER)
         cmd += ["--extra-body", json.dumps({"max_tokens": max_tokens})]
-    env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1",
-           "PATH": "/usr/bin:/bin"}
+    env = {
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "NO_PROXY": "127.0.0.1",
+        "no_proxy": "127.0.0.1",
+        "PATH": "/usr/bin:/bin",
+    }
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, cwd=out.parent)
     if proc.returncode != 0 or not out.exists():
         raise SystemExit(f"vllm bench serve failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
@@ -188,28 +266,51 @@ def run_vllm(peer: str, tree: Path, url: str, tokenizer: Path, conc: int, n: int
 
 
 def run_ours(url: str, conc: int, n: int, max_tokens: int, tmp: Path) -> dict[str, float | None]:
-    report = run_validate(ServeConfig(base_url=url, answers=False, concurrency=(conc,), requests_per_level=n,
-                                      max_tokens=max_tokens, prompt=COUNTING_PROMPT, warmup_requests=1,
-                                      baseline_dir=tmp / "b"))
+    report = run_validate(
+        ServeConfig(
+            base_url=url,
+            answers=False,
+            concurrency=(conc,),
+            requests_per_level=n,
+            max_tokens=max_tokens,
+            prompt=COUNTING_PROMPT,
+            warmup_requests=1,
+            baseline_dir=tmp / "b",
+        )
+    )
     assert report.throughput is not None
     (lv,) = report.throughput.levels
     done = lv.requests - lv.failed
-    return {"ttft": lv.ttft_ms.p50 if lv.ttft_ms else None, "tpot": lv.tpot_ms.p50 if lv.tpot_ms else None,
-            "itl": lv.itl_ms.p50 if lv.itl_ms else None, "tok_s": lv.output_tok_s,
-            "tokens": lv.output_tokens / done if lv.output_tokens is not None and done else None,
-            "run_tokens": float(lv.output_tokens) if lv.output_tokens is not None else None,
-            "failed": float(lv.failed)}
+    return {
+        "ttft": lv.ttft_ms.p50 if lv.ttft_ms else None,
+        "tpot": lv.tpot_ms.p50 if lv.tpot_ms else None,
+        "itl": lv.itl_ms.p50 if lv.itl_ms else None,
+        "tok_s": lv.output_tok_s,
+        "tokens": lv.output_tokens / done if lv.output_tokens is not None and done else None,
+        "run_tokens": float(lv.output_tokens) if lv.output_tokens is not None else None,
+        "failed": float(lv.failed),
+    }
 
 
 # "tokens": output tokens per completed request. On the test server every tool gets max_tokens; on
 # a real model (llama.cpp) a request can end at EOS, and the tools' prompts differ, so the row says
 # whether the workloads matched before their throughputs are compared.
 FIGURES = ("ttft", "tpot", "itl", "tok_s", "tokens")
-NAMES = {"ttft": "TTFT p50 ms", "tpot": "TPOT p50 ms", "itl": "ITL p50 ms", "tok_s": "output tok/s",
-         "tokens": "output tokens / request"}
+NAMES = {
+    "ttft": "TTFT p50 ms",
+    "tpot": "TPOT p50 ms",
+    "itl": "ITL p50 ms",
+    "tok_s": "output tok/s",
+    "tokens": "output tokens / request",
+}
 NAMES.update({f"{f}_paced": f"{NAMES[f]}, at one server pace" for f in ("ttft", "tpot", "itl", "tok_s")})
-NAMES.update({"server_prefill_ms": "server's prefill ms (its log)", "server_decode_ms": "server's decode ms/token (its log)",
-              "server_total_ms": "server's time for the run's requests, ms (its log)"})
+NAMES.update(
+    {
+        "server_prefill_ms": "server's prefill ms (its log)",
+        "server_decode_ms": "server's decode ms/token (its log)",
+        "server_total_ms": "server's time for the run's requests, ms (its log)",
+    }
+)
 PEER_KEYS = {"ttft": "median_ttft_ms", "tpot": "median_tpot_ms", "itl": "median_itl_ms", "tok_s": "output_throughput"}
 
 
@@ -237,21 +338,56 @@ LLAMA = Path.home() / ".cache" / "patchctl" / "llama-server"
 def llama_server(port: int, python: Path, model: Path) -> list[str]:
     """llama.cpp's server as tests/validate/test_serve_llama.py starts it (llama-cpp-python, the Gemma 3
     270M GGUF scripts/serve/setup_llama_server.sh assembles)."""
-    return [str(python), "-m", "llama_cpp.server", "--model", str(model), "--model_alias", "gemma3-270m",
-            "--host", "127.0.0.1", "--port", str(port), "--chat_format", "gemma", "--n_ctx", "2048",
-            "--interrupt_requests", "False"]
+    return [
+        str(python),
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(model),
+        "--model_alias",
+        "gemma3-270m",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--chat_format",
+        "gemma",
+        "--n_ctx",
+        "2048",
+        "--interrupt_requests",
+        "False",
+    ]
 
 
 def start_server(port: int, ttft: float, itl: float) -> list[str]:
     # Its own process: in this one its threads would compete with validate's for the interpreter.
-    return [sys.executable, "-m", "support.reasoner", "--port", str(port), "--ttft", str(ttft),
-            "--itl", str(itl), "--no-reasoning", "--role-at-first-token"]
+    return [
+        sys.executable,
+        "-m",
+        "support.reasoner",
+        "--port",
+        str(port),
+        "--ttft",
+        str(ttft),
+        "--itl",
+        str(itl),
+        "--no-reasoning",
+        "--role-at-first-token",
+    ]
 
 
-def compare(url: str, tmp: Path, peers: dict[str, tuple[str, Path]], concurrency: list[int], requests: int,
-            max_tokens: int, repeat: int, llama_cpp: bool = False,
-            server_log: Path | None = None,
-            gguf: Path | None = None) -> dict[int, dict[str, dict[str, list[float]]]]:
+def compare(
+    url: str,
+    tmp: Path,
+    peers: dict[str, tuple[str, Path]],
+    concurrency: list[int],
+    requests: int,
+    max_tokens: int,
+    repeat: int,
+    llama_cpp: bool = False,
+    server_log: Path | None = None,
+    gguf: Path | None = None,
+) -> dict[int, dict[str, dict[str, list[float]]]]:
     """{concurrency: {tool: {figure: [one value per repeat]}}}; tools: validate and each peer
     (bench_serving: (python, tree), vllm: (python, tree)). The tools take turns in each repeat.
     llama_cpp: the server is llama-cpp-python's: the peers also send the cap as `max_tokens` (the only
@@ -281,11 +417,20 @@ def compare(url: str, tmp: Path, peers: dict[str, tuple[str, Path]], concurrency
                 result_file = tmp / f"{name}-{conc}-{r}.json"
                 mark = log_size(server_log)
                 if name == "bench_serving":
-                    theirs = run_bench(python, tree, url, tokenizer, conc, requests, max_tokens, result_file,
-                                       llama_cpp, warmup=server_log is None)
+                    theirs = run_bench(
+                        python,
+                        tree,
+                        url,
+                        tokenizer,
+                        conc,
+                        requests,
+                        max_tokens,
+                        result_file,
+                        llama_cpp,
+                        warmup=server_log is None,
+                    )
                 else:
-                    theirs = run_vllm(python, tree, url, tokenizer, conc, requests, max_tokens, result_file,
-                                      llama_cpp)
+                    theirs = run_vllm(python, tree, url, tokenizer, conc, requests, max_tokens, result_file, llama_cpp)
                 for f in FIGURES:
                     tools[name][f].append(peer_figure(theirs, f))
                 tools[name].setdefault("run_tokens", []).append(float(theirs["total_output_tokens"]))
@@ -296,8 +441,15 @@ def compare(url: str, tmp: Path, peers: dict[str, tuple[str, Path]], concurrency
     return out
 
 
-def _ours_into(tools: dict[str, dict[str, list[float]]], url: str, conc: int, requests: int, max_tokens: int,
-               tmp: Path, server_log: Path | None) -> None:
+def _ours_into(
+    tools: dict[str, dict[str, list[float]]],
+    url: str,
+    conc: int,
+    requests: int,
+    max_tokens: int,
+    tmp: Path,
+    server_log: Path | None,
+) -> None:
     mark = log_size(server_log)
     ours = run_ours(url, conc, requests, max_tokens, tmp)
     for f in (*FIGURES, "run_tokens"):
@@ -342,8 +494,11 @@ def pace_of(text: str, n: int) -> dict[str, float] | None:
     decodes = [t["eval"] / t["eval n"] for t in timings if t["eval n"] >= 1]
     if len(timings) < n or not prefills or not decodes:
         return None
-    return {"server_prefill_ms": median(prefills), "server_decode_ms": median(decodes),
-            "server_total_ms": sum(t["total"] for t in timings)}
+    return {
+        "server_prefill_ms": median(prefills),
+        "server_decode_ms": median(decodes),
+        "server_total_ms": sum(t["total"] for t in timings),
+    }
 
 
 def pace_into(tool: dict[str, list[float]], log: Path | None, mark: int, n: int) -> None:
@@ -396,8 +551,12 @@ def main() -> None:
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--repeat", type=int, default=1, help="runs of each tool per level (medians, spread)")
     p.add_argument("--json", type=Path, help="also write the rows here")
-    p.add_argument("--server", choices=("test", "llama"), default="test",
-                   help="the test server with known timings, or llama.cpp's (llama-cpp-python) server")
+    p.add_argument(
+        "--server",
+        choices=("test", "llama"),
+        default="test",
+        help="the test server with known timings, or llama.cpp's (llama-cpp-python) server",
+    )
     p.add_argument("--llama-python", type=Path, default=LLAMA / "venv" / "bin" / "python")
     p.add_argument("--llama-model", type=Path, default=LLAMA / "gemma-3-270m-q4_k_m.gguf")
     args = p.parse_args()
@@ -412,14 +571,26 @@ def main() -> None:
         truth: dict[str, float | None] = dict.fromkeys(FIGURES)
     else:
         server, ready = start_server(port, args.ttft, args.itl), 30.0
-        truth = {"ttft": (args.ttft + args.itl) * 1000, "tpot": args.itl * 1000, "itl": args.itl * 1000,
-                 "tok_s": None, "tokens": float(args.max_tokens)}
-    with tempfile.TemporaryDirectory() as tmp_s, \
-            ServerProcess(server, url, Path(tmp_s), ready_timeout_s=ready) as running:
-        result = compare(url, Path(tmp_s), peers, concs, args.requests, args.max_tokens, args.repeat,
-                         llama_cpp=args.server == "llama",
-                         server_log=running.log_path if args.server == "llama" else None,
-                         gguf=args.llama_model if args.server == "llama" else None)
+        truth = {
+            "ttft": (args.ttft + args.itl) * 1000,
+            "tpot": args.itl * 1000,
+            "itl": args.itl * 1000,
+            "tok_s": None,
+            "tokens": float(args.max_tokens),
+        }
+    with tempfile.TemporaryDirectory() as tmp_s, ServerProcess(server, url, Path(tmp_s), ready_timeout_s=ready) as running:
+        result = compare(
+            url,
+            Path(tmp_s),
+            peers,
+            concs,
+            args.requests,
+            args.max_tokens,
+            args.repeat,
+            llama_cpp=args.server == "llama",
+            server_log=running.log_path if args.server == "llama" else None,
+            gguf=args.llama_model if args.server == "llama" else None,
+        )
     rows = []
     for conc, tools in result.items():
         # figure -> tool -> one value per run: the figures as measured, then (llama.cpp, c=1) the
@@ -442,8 +613,7 @@ def main() -> None:
     fmt = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
     pct = lambda v: "-" if v is None else f"{v:+.1f}%"  # noqa: E731
     spr = lambda v: "" if v is None else f" (±{v / 2:.1f}%)"  # noqa: E731
-    print(f"{datetime.date.today()}, {args.server} server, {args.repeat} run(s) per tool and level; "
-          "(±x%): half the runs' range")
+    print(f"{datetime.date.today()}, {args.server} server, {args.repeat} run(s) per tool and level; (±x%): half the runs' range")
     head = ["c", "figure", "validate", *peers, *(f"validate vs {q}" for q in peers), "server's truth"]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))

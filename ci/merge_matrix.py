@@ -10,6 +10,7 @@ again (`[{engine, version}]`, each engine's nightly first), so the workflow runs
 for them; --run-log the per-run noise (`seconds`, `bytes_fetched`) that never goes into the committed
 YAML: merging the same inputs twice gives byte-identical files. Every file is written atomically.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,8 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     if os.environ.get("GITHUB_OUTPUT"):
         with open(os.environ["GITHUB_OUTPUT"], "a") as out:
             out.write(f"nightly_failed={','.join(failed)}\nsmoke_todo={len(todo)}\n")
-    print(f"wrote {args.output}; smoke to run again for {len(todo)} row(s)"
-          + (f"; nightly FAILED for {', '.join(failed)}" if failed else ""))
+    print(
+        f"wrote {args.output}; smoke to run again for {len(todo)} row(s)"
+        + (f"; nightly FAILED for {', '.join(failed)}" if failed else "")
+    )
     return 0
 
 

@@ -6,6 +6,7 @@
 New releases, newly failing and newly upstreamed cells, the first bad version per patch, and (with
 --issues, the output of `ci/regression_issues.py --dry-run`) the variants a rebase refreshed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,8 +30,7 @@ def body(previous: dict | None, current: dict, issues: list[dict] | None = None)
             lines.append(what + (f": error: {i['error']}" if i.get("error") else f": {i['before'] or 'new'} → {i['after']}"))
         out += lines or ["none"]
     out += ["", "### First bad version per patch", ""]
-    rows = [f"| {e} | `{p}` | {v} |" for e, patches in sorted(changes["first_bad"].items())
-            for p, v in sorted(patches.items())]
+    rows = [f"| {e} | `{p}` | {v} |" for e, patches in sorted(changes["first_bad"].items()) for p, v in sorted(patches.items())]
     out += ["| engine | patch | first bad |", "|---|---|---|", *rows] if rows else ["every patch applies everywhere"]
     failed = matrix.nightly_failed(current)
     if failed:

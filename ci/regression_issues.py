@@ -20,6 +20,7 @@ upstream context (the document's conflict.files[].conflicts[].text) and the comm
 
 `gh` reads GH_TOKEN (the workflow passes GITHUB_TOKEN) and GH_REPO/--repo.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -70,8 +71,10 @@ def rebase_commands(diff: dict, base: str = "rebase") -> list[str]:
     seen: list[str] = []
     for issue in issues_for(diff):
         # --store patches: the workflow runs in the checkout, and rebase writes the bundled set only when named.
-        command = (f"patchctl rebase {issue['engine']} --onto {issue['first_bad_version']} "
-                   f"--workdir {workdir_for(base, issue['engine'], issue['first_bad_version'])} --store patches --json")
+        command = (
+            f"patchctl rebase {issue['engine']} --onto {issue['first_bad_version']} "
+            f"--workdir {workdir_for(base, issue['engine'], issue['first_bad_version'])} --store patches --json"
+        )
         if command not in seen:
             seen.append(command)
     return seen
@@ -96,12 +99,21 @@ def _rebase_item(rebases: list[dict], engine: str, version: str, patch: str) -> 
 def _conflict_lines(engine: str, patch: str, version: str, doc: dict, item: dict) -> list[str]:
     conflict = item.get("conflict") or {}
     workdir = doc.get("workdir") or "WORKDIR"
-    lines = [f"`patchctl rebase {engine} --onto {version}` from {doc.get('old')} could not replay it: "
-             f"{item.get('reason', '')}".rstrip(), ""]
+    lines = [
+        f"`patchctl rebase {engine} --onto {version}` from {doc.get('old')} could not replay it: "
+        f"{item.get('reason', '')}".rstrip(),
+        "",
+    ]
     for cfile in conflict.get("files") or []:
         for region in cfile.get("conflicts") or []:
-            lines += [f"Conflict in `{cfile['path']}` at line {region.get('line')}, with the upstream lines around it:",
-                      "", "```diff", region.get("text", ""), "```", ""]
+            lines += [
+                f"Conflict in `{cfile['path']}` at line {region.get('line')}, with the upstream lines around it:",
+                "",
+                "```diff",
+                region.get("text", ""),
+                "```",
+                "",
+            ]
     lines += [
         "Resolve it:",
         "",
@@ -138,16 +150,24 @@ def issues_for(diff: dict, url: str | None = None, rebases: list[dict] | None = 
         extra: dict = {"fix": None}
         if item and item.get("classification") == "conflict":
             lines += _conflict_lines(engine, patch, first_bad, doc, item)
-            extra = {"fix": "conflict", "conflicts": [
-                {"path": f["path"], "line": c.get("line"), "text": c.get("text", "")}
-                for f in (item.get("conflict") or {}).get("files") or [] for c in f.get("conflicts") or []]}
+            extra = {
+                "fix": "conflict",
+                "conflicts": [
+                    {"path": f["path"], "line": c.get("line"), "text": c.get("text", "")}
+                    for f in (item.get("conflict") or {}).get("files") or []
+                    for c in f.get("conflicts") or []
+                ],
+            }
         elif item and item.get("classification") in ("refreshed", "unchanged", "upstreamed", "obsolete"):
-            lines += [f"`patchctl rebase {engine} --onto {first_bad}` classified it `{item['classification']}`: "
-                      f"{item.get('reason', '')}; the nightly pull request carries the result."]
+            lines += [
+                f"`patchctl rebase {engine} --onto {first_bad}` classified it `{item['classification']}`: "
+                f"{item.get('reason', '')}; the nightly pull request carries the result."
+            ]
             extra = {"fix": item["classification"]}
             if item["classification"] == "refreshed":
-                extra["refreshed"] = [{"engine": engine, "patch": patch, "version": first_bad,
-                                       "variant": item.get("new_variant")}]
+                extra["refreshed"] = [
+                    {"engine": engine, "patch": patch, "version": first_bad, "variant": item.get("new_variant")}
+                ]
         else:
             lines += [
                 "Try the fix (writes refreshed variants; stops at a conflict with the markers in WORKDIR):",
@@ -159,8 +179,17 @@ def issues_for(diff: dict, url: str | None = None, rebases: list[dict] | None = 
             ]
         if url:
             lines += ["", f"Found by {url}"]
-        issues.append({"title": title, "body": "\n".join(lines) + "\n", "engine": engine, "patch": patch,
-                       "first_bad_version": first_bad, "versions": [i["version"] for i in items], **extra})
+        issues.append(
+            {
+                "title": title,
+                "body": "\n".join(lines) + "\n",
+                "engine": engine,
+                "patch": patch,
+                "first_bad_version": first_bad,
+                "versions": [i["version"] for i in items],
+                **extra,
+            }
+        )
     return issues
 
 
@@ -172,8 +201,21 @@ def gh(args: list[str], *, input_text: str | None = None) -> str:
 
 
 def open_titles(repo_args: list[str]) -> set[str]:
-    out = gh(["issue", "list", *repo_args, "--state", "open", "--search", f"{TITLE_PREFIX} in:title",
-              "--limit", "500", "--json", "title"])
+    out = gh(
+        [
+            "issue",
+            "list",
+            *repo_args,
+            "--state",
+            "open",
+            "--search",
+            f"{TITLE_PREFIX} in:title",
+            "--limit",
+            "500",
+            "--json",
+            "title",
+        ]
+    )
     return {entry["title"] for entry in json.loads(out or "[]")}
 
 
@@ -183,11 +225,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="print the issues as JSON; call nothing")
     parser.add_argument("--repo", help="OWNER/NAME (default: gh's, from GH_REPO or the checkout)")
     parser.add_argument("--label", action="append", default=[], help="label to add (must exist in the repo)")
-    parser.add_argument("--rebase", type=Path, action="append", default=[],
-                        help="a `patchctl rebase --json` document for a regressed version (repeatable)")
+    parser.add_argument(
+        "--rebase",
+        type=Path,
+        action="append",
+        default=[],
+        help="a `patchctl rebase --json` document for a regressed version (repeatable)",
+    )
     parser.add_argument("--rebase-dir", type=Path, help="every *.json in DIR is a --rebase document")
-    parser.add_argument("--rebase-commands", metavar="DIR",
-                        help="print the `patchctl rebase` to run per regression (workdirs under DIR), then exit")
+    parser.add_argument(
+        "--rebase-commands",
+        metavar="DIR",
+        help="print the `patchctl rebase` to run per regression (workdirs under DIR), then exit",
+    )
     args = parser.parse_args(argv)
     text = sys.stdin.read() if str(args.diff) == "-" else args.diff.read_text()
     try:
@@ -217,8 +267,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"already open: {issue['title']}")
             continue
         label_args = [a for label in args.label for a in ("--label", label)]
-        url = gh(["issue", "create", *repo_args, "--title", issue["title"], "--body-file", "-", *label_args],
-                 input_text=issue["body"]).strip()
+        url = gh(
+            ["issue", "create", *repo_args, "--title", issue["title"], "--body-file", "-", *label_args], input_text=issue["body"]
+        ).strip()
         print(f"opened: {issue['title']} {url}")
     return 0
 

@@ -8,6 +8,7 @@ The split must be the one `patchctl matrix --shard I/N` makes, so it is computed
 job list (`patchctl.matrix.build.versions_for`, in the same order) and the same rule (job n goes to
 shard n % N + 1); tests/test_ci_scripts.py checks the two agree.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,8 +32,11 @@ def plan(store: Store, ctx, engines: list[str] | None, per_shard: int, max_shard
     engines = engines or store.engines()
     jobs = [(e, v) for e in engines for v in matrix.versions_for(e, store, ctx)]
     count = shard_count(len(jobs), per_shard, max_shards)
-    return {"count": count, "shards": list(range(1, count + 1)),
-            "jobs": [{"engine": e, "version": str(v), "shard": n % count + 1} for n, (e, v) in enumerate(jobs)]}
+    return {
+        "count": count,
+        "shards": list(range(1, count + 1)),
+        "jobs": [{"engine": e, "version": str(v), "shard": n % count + 1} for n, (e, v) in enumerate(jobs)],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,8 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-shards", type=int, default=8)
     args = parser.parse_args(argv)
     try:
-        doc = plan(Store.open(args.store), SourceContext(index_url=args.index_url), args.engines,
-                   args.per_shard, args.max_shards)
+        doc = plan(Store.open(args.store), SourceContext(index_url=args.index_url), args.engines, args.per_shard, args.max_shards)
     except PatchctlError as exc:
         print(f"shards: {exc.message}", file=sys.stderr)
         return exc.exit_code

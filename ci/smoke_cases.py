@@ -23,6 +23,7 @@ Rules, paths relative to the repository root (first match wins):
                applies, not only at its own bases;
   nothing      anything else (docs, benchmarks, the other tests).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,8 +39,19 @@ from packaging.version import Version
 ROOT = Path(__file__).resolve().parent.parent
 SMOKE_TESTS = "tests/test_real_smoke.py"
 SMOKE_TEST = "test_patch_checks_pass_on_the_release"
-EVERYTHING = ("patchctl/", "patches/checklib/", "patches/envs/", SMOKE_TESTS, "tests/conftest.py", "tests/support/",
-              "pyproject.toml", "setup.py", "MANIFEST.in", "ci/smoke_cases.py", ".github/workflows/ci.yml")
+EVERYTHING = (
+    "patchctl/",
+    "patches/checklib/",
+    "patches/envs/",
+    SMOKE_TESTS,
+    "tests/conftest.py",
+    "tests/support/",
+    "pyproject.toml",
+    "setup.py",
+    "MANIFEST.in",
+    "ci/smoke_cases.py",
+    ".github/workflows/ci.yml",
+)
 # git's name for "no commit": github.event.before on a branch's first push.
 NO_COMMIT = "0" * 40
 
@@ -68,8 +80,9 @@ def select(changed: list[str], store, all_cases: list[tuple[str, str]], store_di
             reasons.setdefault(case, []).append(why)
 
     def patch_cases(patch) -> list[tuple[str, str]]:
-        return [(e, v) for e, v in all_cases if e == patch.engine
-                and (patch.in_range(Version(v)) or patch.upstreamed_at(Version(v)))]
+        return [
+            (e, v) for e, v in all_cases if e == patch.engine and (patch.in_range(Version(v)) or patch.upstreamed_at(Version(v)))
+        ]
 
     for path in changed:
         if path.startswith(EVERYTHING):
@@ -89,10 +102,13 @@ def select(changed: list[str], store, all_cases: list[tuple[str, str]], store_di
             else:
                 add([c for c in all_cases if c[0] == engine], f"{path} (every {engine} case)")
     chosen = sorted(all_cases) if everything else sorted(reasons)
-    return {"all": bool(everything),
-            "reasons": [f"every case: {p}" for p in everything] if everything
-            else [f"{e}-{v}: {'; '.join(reasons[(e, v)])}" for e, v in chosen],
-            "cases": chosen}
+    return {
+        "all": bool(everything),
+        "reasons": [f"every case: {p}" for p in everything]
+        if everything
+        else [f"{e}-{v}: {'; '.join(reasons[(e, v)])}" for e, v in chosen],
+        "cases": chosen,
+    }
 
 
 def changed_paths(base: str | None, head: str, repo: Path = ROOT) -> list[str] | None:

@@ -24,6 +24,7 @@ can be re-run alone with --only COMMAND:N.
   python ci/soak.py                       # 200 trials per command
   python ci/soak.py --trials 20 --json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -92,9 +93,13 @@ class Rig:
         self.tree = work / "tree"
         self.data = work / "data"
         self.env = {k: v for k, v in os.environ.items() if k != "PATCHCTL_STORE"}
-        self.env.update(PATCHCTL_DATA_DIR=str(self.data), PATCHCTL_CONFIG=str(work / "config.yaml"),
-                        PATCHCTL_CACHE_DIR=str(work / "cache"), PYTHONDONTWRITEBYTECODE="1",
-                        PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
+        self.env.update(
+            PATCHCTL_DATA_DIR=str(self.data),
+            PATCHCTL_CONFIG=str(work / "config.yaml"),
+            PATCHCTL_CACHE_DIR=str(work / "cache"),
+            PYTHONDONTWRITEBYTECODE="1",
+            PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
+        )
         for rel, text in pristine.items():
             path = self.tree / rel
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -264,11 +269,25 @@ def trial(rig: Rig, command: str, number: int, seed: int, max_delay_ms: float, i
         wrong.append("a journal is left after the follow-up")
     if end in ("pristine", "applied") and has_state != (end == "applied"):
         wrong.append(f"the tree is {end} but a state record is {'there' if has_state else 'missing'}")
-    return {"command": command, "trial": number, "delay_ms": round(delay * 1000, 2), "exit": rc, "killed": killed,
-            "in_window": in_window, "temp_after_kill": left_by_kill, "follow_up": follow, "end": end,
-            "temp_files": temps, "wrong": wrong,
-            "seconds": {"reset": round(t1 - t0, 3), "killed_run": round(t2 - t1, 3), "follow_up": round(t3 - t2, 3),
-                        "check": round(time.perf_counter() - t3, 3)}}
+    return {
+        "command": command,
+        "trial": number,
+        "delay_ms": round(delay * 1000, 2),
+        "exit": rc,
+        "killed": killed,
+        "in_window": in_window,
+        "temp_after_kill": left_by_kill,
+        "follow_up": follow,
+        "end": end,
+        "temp_files": temps,
+        "wrong": wrong,
+        "seconds": {
+            "reset": round(t1 - t0, 3),
+            "killed_run": round(t2 - t1, 3),
+            "follow_up": round(t3 - t2, 3),
+            "check": round(time.perf_counter() - t3, 3),
+        },
+    }
 
 
 # --- workers ---------------------------------------------------------------------------------
@@ -321,10 +340,17 @@ def default_base() -> str | None:
 
 # --- the report ------------------------------------------------------------------------------
 
-COLUMNS = [("trials", "trials"), ("killed", "killed"), ("in_window", "killed inside the window"),
-           ("temp_after_kill", "killed mid-write (temp file)"),
-           ("pristine", "ended pristine"), ("applied", "ended applied"), ("neither", "neither"),
-           ("temp_files", "temp files left"), ("wrong", "follow-up wrong")]
+COLUMNS = [
+    ("trials", "trials"),
+    ("killed", "killed"),
+    ("in_window", "killed inside the window"),
+    ("temp_after_kill", "killed mid-write (temp file)"),
+    ("pristine", "ended pristine"),
+    ("applied", "ended applied"),
+    ("neither", "neither"),
+    ("temp_files", "temp files left"),
+    ("wrong", "follow-up wrong"),
+]
 
 
 def count(results: list[dict]) -> dict[str, dict[str, int]]:
@@ -332,15 +358,18 @@ def count(results: list[dict]) -> dict[str, dict[str, int]]:
     for command in COMMANDS:
         rs = [r for r in results if r["command"] == command]
         out[command] = {
-            "trials": len(rs), "killed": sum(r["killed"] for r in rs), "in_window": sum(r["in_window"] for r in rs),
-            "pristine": sum(r["end"] == "pristine" for r in rs), "applied": sum(r["end"] == "applied" for r in rs),
-            "neither": sum(r["end"] == "neither" for r in rs), "temp_files": sum(len(r["temp_files"]) for r in rs),
+            "trials": len(rs),
+            "killed": sum(r["killed"] for r in rs),
+            "in_window": sum(r["in_window"] for r in rs),
+            "pristine": sum(r["end"] == "pristine" for r in rs),
+            "applied": sum(r["end"] == "applied" for r in rs),
+            "neither": sum(r["end"] == "neither" for r in rs),
+            "temp_files": sum(len(r["temp_files"]) for r in rs),
             "wrong": sum(bool(r["wrong"]) for r in rs),
             "temp_after_kill": sum(r["temp_after_kill"] > 0 for r in rs),
         }
         if rs:
-            out[command]["mean_seconds"] = {k: round(sum(r["seconds"][k] for r in rs) / len(rs), 3)
-                                            for k in rs[0]["seconds"]}
+            out[command]["mean_seconds"] = {k: round(sum(r["seconds"][k] for r in rs) / len(rs), 3) for k in rs[0]["seconds"]}
     return out
 
 
@@ -353,20 +382,26 @@ def table(counts: dict[str, dict[str, int]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", type=int, default=200, help="trials per command (default 200)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--max-seconds", type=float, default=240, help="stop early after this long (default 240)")
     parser.add_argument("--max-delay-ms", type=float, default=20, help="the kill comes 0..this after the journal appears")
     parser.add_argument("--files", type=int, default=20, help="files the series patches (default 20)")
     parser.add_argument("--file-kb", type=int, default=200, help="KiB per file (default 200)")
-    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
-                        help="targets soaked side by side, one process each (default: 2, or 1 on one core)")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=min(2, os.cpu_count() or 1),
+        help="targets soaked side by side, one process each (default: 2, or 1 on one core)",
+    )
     parser.add_argument("--workdir", help="where the targets go (default: a new temp dir, removed unless a trial fails)")
-    parser.add_argument("--follow-up-subprocess", action="store_true",
-                        help="run the follow-up as its own process too (default: in the worker, through the "
-                             "real CLI; the same code less ~0.3 s of start-up per trial)")
+    parser.add_argument(
+        "--follow-up-subprocess",
+        action="store_true",
+        help="run the follow-up as its own process too (default: in the worker, through the "
+        "real CLI; the same code less ~0.3 s of start-up per trial)",
+    )
     parser.add_argument("--only", help="run one trial: COMMAND:N")
     parser.add_argument("--json", action="store_true", help="print the counts as one JSON document")
     args = parser.parse_args(argv)
@@ -385,14 +420,18 @@ def main(argv: list[str] | None = None) -> int:
         command, _, n = args.only.partition(":")
         jobs = [(command, int(n), args.seed, args.max_delay_ms, deadline, not args.follow_up_subprocess)]
     else:  # interleaved, so that stopping early still covers both commands
-        jobs = [(c, n, args.seed, args.max_delay_ms, deadline, not args.follow_up_subprocess)
-                for n in range(args.trials) for c in COMMANDS]
+        jobs = [
+            (c, n, args.seed, args.max_delay_ms, deadline, not args.follow_up_subprocess)
+            for n in range(args.trials)
+            for c in COMMANDS
+        ]
         jobs = [(f"window:{c}", i, 0, 0.0, deadline, False) for i in range(2) for c in COMMANDS] + jobs
     results: list[dict] = []
     windows: dict[str, list[float | None]] = {}
     try:
-        with ProcessPoolExecutor(max_workers=max(1, args.jobs), initializer=_worker_init,
-                                 initargs=(str(work), str(store), pristine)) as pool:
+        with ProcessPoolExecutor(
+            max_workers=max(1, args.jobs), initializer=_worker_init, initargs=(str(work), str(store), pristine)
+        ) as pool:
             for r in pool.map(_run, jobs, chunksize=1):
                 if r is not None and "window" in r:
                     windows.setdefault(r["window"], []).append(r["ms"])
@@ -412,27 +451,47 @@ def main(argv: list[str] | None = None) -> int:
     ok = not bad and bool(results)
     if not bad and not args.workdir:
         shutil.rmtree(work, ignore_errors=True)
-    doc = {"ok": ok, "seed": args.seed, "elapsed_s": round(elapsed, 1), "stopped_early": stopped_early,
-           "requested_per_command": args.trials if not args.only else None,
-           "config": {"files": args.files, "file_kb": args.file_kb, "max_delay_ms": args.max_delay_ms,
-                      "patches": PATCHES, "jobs": args.jobs},
-           "write_window_ms": windows, "counts": counts, "failures": bad[:20],
-           "workdir": None if not bad and not args.workdir else str(work)}
+    doc = {
+        "ok": ok,
+        "seed": args.seed,
+        "elapsed_s": round(elapsed, 1),
+        "stopped_early": stopped_early,
+        "requested_per_command": args.trials if not args.only else None,
+        "config": {
+            "files": args.files,
+            "file_kb": args.file_kb,
+            "max_delay_ms": args.max_delay_ms,
+            "patches": PATCHES,
+            "jobs": args.jobs,
+        },
+        "write_window_ms": windows,
+        "counts": counts,
+        "failures": bad[:20],
+        "workdir": None if not bad and not args.workdir else str(work),
+    }
     if args.json:
         print(json.dumps(doc, indent=2))
     else:
-        print(f"kill -9 soak: seed {args.seed}, {args.files} files × {args.file_kb} KiB, kill 0–{args.max_delay_ms:g} ms "
-              f"after the journal appears, {elapsed:.0f} s")
+        print(
+            f"kill -9 soak: seed {args.seed}, {args.files} files × {args.file_kb} KiB, kill 0–{args.max_delay_ms:g} ms "
+            f"after the journal appears, {elapsed:.0f} s"
+        )
         if windows:
-            print("write window (journal present) of an uninterrupted run: " + ", ".join(
-                f"{c} {' / '.join('?' if ms is None else f'{ms:g}' for ms in v)} ms" for c, v in windows.items()))
+            print(
+                "write window (journal present) of an uninterrupted run: "
+                + ", ".join(f"{c} {' / '.join('?' if ms is None else f'{ms:g}' for ms in v)} ms" for c, v in windows.items())
+            )
         print(table(counts))
         if stopped_early:
-            print(f"stopped early after {elapsed:.0f} s (--max-seconds {args.max_seconds:g}): "
-                  f"{len(results)} of {trials_asked} trials ran")
+            print(
+                f"stopped early after {elapsed:.0f} s (--max-seconds {args.max_seconds:g}): "
+                f"{len(results)} of {trials_asked} trials ran"
+            )
         for r in bad[:10]:
-            print(f"FAIL {r['command']}:{r['trial']} (kill at +{r['delay_ms']} ms, exit {r['exit']}, "
-                  f"then {r['follow_up']}): ended {r['end']}; temp files {r['temp_files']}; {'; '.join(r['wrong'])}")
+            print(
+                f"FAIL {r['command']}:{r['trial']} (kill at +{r['delay_ms']} ms, exit {r['exit']}, "
+                f"then {r['follow_up']}): ended {r['end']}; temp files {r['temp_files']}; {'; '.join(r['wrong'])}"
+            )
         if bad:
             print(f"{len(bad)} trial(s) failed; the targets are kept in {work}")
         elif not results:

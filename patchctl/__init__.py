@@ -1,2 +1,3 @@
 """patchctl: versioned downstream patches for LLM inference engines."""
+
 __version__ = "0.1.0"

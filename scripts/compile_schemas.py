@@ -4,6 +4,7 @@ while a generated module is stale.
 
     python scripts/compile_schemas.py
 """
+
 from __future__ import annotations
 
 import sys

@@ -26,6 +26,7 @@ give (or is missing, or is no longer made), or whose series.yaml pin is not its 
 --source PATH=FILE generates as if the source PATH (as listed in patch.yaml) held FILE's bytes;
 --kernel FILE is --source kernels/sparse_mla/triton_sparse_mla.py=FILE.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -74,6 +75,7 @@ def replace_once(text: str, old: str, new: str, *, path: str) -> str:
 class ByTree(NamedTuple):
     """A shipped file whose source depends on the release family: `choose` reads the pristine tree
     and names one of `sources` (each as patch.yaml lists it)."""
+
     choose: Callable[[Path], str]
     sources: tuple[str, ...]
 
@@ -104,20 +106,20 @@ def shipped_for(recipe: Recipe, tree: Path, data: dict[str, bytes]) -> dict[str,
 # --------------------------------------------------------------------------
 # triton-sparse-mla
 # --------------------------------------------------------------------------
-TSM_REGISTRY_ANCHOR = '''    FLASHMLA_SPARSE = (
+TSM_REGISTRY_ANCHOR = """    FLASHMLA_SPARSE = (
         "vllm.v1.attention.backends.mla.flashmla_sparse.FlashMLASparseBackend"
     )
-'''
-TSM_REGISTRY_ADD = '''    # Downstream (patchctl triton-sparse-mla): sparse MLA through Triton,
+"""
+TSM_REGISTRY_ADD = """    # Downstream (patchctl triton-sparse-mla): sparse MLA through Triton,
     # the sparse backend for compute capability 12.x before vLLM 0.24.
     TRITON_MLA_SPARSE = (
         "vllm.v1.attention.backends.mla.triton_mla_sparse.TritonMLASparseBackend"
     )
-'''
-TSM_CUDA_ANCHOR = '''        device_capability = cls.get_device_capability()
+"""
+TSM_CUDA_ANCHOR = """        device_capability = cls.get_device_capability()
         assert device_capability is not None
-'''
-TSM_CUDA_ADD = '''
+"""
+TSM_CUDA_ADD = """
         # Downstream (patchctl triton-sparse-mla): sparse MLA models get the
         # Triton sparse backend on 12.x (no upstream one accepts it) or when
         # forced with VLLM_TRITON_SPARSE_MLA=1; an explicit choice wins.
@@ -128,19 +130,16 @@ TSM_CUDA_ADD = '''
         selected_backend = maybe_select_triton_sparse_mla(
             selected_backend, device_capability, attn_selector_config
         )
-'''
+"""
 TSM_ENVS_DECL_ANCHOR = "    VLLM_USE_TRITON_AWQ: bool = False\n"
 TSM_ENVS_DECL_ADD = "    VLLM_TRITON_SPARSE_MLA: bool = False\n"
-TSM_ENVS_DICT_ANCHOR = (
-    '    "VLLM_USE_TRITON_AWQ": lambda: bool(int(os.getenv("VLLM_USE_TRITON_AWQ",'
-    ' "0"))),\n'
-)
-TSM_ENVS_DICT_ADD = '''    # If set, sparse MLA models (DeepSeek V3.2, GLM-5) use the Triton sparse MLA
+TSM_ENVS_DICT_ANCHOR = '    "VLLM_USE_TRITON_AWQ": lambda: bool(int(os.getenv("VLLM_USE_TRITON_AWQ", "0"))),\n'
+TSM_ENVS_DICT_ADD = """    # If set, sparse MLA models (DeepSeek V3.2, GLM-5) use the Triton sparse MLA
     # backend on any CUDA GPU (it is automatic on compute capability 12.x).
     "VLLM_TRITON_SPARSE_MLA": lambda: bool(
         int(os.getenv("VLLM_TRITON_SPARSE_MLA", "0"))
     ),
-'''
+"""
 
 
 # vLLM 0.24+ has an SM12x sparse backend of its own (FLASHINFER_MLA_SPARSE_SM120): there the
@@ -148,13 +147,13 @@ TSM_ENVS_DICT_ADD = '''    # If set, sparse MLA models (DeepSeek V3.2, GLM-5) us
 TSM_SM12X_UPSTREAM = "FLASHINFER_MLA_SPARSE_SM120"
 TSM_SOURCE = "patches/vllm/triton-sparse-mla/src/triton_mla_sparse.py"
 TSM_SOURCE_V24 = "patches/vllm/triton-sparse-mla/src/triton_mla_sparse_v24.py"
-TSM_REGISTRY_ADD_V24 = '''    # Downstream (patchctl triton-sparse-mla): sparse MLA through Triton, the
+TSM_REGISTRY_ADD_V24 = """    # Downstream (patchctl triton-sparse-mla): sparse MLA through Triton, the
     # fallback for what FLASHINFER_MLA_SPARSE_SM120 cannot run on 12.x.
     TRITON_MLA_SPARSE = (
         "vllm.v1.attention.backends.mla.triton_mla_sparse.TritonMLASparseBackend"
     )
-'''
-TSM_CUDA_ADD_V24 = '''
+"""
+TSM_CUDA_ADD_V24 = """
         # Downstream (patchctl triton-sparse-mla): a sparse MLA layer gets the
         # Triton sparse backend when forced with VLLM_TRITON_SPARSE_MLA=1, or on
         # 12.x where upstream's candidates give no backend that runs (none
@@ -172,19 +171,19 @@ TSM_CUDA_ADD_V24 = '''
                 attn_selector_config,
                 num_heads,
             )
-'''
+"""
 # DeepSeek V3.2's model config turns an explicit bfloat16 cache into "auto", which on 12.x the
 # attention layer rewrites to fp8_ds_mla for FLASHINFER_MLA_SPARSE_SM120: keep it bf16 there.
-TSM_DSV32_BF16_OLD = '''        if cache_config.cache_dtype == "bfloat16":
+TSM_DSV32_BF16_OLD = """        if cache_config.cache_dtype == "bfloat16":
             cache_config.cache_dtype = "auto"
             logger.info("Using bfloat16 kv-cache for DeepSeekV3.2")
-'''
-TSM_DSV32_BF16_NEW = '''        if cache_config.cache_dtype == "bfloat16" and not _keep_bf16_kv_cache_sm12x():
+"""
+TSM_DSV32_BF16_NEW = """        if cache_config.cache_dtype == "bfloat16" and not _keep_bf16_kv_cache_sm12x():
             cache_config.cache_dtype = "auto"
             logger.info("Using bfloat16 kv-cache for DeepSeekV3.2")
-'''
+"""
 TSM_MODELS_CONFIG_ANCHOR = "logger = init_logger(__name__)\n"
-TSM_MODELS_CONFIG_ADD = '''
+TSM_MODELS_CONFIG_ADD = """
 
 def _keep_bf16_kv_cache_sm12x() -> bool:
     # Downstream (patchctl triton-sparse-mla): on 12.x "auto" becomes
@@ -195,7 +194,7 @@ def _keep_bf16_kv_cache_sm12x() -> bool:
     return current_platform.is_cuda() and (
         current_platform.is_device_capability_family(120)
     )
-'''
+"""
 TSM_MODELS_CONFIG = "vllm/model_executor/models/config.py"
 
 
@@ -219,8 +218,7 @@ def tsm_edit(path: str, text: str) -> str:
     # The release family is read off the file itself: 0.24+ names its SM12x backend there.
     v24 = TSM_SM12X_UPSTREAM in text
     if path == "vllm/v1/attention/backends/registry.py":
-        return insert_after(text, TSM_REGISTRY_ANCHOR, TSM_REGISTRY_ADD_V24 if v24 else TSM_REGISTRY_ADD,
-                            path=path)
+        return insert_after(text, TSM_REGISTRY_ANCHOR, TSM_REGISTRY_ADD_V24 if v24 else TSM_REGISTRY_ADD, path=path)
     if path == "vllm/platforms/cuda.py":
         return insert_after(text, TSM_CUDA_ANCHOR, TSM_CUDA_ADD_V24 if v24 else TSM_CUDA_ADD, path=path)
     if path == "vllm/envs.py":
@@ -237,17 +235,14 @@ def tsm_edit(path: str, text: str) -> str:
 # --------------------------------------------------------------------------
 DIF_ENVS_DECL_ANCHOR = "    VLLM_USE_DEEP_GEMM: bool = True\n"
 DIF_ENVS_DECL_ADD = "    VLLM_DSA_INDEXER_FALLBACK: bool = False\n"
-DIF_ENVS_DICT_ANCHOR = (
-    '    "VLLM_USE_DEEP_GEMM": lambda: bool(int(os.getenv("VLLM_USE_DEEP_GEMM",'
-    ' "1"))),\n'
-)
-DIF_ENVS_DICT_ADD = '''    # If set, the DSA indexer computes its fp8 MQA logits with the portable
+DIF_ENVS_DICT_ANCHOR = '    "VLLM_USE_DEEP_GEMM": lambda: bool(int(os.getenv("VLLM_USE_DEEP_GEMM", "1"))),\n'
+DIF_ENVS_DICT_ADD = """    # If set, the DSA indexer computes its fp8 MQA logits with the portable
     # PyTorch fallback instead of DeepGEMM (automatic where DeepGEMM does not
     # support the GPU, e.g. compute capability 12.x).
     "VLLM_DSA_INDEXER_FALLBACK": lambda: bool(
         int(os.getenv("VLLM_DSA_INDEXER_FALLBACK", "0"))
     ),
-'''
+"""
 DIF_DG_IMPORT = """
 def _dsa_indexer_fallback() -> bool:
     # Downstream (patchctl dsa-indexer-fallback).
@@ -391,8 +386,7 @@ RECIPES: dict[tuple[str, str], Recipe] = {
         files=tsm_files,
         edit=tsm_edit,
         ships={
-            "vllm/v1/attention/backends/mla/triton_mla_sparse.py":
-                ByTree(tsm_source, (TSM_SOURCE, TSM_SOURCE_V24)),
+            "vllm/v1/attention/backends/mla/triton_mla_sparse.py": ByTree(tsm_source, (TSM_SOURCE, TSM_SOURCE_V24)),
             "vllm/v1/attention/ops/triton_sparse_mla.py": KERNEL,
         },
     ),
@@ -401,8 +395,7 @@ RECIPES: dict[tuple[str, str], Recipe] = {
     ("vllm", "dsa-indexer-fallback"): Recipe(
         files=dif_files,
         edit=dif_edit,
-        ships={"vllm/v1/attention/ops/dsa_indexer_fallback.py":
-               "patches/vllm/dsa-indexer-fallback/src/dsa_indexer_fallback.py"},
+        ships={"vllm/v1/attention/ops/dsa_indexer_fallback.py": "patches/vllm/dsa-indexer-fallback/src/dsa_indexer_fallback.py"},
     ),
 }
 
@@ -429,17 +422,18 @@ def generated_patches(store: Store) -> list[Patch]:
 def recipe_for(patch: Patch) -> Recipe:
     recipe = RECIPES.get((patch.engine, patch.name))
     if recipe is None:
-        raise SystemExit(f"{patch.engine}/{patch.name}: patch.yaml names {GENERATOR} as its generator, "
-                         "which has no recipe for it")
+        raise SystemExit(
+            f"{patch.engine}/{patch.name}: patch.yaml names {GENERATOR} as its generator, which has no recipe for it"
+        )
     declared, used = set(patch.generated_by["sources"]), recipe_sources(recipe)
     if declared != used:
-        raise SystemExit(f"{patch.engine}/{patch.name}: generated_by.sources {sorted(declared)} in patch.yaml, "
-                         f"the recipe reads {sorted(used)}")
+        raise SystemExit(
+            f"{patch.engine}/{patch.name}: generated_by.sources {sorted(declared)} in patch.yaml, the recipe reads {sorted(used)}"
+        )
     return recipe
 
 
-def release_versions(patch: Patch, ctx, pristine_root: Path | None,
-                     releases: list[Version] | None = None) -> list[Version]:
+def release_versions(patch: Patch, ctx, pristine_root: Path | None, releases: list[Version] | None = None) -> list[Version]:
     """The releases the patch claims (its applies_to), ascending: from the package index, or the
     trees present under --pristine-root, or `releases` (--release; the tests pass the committed
     matrix's rows, so a new upstream release does not change what they generate)."""
@@ -513,9 +507,15 @@ def applies(variant: bytes, tree: Path) -> bool:
         return gitutil.git(tree, "apply", "--check", "-p1", str(file), check=False).returncode == 0
 
 
-def generate(patch: Patch, ctx=None, *, sources: dict[str, Path] | None = None,
-             pristine_root: Path | None = None, repo: Path | None = None,
-             releases: list[Version] | None = None) -> Generated:
+def generate(
+    patch: Patch,
+    ctx=None,
+    *,
+    sources: dict[str, Path] | None = None,
+    pristine_root: Path | None = None,
+    repo: Path | None = None,
+    releases: list[Version] | None = None,
+) -> Generated:
     """Every variant file of `patch` as its recipe, its sources and the real releases give them.
     `sources` replaces listed sources by other files; the rest are read below `repo` (default:
     the folder that holds the patch's store)."""
@@ -572,8 +572,10 @@ def differences(generated: Generated) -> list[str]:
         if variant.path.read_bytes() != data:
             problems.append(f"{where}/{name}: differs from what its sources give")
         if variant.pinned_sha256 != hashlib.sha256(data).hexdigest():
-            problems.append(f"{where}/{name}: series.yaml pin {variant.pinned_sha256} is not the generated "
-                            f"sha256 {hashlib.sha256(data).hexdigest()}")
+            problems.append(
+                f"{where}/{name}: series.yaml pin {variant.pinned_sha256} is not the generated "
+                f"sha256 {hashlib.sha256(data).hexdigest()}"
+            )
     for name in sorted(set(committed) - set(generated.variants)):
         problems.append(f"{where}/{name}: no longer generated (stale)")
     return problems
@@ -597,19 +599,31 @@ def write(generated: Generated) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", action="store_true",
-                    help="write nothing; exit 1 naming every variant file (or pin) that is out of date")
+    ap.add_argument(
+        "--check", action="store_true", help="write nothing; exit 1 naming every variant file (or pin) that is out of date"
+    )
     ap.add_argument("--only", metavar="NAME", help="only this patch")
-    ap.add_argument("--source", action="append", default=[], metavar="PATH=FILE",
-                    help="generate as if source PATH (as patch.yaml lists it) held FILE's bytes")
+    ap.add_argument(
+        "--source",
+        action="append",
+        default=[],
+        metavar="PATH=FILE",
+        help="generate as if source PATH (as patch.yaml lists it) held FILE's bytes",
+    )
     ap.add_argument("--kernel", metavar="FILE", help=f"same as --source {KERNEL}=FILE")
     ap.add_argument("--store", type=Path, help="patch store (default: the repository's patches/)")
-    ap.add_argument("--pristine-root", type=Path,
-                    help="<root>/<dist>-<v>-sdist trees (default: patchctl's cached pristine trees)")
+    ap.add_argument(
+        "--pristine-root", type=Path, help="<root>/<dist>-<v>-sdist trees (default: patchctl's cached pristine trees)"
+    )
     ap.add_argument("--index-url", help="package index (default: pip's configuration)")
     ap.add_argument("--offline", action="store_true", help="use only patchctl's cache")
-    ap.add_argument("--release", action="append", type=Version, metavar="VERSION",
-                    help="only this release (repeatable; default: every release the index lists)")
+    ap.add_argument(
+        "--release",
+        action="append",
+        type=Version,
+        metavar="VERSION",
+        help="only this release (repeatable; default: every release the index lists)",
+    )
     args = ap.parse_args(argv)
 
     from patchctl.sources import fetch
@@ -632,8 +646,9 @@ def main(argv: list[str] | None = None) -> int:
     ctx = fetch.SourceContext(index_url=args.index_url, offline=args.offline)
     problems: list[str] = []
     for patch in patches:
-        generated = generate(patch, ctx, sources=sources, pristine_root=args.pristine_root,
-                             repo=store.root.resolve().parent, releases=args.release)
+        generated = generate(
+            patch, ctx, sources=sources, pristine_root=args.pristine_root, repo=store.root.resolve().parent, releases=args.release
+        )
         print(f"== {patch.engine}/{patch.name}")
         for version, name in generated.chosen.items():
             print(f"  {version}: {name}")

@@ -6,6 +6,7 @@ differs from what this prints, so the page cannot drift from the schemas.
     python scripts/json_schema_doc.py            print it
     python scripts/json_schema_doc.py --write    rewrite docs/json-schema.md
 """
+
 from __future__ import annotations
 
 import sys
@@ -109,8 +110,7 @@ def required_keys(doc_schema: dict[str, Any]) -> set[str]:
     return set()
 
 
-def table(obj: dict[str, Any], always: set[str] | None = None, skip: tuple[str, ...] = (),
-          closed: bool = False) -> list[str]:
+def table(obj: dict[str, Any], always: set[str] | None = None, skip: tuple[str, ...] = (), closed: bool = False) -> list[str]:
     rows = ["| key | type | | meaning |", "|---|---|---|---|"]
     required = set(obj.get("required", [])) if always is None else always
     for key, node in obj["properties"].items():
@@ -143,8 +143,7 @@ def section(name: str) -> list[str]:
     doc = output_schema(name)
     spec = doc["properties"]["command"]
     commands = spec.get("enum", [spec.get("const")])
-    out = [f"## {', '.join(f'`{c}`' for c in commands)} (`{name}.json`)", "", doc["title"] + ".", "",
-           doc["description"], ""]
+    out = [f"## {', '.join(f'`{c}`' for c in commands)} (`{name}.json`)", "", doc["title"] + ".", "", doc["description"], ""]
     if len(doc["properties"]) > 1:
         out += table(doc, always=required_keys(doc), skip=("command",))
     out += nested(commands[0], doc, 3)

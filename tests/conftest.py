@@ -1,5 +1,6 @@
 """Fixtures every test gets: its own state and config dirs, a shared download cache, and the small
 synthetic vLLM tree of support.fixtures."""
+
 from __future__ import annotations
 
 import os
@@ -15,7 +16,8 @@ _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 os.environ["PYTHONPATH"] = os.pathsep.join(
-    [_HERE] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != _HERE])
+    [_HERE] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != _HERE]
+)
 
 import pytest  # noqa: E402
 from support.builders import StoreBuilder, write_tree  # noqa: E402

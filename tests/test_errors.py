@@ -1,24 +1,32 @@
 """Network failures in words a user can act on: what a resolver, socket or git said, mapped to the
 cause; anything else kept (shortened)."""
+
 import pytest
 
 from patchctl.core.errors import plain_network_reason
 
-GIT_DNS = ("cannot clone or fetch https://example.invalid/x.git: fatal: unable to access "
-           "'https://example.invalid/x.git/': Could not resolve host: example.invalid")
-URLLIB3_DNS = ("HTTPSConnectionPool(host='example.invalid', port=443): Max retries exceeded with url: /nightly/vllm/ "
-               "(Caused by NameResolutionError(\"<urllib3.connection.HTTPSConnection object>: Failed to resolve "
-               "'example.invalid' ([Errno -3] Temporary failure in name resolution)\"))")
+GIT_DNS = (
+    "cannot clone or fetch https://example.invalid/x.git: fatal: unable to access "
+    "'https://example.invalid/x.git/': Could not resolve host: example.invalid"
+)
+URLLIB3_DNS = (
+    "HTTPSConnectionPool(host='example.invalid', port=443): Max retries exceeded with url: /nightly/vllm/ "
+    '(Caused by NameResolutionError("<urllib3.connection.HTTPSConnection object>: Failed to resolve '
+    "'example.invalid' ([Errno -3] Temporary failure in name resolution)\"))"
+)
 
 
-@pytest.mark.parametrize("raw, words", [
-    (GIT_DNS, "its host name does not resolve here (no DNS or no network)"),
-    (URLLIB3_DNS, "its host name does not resolve here (no DNS or no network)"),
-    ("[Errno 111] Connection refused", "the connection was refused"),
-    ("Read timed out. (read timeout=30)", "the connection timed out"),
-    ("HTTP 503", "HTTP 503"),
-    ("", "unknown network error"),
-])
+@pytest.mark.parametrize(
+    "raw, words",
+    [
+        (GIT_DNS, "its host name does not resolve here (no DNS or no network)"),
+        (URLLIB3_DNS, "its host name does not resolve here (no DNS or no network)"),
+        ("[Errno 111] Connection refused", "the connection was refused"),
+        ("Read timed out. (read timeout=30)", "the connection timed out"),
+        ("HTTP 503", "HTTP 503"),
+        ("", "unknown network error"),
+    ],
+)
 def test_plain_network_reason(raw, words):
     assert plain_network_reason(raw) == words
 
@@ -50,8 +58,11 @@ def test_every_error_class_lives_in_errors_py():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ClassDef):
                 bases = {ast.unparse(b).rpartition(".")[2] for b in node.bases}
-                if any(b.endswith(("Error", "Exception", "Problem", "Failed", "Damaged")) or b in
-                       {"RuntimeError", "ValueError", "OSError", "Exception"} for b in bases):
+                if any(
+                    b.endswith(("Error", "Exception", "Problem", "Failed", "Damaged"))
+                    or b in {"RuntimeError", "ValueError", "OSError", "Exception"}
+                    for b in bases
+                ):
                     elsewhere.append(f"{path.relative_to(root)}:{node.lineno} {node.name}")
     assert not elsewhere, elsewhere
 
@@ -61,8 +72,14 @@ def test_exit_codes_are_distinct_and_documented():
 
     from patchctl.core import errors
 
-    codes = [errors.EXIT_OK, errors.EXIT_PATCH_FAILED, errors.EXIT_USAGE, errors.EXIT_ENVIRONMENT,
-             errors.EXIT_INTERNAL, errors.EXIT_INTERRUPTED]
+    codes = [
+        errors.EXIT_OK,
+        errors.EXIT_PATCH_FAILED,
+        errors.EXIT_USAGE,
+        errors.EXIT_ENVIRONMENT,
+        errors.EXIT_INTERNAL,
+        errors.EXIT_INTERRUPTED,
+    ]
     assert len(set(codes)) == len(codes) and errors.EXIT_INTERNAL not in range(4)
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     table = readme.split("## Exit codes", 1)[1].split("\n## ", 1)[0]

@@ -8,6 +8,7 @@ an ast walk of every `import` and `from ... import` anywhere in a module. Type-o
 too: a type a lower layer names from a layer above ties the two together all the same (an error that
 carries a payload lives with its payload, or carries plain data).
 """
+
 from __future__ import annotations
 
 import ast
@@ -20,8 +21,7 @@ import patchctl
 # branch owns and is fixing. An entry here exempts exactly that edge (importer, imported) from both
 # checks. Remove an entry once its fix lands; test_known_exceptions_are_still_needed fails for an
 # entry that no longer occurs, so the list can only shrink.
-KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {
-}
+KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {}
 # ---------------------------------------------------------------------------------------------
 
 ROOT = Path(patchctl.__file__).parent
@@ -32,8 +32,10 @@ ROOT = Path(patchctl.__file__).parent
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("ground", ("patchctl", "patchctl.core")),
     ("sources and store", ("patchctl.sources", "patchctl.store", "patchctl.image")),
-    ("the work", ("patchctl.patching", "patchctl.tree", "patchctl.smoke", "patchctl.validate",
-                  "patchctl.matrix", "patchctl.rebase")),
+    (
+        "the work",
+        ("patchctl.patching", "patchctl.tree", "patchctl.smoke", "patchctl.validate", "patchctl.matrix", "patchctl.rebase"),
+    ),
     ("command line", ("patchctl.cli",)),
     ("entry point", ("patchctl.cli.main", "patchctl.cli.__main__")),
 ]
@@ -105,7 +107,7 @@ def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
         stack.append(m)
         for n in sorted(edges.get(m, ())):
             if state.get(n) == 1:
-                return stack[stack.index(n):] + [n]
+                return stack[stack.index(n) :] + [n]
             if n not in state:
                 found = dfs(n)
                 if found:
@@ -158,8 +160,7 @@ def test_core_imports_neither_the_cli_nor_the_terminal():
 def test_known_exceptions_are_still_needed():
     """An exception whose import is gone must leave the list (the coordinator removes entries after
     merging the branch that fixed it)."""
-    gone = [edge for edge in KNOWN_EXCEPTIONS
-            if edge[0] not in MODULES or edge[1] not in imports(MODULES[edge[0]])]
+    gone = [edge for edge in KNOWN_EXCEPTIONS if edge[0] not in MODULES or edge[1] not in imports(MODULES[edge[0]])]
     assert not gone, f"no longer imported, remove from KNOWN_EXCEPTIONS: {gone}"
 
 
@@ -175,15 +176,31 @@ def _fake_package(tmp_path: Path, files: dict[str, str], monkeypatch) -> None:
 
 def test_the_graph_reader_sees_a_cycle_through_a_function(tmp_path, monkeypatch):
     """The check can fail: a cycle closed by an import inside a function is reported."""
-    _fake_package(tmp_path, {"__init__.py": "", "core/__init__.py": "",
-                             "core/errors.py": "from patchctl.core import atomic\n",
-                             "core/atomic.py": "def f():\n    import patchctl.core.errors\n"}, monkeypatch)
+    _fake_package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "core/__init__.py": "",
+            "core/errors.py": "from patchctl.core import atomic\n",
+            "core/atomic.py": "def f():\n    import patchctl.core.errors\n",
+        },
+        monkeypatch,
+    )
     assert find_cycle(graph()) == ["patchctl.core.atomic", "patchctl.core.errors", "patchctl.core.atomic"]
 
 
 def test_the_graph_reader_sees_an_upward_import_inside_a_function(tmp_path, monkeypatch):
-    _fake_package(tmp_path, {"__init__.py": "", "sources/__init__.py": "", "cli/__init__.py": "", "cli/main.py": "",
-                             "sources/x.py": "def f():\n    from patchctl.cli.main import main\n"}, monkeypatch)
+    _fake_package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "sources/__init__.py": "",
+            "cli/__init__.py": "",
+            "cli/main.py": "",
+            "sources/x.py": "def f():\n    from patchctl.cli.main import main\n",
+        },
+        monkeypatch,
+    )
     try:
         test_nothing_imports_upward()
     except AssertionError as exc:
@@ -195,10 +212,21 @@ def test_the_graph_reader_sees_an_upward_import_inside_a_function(tmp_path, monk
 def test_the_graph_reader_counts_type_checking_blocks(tmp_path, monkeypatch):
     """A type named from a layer above is an upward import too (the third build's errors.py named
     tree.operations' and patching.evaluate's types so, and 50 modules formed one circle)."""
-    _fake_package(tmp_path, {"__init__.py": "", "cli/__init__.py": "", "cli/options.py": "", "core/__init__.py": "",
-                             "core/paths.py": "", "core/errors.py": (
-        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from patchctl.cli.options import WriteRules\n"
-        "else:\n    from patchctl.core import paths\n")}, monkeypatch)
+    _fake_package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "cli/__init__.py": "",
+            "cli/options.py": "",
+            "core/__init__.py": "",
+            "core/paths.py": "",
+            "core/errors.py": (
+                "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from patchctl.cli.options import WriteRules\n"
+                "else:\n    from patchctl.core import paths\n"
+            ),
+        },
+        monkeypatch,
+    )
     assert graph()["patchctl.core.errors"] == {"patchctl.cli.options", "patchctl.core.paths"}
 
 
@@ -207,8 +235,7 @@ def test_the_folders_are_the_layer_table():
     LOOSE_MODULES_MAX modules sit directly under patchctl/."""
     named = {n for _, names in LAYERS for n in names}
     folders = {module_name(p.parent) for p in ROOT.rglob("__init__.py") if p.parent != ROOT}
-    unnamed = sorted(f for f in folders
-                     if not any(f == n or f.startswith(n + ".") for n in named if n != "patchctl"))
+    unnamed = sorted(f for f in folders if not any(f == n or f.startswith(n + ".") for n in named if n != "patchctl"))
     assert not unnamed, f"folders in no layer: {unnamed} (add them to LAYERS and CONTRIBUTING.md)"
     loose = sorted(p.name for p in ROOT.glob("*.py"))
     assert len(loose) <= LOOSE_MODULES_MAX, f"{len(loose)} modules directly under patchctl/: {loose}"
@@ -218,9 +245,12 @@ def test_commands_never_import_each_other():
     """A command parses, calls the work layer and renders; what two commands share lives below them."""
     commands = {m for m in MODULES if m.startswith("patchctl.cli.commands.")}
     shared = {"patchctl.cli.commands.framework", "patchctl.cli.commands.text"}
-    offenders = [f"{m} imports {n}" for m in sorted(commands - shared)
-                 for n in sorted(imports(MODULES[m]) & (commands - shared))
-                 if (m, n) not in KNOWN_EXCEPTIONS]
+    offenders = [
+        f"{m} imports {n}"
+        for m in sorted(commands - shared)
+        for n in sorted(imports(MODULES[m]) & (commands - shared))
+        if (m, n) not in KNOWN_EXCEPTIONS
+    ]
     assert not offenders, "\n".join(offenders)
 
 

@@ -4,6 +4,7 @@ index (support.fixtures), in its success form and in its failure forms (a usage 
 command's own, a crash). A renamed, missing, extra or mistyped key fails (the mutation tests), so
 the schemas are strict enough to notice a document that changed shape. docs/json-schema.md is
 generated from the schemas (scripts/json_schema_doc.py) and must be what the script writes."""
+
 from __future__ import annotations
 
 import copy
@@ -32,7 +33,8 @@ COMMANDS = S.output_schema("envelope")["properties"]["command"]["enum"]
 def _registry() -> Registry:
     # Each schema by its file name: `"$ref": "envelope.json"` resolves as it does beside the files.
     return Registry().with_resources(
-        [(f"{name}.json", Resource.from_contents(S.output_schema(name))) for name in S.output_schema_names()])
+        [(f"{name}.json", Resource.from_contents(S.output_schema(name))) for name in S.output_schema_names()]
+    )
 
 
 VALIDATORS = {name: Draft202012Validator(S.output_schema(name), registry=_registry()) for name in S.output_schema_names()}
@@ -64,6 +66,7 @@ def invoke(*args: str) -> tuple[int, dict]:
 
 # --- the schemas themselves ---------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", S.output_schema_names())
 def test_each_output_schema_is_a_valid_2020_12_schema(name):
     Draft202012Validator.check_schema(S.output_schema(name))
@@ -83,13 +86,13 @@ def test_every_command_has_one_schema_and_the_package_ships_them():
 def test_the_enums_are_the_codes():
     """The error kinds and patch outcomes the schemas allow are those the code has, no more, no fewer."""
     defs = S.output_schema("envelope")["$defs"]
-    kinds = {cls.kind for _, cls in inspect.getmembers(errors, inspect.isclass)
-             if issubclass(cls, errors.PatchctlError)}
+    kinds = {cls.kind for _, cls in inspect.getmembers(errors, inspect.isclass) if issubclass(cls, errors.PatchctlError)}
     assert set(defs["error"]["properties"]["kind"]["enum"]) == kinds
     assert set(defs["patch"]["properties"]["outcome"]["enum"]) == set(outcomes.ALL)
 
 
 # --- every command's real documents ---------------------------------------------------------------
+
 
 @pytest.fixture
 def seen() -> Iterator[dict[str, set]]:
@@ -163,21 +166,19 @@ def test_every_command_s_documents_validate(tmp_path, builder, seen, monkeypatch
         # the matrix, and its merge and diff
         before, after = tmp_path / "m1.yaml", tmp_path / "m2.yaml"
         run("matrix", "-o", str(before), "--engine", "vllm", "--version", "1.0", "--no-nightly", *index, *store)
-        run("matrix", "-o", str(after), "--engine", "vllm", "--no-nightly", "--diff", str(before), *index, *store,
-            expect=1)
+        run("matrix", "-o", str(after), "--engine", "vllm", "--no-nightly", "--diff", str(before), *index, *store, expect=1)
         run("matrix", "diff", str(before), str(after), expect=1)
         run("matrix", "merge", str(before), "-o", str(tmp_path / "m3.yaml"))
         run("matrix", "diff", str(before), str(tmp_path / "absent.yaml"), expect=2)
 
         # rebase onto the release loader conflicts with, and the resolution of that conflict
         workdir = tmp_path / "work"
-        doc = run("rebase", "vllm", "--onto", "1.2", "--from", "1.0", "--workdir", str(workdir), *index, *store,
-                  expect=1)
+        doc = run("rebase", "vllm", "--onto", "1.2", "--from", "1.0", "--workdir", str(workdir), *index, *store, expect=1)
         conflict = doc["items"][0]["conflict"]
         worktree = Path(conflict["worktree"])
         text = (worktree / "vllm/loader.py").read_text()
         start, end = text.index("<<<<<<<"), text.index(">>>>>>>")
-        (worktree / "vllm/loader.py").write_text(text[:start] + "ten, resolved\n" + text[text.index("\n", end) + 1:])
+        (worktree / "vllm/loader.py").write_text(text[:start] + "ten, resolved\n" + text[text.index("\n", end) + 1 :])
         run("resolve", "vllm", str(workdir), "--patch", "loader", "--onto", "1.2", *store)
         run("resolve", "vllm", str(workdir), "--patch", "nope", "--onto", "1.2", *store, expect=2)
         run("rebase", "vllm", "--onto", "9.9", *index, *store, expect=2)
@@ -191,9 +192,24 @@ def test_every_command_s_documents_validate(tmp_path, builder, seen, monkeypatch
 
     with ReasonerServer() as served:
         # twice, so that the report's every section is there: golden and baseline recorded, then compared
-        quick = ("--url", served.base_url, "--concurrency", "1", "--requests", "1", "--max-tokens", "4",
-                 "--golden", str(tmp_path / "golden.json"), "--baseline-dir", str(tmp_path / "baselines"),
-                 "--model", "m", "--engine-version", "1")
+        quick = (
+            "--url",
+            served.base_url,
+            "--concurrency",
+            "1",
+            "--requests",
+            "1",
+            "--max-tokens",
+            "4",
+            "--golden",
+            str(tmp_path / "golden.json"),
+            "--baseline-dir",
+            str(tmp_path / "baselines"),
+            "--model",
+            "m",
+            "--engine-version",
+            "1",
+        )
         run("validate", "vllm", *quick, "--record-golden", "--update-baseline", "--out", str(tmp_path / "v" / "s.json"))
         # A one-request level's timings swing by more than 5% on a loaded machine (a regression verdict,
         # exit 1, seen once): the comparison is what this needs, not its verdict, so any change passes.
@@ -203,8 +219,7 @@ def test_every_command_s_documents_validate(tmp_path, builder, seen, monkeypatch
 
     # a usage error click finds, for every command, and a command line that names none
     for command in COMMANDS:
-        argv = {"patchctl": [], "matrix-merge": ["matrix", "merge"], "matrix-diff": ["matrix", "diff"]}.get(
-            command, [command])
+        argv = {"patchctl": [], "matrix-merge": ["matrix", "merge"], "matrix-diff": ["matrix", "diff"]}.get(command, [command])
         _run(seen, *argv, "--no-such-option", expect=2)
     # a bug: the internal error document names the crash log
     from patchctl.cli.commands import lint
@@ -224,15 +239,43 @@ def test_every_command_s_documents_validate(tmp_path, builder, seen, monkeypatch
 # --- the schemas notice a document that changed shape ------------------------------------------
 
 APPLY = {
-    "schema": "patchctl/1", "command": "apply", "ok": True, "exit_code": 0, "warnings": [], "error": None,
-    "engine": "vllm", "version": "1.0", "target": "/site", "source": {"kind": "target", "description": "--target"},
-    "patches": [{"name": "loader", "outcome": "clean", "variant": "1.0.patch", "reason": "r",
-                 "files": ["vllm/loader.py"], "hunks": [{"file": "vllm/loader.py", "index": 1, "status": "clean",
-                                                         "offset": 0, "fuzz": 0, "line": 7, "context": None}]}],
-    "written": ["vllm/loader.py"], "removed": [], "note": None, "state_before": "not-applied", "also": [], "build": None,
+    "schema": "patchctl/1",
+    "command": "apply",
+    "ok": True,
+    "exit_code": 0,
+    "warnings": [],
+    "error": None,
+    "engine": "vllm",
+    "version": "1.0",
+    "target": "/site",
+    "source": {"kind": "target", "description": "--target"},
+    "patches": [
+        {
+            "name": "loader",
+            "outcome": "clean",
+            "variant": "1.0.patch",
+            "reason": "r",
+            "files": ["vllm/loader.py"],
+            "hunks": [
+                {"file": "vllm/loader.py", "index": 1, "status": "clean", "offset": 0, "fuzz": 0, "line": 7, "context": None}
+            ],
+        }
+    ],
+    "written": ["vllm/loader.py"],
+    "removed": [],
+    "note": None,
+    "state_before": "not-applied",
+    "also": [],
+    "build": None,
 }
-ERROR = {"schema": "patchctl/1", "command": "status", "ok": False, "exit_code": 2, "warnings": [],
-         "error": {"kind": "usage", "message": "m", "hint": None}}
+ERROR = {
+    "schema": "patchctl/1",
+    "command": "status",
+    "ok": False,
+    "exit_code": 2,
+    "warnings": [],
+    "error": {"kind": "usage", "message": "m", "hint": None},
+}
 
 
 def _keys(node: Any, path: tuple = ()) -> Iterator[tuple]:
@@ -264,8 +307,9 @@ def test_a_renamed_key_fails(path):
     assert problems(doc), path
 
 
-@pytest.mark.parametrize("path", [p for p in _keys(APPLY) if not isinstance(_at(APPLY, p[:-1]), list)],
-                         ids=lambda p: "/".join(map(str, p)))
+@pytest.mark.parametrize(
+    "path", [p for p in _keys(APPLY) if not isinstance(_at(APPLY, p[:-1]), list)], ids=lambda p: "/".join(map(str, p))
+)
 def test_an_extra_key_fails_everywhere(path):
     doc = copy.deepcopy(APPLY)
     parent = _at(doc, path[:-1])
@@ -273,17 +317,20 @@ def test_an_extra_key_fails_everywhere(path):
     assert problems(doc), path
 
 
-@pytest.mark.parametrize("change", [
-    lambda d: d.pop("patches"),  # a required key missing
-    lambda d: d.update(ok=False),  # ok is exit_code == 0
-    lambda d: d.update(exit_code=7),
-    lambda d: d.update(command="aply"),
-    lambda d: d["patches"][0].update(outcome="cleanish"),
-    lambda d: d["patches"][0]["hunks"][0].update(offset="12"),
-    lambda d: d.update(crash_log=None),  # only with an internal error
-    lambda d: d.update(state_before=None),
-    lambda d: d.update(error={"kind": "usage", "message": "m"}),
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda d: d.pop("patches"),  # a required key missing
+        lambda d: d.update(ok=False),  # ok is exit_code == 0
+        lambda d: d.update(exit_code=7),
+        lambda d: d.update(command="aply"),
+        lambda d: d["patches"][0].update(outcome="cleanish"),
+        lambda d: d["patches"][0]["hunks"][0].update(offset="12"),
+        lambda d: d.update(crash_log=None),  # only with an internal error
+        lambda d: d.update(state_before=None),
+        lambda d: d.update(error={"kind": "usage", "message": "m"}),
+    ],
+)
 def test_a_changed_document_fails(change):
     doc = copy.deepcopy(APPLY)
     change(doc)
@@ -299,10 +346,12 @@ def test_an_error_document_may_leave_the_command_s_keys_out_but_not_the_envelope
 
 # --- docs/json-schema.md is generated from the schemas ---------------------------------------
 
+
 def test_the_json_schema_page_is_what_the_script_writes():
     spec = importlib.util.spec_from_file_location("json_schema_doc", ROOT / "scripts" / "json_schema_doc.py")
     assert spec is not None and spec.loader is not None
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
-    assert (ROOT / "docs" / "json-schema.md").read_text(encoding="utf-8") == script.render(), \
+    assert (ROOT / "docs" / "json-schema.md").read_text(encoding="utf-8") == script.render(), (
         "docs/json-schema.md is stale: run `python scripts/json_schema_doc.py --write`"
+    )

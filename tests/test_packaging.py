@@ -4,6 +4,7 @@
 dependencies), so they are in the slow tier. What the wheel holds (the tool, not its test support)
 is read from the built file, in the fast tier: the build needs no index (setuptools comes with the
 test extras, so it builds without isolation)."""
+
 from __future__ import annotations
 
 import ast
@@ -26,13 +27,13 @@ def dist(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("dist")
     # A copy of the checkout without build leftovers, so the test builds what a clone builds.
     src = tmp_path_factory.mktemp("src") / "patchctl"
-    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", "build", "*.egg-info", "__pycache__",
-                                                              ".pytest_cache", "dist"))
+    shutil.copytree(
+        ROOT, src, ignore=shutil.ignore_patterns(".git", "build", "*.egg-info", "__pycache__", ".pytest_cache", "dist")
+    )
     # Without build isolation when this interpreter's setuptools is new enough (faster, no download);
     # else the isolated build fetches its own from the package index.
     flags = ["--no-isolation"] if _setuptools_at_least("68") else []
-    proc = subprocess.run([sys.executable, "-m", "build", *flags, "-o", str(out), str(src)], capture_output=True,
-                          text=True)
+    proc = subprocess.run([sys.executable, "-m", "build", *flags, "-o", str(out), str(src)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return out
 
@@ -96,8 +97,13 @@ def test_uv_tool_install(dist, tmp_path):
     from patchctl.sources.fetch import resolve_index
 
     (wheel,) = dist.glob("patchctl-*.whl")
-    env = dict(os.environ, UV_TOOL_DIR=str(tmp_path / "tools"), UV_TOOL_BIN_DIR=str(tmp_path / "bin"),
-               UV_INDEX_URL=resolve_index(None).url, UV_CACHE_DIR=str(tmp_path / "uv-cache"))
+    env = dict(
+        os.environ,
+        UV_TOOL_DIR=str(tmp_path / "tools"),
+        UV_TOOL_BIN_DIR=str(tmp_path / "bin"),
+        UV_INDEX_URL=resolve_index(None).url,
+        UV_CACHE_DIR=str(tmp_path / "uv-cache"),
+    )
     proc = subprocess.run([str(tools / "uv"), "tool", "install", str(wheel)], env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     elsewhere = tmp_path / "elsewhere"
@@ -135,8 +141,11 @@ def wheel_problems(wheel: Path) -> list[str]:
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
         sources = {n: archive.read(n) for n in names if n.endswith(".py")}
-    problems = [f"test support in the wheel: {n}" for n in names
-                if n.startswith(TEST_SUPPORT) or (not n.startswith("patchctl/bundled/") and is_test_module(n))]
+    problems = [
+        f"test support in the wheel: {n}"
+        for n in names
+        if n.startswith(TEST_SUPPORT) or (not n.startswith("patchctl/bundled/") and is_test_module(n))
+    ]
     if f"{CHECKLIB}testserver.py" not in names:
         problems.append(f"{CHECKLIB}testserver.py missing: the bundled checks start their servers with it")
     for name, source in sorted(sources.items()):
@@ -157,8 +166,12 @@ def test_the_wheel_holds_the_tool_and_the_bundled_checklib_but_no_test_support(d
     assert wheel_problems(wheel) == []
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
-    assert {"patchctl/cli/main.py", "patchctl/bundled/vllm/series.yaml", f"{CHECKLIB}testserver.py",
-            f"{CHECKLIB}sglang/_fake_reasoning_server.py"} <= names
+    assert {
+        "patchctl/cli/main.py",
+        "patchctl/bundled/vllm/series.yaml",
+        f"{CHECKLIB}testserver.py",
+        f"{CHECKLIB}sglang/_fake_reasoning_server.py",
+    } <= names
 
 
 def test_wheel_problems_names_test_support_and_a_missing_checklib_module(tmp_path):
@@ -171,8 +184,9 @@ def test_wheel_problems_names_test_support_and_a_missing_checklib_module(tmp_pat
         archive.writestr("patchctl/core/test_paths.py", "")
         archive.writestr("patchctl/bundled/vllm/p/checks/conftest.py", "")  # a patch's own checks: shipped
         archive.writestr("patchctl/cli/main.py", "def run():\n    from support.invoke import run_json\n")
-        archive.writestr(f"{CHECKLIB}sglang/_fake.py", "from patchctl.testing.server import TestServer\n"
-                                                       "from checklib.probe import probe\n")
+        archive.writestr(
+            f"{CHECKLIB}sglang/_fake.py", "from patchctl.testing.server import TestServer\nfrom checklib.probe import probe\n"
+        )
     assert wheel_problems(wheel) == [
         "test support in the wheel: patchctl/testing/server.py",
         "test support in the wheel: patchctl/core/test_paths.py",

@@ -1,6 +1,7 @@
 """The README stays short and true: at most 200 lines, the two set-up commands `.ci/run` runs, and the
 commands it names exist. Its former Layout section lives in CONTRIBUTING.md, generated from the tree
 (scripts/layout.py). The docs site has its own tests (tests/test_docs.py)."""
+
 import re
 import subprocess
 import sys
@@ -27,11 +28,12 @@ def test_readme_keeps_the_test_command_ci_runs():
 
 
 def test_layout_section_matches_the_tree():
-    generated = subprocess.run([sys.executable, str(ROOT / "scripts/layout.py")], capture_output=True, text=True,
-                               check=True).stdout
+    generated = subprocess.run(
+        [sys.executable, str(ROOT / "scripts/layout.py")], capture_output=True, text=True, check=True
+    ).stdout
     contributing = (ROOT / "CONTRIBUTING.md").read_text()
     start = contributing.index("## Layout\n\n```\n") + len("## Layout\n\n```\n")
-    assert contributing[start: contributing.index("```", start)] == generated, "run `python scripts/layout.py --write`"
+    assert contributing[start : contributing.index("```", start)] == generated, "run `python scripts/layout.py --write`"
 
 
 def test_every_command_the_readme_and_docs_name_exists():

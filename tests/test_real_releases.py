@@ -38,8 +38,7 @@ def tiny_store(tmp_path_factory):
     builder = StoreBuilder(tmp_path_factory.mktemp("real") / "store")
     base = pristine("vllm", "0.20.0", GGUF)
     changed = one_line_change(base, "def _get_gguf_weights_map", "# patchctl test marker")
-    builder.add("vllm", "marker", applies_to=">=0.20",
-                variants={"0.20.0": builder.variant({GGUF: base}, {GGUF: changed})})
+    builder.add("vllm", "marker", applies_to=">=0.20", variants={"0.20.0": builder.variant({GGUF: base}, {GGUF: changed})})
     sbase = pristine("sglang", "0.5.9", SERVER_ARGS)
     schanged = one_line_change(sbase, "def _set_default_nsa_backends", "# patchctl test marker")
     builder.add("sglang", "marker", variants={"0.5.9": builder.variant({SERVER_ARGS: sbase}, {SERVER_ARGS: schanged})})
@@ -110,9 +109,10 @@ def check_committed_releases(store: Store, ctx: SourceContext) -> dict:
     from patchctl.matrix import build as matrix
 
     committed = committed_releases()
-    docs = [matrix.build(store, ctx, engines=[engine], nightly=False,
-                         only_versions={str(v) for e, v in committed if e == engine})
-            for engine in dict.fromkeys(e for e, _ in committed)]
+    docs = [
+        matrix.build(store, ctx, engines=[engine], nightly=False, only_versions={str(v) for e, v in committed if e == engine})
+        for engine in dict.fromkeys(e for e, _ in committed)
+    ]
     doc = matrix.merge(docs)
     # Every committed row was checked: a release the index no longer lists is not silently skipped.
     checked = sorted((e, Version(v)) for e, d in doc["engines"].items() for v in d["versions"])
@@ -129,8 +129,13 @@ def test_every_claimed_release_applies_or_is_classified():
 
     store = Store.open()
     doc = check_committed_releases(store, fetch.SourceContext())
-    conflicts = [(e, v, p) for e, d in doc["engines"].items() for v, r in d["versions"].items()
-                 for p, c in r["patches"].items() if c["outcome"] == "conflict"]
+    conflicts = [
+        (e, v, p)
+        for e, d in doc["engines"].items()
+        for v, r in d["versions"].items()
+        for p, c in r["patches"].items()
+        if c["outcome"] == "conflict"
+    ]
     errors = [(e, v, r["error"]) for e, d in doc["engines"].items() for v, r in d["versions"].items() if r.get("error")]
     assert not conflicts and not errors, (conflicts, errors)
     for engine, data in doc["engines"].items():
@@ -173,8 +178,9 @@ def test_the_releases_checked_are_the_committed_rows_whatever_the_index_lists(tm
     committed = committed_releases()
     files = tmp_path / "files"
     checked = []
-    monkeypatch.setattr(matrix, "check_one", lambda engine, version, *a, **k: checked.append((engine, version)) or {
-        "patches": {}})
+    monkeypatch.setattr(
+        matrix, "check_one", lambda engine, version, *a, **k: checked.append((engine, version)) or {"patches": {}}
+    )
     with IndexServer(files) as server:
         for engine, version in [*committed, *((e, Version("999.0")) for e in store.engines())]:
             eng = get_engine(engine)

@@ -1,6 +1,7 @@
 """The shipped patches' own smoke checks, run by `patchctl smoke` against the real releases
 (every variant's base version: the versions each variant was written for), in the profile
 environments. Slow: builds the CPU torch environments once and extracts each release."""
+
 import json
 
 import pytest

@@ -2,6 +2,7 @@
 schema that fastjsonschema compiles, every committed document validates, and both validators give the
 same verdict on damaged documents (fastjsonschema compiles to code of its own, so its reading of a
 keyword could differ)."""
+
 from __future__ import annotations
 
 import json
@@ -41,8 +42,9 @@ def test_each_schema_is_a_valid_draft7_schema(name):
 @pytest.mark.parametrize("name,path", COMMITTED, ids=[str(p.relative_to(REPO)) for _, p in COMMITTED])
 def test_every_committed_document_validates_with_both_validators(name, path):
     doc = load_yaml(path.read_text(encoding="utf-8"))
-    errors = [f"{'.'.join(map(str, e.absolute_path))}: {e.message}"
-              for e in jsonschema.Draft7Validator(schema(name)).iter_errors(doc)]
+    errors = [
+        f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in jsonschema.Draft7Validator(schema(name)).iter_errors(doc)
+    ]
     assert errors == []
     assert problem(name, doc) is None
 
@@ -54,25 +56,61 @@ def test_committed_documents_cover_every_patch():
 # The same verdict from both validators ------------------------------------------------------------
 
 VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers(-2, 2**64) | st.floats(allow_nan=False, allow_infinity=False)
+    st.none()
+    | st.booleans()
+    | st.integers(-2, 2**64)
+    | st.floats(allow_nan=False, allow_infinity=False)
     | st.sampled_from(["", "x", "upstreamed", "vllm>=0.24", "a" * 64, "1.0.patch", "cpu", "git", "clean", "../x"]),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["", "name", "x", "files"]), inner, max_size=3),
-    max_leaves=5)
+    max_leaves=5,
+)
 
 
 def _valid_examples() -> dict[str, list]:
     return {
         "series": [load_yaml(p.read_text()) for n, p in COMMITTED if n == "series"],
         "patch": [load_yaml(p.read_text()) for n, p in COMMITTED if n == "patch"],
-        "matrix": [{"schema": "patchctl-matrix/1", "engines": {"vllm": {
-            "patches": ["p"], "evidence": {"p": {"proven": ["x"], "not_proven": []}}, "nightly": "not run: x",
-            "versions": {"1.0": {"version": "1.0", "artifact": "a.whl", "sha256": "a" * 64, "bytes_fetched": 3,
-                                 "seconds": 0.5, "patches": {"p": {"outcome": "clean", "variant": "1.0.patch",
-                                                                   "evidence": "applies (smoke not run)"}}},
-                         "1.1": {"version": "1.1", "error": "gone", "patches": {}}}}}}],
+        "matrix": [
+            {
+                "schema": "patchctl-matrix/1",
+                "engines": {
+                    "vllm": {
+                        "patches": ["p"],
+                        "evidence": {"p": {"proven": ["x"], "not_proven": []}},
+                        "nightly": "not run: x",
+                        "versions": {
+                            "1.0": {
+                                "version": "1.0",
+                                "artifact": "a.whl",
+                                "sha256": "a" * 64,
+                                "bytes_fetched": 3,
+                                "seconds": 0.5,
+                                "patches": {
+                                    "p": {"outcome": "clean", "variant": "1.0.patch", "evidence": "applies (smoke not run)"}
+                                },
+                            },
+                            "1.1": {"version": "1.1", "error": "gone", "patches": {}},
+                        },
+                    }
+                },
+            }
+        ],
         "index-cache": [{"name": "vllm", "fetched_at": 1, "files": [["vllm-1.0.tar.gz", "http://x/v.tar.gz", None, 3, False]]}],
-        "pep691": [{"meta": {"api-version": "1.0"}, "name": "vllm", "files": [
-            {"filename": "vllm-1.0.tar.gz", "url": "/v.tar.gz", "hashes": {"sha256": "a" * 64}, "size": 3, "yanked": "bad"}]}],
+        "pep691": [
+            {
+                "meta": {"api-version": "1.0"},
+                "name": "vllm",
+                "files": [
+                    {
+                        "filename": "vllm-1.0.tar.gz",
+                        "url": "/v.tar.gz",
+                        "hashes": {"sha256": "a" * 64},
+                        "size": 3,
+                        "yanked": "bad",
+                    }
+                ],
+            }
+        ],
         "config": [{"index_url": "https://m/simple", "nightly": {"vllm": {"url": "https://n", "kind": "wheel-index"}}}],
     }
 
@@ -121,6 +159,7 @@ def test_fastjsonschema_and_jsonschema_agree(case):
 
 # The validators generated into the package ---------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", SCHEMAS)
 def test_the_generated_validator_is_the_schemas_own(name):
     """scripts/compile_schemas.py was run after the last schema edit (else patchctl compiles in memory)."""
@@ -148,11 +187,14 @@ def test_no_validator_code_is_read_from_the_cache(fresh_cache):
         planted_file = fresh_cache / "validators" / f"{name}-{key}.marshal"
         planted_file.parent.mkdir(parents=True, exist_ok=True)
         planted_file.write_bytes(framed(marshal.dumps(planted)))  # as older patchctl framed them
-    code = ("import sys; from patchctl.core.schemas import problem; "
-            "print(problem('series', {'engine': 'vllm'}) is not None); "
-            "print(any(m == 'patchctl.core.config' for m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=fresh_cache.parent).stdout.split()  # (not the checkout: PYTHONPATH names the tree)
+    code = (
+        "import sys; from patchctl.core.schemas import problem; "
+        "print(problem('series', {'engine': 'vllm'}) is not None); "
+        "print(any(m == 'patchctl.core.config' for m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=fresh_cache.parent
+    ).stdout.split()  # (not the checkout: PYTHONPATH names the tree)
     assert not marker.exists()  # the planted code did not run
     assert out == ["True", "False"]  # the schema check is on, and config was not imported (no cycle)
 

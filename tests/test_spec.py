@@ -11,9 +11,17 @@ def test_exact_version():
     assert str(ref) == "vllm@0.23.0"
 
 
-@pytest.mark.parametrize("text,kind", [("vllm", "installed"), ("sglang@latest", "latest"),
-                                       ("vllm@nightly", "nightly"), ("sglang@git:main", "git"),
-                                       ("vllm@./src/vllm", "path"), ("vllm-gguf-plugin@0.0.5", "exact")])
+@pytest.mark.parametrize(
+    "text,kind",
+    [
+        ("vllm", "installed"),
+        ("sglang@latest", "latest"),
+        ("vllm@nightly", "nightly"),
+        ("sglang@git:main", "git"),
+        ("vllm@./src/vllm", "path"),
+        ("vllm-gguf-plugin@0.0.5", "exact"),
+    ],
+)
 def test_kinds(text, kind):
     assert parse_spec(text).kind == kind
 
@@ -23,10 +31,16 @@ def test_git_ref_and_path_kept():
     assert parse_spec("vllm@/opt/vllm").path == "/opt/vllm"
 
 
-@pytest.mark.parametrize("text,needle", [("tensorrt@1.0", "unknown engine 'tensorrt'"),
-                                         ("vllm@zero.one", "not a PEP 440 version"),
-                                         ("vllm@", "nothing after '@'"), ("@1.0", "expected ENGINE"),
-                                         ("vllm@git:", "needs a ref")])
+@pytest.mark.parametrize(
+    "text,needle",
+    [
+        ("tensorrt@1.0", "unknown engine 'tensorrt'"),
+        ("vllm@zero.one", "not a PEP 440 version"),
+        ("vllm@", "nothing after '@'"),
+        ("@1.0", "expected ENGINE"),
+        ("vllm@git:", "needs a ref"),
+    ],
+)
 def test_bad_specs_say_what_is_wrong(text, needle):
     with pytest.raises(UsageError) as info:
         parse_spec(text)

@@ -1,6 +1,7 @@
 """What `ensure` (ExecStartPre= on every service start), `status` and `--help` import: none of the
 heavy libraries. Each runs the real entry point in a fresh interpreter, which then lists the heavy
 modules present at exit."""
+
 from __future__ import annotations
 
 import json
@@ -12,6 +13,7 @@ from support.invoke import heavy_imports as probe_heavy_imports
 from support.invoke import heavy_imports_run, run_json
 
 HEAVY = ("requests", "git", "rich", "matplotlib", "urllib3")
+
 
 def heavy_imports(*argv: str) -> dict:
     return probe_heavy_imports(argv, HEAVY)
@@ -71,13 +73,18 @@ def test_text_output_off_a_terminal_imports_nothing_heavy(applied, command):
 
 # What ensure on an intact tree must not import (issue 24, item 7: its CPU <= 2x the import floor,
 # benchmarks/ensure_cpu.py): the apply engine, the check command, the network.
-NOT_ON_THE_INTACT_PATH = ("patchctl.patching.evaluate", "patchctl.patching.hunks", "patchctl.patching.diffread",
-                          "patchctl.cli.commands.check", "patchctl.sources.http", "unidiff")
+NOT_ON_THE_INTACT_PATH = (
+    "patchctl.patching.evaluate",
+    "patchctl.patching.hunks",
+    "patchctl.patching.diffread",
+    "patchctl.cli.commands.check",
+    "patchctl.sources.http",
+    "unidiff",
+)
 
 
 def test_ensure_on_an_intact_target_with_no_store_stays_off_the_apply_engine(applied):
     _, tree = applied  # no --store: the record names the store
-    report, stdout, stderr = heavy_imports_run(["ensure", "vllm", "--target", str(tree), "--json"],
-                                               NOT_ON_THE_INTACT_PATH)
+    report, stdout, stderr = heavy_imports_run(["ensure", "vllm", "--target", str(tree), "--json"], NOT_ON_THE_INTACT_PATH)
     assert report == {"exit": 0, "heavy": []}, stderr[-2000:]
     assert json.loads(stdout)["written"] == []

@@ -1,6 +1,7 @@
 """Nothing writes into the installed tool (issue 24 item 4): rebase, resolve and pin write only into the
 stores a user names; a bundled patch rebased goes into the user's store as an `overrides: true` copy,
 and an installed patchctl's bundled patch set is never written, named or not."""
+
 import hashlib
 from pathlib import Path
 
@@ -37,8 +38,15 @@ def installed_bundled(tmp_path, builder, monkeypatch):
     files.mkdir()
     with IndexServer(files) as server:
         server.add("vllm", build_wheel(files, "vllm", "1.0", PRISTINE))
-        server.add("vllm", build_wheel(files, "vllm", "1.1", dict(PRISTINE, **{
-            "vllm/loader.py": "# a header line upstream\n" + PRISTINE["vllm/loader.py"]})))
+        server.add(
+            "vllm",
+            build_wheel(
+                files,
+                "vllm",
+                "1.1",
+                dict(PRISTINE, **{"vllm/loader.py": "# a header line upstream\n" + PRISTINE["vllm/loader.py"]}),
+            ),
+        )
         yield bundled, server
 
 
@@ -47,8 +55,7 @@ def test_rebase_puts_a_bundled_patch_into_the_users_store_as_an_override(install
     before = digest_tree(bundled)
     mine = tmp_path / "mine"
     mine.mkdir()
-    doc = run_json("rebase", "vllm", "--onto", "1.1", "--from", "1.0", "--store", str(mine), "--index-url", server.url,
-                   expect=0)
+    doc = run_json("rebase", "vllm", "--onto", "1.1", "--from", "1.0", "--store", str(mine), "--index-url", server.url, expect=0)
     assert [(i["name"], i["classification"]) for i in doc["items"]] == [("shift", "refreshed")]
     assert digest_tree(bundled) == before  # was: 1.1.patch and a new series.yaml inside site-packages
     meta = yaml.safe_load((mine / "vllm/shift/patch.yaml").read_text())

@@ -11,6 +11,7 @@ real SGLang release pip installed into a venv, with patchctl pip installed into 
 Everything lives under one world-readable folder in /tmp (pytest's own is root's alone), with the
 system Python's venvs (pyenv's lives in /root, which `nobody` cannot enter). Builds and installs
 for real, so it is in the slow tier."""
+
 from __future__ import annotations
 
 import contextlib
@@ -27,8 +28,12 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 RELEASES = ("0.5.9", "0.5.10")  # both take the bundled SGLang series
 PATH = "/usr/bin:/bin"
-pytestmark = [pytest.mark.network, pytest.mark.slow,
-              pytest.mark.skipif(os.geteuid() != 0, reason="runs as root, as systemd runs ExecStartPre=")]
+pytestmark = [
+    pytest.mark.network,
+    pytest.mark.slow,
+    pytest.mark.skipif(os.geteuid() != 0, reason="runs as root, as systemd runs ExecStartPre="),
+]
+
 
 class Deployment:
     def __init__(self, base: Path):
@@ -45,8 +50,7 @@ class Deployment:
 
     def ensure(self, *, user: str | None = None) -> tuple[int, dict, str]:
         """ExecStartPre='s line under env -i: no HOME, no PATCHCTL_*, PATH as systemd sets it."""
-        line = ["env", "-i", f"PATH={PATH}", str(self.tool), "ensure", "--deployment", str(self.file), "--wait", "60",
-                "--json"]
+        line = ["env", "-i", f"PATH={PATH}", str(self.tool), "ensure", "--deployment", str(self.file), "--wait", "60", "--json"]
         if user:
             line = ["runuser", "-u", user, "--", *line]
         proc = subprocess.run(line, capture_output=True, text=True, timeout=300, cwd="/")
@@ -56,8 +60,12 @@ class Deployment:
         pip(self.engine, "install", "-q", "--no-deps", "--force-reinstall", f"sglang=={version}")
 
     def version(self) -> str:
-        return subprocess.run([str(self.python), "-c", "import importlib.metadata as m; print(m.version('sglang'))"],
-                              capture_output=True, text=True, check=True).stdout.strip()
+        return subprocess.run(
+            [str(self.python), "-c", "import importlib.metadata as m; print(m.version('sglang'))"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
 
 
 def pip(venv: Path, *args: str) -> None:
@@ -75,8 +83,9 @@ def deployed() -> Iterator[Deployment]:
         base.chmod(0o755)
         d = Deployment(base)
         src = base / "src"
-        shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", "build", "*.egg-info", "__pycache__",
-                                                                  ".pytest_cache", "dist"))
+        shutil.copytree(
+            ROOT, src, ignore=shutil.ignore_patterns(".git", "build", "*.egg-info", "__pycache__", ".pytest_cache", "dist")
+        )
         for venv in ("tool", "engine"):
             subprocess.run([system_python, "-m", "venv", str(base / venv)], check=True)
         pip(base / "tool", "install", "-q", str(src))  # patchctl as a user installs it, with its dependencies
@@ -116,8 +125,9 @@ def test_without_home_patchctl_names_its_dirs_from_the_password_database(deploye
     ensure on an intact tree reads none of them); a unit sets PATCHCTL_CACHE_DIR / PATCHCTL_DATA_DIR."""
     probe = "from patchctl.core import config; print(config.cache_dir()); print(config.data_dir())"
     python = deployed.tool.parent / "python"
-    out = subprocess.run(["env", "-i", f"PATH={PATH}", str(python), "-c", probe], capture_output=True, text=True,
-                         check=True, cwd="/").stdout.split()
+    out = subprocess.run(
+        ["env", "-i", f"PATH={PATH}", str(python), "-c", probe], capture_output=True, text=True, check=True, cwd="/"
+    ).stdout.split()
     import pwd
 
     home = pwd.getpwuid(os.geteuid()).pw_dir
@@ -190,6 +200,10 @@ def test_an_upgrade_on_a_read_only_tree_keeps_the_server_down(started):
 
 def snapshot(root: Path) -> dict[str, bytes]:
     """Every file of the engine's package and patchctl's bookkeeping, by content."""
-    return {str(p.relative_to(root)): p.read_bytes()
-            for folder in (root / "sglang", root / ".patchctl") if folder.is_dir()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for folder in (root / "sglang", root / ".patchctl")
+        if folder.is_dir()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }

@@ -2,6 +2,7 @@
 disallow_untyped_defs, no per-module overrides): run from the repository root with no arguments, exactly
 as CI runs it. The one exception is generated code: patchctl/core/schemas/compiled/ carries
 `# mypy: ignore-errors` in its own files."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -17,8 +18,9 @@ PACKAGE = ROOT / "patchctl"
 GENERATED = PACKAGE / "core" / "schemas" / "compiled"
 
 
-@pytest.mark.skipif(importlib.util.find_spec("mypy") is None,
-                    reason="mypy is not installed (pip install mypy): the package is not checked")
+@pytest.mark.skipif(
+    importlib.util.find_spec("mypy") is None, reason="mypy is not installed (pip install mypy): the package is not checked"
+)
 def test_mypy_reports_no_errors() -> None:
     proc = subprocess.run([sys.executable, "-m", "mypy"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, f"mypy exited {proc.returncode}:\n{proc.stdout}{proc.stderr}"
@@ -39,7 +41,9 @@ def test_config_checks_the_whole_package() -> None:
 
 
 def test_only_generated_code_switches_mypy_off() -> None:
-    off = sorted(p.relative_to(ROOT).as_posix() for p in PACKAGE.rglob("*.py")
-                 if re.search(r"^# mypy: ignore-errors", p.read_text(encoding="utf-8"), re.MULTILINE)
-                 and GENERATED not in p.parents)
+    off = sorted(
+        p.relative_to(ROOT).as_posix()
+        for p in PACKAGE.rglob("*.py")
+        if re.search(r"^# mypy: ignore-errors", p.read_text(encoding="utf-8"), re.MULTILINE) and GENERATED not in p.parents
+    )
     assert off == []

@@ -1,6 +1,7 @@
 """The user's own stores layered over the bundled patch set: --store (repeatable), PATCHCTL_STORE (a
 path list) and the config's `stores:`; a name in two stores is refused unless the user's patch
 overrides; `list` says where each patch comes from; no silent fallback to ./patches."""
+
 import os
 
 import pytest
@@ -19,8 +20,13 @@ def with_bundled(monkeypatch):
 
 def user_store(tmp_path, name="mine", patch="my-fix", **meta):
     builder = StoreBuilder(tmp_path / name)
-    builder.add("vllm", patch, applies_to=">=0.16", extra_meta=meta or None,
-                variants={"0.16.0": builder.variant(PRISTINE, {"vllm/loader.py": loader_with({3: "x\n"})})})
+    builder.add(
+        "vllm",
+        patch,
+        applies_to=">=0.16",
+        extra_meta=meta or None,
+        variants={"0.16.0": builder.variant(PRISTINE, {"vllm/loader.py": loader_with({3: "x\n"})})},
+    )
     return builder.root
 
 
@@ -57,8 +63,7 @@ def test_a_name_in_two_stores_is_refused_unless_overridden(tmp_path):
     mine = user_store(tmp_path, "over", "gguf-glm-dsa", overrides=True)
     series = rows(run_json("list", "vllm", "--store", str(mine), expect=0))
     assert series[("vllm", "gguf-glm-dsa")]["store"] == str(mine.resolve())
-    assert [r["name"] for r in run_json("list", "vllm", "--store", str(mine), expect=0)["series"]].count(
-        "gguf-glm-dsa") == 1
+    assert [r["name"] for r in run_json("list", "vllm", "--store", str(mine), expect=0)["series"]].count("gguf-glm-dsa") == 1
 
 
 def test_a_missing_store_is_an_error_and_cwd_patches_is_never_taken(tmp_path, monkeypatch):

@@ -107,8 +107,7 @@ def fetch_dense(version: str, index_url: str | None, dest_dir: Path) -> Path:
     dest_dir.mkdir(parents=True, exist_ok=True)
     path = dest_dir / f"triton_decode_attention-vllm-{version}.py"
     path.write_bytes(data)
-    print(f"dense kernel: {DENSE_MEMBER} of {source.artifact.filename} (sha256 {source.artifact.sha256[:12]}) "
-          f"-> {path}")
+    print(f"dense kernel: {DENSE_MEMBER} of {source.artifact.filename} (sha256 {source.artifact.sha256[:12]}) -> {path}")
     return path
 
 
@@ -212,12 +211,15 @@ def sparse_case(kmod, B, H, dtype, topk, page, cfg=None, kv="bf16", rope=ROPE, p
     out = torch.empty(B, H, DV, device="cuda", dtype=dtype)
     scale = 1.0 / math.sqrt(D)
     if peer:
-        fns = [(lambda i=i: out.copy_(bench_peer.peer_forward(q[i], cache, idx[i], scale, kv, rope,
-                                                               extra.get("kv_scale"))))
-               for i in range(sets)]
+        fns = [
+            (lambda i=i: out.copy_(bench_peer.peer_forward(q[i], cache, idx[i], scale, kv, rope, extra.get("kv_scale"))))
+            for i in range(sets)
+        ]
     else:
-        fns = [(lambda i=i: kmod.sparse_mla_attention(q[i], cache, idx[i], scale, DV, out=out, _config=cfg, **extra))
-               for i in range(sets)]
+        fns = [
+            (lambda i=i: kmod.sparse_mla_attention(q[i], cache, idx[i], scale, DV, out=out, _config=cfg, **extra))
+            for i in range(sets)
+        ]
     us = graph_time_us(fns)
     del cache, idx, q
     torch.cuda.empty_cache()
@@ -245,14 +247,16 @@ def dense_case(dmod, B, H, dtype, seqlen, page):
     q = torch.randn(sets, B, H, D, device="cuda", dtype=dtype)
     o = torch.empty(B, H, DV, device="cuda", dtype=dtype)
     lse = torch.empty(B, H, device="cuda", dtype=dtype)
-    splits = min(triton.next_power_of_2(max(1, seqlen // 512)),
-                 2 * torch.cuda.get_device_properties(0).multi_processor_count)
+    splits = min(triton.next_power_of_2(max(1, seqlen // 512)), 2 * torch.cuda.get_device_properties(0).multi_processor_count)
     logits = torch.empty(B, H, splits, DV + 1, dtype=torch.float32, device="cuda")
     one = torch.tensor(1.0, dtype=torch.float32, device="cuda")
     scale = 1.0 / math.sqrt(D)
     fns = [
-        (lambda i=i: dmod.decode_attention_fwd(q[i], kv, v, o, lse, bt[i], seq, logits, splits, scale,
-                                                page, k_scale=one, v_scale=one, is_mla=True))
+        (
+            lambda i=i: dmod.decode_attention_fwd(
+                q[i], kv, v, o, lse, bt[i], seq, logits, splits, scale, page, k_scale=one, v_scale=one, is_mla=True
+            )
+        )
         for i in range(sets)
     ]
     us = graph_time_us(fns)
@@ -303,8 +307,7 @@ def mma_kinds(kernels) -> dict:
     for k in kernels:
         for compiled in _compiled_of(k):
             ptx = compiled.asm.get("ptx", "")
-            kinds = [kind for kind, needle in (("wgmma", "wgmma.mma_async"), ("mma.sync", "mma.sync"))
-                     if needle in ptx]
+            kinds = [kind for kind, needle in (("wgmma", "wgmma.mma_async"), ("mma.sync", "mma.sync")) if needle in ptx]
             name = getattr(compiled, "name", None) or getattr(getattr(compiled, "metadata", None), "name", "?")
             out.setdefault(name, set()).update(kinds or ["no mma"])
     return {n: sorted(v) for n, v in out.items()}
@@ -328,10 +331,15 @@ def run_fp8_sweep(kmod, bw, topk, page, results, batches, heads, kv, limits, rop
                     print(f"{kv:<10} {H:>3} {B:>4} {name:<22} skipped: {c.smem} B > {limits.smem_per_block} B")
                     continue
                 per_sm = max(1, min(c.per_sm, limits.smem_per_sm // (c.smem + 1024)))
-                splits = kmod._num_splits(B * triton.cdiv(H, c.block_h), triton.cdiv(topk, c.block_n), per_sm,
-                                          limits.sms)
-                cfg = dict(block_h=c.block_h, block_n=c.block_n, num_warps=c.num_warps, num_stages=c.num_stages,
-                           pv_reload=c.pv_reload, num_splits=splits)
+                splits = kmod._num_splits(B * triton.cdiv(H, c.block_h), triton.cdiv(topk, c.block_n), per_sm, limits.sms)
+                cfg = dict(
+                    block_h=c.block_h,
+                    block_n=c.block_n,
+                    num_warps=c.num_warps,
+                    num_stages=c.num_stages,
+                    pv_reload=c.pv_reload,
+                    num_splits=splits,
+                )
                 try:
                     us, fb = sparse_case(kmod, B, H, torch.bfloat16, topk, page, cfg, kv=kv, rope=rope)
                 except Exception as e:  # noqa: BLE001 -- a config may not fit (shared memory, registers)
@@ -382,8 +390,10 @@ def main():
     dmod = load_dense(dense_src) if dense_src else None
     props = torch.cuda.get_device_properties(0)
     L2_BYTES = getattr(props, "L2_cache_size", 0) or L2_BYTES
-    print(f"device: {props.name}, {props.multi_processor_count} SMs, L2 {L2_BYTES / 2**20:.0f} MiB; "
-          f"torch {torch.__version__}, triton {triton.__version__}")
+    print(
+        f"device: {props.name}, {props.multi_processor_count} SMs, L2 {L2_BYTES / 2**20:.0f} MiB; "
+        f"torch {torch.__version__}, triton {triton.__version__}"
+    )
     print(f"dense kernel: {dense_src or 'not run'}")
     if args.limits == "sm120":
         # SM120 has no wgmma: make triton compile every dot as mma.sync, as it would there
@@ -420,29 +430,53 @@ def main():
                             continue
                         samples = []
                         for _ in range(args.repeat):
-                            t, fb = sparse_case(kmod, B, H, dtypes[dn], args.topk, args.page, cfg=cfg, kv=kv,
-                                                rope=args.rope)
+                            t, fb = sparse_case(kmod, B, H, dtypes[dn], args.topk, args.page, cfg=cfg, kv=kv, rope=args.rope)
                             samples.append(t)
                         us = statistics.median(samples)
-                        pus = float("nan") if args.no_peer else sparse_case(
-                            kmod, B, H, dtypes[dn], args.topk, args.page, kv=kv, rope=args.rope, peer=True)[0]
-                        dus = dense_case(dmod, B, H, dtypes[dn], args.topk, args.page) if dmod and kv == "bf16" \
-                            else float("nan")
-                        rows.append(dict(kind="table", kv=kv, dtype=dn, H=H, B=B, D=DV + args.rope, sparse_us=us,
-                                         samples_us=samples, floor_bytes=fb, floor_us=fb / bw * 1e6,
-                                         pct_floor=100 * fb / (us * 1e-6) / bw, achieved_TBps=fb / (us * 1e-6) / 1e12,
-                                         peer_us=pus, dense_us=dus, cfg=cfg, limits=args.limits))
-                        print(f"  {kv} {dn} H={H} B={B}: sparse {us:.1f} us ({' '.join(f'{t:.1f}' for t in samples)}),"
-                              f" peer {pus:.1f} us, dense {dus:.1f} us", flush=True)
+                        pus = (
+                            float("nan")
+                            if args.no_peer
+                            else sparse_case(kmod, B, H, dtypes[dn], args.topk, args.page, kv=kv, rope=args.rope, peer=True)[0]
+                        )
+                        dus = dense_case(dmod, B, H, dtypes[dn], args.topk, args.page) if dmod and kv == "bf16" else float("nan")
+                        rows.append(
+                            dict(
+                                kind="table",
+                                kv=kv,
+                                dtype=dn,
+                                H=H,
+                                B=B,
+                                D=DV + args.rope,
+                                sparse_us=us,
+                                samples_us=samples,
+                                floor_bytes=fb,
+                                floor_us=fb / bw * 1e6,
+                                pct_floor=100 * fb / (us * 1e-6) / bw,
+                                achieved_TBps=fb / (us * 1e-6) / 1e12,
+                                peer_us=pus,
+                                dense_us=dus,
+                                cfg=cfg,
+                                limits=args.limits,
+                            )
+                        )
+                        print(
+                            f"  {kv} {dn} H={H} B={B}: sparse {us:.1f} us ({' '.join(f'{t:.1f}' for t in samples)}),"
+                            f" peer {pus:.1f} us, dense {dus:.1f} us",
+                            flush=True,
+                        )
         results += rows
         bf16_at = {(r["dtype"], r["H"], r["B"]): r["sparse_us"] for r in rows if r["kv"] == "bf16"}
         print()
-        print(f"copy bandwidth {bw / 1e12:.2f} TB/s (measured in this run); topk {args.topk}, page {args.page}, "
-              f"CUDA-graph replay over caches of >= {bench_plan.SETS_L2_MULTIPLE}x L2 "
-              f"({L2_BYTES / 2**20:.0f} MiB) per replay (fewer where {bench_plan.MAX_SETS} calls are less), "
-              f"time per call; D {DV + args.rope}; configs for {args.limits}; sparse us = median of {args.repeat}")
-        hdr = ("| kv | dtype | heads | batch | kernel | config | splits | sparse us | min-max | floor us | % of floor "
-               "| achieved TB/s | peer us | sparse/peer | vs bf16 | dense us | target |")
+        print(
+            f"copy bandwidth {bw / 1e12:.2f} TB/s (measured in this run); topk {args.topk}, page {args.page}, "
+            f"CUDA-graph replay over caches of >= {bench_plan.SETS_L2_MULTIPLE}x L2 "
+            f"({L2_BYTES / 2**20:.0f} MiB) per replay (fewer where {bench_plan.MAX_SETS} calls are less), "
+            f"time per call; D {DV + args.rope}; configs for {args.limits}; sparse us = median of {args.repeat}"
+        )
+        hdr = (
+            "| kv | dtype | heads | batch | kernel | config | splits | sparse us | min-max | floor us | % of floor "
+            "| achieved TB/s | peer us | sparse/peer | vs bf16 | dense us | target |"
+        )
         print(hdr)
         print("|---" * (hdr.count("|") - 1) + "|")
         for r in rows:
@@ -450,12 +484,16 @@ def main():
             r["target"] = target(r, bf if r["kv"] != "bf16" else None)
             vs = f"{bf / r['sparse_us']:.2f}x" if bf and r["kv"] != "bf16" else "-"
             spread = f"{min(r['samples_us']):.1f}-{max(r['samples_us']):.1f}"
-            print(f"| {r['kv']} | {r['dtype']} | {r['H']} | {r['B']} | {r['cfg'].get('kernel', 'generic')} "
-                  f"| {r['cfg']['name']} | {r['cfg']['num_splits']} | {r['sparse_us']:.1f} | {spread} "
-                  f"| {r['floor_us']:.1f} | {r['pct_floor']:.1f}% | {r['achieved_TBps']:.2f} | {r['peer_us']:.1f} "
-                  f"| {r['sparse_us'] / r['peer_us']:.2f} | {vs} | {r['dense_us']:.1f} | {r['target']} |")
-        print("target (batch >= 32, heads 8/16): fp8 formats >= 60 % of their own floor and >= 1.5x faster than "
-              "bf16; bf16 >= 70 % under --limits sm120 (60 % otherwise)")
+            print(
+                f"| {r['kv']} | {r['dtype']} | {r['H']} | {r['B']} | {r['cfg'].get('kernel', 'generic')} "
+                f"| {r['cfg']['name']} | {r['cfg']['num_splits']} | {r['sparse_us']:.1f} | {spread} "
+                f"| {r['floor_us']:.1f} | {r['pct_floor']:.1f}% | {r['achieved_TBps']:.2f} | {r['peer_us']:.1f} "
+                f"| {r['sparse_us'] / r['peer_us']:.2f} | {vs} | {r['dense_us']:.1f} | {r['target']} |"
+            )
+        print(
+            "target (batch >= 32, heads 8/16): fp8 formats >= 60 % of their own floor and >= 1.5x faster than "
+            "bf16; bf16 >= 70 % under --limits sm120 (60 % otherwise)"
+        )
     kernels = [getattr(kmod, n) for n in dir(kmod) if n.startswith("_sparse_mla_stage")]
     if hasattr(kmod, "_fp8"):
         kernels.append(kmod._fp8._sparse_mla_stage1_8bit)
@@ -463,8 +501,10 @@ def main():
         mma = mma_kinds(kernels)
     except Exception as e:  # noqa: BLE001 -- triton's private caches moved: the table above stands
         mma = {"?": [f"not read: {type(e).__name__}: {e}"]}
-    print("MMA instructions in the compiled sparse kernels' PTX:",
-          "; ".join(f"{n}: {'+'.join(k)}" for n, k in sorted(mma.items())) or "none compiled")
+    print(
+        "MMA instructions in the compiled sparse kernels' PTX:",
+        "; ".join(f"{n}: {'+'.join(k)}" for n, k in sorted(mma.items())) or "none compiled",
+    )
     results.append(dict(kind="mma", limits=args.limits, kernels=mma))
     if args.json:
         args.json.write_text(json.dumps(results, indent=1, default=str))

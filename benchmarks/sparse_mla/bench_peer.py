@@ -19,8 +19,10 @@ def write_ds_mla(rows: torch.Tensor, rope: int, rope_dtype: torch.dtype = torch.
     lead = rows.shape[:-1]
     lat = rows[..., :DV].float().reshape(*lead, DV // TILE, TILE)
     scale = (lat.abs().amax(-1) / 448.0).clamp_min(torch.finfo(torch.float32).tiny)
-    parts = [(lat / scale[..., None]).to(torch.float8_e4m3fn).reshape(*lead, DV).view(torch.uint8),
-             scale.contiguous().view(torch.uint8).reshape(*lead, 4 * (DV // TILE))]
+    parts = [
+        (lat / scale[..., None]).to(torch.float8_e4m3fn).reshape(*lead, DV).view(torch.uint8),
+        scale.contiguous().view(torch.uint8).reshape(*lead, 4 * (DV // TILE)),
+    ]
     if rope:
         parts.append(rows[..., DV:].to(rope_dtype).contiguous().view(torch.uint8).reshape(*lead, 2 * rope))
     return torch.cat(parts, -1).contiguous()
@@ -54,17 +56,18 @@ def dequant_rows(rows: torch.Tensor, kv: str, rope: int, dtype: torch.dtype, kv_
     if kv == "fp8_ds_mla":
         lead = rows.shape[:-1]
         lat = rows[..., :DV].contiguous().view(torch.float8_e4m3fn).to(torch.float32)
-        scales = rows[..., DV:DV + 16].contiguous().view(torch.float32)
+        scales = rows[..., DV : DV + 16].contiguous().view(torch.float32)
         lat = (lat.reshape(*lead, DV // TILE, TILE) * scales[..., None]).reshape(*lead, DV)
         parts = [lat.to(dtype)]
         if rope:
-            parts.append(rows[..., DV + 16:].contiguous().view(dtype))  # the activations' dtype
+            parts.append(rows[..., DV + 16 :].contiguous().view(dtype))  # the activations' dtype
         return torch.cat(parts, -1)
     raise ValueError(f"unknown kv format {kv!r}")
 
 
-def peer_forward(q: torch.Tensor, cache: torch.Tensor, idx: torch.Tensor, sm_scale: float, kv: str, rope: int,
-                 kv_scale: float | None = None) -> torch.Tensor:
+def peer_forward(
+    q: torch.Tensor, cache: torch.Tensor, idx: torch.Tensor, sm_scale: float, kv: str, rope: int, kv_scale: float | None = None
+) -> torch.Tensor:
     """The plain-torch sparse MLA decode: q [B, H, D], idx [B, topk] (negative = padding)."""
     flat = cache.reshape(-1, cache.shape[-1])
     rows = flat[idx.clamp_min(0).long()]  # [B, topk, R]: the gather

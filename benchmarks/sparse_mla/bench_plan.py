@@ -36,8 +36,11 @@ def cache_row_bytes(kv: str, rope: int, act_bytes: int = 2) -> int:
 
 def floor_bytes(batch: int, heads: int, topk: int, kv: str, rope: int, act_bytes: int = 2) -> int:
     """Bytes one decode step must read and write at the least."""
-    return (batch * topk * cache_row_bytes(kv, rope, act_bytes) + batch * heads * (DV + rope) * act_bytes
-            + batch * heads * DV * act_bytes)
+    return (
+        batch * topk * cache_row_bytes(kv, rope, act_bytes)
+        + batch * heads * (DV + rope) * act_bytes
+        + batch * heads * DV * act_bytes
+    )
 
 
 def sets_for(cache_bytes_per_call: int, l2_bytes: int) -> int:
@@ -67,39 +70,74 @@ def build_parser(description: str = "") -> argparse.ArgumentParser:
     from pathlib import Path
 
     ap = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--dense-src", type=Path, default=None,
-                    help="triton_decode_attention.py of a vLLM release, by path (default: read from --dense-version)")
+    ap.add_argument(
+        "--dense-src",
+        type=Path,
+        default=None,
+        help="triton_decode_attention.py of a vLLM release, by path (default: read from --dense-version)",
+    )
     ap.add_argument("--dense-version", default="0.23.0", help="vLLM release whose dense kernel is timed")
     ap.add_argument("--no-dense", action="store_true", help="do not time vLLM's dense kernel")
     ap.add_argument("--index-url", default=None, help="package index (default: pip's configuration)")
-    ap.add_argument("--fetch-dense", type=Path, default=None, metavar="DIR",
-                    help="only write the dense kernel file of --dense-version into DIR (no GPU needed) and exit")
-    ap.add_argument("--kernel", type=Path, default=None, help="the sparse kernel file to time (default: the shipped one; "
-                    "kernels/sparse_mla/next/triton_sparse_mla.py: the development kernel)")
+    ap.add_argument(
+        "--fetch-dense",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="only write the dense kernel file of --dense-version into DIR (no GPU needed) and exit",
+    )
+    ap.add_argument(
+        "--kernel",
+        type=Path,
+        default=None,
+        help="the sparse kernel file to time (default: the shipped one; "
+        "kernels/sparse_mla/next/triton_sparse_mla.py: the development kernel)",
+    )
     ap.add_argument("--batches", type=_int_list, default=_int_list("1,8,32,64,128"))
     ap.add_argument("--heads", type=_int_list, default=_int_list("8,16"))
-    ap.add_argument("--dtypes", default="bf16",
-                    help="activation dtypes (q, out): fp16, bf16; 'fp8' is kept as an alias of --kv fp8 with bf16 q")
-    ap.add_argument("--kv", type=_kv_list, default=None,
-                    help="cache formats to time: bf16 (the activation dtype), fp8 (per-tensor e4m3), fp8_ds_mla")
+    ap.add_argument(
+        "--dtypes",
+        default="bf16",
+        help="activation dtypes (q, out): fp16, bf16; 'fp8' is kept as an alias of --kv fp8 with bf16 q",
+    )
+    ap.add_argument(
+        "--kv",
+        type=_kv_list,
+        default=None,
+        help="cache formats to time: bf16 (the activation dtype), fp8 (per-tensor e4m3), fp8_ds_mla",
+    )
     ap.add_argument("--topk", type=int, default=2048)
-    ap.add_argument("--rope", type=int, default=ROPE, choices=(0, ROPE),
-                    help="rope width of the cache rows: 64 (D 576, DeepSeek V3.2 / GLM-5) or 0 (D 512, GLM-5.3-Flash)")
+    ap.add_argument(
+        "--rope",
+        type=int,
+        default=ROPE,
+        choices=(0, ROPE),
+        help="rope width of the cache rows: 64 (D 576, DeepSeek V3.2 / GLM-5) or 0 (D 512, GLM-5.3-Flash)",
+    )
     ap.add_argument("--page", type=int, default=64)
-    ap.add_argument("--repeat", type=int, default=1,
-                    help="time every sparse point N times (fresh inputs each); the table gives median and min-max")
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="time every sparse point N times (fresh inputs each); the table gives median and min-max",
+    )
     ap.add_argument("--no-peer", action="store_true", help="do not time the plain-torch peer")
     ap.add_argument("--sweep", action="store_true", help="also sweep launch configs (bf16, or the 8-bit kernel's)")
     ap.add_argument("--sweep-batches", default="1,32,128")
     ap.add_argument("--sweep-configs", default=None, help='per heads, names from _CONFIGS: "8:a+b;64:c"')
-    ap.add_argument("--limits", choices=("device", "sm120"), default="device",
-                    help="choose configs and split counts for this GPU, or as on an SM120 part (99 KB per program, "
-                         "dots as mma.sync)")
+    ap.add_argument(
+        "--limits",
+        choices=("device", "sm120"),
+        default="device",
+        help="choose configs and split counts for this GPU, or as on an SM120 part (99 KB per program, dots as mma.sync)",
+    )
     ap.add_argument("--sm120-limits", action="store_true", help="the same as --limits sm120")
-    ap.add_argument("--plan", action="store_true",
-                    help="print the shapes, bytes and graph sizes as JSON and exit (no GPU needed)")
-    ap.add_argument("--l2-mib", type=float, default=None, help="L2 size for --plan (default: 60, the H200's; "
-                    "on a GPU the device's own)")
+    ap.add_argument(
+        "--plan", action="store_true", help="print the shapes, bytes and graph sizes as JSON and exit (no GPU needed)"
+    )
+    ap.add_argument(
+        "--l2-mib", type=float, default=None, help="L2 size for --plan (default: 60, the H200's; on a GPU the device's own)"
+    )
     ap.add_argument("--no-table", action="store_true")
     ap.add_argument("--json", type=Path, default=None)
     return ap
@@ -137,8 +175,20 @@ def plan(args: argparse.Namespace, l2_bytes: int) -> list[dict]:
                     row = cache_row_bytes(kv, args.rope)
                     per_call = b * args.topk * row
                     sets = sets_for(per_call, l2_bytes)
-                    rows.append(dict(kv=kv, dtype=dt, H=h, B=b, D=DV + args.rope, topk=args.topk, page=args.page,
-                                     row_bytes=row, floor_bytes=floor_bytes(b, h, args.topk, kv, args.rope),
-                                     sets=sets, cache_bytes_per_replay=sets * per_call,
-                                     l2_multiple=round(sets * per_call / l2_bytes, 2)))
+                    rows.append(
+                        dict(
+                            kv=kv,
+                            dtype=dt,
+                            H=h,
+                            B=b,
+                            D=DV + args.rope,
+                            topk=args.topk,
+                            page=args.page,
+                            row_bytes=row,
+                            floor_bytes=floor_bytes(b, h, args.topk, kv, args.rope),
+                            sets=sets,
+                            cache_bytes_per_replay=sets * per_call,
+                            l2_multiple=round(sets * per_call / l2_bytes, 2),
+                        )
+                    )
     return rows

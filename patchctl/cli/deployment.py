@@ -11,6 +11,7 @@ file only, through no symlink another user owns (planted, it would choose what r
 tree); every problem is a usage error (exit 2) naming the file, the line and the key.
 Checked against patchctl/core/schemas/deployment.json; imported only when a deployment is named.
 """
+
 from __future__ import annotations
 
 import errno
@@ -33,19 +34,35 @@ LIMIT = 1 << 20  # a deployment file is a few hundred bytes
 # also takes --target: there --python names the engine's environment (on smoke, rebase, bisect and
 # matrix it is the interpreter the patches' checks run with, another thing).
 FLAGS: dict[str, str] = {
-    "python": "--python", "target": "--target", "stores": "--store", "patches": "--patch",
-    "exclude": "--exclude", "index_url": "--index-url", "nightly_source": "--nightly-source", "wait": "--wait",
+    "python": "--python",
+    "target": "--target",
+    "stores": "--store",
+    "patches": "--patch",
+    "exclude": "--exclude",
+    "index_url": "--index-url",
+    "nightly_source": "--nightly-source",
+    "wait": "--wait",
 }
 # Not where a key would change what the command means: `revert` of a deployment takes every recorded
 # patch out (with --patch from the file it would take out only some).
 _NOT_ON: dict[str, tuple[str, ...]] = {"patches": ("revert",), "exclude": ("revert",)}
 # validate's keys, for `validate` alone (`url` and `start` mean validate's server there).
 VALIDATE_FLAGS: dict[str, str] = {
-    "url": "--url", "start": "--start", "ready_timeout": "--ready-timeout", "timeout": "--timeout",
-    "level_timeout": "--level-timeout", "model": "--model",
-    "concurrency": "--concurrency", "requests": "--requests", "max_tokens": "--max-tokens",
-    "reasoning_budget": "--reasoning-budget", "prompt": "--prompt", "shared_prompt": "--shared-prompt", "golden": "--golden",
-    "baseline_dir": "--baseline-dir", "threshold": "--threshold",
+    "url": "--url",
+    "start": "--start",
+    "ready_timeout": "--ready-timeout",
+    "timeout": "--timeout",
+    "level_timeout": "--level-timeout",
+    "model": "--model",
+    "concurrency": "--concurrency",
+    "requests": "--requests",
+    "max_tokens": "--max-tokens",
+    "reasoning_budget": "--reasoning-budget",
+    "prompt": "--prompt",
+    "shared_prompt": "--shared-prompt",
+    "golden": "--golden",
+    "baseline_dir": "--baseline-dir",
+    "threshold": "--threshold",
 }
 # validate's keys holding a path, resolved against the file's folder when relative (as target, stores
 # and a python given as a path are).
@@ -69,8 +86,11 @@ class Deployment(NamedTuple):
         opts = {opt for p in params for opt in getattr(p, "opts", ())}
         values: dict[str, Any] = {}
         for key, flag in FLAGS.items():
-            if key in self.settings and not (key == "python" and "--target" not in opts) \
-                    and command.name not in _NOT_ON.get(key, ()):
+            if (
+                key in self.settings
+                and not (key == "python" and "--target" not in opts)
+                and command.name not in _NOT_ON.get(key, ())
+            ):
                 values[flag] = self.settings[key]
         if command.name == "validate":
             checks = dict(self.settings.get("validate", {}))
@@ -107,8 +127,9 @@ def load(path: str | Path) -> Deployment:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise UsageError(f"deployment file {shown} is not UTF-8 text (byte {raw[exc.start]:#04x} at offset "
-                         f"{exc.start})") from None
+        raise UsageError(
+            f"deployment file {shown} is not UTF-8 text (byte {raw[exc.start]:#04x} at offset {exc.start})"
+        ) from None
     try:
         data = load_yaml(text)
     except BoundsError as exc:  # a NUL byte, .nan, nesting, a key given twice: the key's line where known
@@ -116,47 +137,59 @@ def load(path: str | Path) -> Deployment:
     except YAMLError as exc:
         raise UsageError(f"deployment file {shown} is not valid YAML: {' '.join(str(exc).split())}") from None
     if not isinstance(data, dict):
-        raise UsageError(f"deployment file {shown} must hold a mapping of keys (engine, python, stores, ...), "
-                         f"not {'nothing' if data is None else type(data).__name__}", hint=_HINT)
+        raise UsageError(
+            f"deployment file {shown} must hold a mapping of keys (engine, python, stores, ...), "
+            f"not {'nothing' if data is None else type(data).__name__}",
+            hint=_HINT,
+        )
     _check(data, text, shown)
     from patchctl.core.engines import all_engines
 
     if data["engine"] not in all_engines():
-        raise UsageError(f"deployment file {shown}{_line(text, ('engine',))}: engine: unknown engine "
-                         f"{data['engine']!r} (known: {', '.join(sorted(all_engines()))})")
+        raise UsageError(
+            f"deployment file {shown}{_line(text, ('engine',))}: engine: unknown engine "
+            f"{data['engine']!r} (known: {', '.join(sorted(all_engines()))})"
+        )
     return Deployment(real, _resolved(data, real.parent))  # a link's paths are its file's
 
 
-_HINT = "the keys are in docs/configuration.md, \"Deployment file\" (schema: patchctl/core/schemas/deployment.json)"
+_HINT = 'the keys are in docs/configuration.md, "Deployment file" (schema: patchctl/core/schemas/deployment.json)'
 
 
 def _check(data: dict, text: str, shown: Path) -> None:
     """Unknown keys first (a misspelt key is the likeliest mistake, and it hides the key meant), then
     python with target, then the schema's types."""
     properties = schema("deployment")["properties"]
-    for keys, known, where in ((list(data), properties, ()),
-                               (list(data.get("validate") or {}) if isinstance(data.get("validate"), dict) else [],
-                                properties["validate"]["properties"], ("validate",))):
+    for keys, known, where in (
+        (list(data), properties, ()),
+        (
+            list(data.get("validate") or {}) if isinstance(data.get("validate"), dict) else [],
+            properties["validate"]["properties"],
+            ("validate",),
+        ),
+    ):
         for key in keys:
             if key not in known:
                 name = ".".join([*where, str(key)])
-                raise UsageError(f"deployment file {shown}{_line(text, (*where, key))}: {name}: not a key of a "
-                                 f"deployment file (known{' under validate' if where else ''}: "
-                                 f"{', '.join(known)})", hint=_HINT)
+                raise UsageError(
+                    f"deployment file {shown}{_line(text, (*where, key))}: {name}: not a key of a "
+                    f"deployment file (known{' under validate' if where else ''}: "
+                    f"{', '.join(known)})",
+                    hint=_HINT,
+                )
     if "python" in data and "target" in data:
-        raise UsageError(f"deployment file {shown}{_line(text, ('target',))}: python and target both name the "
-                         f"engine's tree: keep one")
+        raise UsageError(
+            f"deployment file {shown}{_line(text, ('target',))}: python and target both name the engine's tree: keep one"
+        )
     wrong = problem("deployment", data)
     if wrong is None:
         return
     if wrong.startswith("the document must contain"):
-        raise UsageError(f"deployment file {shown}: engine: missing (the engine it patches, e.g. engine: sglang)",
-                         hint=_HINT)
+        raise UsageError(f"deployment file {shown}: engine: missing (the engine it patches, e.g. engine: sglang)", hint=_HINT)
     key = wrong.split(" must ", 1)[0]
     path = tuple(int(p) if p.isdigit() else p for p in key.replace("[", ".").replace("]", "").split("."))
-    hint = "quote a version (source: \"0.5.10\"): unquoted, YAML reads 0.5 as a number" \
-        if key == "source" else _HINT
-    raise UsageError(f"deployment file {shown}{_line(text, path)}: {key}: {wrong[len(key) + 1:]}", hint=hint)
+    hint = 'quote a version (source: "0.5.10"): unquoted, YAML reads 0.5 as a number' if key == "source" else _HINT
+    raise UsageError(f"deployment file {shown}{_line(text, path)}: {key}: {wrong[len(key) + 1 :]}", hint=hint)
 
 
 def _line(text: str, path: tuple[Any, ...]) -> str:
@@ -199,7 +232,7 @@ def _resolved(data: dict, folder: Path) -> dict[str, Any]:
     source = out.get("source")
     if isinstance(source, str):
         if source.startswith("file:"):
-            out["source"] = "file:" + at(source[len("file:"):])
+            out["source"] = "file:" + at(source[len("file:") :])
         elif source.startswith(".") or (os.sep in source and ":" not in source):  # a directory
             out["source"] = at(source)
     if isinstance(out.get("validate"), dict):
@@ -228,14 +261,20 @@ def read_bytes(path: Path, shown: Path) -> tuple[bytes, Path]:
             raise UsageError(f"deployment file {shown} is not a regular file")
         writable = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
         if st.st_uid not in trusted or writable:
-            who = ("writable by everyone" if st.st_mode & stat.S_IWOTH else "writable by its group"
-                   if writable else f"owned by uid {st.st_uid}")
-            raise UsageError(f"deployment file {shown} can be changed by another user ({who}, mode "
-                             f"{stat.S_IMODE(st.st_mode):04o}): patchctl takes its stores and patches from no such file",
-                             hint=f"chown root and chmod go-w {shown}")
+            who = (
+                "writable by everyone"
+                if st.st_mode & stat.S_IWOTH
+                else "writable by its group"
+                if writable
+                else f"owned by uid {st.st_uid}"
+            )
+            raise UsageError(
+                f"deployment file {shown} can be changed by another user ({who}, mode "
+                f"{stat.S_IMODE(st.st_mode):04o}): patchctl takes its stores and patches from no such file",
+                hint=f"chown root and chmod go-w {shown}",
+            )
         if st.st_size > LIMIT:
-            raise UsageError(f"deployment file {shown} is {st.st_size} bytes, more than a deployment file may be "
-                             f"({LIMIT})")
+            raise UsageError(f"deployment file {shown} is {st.st_size} bytes, more than a deployment file may be ({LIMIT})")
         chunks: list[bytes] = []
         total = 0
         while chunk := os.read(fd, LIMIT + 1 - total):
@@ -271,9 +310,11 @@ def _open_checked(path: Path, shown: Path, trusted: set[int]) -> tuple[int, Path
             try:
                 opened = os.open(name, _FILE if last else _DIR, dir_fd=fd)
             except FileNotFoundError:
-                raise UsageError(f"deployment file {shown} does not exist" + (
-                    "" if last else f" ({os.path.join('/', *real, name)} is missing)"),
-                    hint=f"name an existing file with --deployment or ${ENV}") from None
+                raise UsageError(
+                    f"deployment file {shown} does not exist"
+                    + ("" if last else f" ({os.path.join('/', *real, name)} is missing)"),
+                    hint=f"name an existing file with --deployment or ${ENV}",
+                ) from None
             except OSError as exc:
                 if exc.errno not in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
                     raise UsageError(f"deployment file {shown} cannot be read: {exc.strerror}") from None
@@ -282,9 +323,11 @@ def _open_checked(path: Path, shown: Path, trusted: set[int]) -> tuple[int, Path
                 if not stat.S_ISLNK(link.st_mode):
                     raise UsageError(f"deployment file {shown} cannot be read: {where} is not a directory") from None
                 if link.st_uid not in trusted:
-                    raise UsageError(f"deployment file {shown}: {where} is a symlink owned by uid {link.st_uid}, "
-                                     f"neither root nor this user: patchctl follows no link another user planted",
-                                     hint="point --deployment at the file itself, or have root own the link") from None
+                    raise UsageError(
+                        f"deployment file {shown}: {where} is a symlink owned by uid {link.st_uid}, "
+                        f"neither root nor this user: patchctl follows no link another user planted",
+                        hint="point --deployment at the file itself, or have root own the link",
+                    ) from None
                 links += 1
                 if links > _MAX_LINKS:
                     raise UsageError(f"deployment file {shown}: more than {_MAX_LINKS} symlinks on its path") from None

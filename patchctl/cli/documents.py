@@ -5,6 +5,7 @@ validates every command's documents against them), so there are no TypedDicts he
 
 Commands build these as plain dicts; this module knows nothing of the terminal.
 """
+
 from __future__ import annotations
 
 import json

@@ -7,6 +7,7 @@ rendered, every backticked `patchctl COMMAND ...` in its messages gets the locat
 gave on this command line, each only where COMMAND has that option and the hint does not already name
 it; values are shell-quoted, so a path with spaces still runs.
 """
+
 from __future__ import annotations
 
 import os
@@ -71,14 +72,25 @@ def _locates(param: click.Option) -> bool:
 # `check` and the apply engine (tests/test_startup_imports.py). test_hints checks it against the commands.
 _STORE = ("--store", "--no-bundled")
 _WHERE = ("--python", "--target")
-LOCATING: dict[str, frozenset[str]] = {name: frozenset(flags) for name, flags in {
-    "apply": _WHERE + _STORE, "ensure": _WHERE + _STORE, "revert": _WHERE + _STORE,
-    "status": _WHERE, "validate": _WHERE, "diff": _WHERE, "new": _WHERE + ("--store",),
-    "refresh": _WHERE + ("--store",),
-    **{name: _STORE for name in ("check", "smoke", "export", "list", "show", "lint", "pin", "rebase", "resolve",
-                                 "bisect", "droppable")},
-    "matrix diff": (), "matrix merge": (),
-}.items()}
+LOCATING: dict[str, frozenset[str]] = {
+    name: frozenset(flags)
+    for name, flags in {
+        "apply": _WHERE + _STORE,
+        "ensure": _WHERE + _STORE,
+        "revert": _WHERE + _STORE,
+        "status": _WHERE,
+        "validate": _WHERE,
+        "diff": _WHERE,
+        "new": _WHERE + ("--store",),
+        "refresh": _WHERE + ("--store",),
+        **{
+            name: _STORE
+            for name in ("check", "smoke", "export", "list", "show", "lint", "pin", "rebase", "resolve", "bisect", "droppable")
+        },
+        "matrix diff": (),
+        "matrix merge": (),
+    }.items()
+}
 
 
 def _locating_flags(words: list[str]) -> frozenset[str] | None:
@@ -108,8 +120,7 @@ def complete_command(hint: str, given: Iterable[tuple[str, str | None]]) -> str:
             continue  # the hint names its own target (a journal's --target ROOT)
         add += [flag] if value is None else [flag, value]
     # `new` writes into a store it must be told: the hint says so when nothing names one.
-    if words[:1] == ["new"] and "--store" not in named and "--store" not in add \
-            and not os.environ.get("PATCHCTL_STORE"):
+    if words[:1] == ["new"] and "--store" not in named and "--store" not in add and not os.environ.get("PATCHCTL_STORE"):
         add += ["--store", "DIR"]
     if not add:
         return hint

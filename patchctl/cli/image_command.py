@@ -2,6 +2,7 @@
 branch. tree/image.py runs the service on the tree read out of the image and returns typed results;
 this maps them to the command's document (cli/tree_documents.py, as on a directory) and adds the
 `image` section."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -30,9 +31,19 @@ def series_paths(store: Store, engine: str, allow_modified: bool) -> list[str]:
     return list(dict.fromkeys(paths))
 
 
-def apply(spec: str, image: ImageOptions, stores: Stores, ctx: SourceContext, options: Options, *,
-          keep_going: bool, dry_run: bool, force: bool, wait: float,
-          selection: Selection | None = None) -> tuple[dict, int]:
+def apply(
+    spec: str,
+    image: ImageOptions,
+    stores: Stores,
+    ctx: SourceContext,
+    options: Options,
+    *,
+    keep_going: bool,
+    dry_run: bool,
+    force: bool,
+    wait: float,
+    selection: Selection | None = None,
+) -> tuple[dict, int]:
     from patchctl import __version__
     from patchctl.cli.progress import progress_for
     from patchctl.cli.tree_documents import apply_document
@@ -45,10 +56,10 @@ def apply(spec: str, image: ImageOptions, stores: Stores, ctx: SourceContext, op
     assert image.to is not None  # image_options(writes=True) requires it
     dest = parse_reference(image.to)
     paths = series_paths(stores.store, ref.engine.name, options.allow_modified)
-    request = service.ApplyRequest(stores, options, ctx, service.Mode.APPLY, selection, keep_going, dry_run,
-                                   force, wait)
-    done = apply_image(source, dest, ref, paths, request, insecure=image.insecure, progress=progress_for(),
-                       patchctl_version=__version__)
+    request = service.ApplyRequest(stores, options, ctx, service.Mode.APPLY, selection, keep_going, dry_run, force, wait)
+    done = apply_image(
+        source, dest, ref, paths, request, insecure=image.insecure, progress=progress_for(), patchctl_version=__version__
+    )
     docs = [apply_document(run, "apply", dry_run=dry_run)[0] for run in done.runs]
     return _combined(docs, done.section, done.code), done.code
 
@@ -68,8 +79,15 @@ def status(spec: str, image: ImageOptions, *, wait: float) -> tuple[dict, int]:
     code = EXIT_OK
     for p in found:
         if p.result is None:
-            platforms.append({"platform": p.platform, "state": "not-applied", "patch_set": None,
-                              "layers_read": 0, "message": "no patchctl layer in the image's history"})
+            platforms.append(
+                {
+                    "platform": p.platform,
+                    "state": "not-applied",
+                    "patch_set": None,
+                    "layers_read": 0,
+                    "message": "no patchctl layer in the image's history",
+                }
+            )
             continue
         doc, one = status_document(p.result)
         code = max(code, one)
@@ -81,8 +99,14 @@ def status(spec: str, image: ImageOptions, *, wait: float) -> tuple[dict, int]:
     if docs:
         doc = _combined(docs, section, code)
     else:
-        doc = document("status", code, engine=ref.engine.name, state="not-applied",
-                       message=f"no patches applied to {source}: no patchctl layer in its history", image=section)
+        doc = document(
+            "status",
+            code,
+            engine=ref.engine.name,
+            state="not-applied",
+            message=f"no patches applied to {source}: no patchctl layer in its history",
+            image=section,
+        )
     return doc, code
 
 
@@ -96,8 +120,7 @@ def _combined(docs: list[dict], section: dict, code: int) -> dict:
     if section.get("pushed"):
         doc["note"] = "; ".join(filter(None, [doc.get("note"), f"pushed {section['to']} ({section['digest']})"]))
     if section.get("left_out"):
-        doc.setdefault("warnings", []).extend(
-            f"platform {x['platform']} left out: {x['reason']}" for x in section["left_out"])
+        doc.setdefault("warnings", []).extend(f"platform {x['platform']} left out: {x['reason']}" for x in section["left_out"])
     return doc
 
 
@@ -109,11 +132,16 @@ def revert(spec: str, image: ImageOptions) -> tuple[dict, int]:
 
     ref = parse_spec(spec)
     assert image.to is not None  # image_options(writes=True) requires it
-    section, code = revert_image(parse_reference(image.ref), parse_reference(image.to), insecure=image.insecure,
-                                 progress=progress_for())
+    section, code = revert_image(
+        parse_reference(image.ref), parse_reference(image.to), insecure=image.insecure, progress=progress_for()
+    )
     reverted = [p["platform"] for p in section["platforms"] if p["state"] == "reverted"]
-    message = (f"pushed {section['to']}: the image{'s' if len(reverted) > 1 else ''} patchctl patched "
-               f"({', '.join(reverted)}), byte for byte" if reverted else f"{section['from']} carries no patchctl layer: "
-               f"pushed as it is")
-    return document("revert", code, engine=ref.engine.name, target=section["from"], message=message,
-                    restored=[], image=section), code
+    message = (
+        f"pushed {section['to']}: the image{'s' if len(reverted) > 1 else ''} patchctl patched "
+        f"({', '.join(reverted)}), byte for byte"
+        if reverted
+        else f"{section['from']} carries no patchctl layer: pushed as it is"
+    )
+    return document(
+        "revert", code, engine=ref.engine.name, target=section["from"], message=message, restored=[], image=section
+    ), code

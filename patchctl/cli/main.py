@@ -4,6 +4,7 @@ Each command lives in `patchctl/cli/commands/<module>.py` and owns its parsing, 
 the command that runs is imported, and `--help` reads the summaries below, so `ensure` under systemd
 and `patchctl --help` import none of the heavy libraries (requests, GitPython, rich, matplotlib).
 """
+
 from __future__ import annotations
 
 # _signal, not signal: the C module imports in no time, while `import signal` builds its enums
@@ -111,8 +112,14 @@ class Registry(click.Group):
             with formatter.section(title):
                 formatter.write_dl([(name, info.summary) for name, info in commands.items()])
 
-    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
-             standalone_mode: bool = True, **extra: Any) -> Any:
+    def main(
+        self,
+        args: Any = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
         # Python's own handler from here: a Ctrl-C during a command unwinds it (locks released, temp
         # files removed), and lands below as exit 130.
         if _signal.getsignal(_signal.SIGINT) is _interrupted_while_importing:
@@ -127,8 +134,11 @@ class Registry(click.Group):
             if "--json" in argv:
                 from patchctl.cli.documents import document, emit_json
 
-                emit_json(document(_command_name(argv), exc.exit_code,
-                                   error={"kind": "usage", "message": exc.format_message(), "hint": None}))
+                emit_json(
+                    document(
+                        _command_name(argv), exc.exit_code, error={"kind": "usage", "message": exc.format_message(), "hint": None}
+                    )
+                )
                 exit(exc.exit_code)
             if not standalone_mode:
                 raise
@@ -171,11 +181,17 @@ class Registry(click.Group):
 def _deployment_option() -> click.Option:
     """`--deployment FILE` on a command: read first (eager), it makes the file the command's default_map
     (patchctl/cli/deployment.py), so every option given on the command line still wins."""
-    return click.Option(["--deployment"], metavar="FILE", is_eager=True, expose_value=False,
-                        callback=_use_deployment, type=click.Path(dir_okay=False),
-                        help="The deployment file whose settings fill this command's options and ENGINE "
-                             "(also `patchctl --deployment FILE COMMAND` and $PATCHCTL_DEPLOYMENT; "
-                             "docs/configuration.md).")
+    return click.Option(
+        ["--deployment"],
+        metavar="FILE",
+        is_eager=True,
+        expose_value=False,
+        callback=_use_deployment,
+        type=click.Path(dir_okay=False),
+        help="The deployment file whose settings fill this command's options and ENGINE "
+        "(also `patchctl --deployment FILE COMMAND` and $PATCHCTL_DEPLOYMENT; "
+        "docs/configuration.md).",
+    )
 
 
 def _use_deployment(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
@@ -220,10 +236,14 @@ def _set_sigint(handler: Any) -> None:
 
 @click.group(cls=Registry, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="patchctl")
-@click.option("--deployment", metavar="FILE", expose_value=False, callback=_group_deployment,
-              type=click.Path(dir_okay=False),
-              help="A deployment file for the command that follows (also COMMAND --deployment FILE, "
-                   "$PATCHCTL_DEPLOYMENT).")
+@click.option(
+    "--deployment",
+    metavar="FILE",
+    expose_value=False,
+    callback=_group_deployment,
+    type=click.Path(dir_okay=False),
+    help="A deployment file for the command that follows (also COMMAND --deployment FILE, $PATCHCTL_DEPLOYMENT).",
+)
 def main() -> None:
     """Keep downstream patches to vLLM and SGLang alive across upstream releases.
 

@@ -6,6 +6,7 @@ Some only declare a flag; the injecting ones turn flags into the objects command
 They run inside the command's error handling, so a bad store or a bad --as-version becomes a
 document with its exit code, not a traceback. Nothing heavy is imported here: `ensure` starts fast.
 """
+
 from __future__ import annotations
 
 import functools
@@ -99,21 +100,22 @@ def _apply(f: F, *decorators: Callable[[F], F]) -> F:
 
 # --- flags that are only declared -------------------------------------------------------------
 
-as_version_option = click.option("--as-version", type=VERSION,
-                                 help="Version to assume for a tree whose version cannot be read.")
+as_version_option = click.option("--as-version", type=VERSION, help="Version to assume for a tree whose version cannot be read.")
 
-json_option = click.option("--json", "as_json", is_flag=True,
-                           help="Print exactly one JSON document on stdout (docs/json-schema.md).")
-wait_option = click.option("--wait", type=WAIT, default=0.0, show_default=True,
-                           help="Seconds to wait for another patchctl working on the same target.")
+json_option = click.option(
+    "--json", "as_json", is_flag=True, help="Print exactly one JSON document on stdout (docs/json-schema.md)."
+)
+wait_option = click.option(
+    "--wait", type=WAIT, default=0.0, show_default=True, help="Seconds to wait for another patchctl working on the same target."
+)
 checks_python_option = click.option(
-    "--python", "python",
-    help="Interpreter to run the patches' checks with (default: the patch's smoke env, built once).")
-only_option = click.option("--patch", "only", multiple=True, metavar="NAME",
-                           help="Only this patch of the series (repeatable).")
+    "--python", "python", help="Interpreter to run the patches' checks with (default: the patch's smoke env, built once)."
+)
+only_option = click.option("--patch", "only", multiple=True, metavar="NAME", help="Only this patch of the series (repeatable).")
 
 
 # --- flags that inject an object -------------------------------------------------------------
+
 
 def store_option(f: F) -> F:
     """`--store DIR` (repeatable), `PATCHCTL_STORE` (a path list) and the config's `stores:` → `store`:
@@ -138,11 +140,20 @@ def _named_stores(stores: tuple[str, ...], no_bundled: bool) -> Any:
 def _store_flags(f: F, name: str, build: Callable[..., Any]) -> F:
     return _apply(
         _inject(f, name, build, "stores", "no_bundled"),
-        click.option("--store", "stores", multiple=True, type=click.Path(file_okay=False), metavar="DIR",
-                     help="A patch store of yours, layered over the bundled one (repeatable; also PATCHCTL_STORE, "
-                          "a path list, and `stores:` in the config file)."),
-        click.option("--no-bundled", is_flag=True,
-                     help="Leave the bundled patch set out (only with a store of yours; also PATCHCTL_BUNDLED=0)."),
+        click.option(
+            "--store",
+            "stores",
+            multiple=True,
+            type=click.Path(file_okay=False),
+            metavar="DIR",
+            help="A patch store of yours, layered over the bundled one (repeatable; also PATCHCTL_STORE, "
+            "a path list, and `stores:` in the config file).",
+        ),
+        click.option(
+            "--no-bundled",
+            is_flag=True,
+            help="Leave the bundled patch set out (only with a store of yours; also PATCHCTL_BUNDLED=0).",
+        ),
     )
 
 
@@ -164,10 +175,16 @@ def _set_timeout(ctx: click.Context, param: click.Parameter, value: float | None
 
 
 timeout_option = click.option(
-    "--timeout", type=float, default=None, expose_value=False, callback=_set_timeout, metavar="SECONDS",
+    "--timeout",
+    type=float,
+    default=None,
+    expose_value=False,
+    callback=_set_timeout,
+    metavar="SECONDS",
     help="Deadline of each network request, connect to last byte [default: 60]; a larger answer's "
-         "grows by the size it may carry at 256 KiB/s, fixed up front (docs/limits.md); reading an image's "
-         "layers, by their size at 4 MiB/s. Lock waits are --wait's.")
+    "grows by the size it may carry at 256 KiB/s, fixed up front (docs/limits.md); reading an image's "
+    "layers, by their size at 4 MiB/s. Lock waits are --wait's.",
+)
 
 
 _SIZE = re.compile(r"([0-9]{1,20})\s*(?:([KMGT])(?:iB)?)?", re.ASCII | re.IGNORECASE)
@@ -198,32 +215,53 @@ def _set_max_download(ctx: click.Context, param: click.Parameter, value: str | N
 
 
 max_download_option = click.option(
-    "--max-download", type=str, default=None, expose_value=False, callback=_set_max_download, metavar="SIZE",
+    "--max-download",
+    type=str,
+    default=None,
+    expose_value=False,
+    callback=_set_max_download,
+    metavar="SIZE",
     help="Most bytes any one download may carry, e.g. --max-download 2GiB [default: 1GiB, twice vLLM's largest "
-         "wheel]; a file the index lists as larger is refused before it is fetched (docs/limits.md).")
+    "wheel]; a file the index lists as larger is refused before it is fetched (docs/limits.md).",
+)
 
 
 def _fetch_flags(f: F, *, with_as_version: bool) -> F:
     consumed = ["index_url", "offline", "nightly_source", "repo", "verify"] + (["as_version"] if with_as_version else [])
 
-    def build(index_url: str | None = None, offline: bool = False, nightly_source: str | None = None,
-              repo: str | None = None, verify: bool = False, as_version: Version | None = None) -> Any:
+    def build(
+        index_url: str | None = None,
+        offline: bool = False,
+        nightly_source: str | None = None,
+        repo: str | None = None,
+        verify: bool = False,
+        as_version: Version | None = None,
+    ) -> Any:
         # The flags become the one type that says how to fetch (sources.fetch.SourceContext), here.
         from patchctl.cli.progress import progress_for
         from patchctl.sources.fetch import SourceContext
 
-        return SourceContext(index_url=index_url, offline=offline, progress=progress_for(),
-                             nightly_source=nightly_source, repo=repo, version_override=as_version,
-                             sparse=not verify)
+        return SourceContext(
+            index_url=index_url,
+            offline=offline,
+            progress=progress_for(),
+            nightly_source=nightly_source,
+            repo=repo,
+            version_override=as_version,
+            sparse=not verify,
+        )
 
     declared = [
         timeout_option,
         max_download_option,
         click.option("--index-url", help="Package index (default: pip's configuration, PIP_INDEX_URL)."),
         click.option("--offline", is_flag=True, help="Use only the cache; never touch the network."),
-        click.option("--verify", is_flag=True,
-                     help="Download the whole artifact and check its sha256 against the index, instead of range "
-                          "reads whose bytes are as the index served them (source.verified says which)."),
+        click.option(
+            "--verify",
+            is_flag=True,
+            help="Download the whole artifact and check its sha256 against the index, instead of range "
+            "reads whose bytes are as the index served them (source.verified says which).",
+        ),
         click.option("--nightly-source", help="Where ENGINE@nightly comes from (wheel index URL or git URL)."),
         click.option("--repo", help="Git repository (URL or path) for ENGINE@git:REF."),
     ] + ([as_version_option] if with_as_version else [])
@@ -240,8 +278,6 @@ def fetch_options(f: F) -> F:
     return _fetch_flags(f, with_as_version=False)
 
 
-
-
 def apply_options(f: F) -> F:
     """--strict, --allow-modified → `options` (the apply engine's Options)."""
 
@@ -253,8 +289,7 @@ def apply_options(f: F) -> F:
     return _apply(
         _inject(f, "options", build, "strict", "allow_modified"),
         click.option("--strict", is_flag=True, help="Treat fuzz as a failure."),
-        click.option("--allow-modified", is_flag=True,
-                     help="Accept variant files whose sha256 differs from the series pin."),
+        click.option("--allow-modified", is_flag=True, help="Accept variant files whose sha256 differs from the series pin."),
     )
 
 
@@ -266,16 +301,19 @@ def write_options(f: F) -> F:
     def build(allow_fuzz: bool, allow_modified: bool) -> Any:
         from patchctl.patching.options import Options
 
-        return Options(strict=not allow_fuzz, allow_modified=allow_modified,
-                          fuzz_refusal="apply refuses fuzz by default: review the hunks with `patchctl check`, "
-                                       "rebase the patch, or pass --allow-fuzz")
+        return Options(
+            strict=not allow_fuzz,
+            allow_modified=allow_modified,
+            fuzz_refusal="apply refuses fuzz by default: review the hunks with `patchctl check`, "
+            "rebase the patch, or pass --allow-fuzz",
+        )
 
     return _apply(
         _inject(f, "options", build, "allow_fuzz", "allow_modified"),
-        click.option("--allow-fuzz", is_flag=True,
-                     help="Accept hunks that only apply with reduced context (refused by default)."),
-        click.option("--allow-modified", is_flag=True,
-                     help="Accept variant files whose sha256 differs from the series pin."),
+        click.option(
+            "--allow-fuzz", is_flag=True, help="Accept hunks that only apply with reduced context (refused by default)."
+        ),
+        click.option("--allow-modified", is_flag=True, help="Accept variant files whose sha256 differs from the series pin."),
     )
 
 
@@ -289,10 +327,15 @@ def target_options(f: F) -> F:
     """--python / --target / --as-version → `where` (a TargetSpec)."""
     return _apply(
         _inject(f, "where", _target_spec, "python", "target_dir", "as_version"),
-        click.option("--python", "python",
-                     help="Interpreter whose environment holds the engine (default: the first python3 on PATH)."),
-        click.option("--target", "target_dir", type=click.Path(file_okay=False),
-                     help="A source checkout or unpacked tree to patch instead of an installed engine."),
+        click.option(
+            "--python", "python", help="Interpreter whose environment holds the engine (default: the first python3 on PATH)."
+        ),
+        click.option(
+            "--target",
+            "target_dir",
+            type=click.Path(file_okay=False),
+            help="A source checkout or unpacked tree to patch instead of an installed engine.",
+        ),
         as_version_option,
     )
 
@@ -310,11 +353,21 @@ def selection_options(f: F) -> F:
 
     return _apply(
         _inject(f, "selection", build, "patches", "exclude"),
-        click.option("--patch", "patches", multiple=True, metavar="NAME",
-                     help="Only this patch of the series, with the patches it depends on (repeatable; recorded: "
-                          "`ensure` keeps the choice)."),
-        click.option("--exclude", "exclude", multiple=True, metavar="NAME",
-                     help="Every patch of the series but this one (repeatable; recorded)."),
+        click.option(
+            "--patch",
+            "patches",
+            multiple=True,
+            metavar="NAME",
+            help="Only this patch of the series, with the patches it depends on (repeatable; recorded: "
+            "`ensure` keeps the choice).",
+        ),
+        click.option(
+            "--exclude",
+            "exclude",
+            multiple=True,
+            metavar="NAME",
+            help="Every patch of the series but this one (repeatable; recorded).",
+        ),
     )
 
 

@@ -3,6 +3,7 @@
 rich is imported only when a bar is started on a terminal: `ensure` under systemd, `--json` runs and
 runs that download nothing never import it.
 """
+
 from __future__ import annotations
 
 import sys
@@ -22,8 +23,9 @@ class RichProgress:
     def start(self, label: str, total: int | None) -> None:
         from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
-        self._progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
-                                  TransferSpeedColumn(), transient=True)
+        self._progress = Progress(
+            TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), transient=True
+        )
         self._progress.start()
         self._task = self._progress.add_task(label, total=total)
 

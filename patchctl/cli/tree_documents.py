@@ -1,6 +1,7 @@
 """The documents of the commands that work on a tree (apply, ensure, revert, status): tree.service's typed
 results mapped to the --json dicts, once for the commands and their image path, so that no command
 imports another."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
@@ -37,23 +38,35 @@ def apply_document(run: ApplyRun, command: str, *, dry_run: bool = False, instal
 
 def tree_document(r: ApplyResult, command: str, *, dry_run: bool = False) -> dict:
     target = r.target
-    fields: dict[str, Any] = dict(engine=target.engine.name, version=str(target.version), target=str(target.root),
-                                  source={"kind": "target", "description": target.how})
+    fields: dict[str, Any] = dict(
+        engine=target.engine.name,
+        version=str(target.version),
+        target=str(target.root),
+        source={"kind": "target", "description": target.how},
+    )
     if r.failure is not None:
         error = {"kind": r.failure.kind, "message": r.failure.message, "hint": r.failure.hint}
         if r.failure.state is not None:  # changed by hand: nothing evaluated
-            return document(command, EXIT_PATCH_FAILED, state=r.failure.state, written=[], removed=[], error=error,
-                            **fields)
+            return document(command, EXIT_PATCH_FAILED, state=r.failure.state, written=[], removed=[], error=error, **fields)
         assert r.result is not None  # a failure without a state is patches that do not apply
-        return document(command, EXIT_PATCH_FAILED, patches=series_json(r.result), written=[], removed=[],
-                        error=error, **fields)
+        return document(command, EXIT_PATCH_FAILED, patches=series_json(r.result), written=[], removed=[], error=error, **fields)
     if r.result is None:  # ensure: intact, nothing evaluated
         assert r.record is not None  # the service evaluates nothing only on a record it loaded
         if r.unlocked is not None:
-            fields["warnings"] = [f"read without the lock: {target.state().dir} cannot be written ({r.unlocked}); "
-                                  f"the patches are intact, nothing was written"]
-        return document(command, EXIT_OK, patches=[_recorded(p) for p in r.record.patches], written=[], removed=[],
-                        note=r.note, state_before=r.state_before, **fields)
+            fields["warnings"] = [
+                f"read without the lock: {target.state().dir} cannot be written ({r.unlocked}); "
+                f"the patches are intact, nothing was written"
+            ]
+        return document(
+            command,
+            EXIT_OK,
+            patches=[_recorded(p) for p in r.record.patches],
+            written=[],
+            removed=[],
+            note=r.note,
+            state_before=r.state_before,
+            **fields,
+        )
     if r.record is not None and not r.record.selection.everything:
         fields["selection"] = r.record.selection.to_json()
     fields["warnings"] = list(r.warnings)
@@ -66,14 +79,26 @@ def tree_document(r: ApplyResult, command: str, *, dry_run: bool = False) -> dic
         notes.append(f"wrote {len(r.written)} file(s)")
     if r.removed:
         notes.append(f"{'would take' if dry_run else 'took'} {', '.join(r.removed)} out")
-    return document(command, EXIT_PATCH_FAILED if failed else EXIT_OK, patches=series_json(r.result),
-                    written=list(r.written), removed=list(r.removed), note="; ".join(notes) or None, **fields)
+    return document(
+        command,
+        EXIT_PATCH_FAILED if failed else EXIT_OK,
+        patches=series_json(r.result),
+        written=list(r.written),
+        removed=list(r.removed),
+        note="; ".join(notes) or None,
+        **fields,
+    )
 
 
 def _recorded(p: PatchRecord) -> dict:
-    return {"name": p.name, "outcome": O.ALREADY_APPLIED if p.outcome in O.WRITES else p.outcome,
-            "variant": p.variant, "reason": "recorded as applied, and every file it wrote is intact",
-            "files": [], "hunks": []}
+    return {
+        "name": p.name,
+        "outcome": O.ALREADY_APPLIED if p.outcome in O.WRITES else p.outcome,
+        "variant": p.variant,
+        "reason": "recorded as applied, and every file it wrote is intact",
+        "files": [],
+        "hunks": [],
+    }
 
 
 def _build_line(build: BuildRecord | None) -> str:
@@ -89,11 +114,20 @@ def revert_document(r: RevertResult) -> dict:
     fields = dict(engine=target.engine.name, version=str(target.version), target=str(target.root))
     if r.reverted:  # revert --patch
         kept = [p.name for p in r.record.patches] if r.record else []
-        message = (f"took {', '.join(r.reverted)} out ({len(r.restored)} file(s) written); still applied: "
-                   f"{', '.join(kept) or 'none'}")
-        return document("revert", EXIT_OK, **fields, restored=list(r.restored), skipped=[],
-                        reverted=list(r.reverted), applied=kept,
-                        selection=r.record.selection.to_json() if r.record else None, message=message)
+        message = (
+            f"took {', '.join(r.reverted)} out ({len(r.restored)} file(s) written); still applied: {', '.join(kept) or 'none'}"
+        )
+        return document(
+            "revert",
+            EXIT_OK,
+            **fields,
+            restored=list(r.restored),
+            skipped=[],
+            reverted=list(r.reverted),
+            applied=kept,
+            selection=r.record.selection.to_json() if r.record else None,
+            message=message,
+        )
     message = r.note or f"restored {len(r.restored)} file(s) byte for byte"
     if r.skipped:
         message += f"; {len(r.skipped)} already pristine"
@@ -101,8 +135,13 @@ def revert_document(r: RevertResult) -> dict:
 
 
 # A tree's state → status's exit code: a wiped, upgraded or hand-edited patch set is a drift (1).
-EXIT_BY_STATE = {"intact": EXIT_OK, "not-applied": EXIT_OK, "wiped": EXIT_PATCH_FAILED,
-                 "version-changed": EXIT_PATCH_FAILED, "modified": EXIT_PATCH_FAILED}
+EXIT_BY_STATE = {
+    "intact": EXIT_OK,
+    "not-applied": EXIT_OK,
+    "wiped": EXIT_PATCH_FAILED,
+    "version-changed": EXIT_PATCH_FAILED,
+    "modified": EXIT_PATCH_FAILED,
+}
 
 
 def status_document(r: StatusResult) -> tuple[dict, int]:
@@ -110,8 +149,13 @@ def status_document(r: StatusResult) -> tuple[dict, int]:
     code = EXIT_BY_STATE[st.state]
     record = st.record
     doc = document(
-        "status", code, engine=target.engine.name, version=str(target.version), target=str(target.root),
-        state=st.state, message=st.message + (" (recovered an interrupted run first)" if r.recovered else ""),
+        "status",
+        code,
+        engine=target.engine.name,
+        version=str(target.version),
+        target=str(target.root),
+        state=st.state,
+        message=st.message + (" (recovered an interrupted run first)" if r.recovered else ""),
         applied_version=record.version if record else None,
         applied_at=record.applied_at if record else None,
         applied=[p.to_json() for p in record.patches] if record else [],
@@ -125,7 +169,8 @@ def status_document(r: StatusResult) -> tuple[dict, int]:
         build=record.build._asdict() if record and record.build else None,
         installed_build=target.build._asdict() if target.build else None,
         files=[f._asdict() for f in st.files],
-        unmanaged=list(r.unmanaged), warnings=list(r.warnings),
+        unmanaged=list(r.unmanaged),
+        warnings=list(r.warnings),
     )
     doc["note"] = unmanaged_line(doc)  # printed after the message
     return doc, code
@@ -137,5 +182,7 @@ def unmanaged_line(doc: dict) -> str | None:
         return None
     shown = ", ".join(paths[:10]) + (f" and {len(paths) - 10} more" if len(paths) > 10 else "")
     files = "1 file differs" if len(paths) == 1 else f"{len(paths)} files differ"
-    return (f"{files} from {doc['engine']} {doc['version']} and belong{'s' if len(paths) == 1 else ''} to no patch: "
-            f"{shown}; `patchctl new {doc['engine']} NAME` turns {'it' if len(paths) == 1 else 'them'} into one")
+    return (
+        f"{files} from {doc['engine']} {doc['version']} and belong{'s' if len(paths) == 1 else ''} to no patch: "
+        f"{shown}; `patchctl new {doc['engine']} NAME` turns {'it' if len(paths) == 1 else 'them'} into one"
+    )

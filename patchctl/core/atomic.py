@@ -5,6 +5,7 @@ file or the new one, never a part of either.
 The rename gives the path a new inode, so a hardlinked install (uv's cache) is never written
 through. `_os_write` is the seam tests monkeypatch to simulate short writes and a full disk.
 """
+
 from __future__ import annotations
 
 import errno
@@ -32,8 +33,9 @@ def temp_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.patchctl-{os.getpid()}{thread}.tmp")
 
 
-def write_atomic(path: str | os.PathLike, data: bytes, *, mode: int | None = None,
-                 owner: tuple[int, int] | None = None, durable: bool = True) -> None:
+def write_atomic(
+    path: str | os.PathLike, data: bytes, *, mode: int | None = None, owner: tuple[int, int] | None = None, durable: bool = True
+) -> None:
     """Replace `path` with `data` all-or-nothing; the parent directory is created if missing.
 
     mode: the new file's permission bits, exactly (no umask). By default the old file's, as an
@@ -53,14 +55,20 @@ def write_atomic(path: str | os.PathLike, data: bytes, *, mode: int | None = Non
     except OSError as exc:
         raise WriteError(exc.errno, exc.strerror or str(exc), str(path)) from exc
     try:
-        _write_in(dir_fd, path.name, data, mode=mode, owner=owner, durable=durable, shown=str(path),
-                  follow=True)
+        _write_in(dir_fd, path.name, data, mode=mode, owner=owner, durable=durable, shown=str(path), follow=True)
     finally:
         os.close(dir_fd)
 
 
-def write_atomic_at(dir_fd: int, name: str, data: bytes, *, mode: int | None = None,
-                    owner: tuple[int, int] | None = None, shown: str | None = None) -> None:
+def write_atomic_at(
+    dir_fd: int,
+    name: str,
+    data: bytes,
+    *,
+    mode: int | None = None,
+    owner: tuple[int, int] | None = None,
+    shown: str | None = None,
+) -> None:
     """write_atomic for a file `name` in the directory open as `dir_fd`, following no symlink: the
     temp file is created new (O_EXCL | O_NOFOLLOW), the old file's mode is read without following a
     link, and the rename happens inside that very directory, whatever its path now leads to. For
@@ -69,8 +77,17 @@ def write_atomic_at(dir_fd: int, name: str, data: bytes, *, mode: int | None = N
     _write_in(dir_fd, name, data, mode=mode, owner=owner, durable=True, shown=shown or name, follow=False)
 
 
-def _write_in(dir_fd: int, name: str, data: bytes, *, mode: int | None, owner: tuple[int, int] | None,
-              durable: bool, shown: str, follow: bool) -> None:
+def _write_in(
+    dir_fd: int,
+    name: str,
+    data: bytes,
+    *,
+    mode: int | None,
+    owner: tuple[int, int] | None,
+    durable: bool,
+    shown: str,
+    follow: bool,
+) -> None:
     tmp = temp_path(Path(name)).name
     created = False
     try:
@@ -85,8 +102,7 @@ def _write_in(dir_fd: int, name: str, data: bytes, *, mode: int | None, owner: t
             os.unlink(tmp, dir_fd=dir_fd)  # a leftover of a dead process of the same pid (or a planted link)
         except FileNotFoundError:
             pass
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW, 0o644 if mode is None else mode,
-                     dir_fd=dir_fd)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW, 0o644 if mode is None else mode, dir_fd=dir_fd)
         created = True
         try:
             _write_all(fd, data)

@@ -1,6 +1,7 @@
 """Where things live, and what the config file says (which index, which nightly source): flags >
 environment > config file. pip's own settings come after these, read by the sources layer
 (sources/fetch.resolve_index), which knows pip."""
+
 from __future__ import annotations
 
 import os
@@ -53,9 +54,13 @@ def load_config() -> dict:
         raise UsageError(f"config file {path} is not valid YAML: {exc}") from None
     if not isinstance(data, dict):
         raise UsageError(f"config file {path} must hold a mapping")
-    return validate("config", data, f"config file {path}", error=UsageError,
-                    hint="keys: index_url, index_max_age, stores, nightly.<engine>.{url, ref, kind, variant} "
-                         "(docs/configuration.md)")
+    return validate(
+        "config",
+        data,
+        f"config file {path}",
+        error=UsageError,
+        hint="keys: index_url, index_max_age, stores, nightly.<engine>.{url, ref, kind, variant} (docs/configuration.md)",
+    )
 
 
 class IndexChoice(NamedTuple):

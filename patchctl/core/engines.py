@@ -1,4 +1,5 @@
 """Per-engine facts, loaded from engines.yaml: the one place that knows vLLM from SGLang."""
+
 from __future__ import annotations
 
 import functools
@@ -64,7 +65,7 @@ class Engine(NamedTuple):
             return None
         inner = member.split("/", 1)[1]
         prefix = self.layout_prefix("git")
-        return inner[len(prefix):] if prefix and inner.startswith(prefix) else inner
+        return inner[len(prefix) :] if prefix and inner.startswith(prefix) else inner
 
     def moves_at(self, version: Version) -> tuple[Move, ...]:
         return tuple(m for m in self.moved_to if version >= m.since)
@@ -74,8 +75,13 @@ class Engine(NamedTuple):
 def all_engines() -> dict[str, Engine]:
     """engines.yaml, checked against patchctl/core/schemas/engines.json (a broken one is a bug: exit 3)."""
     text = resources.files("patchctl.core").joinpath("engines.yaml").read_text()
-    raw = validate("engines", load_yaml(text), "patchctl/core/engines.yaml", error=EnvironmentProblem,
-                   hint="reinstall patchctl, or fix engines.yaml (docs/configuration.md)")
+    raw = validate(
+        "engines",
+        load_yaml(text),
+        "patchctl/core/engines.yaml",
+        error=EnvironmentProblem,
+        hint="reinstall patchctl, or fix engines.yaml (docs/configuration.md)",
+    )
     engines = {}
     for name, data in raw.items():
         nightly = data.get("nightly") or {"kind": "none"}
@@ -85,11 +91,10 @@ def all_engines() -> dict[str, Engine]:
             packages=tuple(data["packages"]),
             layouts=dict(data.get("layouts") or {}),
             git_url=data.get("git_url"),
-            nightly=NightlyDefaults(nightly["kind"], nightly.get("url"), nightly.get("ref"), nightly.get("variant"),
-                                    nightly.get("commit_layout")),
-            moved_to=tuple(
-                Move(Version(m["from"]), m["engine"], m["what"]) for m in data.get("moved_to") or ()
+            nightly=NightlyDefaults(
+                nightly["kind"], nightly.get("url"), nightly.get("ref"), nightly.get("variant"), nightly.get("commit_layout")
             ),
+            moved_to=tuple(Move(Version(m["from"]), m["engine"], m["what"]) for m in data.get("moved_to") or ()),
             smoke_env=dict(data.get("smoke_env") or {}),
             version_package=data["version"]["package"],
             version_files=tuple(data["version"]["files"]),

@@ -9,6 +9,7 @@ traceback is written to a crash log in the data dir) · 130 interrupted (Ctrl-C)
 The other classes here (not PatchctlError) are signals between modules that their callers turn into
 one of the above; one that escapes is a bug, reported as an internal error.
 """
+
 from __future__ import annotations
 
 import errno as _errno
@@ -25,6 +26,7 @@ if TYPE_CHECKING:  # errors.py imports nothing of patchctl: an error carries pla
         path: tuple[Any, ...] | None
 
         def __init__(self, message: str, path: tuple[Any, ...] | None = None) -> None: ...
+
 
 EXIT_OK = 0
 EXIT_PATCH_FAILED = 1
@@ -76,9 +78,13 @@ class AnswerTooLarge(NetworkError):
 # What a resolver, socket or git says, in words a user can act on (the raw text stays available
 # to anyone who runs the command with the network they have).
 _PLAIN = (
-    (re.compile(r"Could not resolve host|Failed to resolve|NameResolutionError|Name or service not known|"
-                r"Temporary failure in name resolution|nodename nor servname"),
-     "its host name does not resolve here (no DNS or no network)"),
+    (
+        re.compile(
+            r"Could not resolve host|Failed to resolve|NameResolutionError|Name or service not known|"
+            r"Temporary failure in name resolution|nodename nor servname"
+        ),
+        "its host name does not resolve here (no DNS or no network)",
+    ),
     (re.compile(r"Connection refused"), "the connection was refused"),
     (re.compile(r"timed out|Timeout", re.I), "the connection timed out"),
     (re.compile(r"(?:CERTIFICATE_VERIFY_FAILED|SSL)"), "its TLS certificate could not be verified"),
@@ -108,6 +114,7 @@ class InternalError(PatchctlError):
 
 # --- the tree (patchctl/tree/) ---
 
+
 class Planted(EnvironmentProblem):
     """Something patchctl would have to follow or read is not what it made: a link, a FIFO, a device,
     a folder owned by another user. Refused (exit 3, error kind `environment`), nothing read or
@@ -133,8 +140,10 @@ def write_hint(errno: int | None) -> str:
     """What to do about a write into the tree that failed with `errno`, in words (the start of a
     hint): a permission error is not a full disk."""
     if errno in (_errno.EACCES, _errno.EPERM):
-        return ("give the user running patchctl write permission on the file or folder named (or run "
-                "patchctl as the owner of the environment)")
+        return (
+            "give the user running patchctl write permission on the file or folder named (or run "
+            "patchctl as the owner of the environment)"
+        )
     if errno == _errno.EROFS:
         return "make the file system writable (remount it read-write)"
     return "free space (or fix the disk)"
@@ -149,6 +158,7 @@ class RecordUnmet(EnvironmentProblem):
 
 # --- writing files (patchctl/core/atomic.py) ---
 
+
 class WriteError(OSError):
     """A failed write_atomic: errno, strerror (the reason) and filename (the path written) as any
     OSError; its message reads `cannot write PATH: REASON`."""
@@ -159,6 +169,7 @@ class WriteError(OSError):
 
 # --- reading from the network and from archives (patchctl/sources/) ---
 
+
 class RangeNotSupported(Exception):
     """The server answered a Range request with the whole file (200): the caller reads it whole."""
 
@@ -168,6 +179,7 @@ class ZipFormatError(ValueError):
 
 
 # --- a served engine (patchctl/validate/) ---
+
 
 class ServerStartError(EnvironmentProblem):
     """The server exited, or did not get ready in time; carries its log tail (exit code 3)."""
@@ -221,6 +233,7 @@ class CacheFileDamaged(Exception):
 
 # --- container images (patchctl/image/) ---
 
+
 class ImageRefError(UsageError):
     """An image reference that cannot be read (`REGISTRY/REPO:TAG`, `@sha256:…`, `oci:DIR[:TAG]`): exit 2."""
 
@@ -238,8 +251,11 @@ class BlobMismatch(RegistryError):
     """A blob whose bytes are not its digest (or not the manifest's size): refused, exit 3."""
 
     def __init__(self, message: str, digest: str):
-        super().__init__(message, hint="the copy is damaged or was changed after its digest was taken: fetch "
-                                       "the image again (skopeo copy, or pull it from its registry)")
+        super().__init__(
+            message,
+            hint="the copy is damaged or was changed after its digest was taken: fetch "
+            "the image again (skopeo copy, or pull it from its registry)",
+        )
         self.digest = digest
 
 

@@ -1,5 +1,6 @@
 """Deterministic git plumbing shared by rebase and the test builders: fixed identity and dates,
 so the same inputs always give byte-identical commits and format-patch output."""
+
 from __future__ import annotations
 
 import os
@@ -7,9 +8,11 @@ import subprocess
 from pathlib import Path
 
 FIXED_ENV = {
-    "GIT_AUTHOR_NAME": "patchctl", "GIT_AUTHOR_EMAIL": "patchctl@localhost",
+    "GIT_AUTHOR_NAME": "patchctl",
+    "GIT_AUTHOR_EMAIL": "patchctl@localhost",
     "GIT_AUTHOR_DATE": "2000-01-01T00:00:00+0000",
-    "GIT_COMMITTER_NAME": "patchctl", "GIT_COMMITTER_EMAIL": "patchctl@localhost",
+    "GIT_COMMITTER_NAME": "patchctl",
+    "GIT_COMMITTER_EMAIL": "patchctl@localhost",
     "GIT_COMMITTER_DATE": "2000-01-01T00:00:00+0000",
     "GIT_CONFIG_NOSYSTEM": "1",
     # A user's ~/.gitconfig (diff.noprefix, format.signature, a hook path...) must not change the bytes.

@@ -5,6 +5,7 @@ patchctl to 22 GB) and a deadline it cannot extend. What an environment holds is
 (`patchctl/core/pyenv.py`), never by running its interpreter: a `.pth` in a service user's site-packages
 would otherwise run as root. Engines are never imported in-process (vLLM takes >10 s and wants CUDA).
 """
+
 from __future__ import annotations
 
 import json
@@ -32,15 +33,29 @@ class Ran:
         self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
 
 
-def run_bounded(cmd: list[str], *, timeout: float, limit: int = OUTPUT_LIMIT, what: str | None = None,
-                env: dict[str, str] | None = None, cwd: str | os.PathLike | None = None) -> Ran:
+def run_bounded(
+    cmd: list[str],
+    *,
+    timeout: float,
+    limit: int = OUTPUT_LIMIT,
+    what: str | None = None,
+    env: dict[str, str] | None = None,
+    cwd: str | os.PathLike | None = None,
+) -> Ran:
     """cmd in a new session, stdin empty; exit 3 (naming it and the limit) when it prints more than
     `limit` bytes or runs past `timeout` seconds; either way its whole process group is killed and
     reaped first. Whatever it left running when it exited is killed too."""
     shown = what or cmd[0]
     try:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                start_new_session=True, env=env, cwd=cwd)
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            env=env,
+            cwd=cwd,
+        )
     except OSError as exc:
         raise EnvironmentProblem(f"cannot run {shown}: {exc}") from None
     deadline = time.monotonic() + timeout
@@ -129,8 +144,7 @@ def probe(python: str, script: str, *args: str, timeout: float = 60, isolated: b
     flags = ISOLATED if isolated else ()
     # No bytecode written: a sealed smoke venv must stay as built (smoketest/sealed.py).
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-    ran = run_bounded([python, *flags, "-c", script, *args], timeout=timeout, env=env,
-                      what=f"the Python interpreter {python}")
+    ran = run_bounded([python, *flags, "-c", script, *args], timeout=timeout, env=env, what=f"the Python interpreter {python}")
     stdout = ran.stdout.decode(errors="replace")
     if ran.returncode != 0:
         stderr = ran.stderr.decode(errors="replace")

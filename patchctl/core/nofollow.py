@@ -13,6 +13,7 @@ The bookkeeping follows no link at all (open_dir, read_at, ...). The tree's own 
 through links the tree holds (`*_beneath`): those are read with readlinkat and followed only while
 they stay inside the tree, every step relative to the folder before it, so nothing the tree's owner
 swaps in between a check and a use is followed out of it."""
+
 from __future__ import annotations
 
 import errno
@@ -30,8 +31,9 @@ RECORD_LIMIT = 64 << 20  # state.json, journal.json: a few KiB in practice
 FILE_LIMIT = 256 << 20  # a backup or a patched file: the largest .py of an engine is under 1 MiB
 
 
-def open_dir(parent_fd: int, name: str, shown: Path | str, *, create: bool = False,
-             owners: frozenset[int] | None = None) -> int | None:
+def open_dir(
+    parent_fd: int, name: str, shown: Path | str, *, create: bool = False, owners: frozenset[int] | None = None
+) -> int | None:
     """The folder `name` in `parent_fd` as a descriptor; None when it is missing (create: made, 0o755).
     owners: the uids it may belong to. A link, a file or another user's folder in its place: Planted."""
     for _ in range(3):
@@ -47,9 +49,11 @@ def open_dir(parent_fd: int, name: str, shown: Path | str, *, create: bool = Fal
                 pass
         except OSError as exc:
             if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                raise Planted(f"{shown} is not a directory (a symlink or a file): patchctl follows no link in its "
-                              f"bookkeeping and writes nothing through it",
-                              hint="remove it: patchctl did not make it (someone who can write the tree did)") from None
+                raise Planted(
+                    f"{shown} is not a directory (a symlink or a file): patchctl follows no link in its "
+                    f"bookkeeping and writes nothing through it",
+                    hint="remove it: patchctl did not make it (someone who can write the tree did)",
+                ) from None
             raise
     else:
         raise FileNotFoundError(errno.ENOENT, "removed while being created", str(shown))
@@ -58,17 +62,18 @@ def open_dir(parent_fd: int, name: str, shown: Path | str, *, create: bool = Fal
         if not stat.S_ISDIR(st.st_mode):  # O_DIRECTORY makes this impossible; kept for platforms without it
             raise Planted(f"{shown} is not a directory")
         if owners is not None and st.st_uid not in owners:
-            raise Planted(f"{shown} belongs to uid {st.st_uid}, neither the tree's owner nor root: patchctl does "
-                          f"not trust bookkeeping another user made",
-                          hint="remove it (or chown it to the tree's owner), then run the command again")
+            raise Planted(
+                f"{shown} belongs to uid {st.st_uid}, neither the tree's owner nor root: patchctl does "
+                f"not trust bookkeeping another user made",
+                hint="remove it (or chown it to the tree's owner), then run the command again",
+            )
     except BaseException:
         os.close(fd)
         raise
     return fd
 
 
-def read_at(dir_fd: int, name: str, shown: Path | str, limit: int = FILE_LIMIT, *,
-            owners: frozenset[int]) -> bytes | None:
+def read_at(dir_fd: int, name: str, shown: Path | str, limit: int = FILE_LIMIT, *, owners: frozenset[int]) -> bytes | None:
     """The bytes of the bookkeeping file `name` in `dir_fd`, None when it is missing. A link, a FIFO,
     a device or a folder in its place, a hard link, a file of another user (own_file) or a file over
     `limit` bytes: Planted (no hang, no memory blow-up, nothing of another file read)."""
@@ -78,8 +83,10 @@ def read_at(dir_fd: int, name: str, shown: Path | str, limit: int = FILE_LIMIT, 
         return None
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise Planted(f"{shown} is a symlink: patchctl reads its bookkeeping through no link",
-                          hint="remove it: patchctl did not make it") from None
+            raise Planted(
+                f"{shown} is a symlink: patchctl reads its bookkeeping through no link",
+                hint="remove it: patchctl did not make it",
+            ) from None
         raise
     try:
         own_file(fd, shown, owners)
@@ -97,16 +104,21 @@ def own_file(fd: int, shown: Path | str, owners: frozenset[int]) -> os.stat_resu
     real one always passes."""
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
-        raise Planted(f"{shown} is not a regular file (a FIFO, a device, a socket or a folder): patchctl reads "
-                      f"none", hint="remove it: patchctl did not make it")
+        raise Planted(
+            f"{shown} is not a regular file (a FIFO, a device, a socket or a folder): patchctl reads none",
+            hint="remove it: patchctl did not make it",
+        )
     if st.st_nlink != 1:
-        raise Planted(f"{shown} has {st.st_nlink} hard links: patchctl reads and writes no bookkeeping file that "
-                      f"is also another file", hint="remove it: patchctl did not make it (someone who can write "
-                                                    "the tree did)")
+        raise Planted(
+            f"{shown} has {st.st_nlink} hard links: patchctl reads and writes no bookkeeping file that is also another file",
+            hint="remove it: patchctl did not make it (someone who can write the tree did)",
+        )
     if st.st_uid not in owners:
-        raise Planted(f"{shown} belongs to uid {st.st_uid}, neither the tree's owner nor root: patchctl does not "
-                      f"trust bookkeeping another user made",
-                      hint="remove it (or chown it to the tree's owner), then run the command again")
+        raise Planted(
+            f"{shown} belongs to uid {st.st_uid}, neither the tree's owner nor root: patchctl does not "
+            f"trust bookkeeping another user made",
+            hint="remove it (or chown it to the tree's owner), then run the command again",
+        )
     return st
 
 
@@ -151,9 +163,11 @@ class _Beneath:
         return [p for p in joined.split("/") if p not in ("", ".")]
 
     def _outside(self, shown: str, where: str) -> Planted:
-        return Planted(f"{self.root / shown} is a symlink (or lies under one) to {where}, outside the tree: "
-                       f"patchctl reads and writes nothing through it",
-                       hint="replace the link by the file it names (or remove it), then run the command again")
+        return Planted(
+            f"{self.root / shown} is a symlink (or lies under one) to {where}, outside the tree: "
+            f"patchctl reads and writes nothing through it",
+            hint="replace the link by the file it names (or remove it), then run the command again",
+        )
 
     def folder(self, parts: list[str], shown: str, *, create: bool = False) -> tuple[int, list[str]]:
         """The folder `parts` open (links inside the tree followed) and its real parts from the root.
@@ -190,8 +204,9 @@ class _Beneath:
                         target = os.readlink(part, dir_fd=fd)
                     except OSError as again:
                         if again.errno == errno.EINVAL and exc.errno == errno.ENOTDIR:
-                            raise NotADirectoryError(errno.ENOTDIR, "a file, not a folder",
-                                                     str(self.root.joinpath(*real, part))) from None
+                            raise NotADirectoryError(
+                                errno.ENOTDIR, "a file, not a folder", str(self.root.joinpath(*real, part))
+                            ) from None
                         if again.errno in (errno.EINVAL, errno.ENOENT):  # swapped meanwhile: look again
                             todo.insert(0, part)
                             self.links += 1
@@ -316,8 +331,10 @@ def folder_beneath(root: Path, rel: str) -> Iterator[int | None]:
 def _read_fd(fd: int, shown: Path | str, limit: int) -> bytes:
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
-        raise Planted(f"{shown} is not a regular file (a FIFO, a device, a socket or a folder): patchctl reads none",
-                      hint="remove it: patchctl did not make it")
+        raise Planted(
+            f"{shown} is not a regular file (a FIFO, a device, a socket or a folder): patchctl reads none",
+            hint="remove it: patchctl did not make it",
+        )
     if st.st_size > limit:
         raise Planted(f"{shown} is {st.st_size} bytes, more than patchctl reads there ({limit})")
     chunks: list[bytes] = []
@@ -376,11 +393,27 @@ def rmtree_at(dir_fd: int, name: str) -> None:
         pass
 
 
-__all__ = ["FILE_LIMIT", "RECORD_LIMIT", "Planted", "exists_at", "folder_beneath", "lstat_beneath", "open_dir",
-           "own_file", "open_regular", "parent_beneath", "read_at", "read_beneath", "rmtree_at", "stat_beneath", "unlink_at"]
+__all__ = [
+    "FILE_LIMIT",
+    "RECORD_LIMIT",
+    "Planted",
+    "exists_at",
+    "folder_beneath",
+    "lstat_beneath",
+    "open_dir",
+    "own_file",
+    "open_regular",
+    "parent_beneath",
+    "read_at",
+    "read_beneath",
+    "rmtree_at",
+    "stat_beneath",
+    "unlink_at",
+]
 
 
 # --- a folder that may hold no link at all (an OCI layout directory) ------------------------------
+
 
 def open_regular(root: Path, rel: str) -> int | None:
     """A descriptor of the regular file root/rel, opened following no link: neither a folder on the
@@ -394,7 +427,7 @@ def open_regular(root: Path, rel: str) -> int | None:
         return None
     try:
         for i, part in enumerate(parts):
-            shown = root.joinpath(*parts[:i + 1])
+            shown = root.joinpath(*parts[: i + 1])
             last = i == len(parts) - 1
             try:
                 below = os.open(part, _FILE if last else _DIR, dir_fd=fd)
@@ -402,8 +435,9 @@ def open_regular(root: Path, rel: str) -> int | None:
                 return None
             except OSError as exc:
                 # A link where a folder belongs fails O_DIRECTORY | O_NOFOLLOW with ENOTDIR, not ELOOP.
-                linked = exc.errno == errno.ELOOP or (exc.errno == errno.ENOTDIR and stat.S_ISLNK(
-                    os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode))
+                linked = exc.errno == errno.ELOOP or (
+                    exc.errno == errno.ENOTDIR and stat.S_ISLNK(os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode)
+                )
                 if linked:
                     raise Planted(f"{shown} is a symlink: patchctl follows no link there") from None
                 if exc.errno == errno.ENOTDIR:
@@ -413,8 +447,7 @@ def open_regular(root: Path, rel: str) -> int | None:
             fd = below
             if last:
                 if not stat.S_ISREG(os.fstat(fd).st_mode):
-                    raise Planted(f"{shown} is not a regular file (a FIFO, a device, a socket or a folder): "
-                                  f"patchctl reads none")
+                    raise Planted(f"{shown} is not a regular file (a FIFO, a device, a socket or a folder): patchctl reads none")
                 os.set_blocking(fd, True)
                 result, fd = fd, -1
                 return result

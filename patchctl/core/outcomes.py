@@ -1,4 +1,5 @@
 """The one vocabulary for what happened to a patch on one upstream version."""
+
 from __future__ import annotations
 
 CLEAN = "clean"

@@ -1,6 +1,7 @@
 """Paths that must stay inside a root: the one check every reader and writer of a tree uses
 (the tree's bookkeeping, a directory source, an archive being unpacked); and the one rule of which
 files of a tree a patch may touch (`outside_packages`)."""
+
 from __future__ import annotations
 
 import os

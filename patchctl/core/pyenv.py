@@ -12,6 +12,7 @@ user's site. `.pth` files are read, never executed: their path lines extend the 
 and setuptools' editable finders are read for their MAPPING. Only where none of this fits is the
 interpreter run, isolated (`-I -S -E`, no `.pth` runs) and only when it belongs to root or to the
 running user and is not a venv's (interpreter.trusted_to_run)."""
+
 from __future__ import annotations
 
 import ast
@@ -69,8 +70,7 @@ def _read_small(path: Path, limit: int) -> bytes | None:
 def _version_of(folder: Path) -> str | None:
     """X.Y from the one lib/pythonX.Y[t] folder there is under a prefix, else None."""
     try:
-        found = {m.group(1) for name in os.listdir(folder / "lib")
-                 if (m := re.fullmatch(r"python(3\.\d+)t?", name))}
+        found = {m.group(1) for name in os.listdir(folder / "lib") if (m := re.fullmatch(r"python(3\.\d+)t?", name))}
     except OSError:
         return None
     return found.pop() if len(found) == 1 else None
@@ -83,8 +83,11 @@ def _site_dirs(prefix: Path, version: str, *, system: bool) -> list[Path]:
         for lib in ("lib", "lib64"):
             found.append(prefix / lib / f"python{flavour}" / "site-packages")
     if system:
-        found = ([Path("/usr/local/lib") / f"python{version}" / "dist-packages"] if prefix == Path("/usr") else []) \
-            + found + [prefix / "lib" / "python3" / "dist-packages", prefix / "lib" / f"python{version}" / "dist-packages"]
+        found = (
+            ([Path("/usr/local/lib") / f"python{version}" / "dist-packages"] if prefix == Path("/usr") else [])
+            + found
+            + [prefix / "lib" / "python3" / "dist-packages", prefix / "lib" / f"python{version}" / "dist-packages"]
+        )
     seen: list[Path] = []
     for path in found:
         # lib64 is usually a link to lib: the same folder once.
@@ -116,9 +119,11 @@ def _venv_sites(python: str) -> list[Path] | None:
     match = re.match(r"(3\.\d+)", cfg.get("version_info") or cfg.get("version") or "")
     version = match.group(1) if match else _version_of(prefix)
     if version is None:
-        raise EnvironmentProblem(f"cannot tell the Python version of {python}: its virtual environment's "
-                                 f"{prefix / 'pyvenv.cfg'} names none and {prefix} has no single lib/pythonX.Y folder",
-                                 hint="patchctl reads a venv's files and does not run its interpreter")
+        raise EnvironmentProblem(
+            f"cannot tell the Python version of {python}: its virtual environment's "
+            f"{prefix / 'pyvenv.cfg'} names none and {prefix} has no single lib/pythonX.Y folder",
+            hint="patchctl reads a venv's files and does not run its interpreter",
+        )
     sites = _site_dirs(prefix, version, system=False)
     if cfg.get("include-system-site-packages", "").lower() == "true" and cfg.get("home"):
         home = Path(cfg["home"])
@@ -145,8 +150,9 @@ def _plain_sites(python: str) -> list[Path] | None:
     return _user_site(version) + _site_dirs(prefix, version, system=True)
 
 
-_SITES = ("import json, site, sys; print(json.dumps([getattr(site, 'getusersitepackages', lambda: '')(), "
-          "*site.getsitepackages()]))")
+_SITES = (
+    "import json, site, sys; print(json.dumps([getattr(site, 'getusersitepackages', lambda: '')(), *site.getsitepackages()]))"
+)
 
 
 def _sites_by_running(python: str) -> list[Path]:
@@ -154,9 +160,10 @@ def _sites_by_running(python: str) -> list[Path]:
 
     why = trusted_to_run(python)
     if why is not None:
-        raise EnvironmentProblem(f"cannot read the environment of {python} from its files, and patchctl does not run "
-                                 f"it: {why}", hint="pass --python the interpreter of a venv (bin/python beside "
-                                                    "pyvenv.cfg), or --target the site-packages folder")
+        raise EnvironmentProblem(
+            f"cannot read the environment of {python} from its files, and patchctl does not run it: {why}",
+            hint="pass --python the interpreter of a venv (bin/python beside pyvenv.cfg), or --target the site-packages folder",
+        )
     listed = probe(python, _SITES, timeout=10)  # isolated, it answers in ~20 ms
     if not isinstance(listed, list) or not all(isinstance(p, str) for p in listed):
         raise EnvironmentProblem(f"{python} gave no list of site folders: {str(listed)[:200]!r}")

@@ -5,6 +5,7 @@ conversion with a ValueError that is not InvalidVersion, and a long one costs ti
 packaging's own InvalidVersion / InvalidSpecifier, so a caller's existing handling gives its usual
 message and exit code.
 """
+
 from __future__ import annotations
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -29,6 +30,7 @@ def parse_specifier_set(text: str) -> SpecifierSet:
     specifiers = SpecifierSet(text)
     for spec in specifiers:
         if len(spec.version) > MAX_VERSION_CHARS:
-            raise InvalidSpecifier(f"a version of {len(spec.version)} characters in {str(spec)[:40]}... "
-                                   f"(at most {MAX_VERSION_CHARS})")
+            raise InvalidSpecifier(
+                f"a version of {len(spec.version)} characters in {str(spec)[:40]}... (at most {MAX_VERSION_CHARS})"
+            )
     return specifiers

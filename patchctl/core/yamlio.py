@@ -17,6 +17,7 @@ tree), so both loaders refuse, as a parse error of their own kind would be refus
 
 `BoundsError` is both a json.JSONDecodeError and a yaml.YAMLError, so every reader's existing
 `except` for a malformed document names the file and gives its exit code: readers swap one call."""
+
 from __future__ import annotations
 
 import json
@@ -121,8 +122,10 @@ def _check_events(text: str | bytes) -> None:
         for event in yaml.parse(text, Loader=_SafeLoader):
             if isinstance(event, yaml.AliasEvent) and event.anchor in collections:
                 line = event.start_mark.line + 1 if event.start_mark else 0
-                raise BoundsError(f"line {line}: *{event.anchor} repeats a list or mapping (a YAML alias): patchctl "
-                                  f"reads documents without them")
+                raise BoundsError(
+                    f"line {line}: *{event.anchor} repeats a list or mapping (a YAML alias): patchctl "
+                    f"reads documents without them"
+                )
             if isinstance(event, (yaml.NodeEvent, yaml.CollectionStartEvent)) and frames and frames[-1][0]:
                 _, expecting, keys = frames[-1]
                 if expecting[0] and isinstance(event, yaml.ScalarEvent) and event.value != "<<":
@@ -130,8 +133,9 @@ def _check_events(text: str | bytes) -> None:
                     key = (event.tag or _RESOLVER.resolve(yaml.ScalarNode, event.value, event.implicit), event.value)
                     line = event.start_mark.line + 1 if event.start_mark else 0
                     if key in keys:
-                        raise BoundsError(f"line {line}: key {event.value[:80]!r} given twice (first on line "
-                                          f"{keys[key]}): which one is meant?")
+                        raise BoundsError(
+                            f"line {line}: key {event.value[:80]!r} given twice (first on line {keys[key]}): which one is meant?"
+                        )
                     keys[key] = line
                 expecting[0] = not expecting[0]
             if isinstance(event, yaml.CollectionStartEvent):

@@ -2,6 +2,7 @@
 (podman, skopeo, buildah), else `$DOCKER_CONFIG/config.json` or `~/.docker/config.json`. Only the
 stored `auth` (base64 `user:password`) is read; a credential helper (`credsStore`, `credHelpers`)
 is named in the refusal's hint instead of being run."""
+
 from __future__ import annotations
 
 import base64

@@ -5,6 +5,7 @@ WWW-Authenticate names a token service (Bearer: a token for repository:REPO:pull
 the stored login as Basic auth if there is one) or asks for Basic auth; credentials go over HTTPS
 only. Every failure is a RegistryError (exit 3) naming the repository, the step and what the
 registry answered, never a credential."""
+
 from __future__ import annotations
 
 import base64
@@ -21,12 +22,14 @@ if TYPE_CHECKING:
     from patchctl.image.auth import Credentials
     from patchctl.sources.deadline import Deadline
 
-MANIFEST_TYPES = ", ".join((
-    "application/vnd.oci.image.manifest.v1+json",
-    "application/vnd.oci.image.index.v1+json",
-    "application/vnd.docker.distribution.manifest.v2+json",
-    "application/vnd.docker.distribution.manifest.list.v2+json",
-))
+MANIFEST_TYPES = ", ".join(
+    (
+        "application/vnd.oci.image.manifest.v1+json",
+        "application/vnd.oci.image.index.v1+json",
+        "application/vnd.docker.distribution.manifest.v2+json",
+        "application/vnd.docker.distribution.manifest.list.v2+json",
+    )
+)
 ERROR_TEXT = 300  # bytes of an error answer's body quoted in the message
 TOKEN_MAX = 1 << 20  # a token service's JSON answer
 # Connections kept open to a registry: a blob pull and the manifest reads around it reuse them.
@@ -46,8 +49,9 @@ def challenge(header: str) -> tuple[str, dict[str, str]]:
 class Registry:
     """One repository's API at host: `https://HOST/v2/REPO/` (http for a loopback or --insecure one)."""
 
-    def __init__(self, host: str, repository: str, name: str, *, plain: bool, creds: Credentials | None,
-                 unauthorized: tuple[str, str]):
+    def __init__(
+        self, host: str, repository: str, name: str, *, plain: bool, creds: Credentials | None, unauthorized: tuple[str, str]
+    ):
         self.scheme = "http" if plain else "https"
         self.host, self.repository, self.name = host, repository, name
         self.base = f"{self.scheme}://{host}/v2/{repository}/"
@@ -55,8 +59,17 @@ class Registry:
         self._unauthorized = unauthorized  # what a refused login says, and the hint (registry.py words both)
         self._authorization: str | None = None
 
-    def request(self, what: str, method: str, path: str, deadline: Deadline, *, headers: dict | None = None,
-                body: bytes | IO[bytes] | None = None, ok: tuple[int, ...] = (200,)) -> http.Response:
+    def request(
+        self,
+        what: str,
+        method: str,
+        path: str,
+        deadline: Deadline,
+        *,
+        headers: dict | None = None,
+        body: bytes | IO[bytes] | None = None,
+        ok: tuple[int, ...] = (200,),
+    ) -> http.Response:
         """One request of the API, logging in once when it is answered 401; a status outside `ok` is
         a RegistryError quoting the start of the answer."""
         url = path if "://" in path else self.base + path
@@ -101,8 +114,9 @@ class Registry:
         except NetworkError as exc:
             raise self._unreachable(what, exc) from None
 
-    def _send(self, what: str, method: str, url: str, deadline: Deadline, headers: dict,
-              body: bytes | IO[bytes] | None) -> http.Response:
+    def _send(
+        self, what: str, method: str, url: str, deadline: Deadline, headers: dict, body: bytes | IO[bytes] | None
+    ) -> http.Response:
         try:
             # No retries of 429/5xx (a registry's answer is reported as it came), and of an upload
             # none at all: only a refused kept-alive connection is tried again.
@@ -117,17 +131,19 @@ class Registry:
     def _unreachable(self, what: str, exc: NetworkError) -> RegistryError:
         text = exc.message
         if "SSL" in text or "CERTIFICATE" in text:
-            return RegistryError(f"{self.name}: {what}: {plain_network_reason(text)}",
-                                 hint="--insecure talks plain HTTP to a registry that has no TLS")
-        return RegistryError(f"{self.name}: {what}: cannot reach {self.scheme}://{self.host}: "
-                             f"{plain_network_reason(text)}")
+            return RegistryError(
+                f"{self.name}: {what}: {plain_network_reason(text)}",
+                hint="--insecure talks plain HTTP to a registry that has no TLS",
+            )
+        return RegistryError(f"{self.name}: {what}: cannot reach {self.scheme}://{self.host}: {plain_network_reason(text)}")
 
     def _log_in(self, what: str, header: str, deadline: Deadline) -> None:
         if self.scheme != "https":
             raise RegistryError(
                 f"{self.name}: {what}: the registry asks for a login over plain HTTP, and patchctl sends "
-                f"credentials over HTTPS only", hint="serve the registry with TLS (a loopback registry too, "
-                "when it needs a login)")
+                f"credentials over HTTPS only",
+                hint="serve the registry with TLS (a loopback registry too, when it needs a login)",
+            )
         scheme, params = challenge(header)
         basic = None
         if self._creds is not None:
@@ -140,8 +156,10 @@ class Registry:
             return
         realm = params.get("realm", "")
         if scheme != "bearer" or urllib.parse.urlsplit(realm).scheme != "https":
-            raise RegistryError(f"{self.name}: {what}: the registry asks for a login patchctl cannot give "
-                                f"({header[:100]!r}: a Bearer token service over HTTPS, or Basic auth)")
+            raise RegistryError(
+                f"{self.name}: {what}: the registry asks for a login patchctl cannot give "
+                f"({header[:100]!r}: a Bearer token service over HTTPS, or Basic auth)"
+            )
         query = [("scope", f"repository:{self.repository}:pull,push")]
         if "service" in params:
             query.insert(0, ("service", params["service"]))
@@ -151,8 +169,9 @@ class Registry:
             answer.close()
             raise self._refused(what)
         if answer.status_code != 200:
-            raise RegistryError(f"{self.name}: {what}: its token service answered HTTP {answer.status_code} "
-                                f"{_start_of(answer)}".rstrip())
+            raise RegistryError(
+                f"{self.name}: {what}: its token service answered HTTP {answer.status_code} {_start_of(answer)}".rstrip()
+            )
         try:
             doc = json.loads(self.read("a token", answer, TOKEN_MAX))
         except (ValueError, UnicodeDecodeError):

@@ -5,6 +5,7 @@ command needs are written out, into a staging folder that mirrors the image's pa
 dist-info METADATA, the `.patchctl/` record beside the engine's packages, and the files a filter
 asks for. Nothing holds a layer in memory; the engine's import root is where its package and its
 dist-info lie side by side."""
+
 from __future__ import annotations
 
 import email
@@ -44,8 +45,15 @@ class Found(NamedTuple):
 Wanted = Callable[[str], bool]
 
 
-def read_layers(repo: Repository, layers: Iterable[Layer], wanted: Want | Wanted, folder: Path,
-                progress: ProgressSink | None = None, *, own: Iterable[int] = ()) -> Staged:
+def read_layers(
+    repo: Repository,
+    layers: Iterable[Layer],
+    wanted: Want | Wanted,
+    folder: Path,
+    progress: ProgressSink | None = None,
+    *,
+    own: Iterable[int] = (),
+) -> Staged:
     """Stream every layer, in order, and write the files `wanted` accepts under folder. Every blob is
     hashed against its digest as it streams, and nothing read out of it is used before that holds.
     own: the indexes (into layers) of patchctl's own layers, whose whiteouts are what apply removed.
@@ -65,15 +73,15 @@ def read_layers(repo: Repository, layers: Iterable[Layer], wanted: Want | Wanted
 
 # --- what to read, for an engine --------------------------------------------------------------
 
-def engine_filter(engine: Engine, relative: Callable[[str], bool],
-                  protected: Callable[[str], bool] | None = None) -> Want:
+
+def engine_filter(engine: Engine, relative: Callable[[str], bool], protected: Callable[[str], bool] | None = None) -> Want:
     """The image paths under any folder holding the engine's packages whose path relative to that
     folder `relative` accepts, the engine's dist-info METADATA and its `.patchctl/` record; of those,
     the ones `protected` accepts (the files the series patches) may not be deleted by a whiteout,
     nor may the engine's package folder while its dist-info stays."""
     packages = tuple(engine.packages)
     patterns = tuple(f"/{p}/" for p in packages)
-    record = (f"/.patchctl/{engine.name}/", )
+    record = (f"/.patchctl/{engine.name}/",)
 
     def dist_info_root(name: str) -> str | None:
         if not name.endswith(".dist-info/METADATA"):
@@ -86,7 +94,7 @@ def engine_filter(engine: Engine, relative: Callable[[str], bool],
         for pattern in patterns:
             at = padded.find(pattern)
             while at >= 0:
-                if accept(padded[at + 1:]):
+                if accept(padded[at + 1 :]):
                     return True
                 at = padded.find(pattern, at + 1)
         return False
@@ -145,8 +153,10 @@ def find_engine(staged: Staged, engine: Engine) -> Found:
         raise ImageContentError(f"no {engine.dist} is installed in the image (no {engine.dist} dist-info in any layer)")
     if len(roots) > 1:
         where = ", ".join(f"/{r} ({v})" for r, v in sorted(roots.items()))
-        raise ImageContentError(f"the image holds {engine.dist} in {len(roots)} places: {where}",
-                                hint="patchctl patches one tree per image; remove the stale one in the image")
+        raise ImageContentError(
+            f"the image holds {engine.dist} in {len(roots)} places: {where}",
+            hint="patchctl patches one tree per image; remove the stale one in the image",
+        )
     root, version = next(iter(roots.items()))
     local = staged.folder / root
     for package in engine.packages:

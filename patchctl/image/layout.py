@@ -1,6 +1,7 @@
 """An OCI image layout directory (`oci:DIR[:TAG]`, what `skopeo copy … oci:DIR:TAG`, umoci and
 buildah write): `oci-layout`, `index.json` (tags are the `org.opencontainers.image.ref.name`
 annotation of its entries) and `blobs/sha256/<hex>`. The same interface as a registry's repository."""
+
 from __future__ import annotations
 
 import hashlib
@@ -27,12 +28,15 @@ class LayoutRepository:
         self.root = Path(root)
         if not (self.root / "oci-layout").is_file():
             if not create:
-                raise RegistryError(f"{self.root} is not an OCI image layout (no oci-layout file)",
-                                    hint="skopeo copy docker://IMAGE oci:DIR:TAG writes one")
+                raise RegistryError(
+                    f"{self.root} is not an OCI image layout (no oci-layout file)",
+                    hint="skopeo copy docker://IMAGE oci:DIR:TAG writes one",
+                )
             (self.root / "blobs" / "sha256").mkdir(parents=True, exist_ok=True)
             write_atomic(self.root / "oci-layout", b'{"imageLayoutVersion": "1.0.0"}')
-            write_atomic(self.root / "index.json", json.dumps(
-                {"schemaVersion": 2, "mediaType": INDEX_TYPE, "manifests": []}).encode())
+            write_atomic(
+                self.root / "index.json", json.dumps({"schemaVersion": 2, "mediaType": INDEX_TYPE, "manifests": []}).encode()
+            )
 
     @property
     def name(self) -> str:
@@ -75,8 +79,11 @@ class LayoutRepository:
         if reference.startswith("sha256:"):
             descriptor: dict | None = {"digest": reference}
         else:
-            entries = [m for m in self._index()["manifests"]
-                       if isinstance(m, dict) and (m.get("annotations") or {}).get(REF_NAME) == reference]
+            entries = [
+                m
+                for m in self._index()["manifests"]
+                if isinstance(m, dict) and (m.get("annotations") or {}).get(REF_NAME) == reference
+            ]
             if not entries and reference == "latest":
                 entries = [m for m in self._index()["manifests"] if isinstance(m, dict)][:1]
             descriptor = entries[-1] if entries else None
@@ -97,9 +104,11 @@ class LayoutRepository:
         data = self._read(self._rel(digest), limit)
         got = "sha256:" + hashlib.sha256(data).hexdigest()
         if got != digest:
-            raise RegistryError(f"{self.name}: blob {digest} ({self._path(digest)}) does not have its digest: its "
-                                f"{len(data)} bytes hash to {got}: refusing it",
-                                hint="the copy is damaged or was changed after its digest was taken")
+            raise RegistryError(
+                f"{self.name}: blob {digest} ({self._path(digest)}) does not have its digest: its "
+                f"{len(data)} bytes hash to {got}: refusing it",
+                hint="the copy is damaged or was changed after its digest was taken",
+            )
         return data
 
     def blob(self, digest: str, size: int | None) -> Path:
@@ -111,8 +120,10 @@ class LayoutRepository:
         except FileNotFoundError:
             raise RegistryError(f"{self.name}: blob {digest} is missing ({path})") from None
         if not stat.S_ISREG(st.st_mode):
-            raise RegistryError(f"{self.name}: blob {digest} ({path}) is not a regular file: patchctl follows no "
-                                f"link in a layout and reads no FIFO or device")
+            raise RegistryError(
+                f"{self.name}: blob {digest} ({path}) is not a regular file: patchctl follows no "
+                f"link in a layout and reads no FIFO or device"
+            )
         if size is not None and st.st_size != size:
             raise RegistryError(f"{self.name}: blob {digest} ({path}) is {st.st_size} bytes, the manifest says {size}")
         return path
@@ -140,8 +151,10 @@ class LayoutRepository:
         final = self._path(digest)
         # From the source repository's own copy when there is one (read following no link); the
         # digest is checked as it is written either way.
-        with (source.open_blob(digest, size) if source is not None else open(path, "rb")) as f, \
-                streamed_into(final, digest, size) as write:
+        with (
+            source.open_blob(digest, size) if source is not None else open(path, "rb") as f,
+            streamed_into(final, digest, size) as write,
+        ):
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 write(chunk)
 
@@ -152,10 +165,14 @@ class LayoutRepository:
     def put_manifest(self, tag: str, manifest: Manifest) -> None:
         self.put_bytes(manifest.data, manifest.digest)
         index = self._index()
-        kept = [m for m in index["manifests"]
-                if not (isinstance(m, dict) and (m.get("annotations") or {}).get(REF_NAME) == tag)]
-        kept.append({"mediaType": manifest.media_type, "digest": manifest.digest, "size": len(manifest.data),
-                     "annotations": {REF_NAME: tag}})
+        kept = [m for m in index["manifests"] if not (isinstance(m, dict) and (m.get("annotations") or {}).get(REF_NAME) == tag)]
+        kept.append(
+            {
+                "mediaType": manifest.media_type,
+                "digest": manifest.digest,
+                "size": len(manifest.data),
+                "annotations": {REF_NAME: tag},
+            }
+        )
         index["manifests"] = kept
         write_atomic(self.root / "index.json", json.dumps(index, indent=1).encode())
-

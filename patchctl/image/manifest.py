@@ -1,6 +1,7 @@
 """Manifests, indexes and configs: which media types patchctl reads, the platforms of an index, the
 layers of an image, and the image that results from appending one layer (its config gains the
 layer's diff_id, a history entry naming patchctl and the patch set, and the patch-set label)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -19,8 +20,10 @@ DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
 MANIFESTS = (OCI_MANIFEST, DOCKER_MANIFEST)
 INDEXES = (OCI_INDEX, DOCKER_LIST)
 # The layer type patchctl writes, in each manifest family.
-LAYER_TYPE = {OCI_MANIFEST: "application/vnd.oci.image.layer.v1.tar+gzip",
-              DOCKER_MANIFEST: "application/vnd.docker.image.rootfs.diff.tar.gzip"}
+LAYER_TYPE = {
+    OCI_MANIFEST: "application/vnd.oci.image.layer.v1.tar+gzip",
+    DOCKER_MANIFEST: "application/vnd.docker.image.rootfs.diff.tar.gzip",
+}
 # The label every patched image's config carries (a fleet compares it without pulling a layer) and
 # the history entry's author.
 PATCH_SET_LABEL = "dev.patchctl.patch-set"
@@ -60,8 +63,10 @@ def media_type_of(manifest: Manifest) -> str:
     elif not kind and "layers" in doc:
         kind = OCI_MANIFEST
     if kind not in MANIFESTS + INDEXES:
-        raise RegistryError(f"the manifest {manifest.digest[:19]}… is of type {kind or 'unknown'!r}: patchctl reads "
-                            f"OCI and Docker schema 2 images and indexes only")
+        raise RegistryError(
+            f"the manifest {manifest.digest[:19]}… is of type {kind or 'unknown'!r}: patchctl reads "
+            f"OCI and Docker schema 2 images and indexes only"
+        )
     return kind
 
 
@@ -75,8 +80,7 @@ def layers_of(doc: dict) -> list[Layer]:
         raise RegistryError("the manifest has no layers list")
     out = []
     for entry in layers:
-        if not isinstance(entry, dict) or not isinstance(entry.get("digest"), str) \
-                or not isinstance(entry.get("size"), int):
+        if not isinstance(entry, dict) or not isinstance(entry.get("digest"), str) or not isinstance(entry.get("size"), int):
             raise RegistryError(f"the manifest names a layer without digest and size: {str(entry)[:120]}")
         out.append(Layer(entry["digest"], entry["size"], str(entry.get("mediaType") or "")))
     return out
@@ -134,8 +138,18 @@ class NewImage(NamedTuple):
     config_digest: str
 
 
-def with_layer(image: Image, layer_digest: str, layer_size: int, diff_id: str, *, fingerprint: str,
-               patches: list[str], engine: str, version: str, patchctl_version: str) -> NewImage:
+def with_layer(
+    image: Image,
+    layer_digest: str,
+    layer_size: int,
+    diff_id: str,
+    *,
+    fingerprint: str,
+    patches: list[str],
+    engine: str,
+    version: str,
+    patchctl_version: str,
+) -> NewImage:
     """The image with one more layer on top, as `crane append` makes it: the config's rootfs gains
     the diff_id, its history an entry saying what patchctl did, its labels the patch set."""
     kind = str(image.doc.get("mediaType") or OCI_MANIFEST)
@@ -144,12 +158,14 @@ def with_layer(image: Image, layer_digest: str, layer_size: int, diff_id: str, *
     rootfs.setdefault("diff_ids", []).append(diff_id)
     created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     config["created"] = created
-    config.setdefault("history", []).append({
-        "created": created,
-        "created_by": f"patchctl apply {engine} (patch set sha256:{fingerprint})",
-        "author": AUTHOR,
-        "comment": f"patchctl {patchctl_version}: {engine} {version}, patches: {', '.join(patches) or 'none'}",
-    })
+    config.setdefault("history", []).append(
+        {
+            "created": created,
+            "created_by": f"patchctl apply {engine} (patch set sha256:{fingerprint})",
+            "author": AUTHOR,
+            "comment": f"patchctl {patchctl_version}: {engine} {version}, patches: {', '.join(patches) or 'none'}",
+        }
+    )
     inner = config.setdefault("config", {})
     labels = inner.get("Labels") or {}
     labels[PATCH_SET_LABEL] = f"sha256:{fingerprint}"
@@ -159,8 +175,9 @@ def with_layer(image: Image, layer_digest: str, layer_size: int, diff_id: str, *
     doc = json.loads(json.dumps(image.doc))
     doc["mediaType"] = kind
     doc["config"] = dict(doc["config"], digest=config_digest, size=len(config_bytes))
-    doc["layers"].append({"mediaType": LAYER_TYPE.get(kind, LAYER_TYPE[OCI_MANIFEST]), "digest": layer_digest,
-                          "size": layer_size})
+    doc["layers"].append(
+        {"mediaType": LAYER_TYPE.get(kind, LAYER_TYPE[OCI_MANIFEST]), "digest": layer_digest, "size": layer_size}
+    )
     if kind == OCI_MANIFEST:  # Docker's schema 2 has no annotations
         base = (image.doc.get("annotations") or {}).get(BASE_ANNOTATION) or image.manifest.digest
         doc["annotations"] = dict(doc.get("annotations") or {}, **{BASE_ANNOTATION: base})

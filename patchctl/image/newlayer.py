@@ -2,6 +2,7 @@
 and created files, the `.patchctl/` record), a `.wh.NAME` whiteout for each file it removed, and
 the folders above them with the metadata the image gave them. Written to a file while both digests
 are computed (the blob's digest, and the uncompressed tar's diff_id for the config)."""
+
 from __future__ import annotations
 
 import gzip

@@ -2,6 +2,7 @@
 a first component with a dot, a colon or `localhost` is the registry, else Docker Hub) or
 `oci:DIR[:TAG]` (an OCI image layout directory, skopeo's spelling). Also the one rule for plain
 HTTP: loopback registries without a flag, any other only with `--insecure`."""
+
 from __future__ import annotations
 
 import ipaddress
@@ -54,8 +55,9 @@ class ImageRef(NamedTuple):
 def parse_reference(text: str) -> ImageRef:
     """Raises ImageRefError (exit 2) for anything that is not a reference."""
     if not text or len(text) > MAX_REFERENCE or any(c.isspace() or ord(c) < 32 for c in text):
-        raise ImageRefError(f"{text[:80]!r} is not an image reference",
-                            hint="REGISTRY/REPOSITORY[:TAG][@sha256:DIGEST], or oci:DIR[:TAG]")
+        raise ImageRefError(
+            f"{text[:80]!r} is not an image reference", hint="REGISTRY/REPOSITORY[:TAG][@sha256:DIGEST], or oci:DIR[:TAG]"
+        )
     if text.startswith("oci:"):
         return _parse_layout(text[4:])
     rest, digest = text, None
@@ -77,8 +79,10 @@ def parse_reference(text: str) -> ImageRef:
         if not _HOST.fullmatch(registry):
             raise ImageRefError(f"{text!r}: {registry!r} is not a registry host[:port]")
     if not parts or not all(_COMPONENT.fullmatch(p) for p in parts):
-        raise ImageRefError(f"{text!r}: {'/'.join(parts)!r} is not a repository name "
-                            f"(lowercase letters, digits and . _ - between them, parts joined by /)")
+        raise ImageRefError(
+            f"{text!r}: {'/'.join(parts)!r} is not a repository name "
+            f"(lowercase letters, digits and . _ - between them, parts joined by /)"
+        )
     if registry == DOCKER_HUB and len(parts) == 1:
         parts.insert(0, "library")
     return ImageRef(registry, "/".join(parts), tag, digest)
@@ -105,7 +109,7 @@ def is_loopback(registry: str) -> bool:
     as Docker and crane treat them (nothing leaves the machine)."""
     host = registry
     if host.startswith("["):
-        host = host[1:host.index("]")] if "]" in host else host
+        host = host[1 : host.index("]")] if "]" in host else host
     elif host.count(":") == 1:
         host = host.split(":", 1)[0]
     if host == "localhost" or host.endswith(".localhost"):

@@ -5,6 +5,7 @@ directory (layout.py).
 Blobs are streamed, never held whole: a pulled blob goes to the download cache by its digest
 (checked while it streams), and is pushed from there. Every failure of the registry is a
 RegistryError (exit 3) carrying what the registry answered."""
+
 from __future__ import annotations
 
 import errno
@@ -115,12 +116,12 @@ def streamed_into(final: Path, digest: str, size: int | None) -> Iterator[Callab
         except OSError as exc:
             raise _cannot_write(tmp, exc) from None
         with raw:
+
             def write(chunk: bytes) -> None:
                 nonlocal written
                 written += len(chunk)
                 if (size is not None and written > size) or written > MAX_BLOB:
-                    raise RegistryError(f"blob {digest[:19]}… is longer than the {size or MAX_BLOB} bytes "
-                                        f"the manifest says")
+                    raise RegistryError(f"blob {digest[:19]}… is longer than the {size or MAX_BLOB} bytes the manifest says")
                 hasher.update(chunk)
                 view = memoryview(chunk)
                 while view:
@@ -135,16 +136,18 @@ def streamed_into(final: Path, digest: str, size: int | None) -> Iterator[Callab
             yield write
         got = "sha256:" + hasher.hexdigest()
         if got != digest or (size is not None and written != size):
-            raise RegistryError(f"blob {digest[:19]}… arrived as {got[:19]}… ({written} bytes, the manifest says "
-                                f"{size}): refusing it")
+            raise RegistryError(
+                f"blob {digest[:19]}… arrived as {got[:19]}… ({written} bytes, the manifest says {size}): refusing it"
+            )
         os.replace(tmp, final)
     finally:
         tmp.unlink(missing_ok=True)
 
 
 def _cannot_write(path: Path, exc: OSError) -> EnvironmentProblem:
-    return EnvironmentProblem(f"cannot write {path}: {exc.strerror or exc}",
-                              hint="free space there, or write the image somewhere with room")
+    return EnvironmentProblem(
+        f"cannot write {path}: {exc.strerror or exc}", hint="free space there, or write the image somewhere with room"
+    )
 
 
 class RegistryRepository:
@@ -165,9 +168,11 @@ class RegistryRepository:
             why = f"refused the login of {creds.username} from {creds.source}"
         else:
             why = "asks for a login, and no credentials for it are stored"
-        hint = ((f"credential helpers are not run by patchctl: {helper}; " if helper else "")
-                + f"log in with `docker login {ref.registry}` (or set REGISTRY_AUTH_FILE); read from: "
-                + ", ".join(str(f) for f in auth_files()))
+        hint = (
+            (f"credential helpers are not run by patchctl: {helper}; " if helper else "")
+            + f"log in with `docker login {ref.registry}` (or set REGISTRY_AUTH_FILE); read from: "
+            + ", ".join(str(f) for f in auth_files())
+        )
         self._api = Registry(self.host, ref.repository, self.name, plain=plain, creds=creds, unauthorized=(why, hint))
 
     @property
@@ -188,7 +193,8 @@ class RegistryRepository:
                 raise RegistryError(
                     f"{self.name}: {what}: no complete answer within {seconds:.0f} s (the deadline of a request: "
                     f"--timeout, plus the size at {http.MIN_RATE >> 10} KiB/s)",
-                    hint="a slow or stalled registry; pass a larger --timeout SECONDS on a slow link") from None
+                    hint="a slow or stalled registry; pass a larger --timeout SECONDS on a slow link",
+                ) from None
             raise
 
     def manifest(self, reference: str) -> Manifest:
@@ -197,8 +203,7 @@ class RegistryRepository:
         what = f"manifest {reference}"
 
         def get(deadline: Deadline) -> tuple[bytes, str]:
-            answer = self._api.request(what, "GET", f"manifests/{reference}", deadline,
-                                       headers={"Accept": MANIFEST_TYPES})
+            answer = self._api.request(what, "GET", f"manifests/{reference}", deadline, headers={"Accept": MANIFEST_TYPES})
             return self._api.read(what, answer, MAX_MANIFEST), answer.headers.get("Content-Type") or ""
 
         data, content_type = self._call(what, get)
@@ -240,6 +245,7 @@ class RegistryRepository:
                 self._progress.start(f"blob {digest[7:19]}", size)
             try:
                 with streamed_into(final, digest, size) as write:
+
                     def take(chunk: bytes) -> None:
                         write(chunk)
                         if self._progress is not None:
@@ -262,8 +268,7 @@ class RegistryRepository:
         try:
             with ArtifactCache(config.cache_dir()).open_file(final, MAX_BLOB) as f:
                 if f is None:
-                    raise RegistryError(f"{self.name}: blob {digest} left the download cache ({final}) while "
-                                        f"being read")
+                    raise RegistryError(f"{self.name}: blob {digest} left the download cache ({final}) while being read")
                 yield f
         except CacheFileDamaged as exc:  # a link or a FIFO swapped in since blob() looked
             raise RegistryError(f"{self.name}: blob {digest}: {exc}") from None
@@ -303,8 +308,9 @@ class RegistryRepository:
         if isinstance(source, RegistryRepository) and source.host == self.host:
             query = urllib.parse.urlencode({"mount": digest, "from": source.ref.repository})
             try:
-                self._call("mount", lambda d: self._api.request("mount", "POST", f"blobs/uploads/?{query}", d,
-                                                                ok=(201, 202)).close())
+                self._call(
+                    "mount", lambda d: self._api.request("mount", "POST", f"blobs/uploads/?{query}", d, ok=(201, 202)).close()
+                )
                 if self.has_blob(digest):
                     return
             except RegistryError:
@@ -329,8 +335,15 @@ class RegistryRepository:
                 raise RegistryError(f"{self.name}: {what}: the registry opened an upload with no Location")
             url = urllib.parse.urljoin(self._api.base, location)
             url += ("&" if urllib.parse.urlsplit(url).query else "?") + urllib.parse.urlencode({"digest": digest})
-            done = self._api.request(what, "PUT", url, deadline, body=body, ok=(201, 204),
-                                     headers={"Content-Type": "application/octet-stream", "Content-Length": str(size)})
+            done = self._api.request(
+                what,
+                "PUT",
+                url,
+                deadline,
+                body=body,
+                ok=(201, 204),
+                headers={"Content-Type": "application/octet-stream", "Content-Length": str(size)},
+            )
             stored = done.headers.get("Docker-Content-Digest")
             done.close()
             if stored and stored != digest:
@@ -342,8 +355,12 @@ class RegistryRepository:
         # Byte for byte, under the type it was served with (an OCI manifest may omit its mediaType).
         media_type = manifest.media_type or str(load_json(manifest.data).get("mediaType") or "")
         what = f"push manifest {tag}"
-        self._call(what, lambda d: self._api.request(what, "PUT", f"manifests/{tag}", d, body=manifest.data,
-                                                     headers={"Content-Type": media_type}, ok=(201, 202, 204)).close())
+        self._call(
+            what,
+            lambda d: self._api.request(
+                what, "PUT", f"manifests/{tag}", d, body=manifest.data, headers={"Content-Type": media_type}, ok=(201, 202, 204)
+            ).close(),
+        )
 
 
 def config_timeout() -> float:

@@ -7,6 +7,7 @@ damaged path is remembered until a later entry mends it (the same file again: wh
 would show) and is an error (exit 3, naming the path and the layer) when the stack ends damaged.
 Every layer is hashed against its digest, inflated within a cap and read under one deadline
 (stream.py); what is written out is capped per file and in total."""
+
 from __future__ import annotations
 
 import errno
@@ -35,8 +36,14 @@ MAX_FILE = 64 << 20
 # touches with their bytecode (a few MB), the dist-info METADATA and the `.patchctl/` record.
 MAX_STAGED = 1 << 30
 _CHUNK = 1 << 20
-_KINDS = {tarfile.SYMTYPE: "symlink", tarfile.LNKTYPE: "hard link", tarfile.FIFOTYPE: "FIFO",
-          tarfile.CHRTYPE: "character device", tarfile.BLKTYPE: "block device", tarfile.DIRTYPE: "folder"}
+_KINDS = {
+    tarfile.SYMTYPE: "symlink",
+    tarfile.LNKTYPE: "hard link",
+    tarfile.FIFOTYPE: "FIFO",
+    tarfile.CHRTYPE: "character device",
+    tarfile.BLKTYPE: "block device",
+    tarfile.DIRTYPE: "folder",
+}
 
 
 class Meta(NamedTuple):
@@ -129,8 +136,9 @@ class Stack:
         buffered = io.BufferedReader(blob, _CHUNK)
         magic = buffered.peek(4)[:4]
         if magic == b"\x28\xb5\x2f\xfd":
-            raise RegistryError(f"layer {layer.digest[:19]}… is zstd-compressed ({layer.media_type}): patchctl reads "
-                                f"tar and tar+gzip layers only")
+            raise RegistryError(
+                f"layer {layer.digest[:19]}… is zstd-compressed ({layer.media_type}): patchctl reads tar and tar+gzip layers only"
+            )
         inflated = Inflated(buffered, magic[:2] == b"\x1f\x8b", inflate_limit(layer.size), deadline, at)
         try:
             tar = tarfile.open(fileobj=io.BufferedReader(inflated, _CHUNK), mode="r|")
@@ -157,7 +165,7 @@ class Stack:
             self._delete(parent, number, f"an opaque whiteout ({at.entry}) in layer {at.layer}", own, opaque=True)
             return
         if base.startswith(WHITEOUT):
-            target = f"{parent}/{base[len(WHITEOUT):]}" if parent else base[len(WHITEOUT):]
+            target = f"{parent}/{base[len(WHITEOUT) :]}" if parent else base[len(WHITEOUT) :]
             self._delete(target, number, f"a whiteout ({at.entry}) in layer {at.layer}", own, opaque=False)
             return
         self._mend(name, number)
@@ -187,8 +195,11 @@ class Stack:
                 self._stage(name, stream, size, at)
         else:
             link = f" to {member.linkname}" if member.issym() or member.islnk() else ""
-            self.damage[name] = (number, f"/{name} is a {kind}{link} in layer {at.layer}, where a regular file is "
-                                         f"expected: patchctl patches regular files only")
+            self.damage[name] = (
+                number,
+                f"/{name} is a {kind}{link} in layer {at.layer}, where a regular file is "
+                f"expected: patchctl patches regular files only",
+            )
             return
         self.files[name] = meta
         self._parents = None
@@ -205,7 +216,7 @@ class Stack:
         for package in self.want.packages:
             at = padded.find(f"/{package}/")
             if at >= 0:
-                self.packages.setdefault(padded[1:at + len(package) + 1], number)
+                self.packages.setdefault(padded[1 : at + len(package) + 1], number)
 
     def _replaces_folder(self, name: str, kind: str, number: int, at: Position) -> None:
         """A file (or link, FIFO, ...) where a lower layer had a folder: the folder's content is gone."""
@@ -214,12 +225,13 @@ class Stack:
         inside = [n for n in self.files if n.startswith(name + "/")] if name in self._parents else []
         for n in inside:
             if self.want.protected(n) or n in self.from_own:  # asked before _drop forgets where it came from
-                self.damage[n] = (number, f"/{n} is gone: /{name} is a {kind} in layer {at.layer}, where the "
-                                          f"folder holding it was")
+                self.damage[n] = (
+                    number,
+                    f"/{n} is gone: /{name} is a {kind} in layer {at.layer}, where the folder holding it was",
+                )
             self._drop(n)
         if self.packages.get(name, number) < number:
-            self.gone[name] = (number, f"the engine's package /{name} is a {kind} in layer {at.layer}, where its "
-                                       f"folder was")
+            self.gone[name] = (number, f"the engine's package /{name} is a {kind} in layer {at.layer}, where its folder was")
 
     def _delete(self, target: str, number: int, what: str, own: bool, *, opaque: bool) -> None:
         """A whiteout: target (an opaque one: what target holds) as lower layers left it is gone."""
@@ -236,8 +248,7 @@ class Stack:
             return
         for folder, first in self.packages.items():
             if first < number and _under(folder, target, itself=not opaque):
-                self.gone[folder] = (number, f"the engine's package /{folder} is deleted by {what}, while its "
-                                             f"dist-info stays")
+                self.gone[folder] = (number, f"the engine's package /{folder} is deleted by {what}, while its dist-info stays")
 
     def _drop(self, name: str) -> None:
         if self.files.pop(name, None) is not None:
@@ -247,14 +258,16 @@ class Stack:
 
     def _stage(self, name: str, stream: IO[bytes], size: int, at: Position) -> None:
         if size > MAX_FILE:
-            raise ImageContentError(f"/{name} is {size} bytes in layer {at.layer}: more than patchctl reads of one "
-                                    f"file ({MAX_FILE})")
+            raise ImageContentError(
+                f"/{name} is {size} bytes in layer {at.layer}: more than patchctl reads of one file ({MAX_FILE})"
+            )
         if self.staged + size > MAX_STAGED:
             raise ImageContentError(
                 f"/{name} ({size} bytes, layer {at.layer}) would take what patchctl reads out of the image past "
                 f"{MAX_STAGED} bytes, the most it stages for one read of an image",
                 hint="an image whose engine folder or `.patchctl/` folders hold far more than source and "
-                     "patchctl's record; rebuild it without the extra files")
+                "patchctl's record; rebuild it without the extra files",
+            )
         self.staged += size
         _place(self.folder, name, stream, at)
 
@@ -268,7 +281,9 @@ class Stack:
             more = f" (and {len(problems) - 1} more: {'; '.join(problems[1:4])})" if len(problems) > 1 else ""
             raise ImageContentError(
                 problems[0] + more + ": the image is damaged where the engine's files are expected, and patchctl "
-                "patches nothing in it", hint="rebuild the image so that the engine's files are regular files")
+                "patches nothing in it",
+                hint="rebuild the image so that the engine's files are regular files",
+            )
 
 
 def _place(folder: Path, name: str, stream: IO[bytes], at: Position) -> None:
@@ -304,4 +319,5 @@ def _staging_error(dest: Path, name: str, at: Position, exc: OSError) -> Environ
     return EnvironmentProblem(
         f"cannot write /{name} (layer {at.layer}) to the staging folder: {dest}: {exc.strerror or exc}",
         hint=f"patchctl stages at most {MAX_STAGED} bytes of an image in the temporary folder "
-             f"({tempfile.gettempdir()}); set TMPDIR to a folder with room")
+        f"({tempfile.gettempdir()}); set TMPDIR to a folder with room",
+    )

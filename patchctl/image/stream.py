@@ -3,6 +3,7 @@ the manifest gives (a blob changed in place, even at the same size, is refused b
 out of it is used), the tar inside inflated up to a cap, and the whole read of an image's layers
 under one deadline that a layer inflating for ever cannot extend. Nothing here holds a layer in
 memory."""
+
 from __future__ import annotations
 
 import gzip
@@ -63,7 +64,8 @@ class Deadline:
                 f"{where()}: reading the image's layers passed its deadline of {self.seconds:.0f} s (--timeout "
                 f"{self.timeout:g} s, plus their compressed size at {READ_RATE >> 20} MiB/s)",
                 hint="a layer that inflates to far more than it weighs, or a very slow disk; pass a larger "
-                     "--timeout SECONDS to wait longer")
+                "--timeout SECONDS to wait longer",
+            )
 
 
 class Position:
@@ -81,8 +83,9 @@ class VerifiedBlob(io.RawIOBase):
     """The blob's bytes from an open file, hashed as they are read; more than `size` bytes is refused
     as it happens, and `verify()` reads what the tar reader left and checks size and digest."""
 
-    def __init__(self, raw: IO[bytes], digest: str, size: int, shown: str, deadline: Deadline, at: Position,
-                 progress: ProgressSink | None):
+    def __init__(
+        self, raw: IO[bytes], digest: str, size: int, shown: str, deadline: Deadline, at: Position, progress: ProgressSink | None
+    ):
         self._raw = raw
         self._hash = hashlib.sha256()
         self.digest, self.size, self.count = digest, size, 0
@@ -98,12 +101,14 @@ class VerifiedBlob(io.RawIOBase):
         view = memoryview(buffer).cast("B")
         # One byte past the size is asked for: a longer blob is caught without reading the rest.
         data = self._raw.read(min(len(view), self.size - self.count + 1, _CHUNK))
-        view[:len(data)] = data
+        view[: len(data)] = data
         self.count += len(data)
         self._hash.update(data)
         if self.count > self.size:
-            raise BlobMismatch(f"{self._shown}: blob {self.digest} is longer than the {self.size} bytes the manifest "
-                               f"says: refusing it", self.digest)
+            raise BlobMismatch(
+                f"{self._shown}: blob {self.digest} is longer than the {self.size} bytes the manifest says: refusing it",
+                self.digest,
+            )
         if self._progress is not None and data:
             self._progress.advance(len(data))
         self._deadline.check(lambda: str(self._at))
@@ -116,8 +121,11 @@ class VerifiedBlob(io.RawIOBase):
             pass
         got = "sha256:" + self._hash.hexdigest()
         if self.count != self.size or got != self.digest:
-            raise BlobMismatch(f"{self._shown}: blob {self.digest} does not have its digest: its {self.count} bytes "
-                               f"(the manifest says {self.size}) hash to {got}: refusing it", self.digest)
+            raise BlobMismatch(
+                f"{self._shown}: blob {self.digest} does not have its digest: its {self.count} bytes "
+                f"(the manifest says {self.size}) hash to {got}: refusing it",
+                self.digest,
+            )
 
 
 class Inflated(io.RawIOBase):
@@ -139,14 +147,14 @@ class Inflated(io.RawIOBase):
             data = self._source.read(min(len(view), _CHUNK))
         except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
             raise LayerDamaged(str(exc) or "truncated") from None
-        view[:len(data)] = data
+        view[: len(data)] = data
         self.count += len(data)
         if self.count > self.limit:
             raise ImageContentError(
                 f"{self._at}: the layer inflates to more than {self.limit} bytes, the most patchctl inflates of a "
                 f"layer ({INFLATE_RATIO}× its compressed size, at least {INFLATE_FLOOR >> 20} MiB, at most "
                 f"{MAX_INFLATED >> 30} GiB)",
-                hint="a decompression bomb, or a file of zeros stored whole (a sparse file): rebuild the image "
-                     "without it")
+                hint="a decompression bomb, or a file of zeros stored whole (a sparse file): rebuild the image without it",
+            )
         self._deadline.check(lambda: str(self._at))
         return len(data)

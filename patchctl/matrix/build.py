@@ -1,5 +1,6 @@
 """Every patch × every upstream version: compat_matrix.yaml, its diff against a previous run,
 shards for CI fan-out, and a Markdown rendering."""
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -55,14 +56,25 @@ def versions_for(engine: str, store: Store, ctx: fetch.SourceContext, since: Ver
     if not series.patches:
         return []
     patches = series.patches
-    since = (since or series.matrix_since or lowest_claimed(p.applies_to for p in patches)
-             or min(v.base for p in patches for v in p.variants))
+    since = (
+        since
+        or series.matrix_since
+        or lowest_claimed(p.applies_to for p in patches)
+        or min(v.base for p in patches for v in p.variants)
+    )
     released = ctx.index_for(get_engine(engine)).project(get_engine(engine).dist).versions()
     return [v for v in released if v >= since]
 
 
-def check_one(engine: str, version: Version, store: Store, ctx: fetch.SourceContext, smoke: SmokeRunner | None = None,
-              upstream: fetch.Upstream | None = None, fingerprints: dict | None = None) -> dict:
+def check_one(
+    engine: str,
+    version: Version,
+    store: Store,
+    ctx: fetch.SourceContext,
+    smoke: SmokeRunner | None = None,
+    upstream: fetch.Upstream | None = None,
+    fingerprints: dict | None = None,
+) -> dict:
     """smoke(engine, version, ref) -> {patch: result dict}: the CPU checks, when the caller asks for
     them (ref: the nightly's own EngineRef, None for a release). fingerprints: one build's memo of
     checked_fingerprint (a patch's checks are read once per matrix, not once per release)."""
@@ -100,8 +112,14 @@ def check_one(engine: str, version: Version, store: Store, ctx: fetch.SourceCont
             entry["smoke"] = {"status": r["status"], "reason": r["reason"]}
         patches[patch.name] = entry
     provenance = source.provenance()
-    return {"version": str(version), "artifact": provenance.description, "sha256": provenance.sha256,
-            "bytes_fetched": provenance.bytes_fetched, "seconds": seconds, "patches": patches}
+    return {
+        "version": str(version),
+        "artifact": provenance.description,
+        "sha256": provenance.sha256,
+        "bytes_fetched": provenance.bytes_fetched,
+        "seconds": seconds,
+        "patches": patches,
+    }
 
 
 def checked_fingerprint(patch: Patch, variant_name: str) -> str:
@@ -131,14 +149,22 @@ def _evidence(outcome: str, smoke: dict | None) -> str:
     return f"applies; CPU checks {smoke['status']}"
 
 
-def build(store: Store, ctx: fetch.SourceContext, *, engines: list[str] | None = None,
-          shard: tuple[int, int] | None = None, workers: int = 4, progress: Callable[[str, Version], None] | None = None,
-          smoke: SmokeRunner | None = None,
-          nightly: bool = True, only_versions: set[str] | None = None, images: Iterable[str] = (),
-          image_status: ImageStatus | None = None) -> dict:
+def build(
+    store: Store,
+    ctx: fetch.SourceContext,
+    *,
+    engines: list[str] | None = None,
+    shard: tuple[int, int] | None = None,
+    workers: int = 4,
+    progress: Callable[[str, Version], None] | None = None,
+    smoke: SmokeRunner | None = None,
+    nightly: bool = True,
+    only_versions: set[str] | None = None,
+    images: Iterable[str] = (),
+    image_status: ImageStatus | None = None,
+) -> dict:
     engines = engines or store.engines()
-    jobs = [(e, v) for e in engines for v in versions_for(e, store, ctx)
-            if not only_versions or str(v) in only_versions]
+    jobs = [(e, v) for e in engines for v in versions_for(e, store, ctx) if not only_versions or str(v) in only_versions]
     if shard:
         index, count = shard
         jobs = [job for n, job in enumerate(jobs) if n % count == index - 1]
@@ -146,8 +172,7 @@ def build(store: Store, ctx: fetch.SourceContext, *, engines: list[str] | None =
     # Smoke runs build trees and venvs: one at a time; the sparse checks run in parallel.
     with concurrent.futures.ThreadPoolExecutor(max_workers=1 if smoke else workers) as pool:
         fingerprints: dict = {}
-        futures = {pool.submit(check_one, e, v, store, ctx, smoke, fingerprints=fingerprints): (e, v)
-                   for e, v in jobs}
+        futures = {pool.submit(check_one, e, v, store, ctx, smoke, fingerprints=fingerprints): (e, v) for e, v in jobs}
         for future in concurrent.futures.as_completed(futures):
             e, v = futures[future]
             rows[(e, str(v))] = future.result()
@@ -171,8 +196,9 @@ def build(store: Store, ctx: fetch.SourceContext, *, engines: list[str] | None =
     return doc
 
 
-def _image_columns(images: list[str], engines: list[str], store: Store, ctx: fetch.SourceContext,
-                   image_status: ImageStatus | None) -> dict[str, dict[str, dict]]:
+def _image_columns(
+    images: list[str], engines: list[str], store: Store, ctx: fetch.SourceContext, image_status: ImageStatus | None
+) -> dict[str, dict[str, dict]]:
     """engine -> {image reference: its column}. Each image is checked as `check ENGINE@image:REF`
     is, for the engine whose tree it holds; an image that holds none of the engines, or cannot be
     read, is a column with `error` under every engine asked for (exit 1: never a silent gap)."""
@@ -203,8 +229,10 @@ def _image_columns(images: list[str], engines: list[str], store: Store, ctx: fet
                     row["error"], row["patches"] = f"status --image: {exc.message}", {}
                 else:
                     row["digest"] = section.get("digest", row["digest"])
-                    row["platforms"] = [{"platform": p.get("platform"), "state": p.get("state"),
-                                         "patch_set": p.get("patch_set")} for p in section.get("platforms", [])]
+                    row["platforms"] = [
+                        {"platform": p.get("platform"), "state": p.get("state"), "patch_set": p.get("patch_set")}
+                        for p in section.get("platforms", [])
+                    ]
             out.setdefault(engine, {})[image] = row
         if not found:
             why = "; ".join(dict.fromkeys(missing)) or "no engine asked for"
@@ -215,8 +243,12 @@ def _image_columns(images: list[str], engines: list[str], store: Store, ctx: fet
 
 def images_failed(doc: dict) -> list[str]:
     """`engine image` for every image column that could not be evaluated (exit 1 for `patchctl matrix`)."""
-    return [f"{engine} {image}" for engine, data in doc.get("engines", {}).items()
-            for image, row in (data.get("images") or {}).items() if row.get("error")]
+    return [
+        f"{engine} {image}"
+        for engine, data in doc.get("engines", {}).items()
+        for image, row in (data.get("images") or {}).items()
+        if row.get("error")
+    ]
 
 
 NIGHTLY_SKIPPED = "skipped: disabled"
@@ -231,8 +263,7 @@ def _nightly_disabled(engine: str) -> bool:
     return not publishes_nightly(get_engine(engine))
 
 
-def _nightly_row(engine: str, store: Store, ctx: fetch.SourceContext,
-                smoke: SmokeRunner | None = None) -> tuple[dict, str]:
+def _nightly_row(engine: str, store: Store, ctx: fetch.SourceContext, smoke: SmokeRunner | None = None) -> tuple[dict, str]:
     """The nightly build is part of the matrix whenever it is enabled. One that cannot be resolved
     (no source configured, unreachable, no builds) is a failed row, `outcome: failed` with the
     reason in `error`, and `patchctl matrix` exits 1: a nightly is never a silent gap."""
@@ -255,16 +286,18 @@ def _nightly_row(engine: str, store: Store, ctx: fetch.SourceContext,
 
 def nightly_failed(doc: dict) -> list[str]:
     """The engines whose nightly row failed (exit 1 for `patchctl matrix`)."""
-    return [engine for engine, data in doc.get("engines", {}).items()
-            if (data.get("versions", {}).get("nightly") or {}).get("outcome") == NIGHTLY_FAILED]
+    return [
+        engine
+        for engine, data in doc.get("engines", {}).items()
+        if (data.get("versions", {}).get("nightly") or {}).get("outcome") == NIGHTLY_FAILED
+    ]
 
 
 def _version_key(version: str) -> tuple[int, Version]:
     return (1, Version("0")) if version == "nightly" else (0, Version(version))
 
 
-def assemble(store: Store, engines: list[str], rows: dict[tuple[str, str], dict],
-             nightly_notes: dict | None = None) -> dict:
+def assemble(store: Store, engines: list[str], rows: dict[tuple[str, str], dict], nightly_notes: dict | None = None) -> dict:
     engines_doc: dict[str, dict] = {}
     doc = {"schema": SCHEMA, "engines": engines_doc}
     for engine in engines:
@@ -274,8 +307,10 @@ def assemble(store: Store, engines: list[str], rows: dict[tuple[str, str], dict]
             "patches": [p.name for p in series],
             # What a passing cell proves and what it cannot (e.g. "SM120 itself: not available"),
             # from each patch's metadata, so the matrix never claims more than was run.
-            "evidence": {p.name: {"proven": list(p.evidence.get("proven") or []),
-                                  "not_proven": list(p.evidence.get("not_proven") or [])} for p in series},
+            "evidence": {
+                p.name: {"proven": list(p.evidence.get("proven") or []), "not_proven": list(p.evidence.get("not_proven") or [])}
+                for p in series
+            },
             "versions": {v: rows[(engine, v)] for v in versions},
         }
         if nightly_notes and engine in nightly_notes:
@@ -291,7 +326,8 @@ def merge(documents: list[dict]) -> dict:
             raise UsageError(f"not a {SCHEMA} document")
         for engine, data in doc["engines"].items():
             target = merged_engines.setdefault(
-                engine, {"patches": data["patches"], "evidence": data.get("evidence", {}), "versions": {}})
+                engine, {"patches": data["patches"], "evidence": data.get("evidence", {}), "versions": {}}
+            )
             target["versions"].update(data["versions"])
             if "nightly" in data:
                 target["nightly"] = data["nightly"]
@@ -303,8 +339,10 @@ def merge(documents: list[dict]) -> dict:
 
 
 def dump(doc: dict) -> str:
-    header = ("# Generated by `patchctl matrix`; do not edit by hand.\n"
-              "# Schema: docs/matrix.md. One entry per engine version × patch.\n")
+    header = (
+        "# Generated by `patchctl matrix`; do not edit by hand.\n"
+        "# Schema: docs/matrix.md. One entry per engine version × patch.\n"
+    )
     return header + dump_yaml(doc, sort_keys=False, width=120)
 
 
@@ -366,16 +404,22 @@ def diff(previous: dict, current: dict) -> dict:
     return {"regressions": regressions, "fixes": fixes, "changes": changes}
 
 
-SYMBOL = {O.CLEAN: "✅ clean", O.OFFSET: "✅ offset", O.FUZZ: "⚠️ fuzz", O.THREE_WAY: "⚠️ 3-way",
-          O.ALREADY_APPLIED: "☑️ applied", O.UPSTREAMED: "⬆️ upstreamed", O.OBSOLETE: "➖ obsolete",
-          O.CONFLICT: "❌ conflict"}
+SYMBOL = {
+    O.CLEAN: "✅ clean",
+    O.OFFSET: "✅ offset",
+    O.FUZZ: "⚠️ fuzz",
+    O.THREE_WAY: "⚠️ 3-way",
+    O.ALREADY_APPLIED: "☑️ applied",
+    O.UPSTREAMED: "⬆️ upstreamed",
+    O.OBSOLETE: "➖ obsolete",
+    O.CONFLICT: "❌ conflict",
+}
 
 
 def markdown(doc: dict) -> str:
     out = ["# Compatibility matrix", ""]
     for engine, data in doc["engines"].items():
-        out += [f"## {engine}", "", "| version | " + " | ".join(data["patches"]) + " |",
-                "|---|" + "---|" * len(data["patches"])]
+        out += [f"## {engine}", "", "| version | " + " | ".join(data["patches"]) + " |", "|---|" + "---|" * len(data["patches"])]
         for version, row in data["versions"].items():
             if row.get("error"):
                 out.append(f"| {version} | " + " | ".join(["error"] * len(data["patches"])) + " |")
@@ -423,8 +467,16 @@ def changes_since(previous: dict | None, current: dict) -> dict:
                 new_releases.append({"engine": engine, "version": version})
             if row.get("error"):
                 if previous is not None and not (before or {}).get("error"):
-                    newly_failing.append({"engine": engine, "version": version, "patch": None,
-                                          "before": "ran" if before else None, "after": "error", "error": row["error"]})
+                    newly_failing.append(
+                        {
+                            "engine": engine,
+                            "version": version,
+                            "patch": None,
+                            "before": "ran" if before else None,
+                            "after": "error",
+                            "error": row["error"],
+                        }
+                    )
                 continue
             for patch, cell in (row.get("patches") or {}).items():
                 was = ((before or {}).get("patches") or {}).get(patch, {}).get("outcome")
@@ -436,5 +488,9 @@ def changes_since(previous: dict | None, current: dict) -> dict:
                     newly_failing.append(item)
                 elif now == O.UPSTREAMED:
                     newly_upstreamed.append(item)
-    return {"new_releases": new_releases, "newly_failing": newly_failing, "newly_upstreamed": newly_upstreamed,
-            "first_bad": first_bad(current)}
+    return {
+        "new_releases": new_releases,
+        "newly_failing": newly_failing,
+        "newly_upstreamed": newly_upstreamed,
+        "first_bad": first_bad(current),
+    }

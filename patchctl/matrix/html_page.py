@@ -4,6 +4,7 @@ The page carries its CSS inline and loads nothing, so it can be uploaded as a CI
 or opened from disk. Every value from the document is escaped: patch names, variants, error
 messages and smoke reasons come from upstream trees and patch metadata, not from us.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -83,8 +84,9 @@ def css_class(key: str) -> str:
 
 
 def outcome_css() -> str:
-    return "\n".join(f"td.{css_class(k)}, .swatch.{css_class(k)} {{ background: {bg}; color: {fg}; }}"
-                     for k, (bg, fg, _) in STYLE.items())
+    return "\n".join(
+        f"td.{css_class(k)}, .swatch.{css_class(k)} {{ background: {bg}; color: {fg}; }}" for k, (bg, fg, _) in STYLE.items()
+    )
 
 
 def _text(value: object) -> str:
@@ -158,7 +160,7 @@ def render_engine(engine: str, data: dict) -> str:
     versions = data.get("versions") or {}
     # A row may name a patch the series no longer lists (an older document): keep it visible.
     for row in versions.values():
-        for name in (row.get("patches") or {}):
+        for name in row.get("patches") or {}:
             if name not in patches:
                 patches.append(name)
     counts: dict[str, int] = {}
@@ -177,9 +179,11 @@ def render_engine(engine: str, data: dict) -> str:
         cells = [render_version_header(version, row)]
         if row.get("error"):
             counts[ERROR] = counts.get(ERROR, 0) + 1
-            cells.append(f'<td class="cell {css_class(ERROR)} row-error" colspan="{max(len(patches), 1)}" '
-                         f'title="{esc(row["error"])}"><span class="outcome">error</span> '
-                         f'<span class="note">{esc(row["error"])}</span></td>')
+            cells.append(
+                f'<td class="cell {css_class(ERROR)} row-error" colspan="{max(len(patches), 1)}" '
+                f'title="{esc(row["error"])}"><span class="outcome">error</span> '
+                f'<span class="note">{esc(row["error"])}</span></td>'
+            )
         else:
             for name in patches:
                 entry = (row.get("patches") or {}).get(name)
@@ -194,20 +198,25 @@ def render_engine(engine: str, data: dict) -> str:
     if data.get("nightly"):
         bad = " bad" if str(data["nightly"]).startswith("failed") else ""
         nightly = f'<p class="summary{bad}">nightly: {esc(data["nightly"])}</p>'
-    return (f'<section class="engine" id="engine-{esc(engine)}"><h2>{esc(engine)}</h2>'
-            f'<p class="summary">{len(versions)} version(s) × {len(patches)} patch(es): {esc(summary)}</p>{nightly}'
-            f"{render_first_bad(engine, data, patches)}{render_caveats(data, patches)}"
-            f'<div class="wrap"><table class="grid"><thead>{head}</thead><tbody>{"".join(body)}</tbody>'
-            f"</table></div></section>")
+    return (
+        f'<section class="engine" id="engine-{esc(engine)}"><h2>{esc(engine)}</h2>'
+        f'<p class="summary">{len(versions)} version(s) × {len(patches)} patch(es): {esc(summary)}</p>{nightly}'
+        f"{render_first_bad(engine, data, patches)}{render_caveats(data, patches)}"
+        f'<div class="wrap"><table class="grid"><thead>{head}</thead><tbody>{"".join(body)}</tbody>'
+        f"</table></div></section>"
+    )
 
 
 def render_first_bad(engine: str, data: dict, patches: list[str]) -> str:
     from patchctl.matrix.build import first_bad
 
     bad = first_bad({"engines": {engine: data}}).get(engine, {})
-    items = "".join(f"<li><code>{esc(p)}</code>: "
-                    + (f'<span class="bad">first bad {esc(bad[p])}</span>' if p in bad else "applies everywhere")
-                    + "</li>" for p in patches)
+    items = "".join(
+        f"<li><code>{esc(p)}</code>: "
+        + (f'<span class="bad">first bad {esc(bad[p])}</span>' if p in bad else "applies everywhere")
+        + "</li>"
+        for p in patches
+    )
     return f'<div class="firstbad"><h3>First bad version per patch</h3><ul>{items}</ul></div>'
 
 
@@ -237,22 +246,25 @@ def render_changes(previous: dict, doc: dict) -> str:
 
     changes = changes_since(previous, doc)
     parts = ['<section class="report" id="changes"><h2>Since the previous matrix</h2>']
-    for key, heading, css in (("new_releases", "New releases", ""), ("newly_failing", "Newly failing", " bad"),
-                              ("newly_upstreamed", "Newly upstreamed", "")):
+    for key, heading, css in (
+        ("new_releases", "New releases", ""),
+        ("newly_failing", "Newly failing", " bad"),
+        ("newly_upstreamed", "Newly upstreamed", ""),
+    ):
         items = changes[key]
         if key == "new_releases":
             lines = "".join(f"<li>{esc(i['engine'])} {esc(i['version'])}</li>" for i in items)
         else:
             lines = "".join(_change_line(i) for i in items)
-        parts.append(f'<h3 class="{css.strip()}">{heading} ({len(items)})</h3>'
-                     + (f"<ul>{lines}</ul>" if items else "<p>none</p>"))
+        parts.append(
+            f'<h3 class="{css.strip()}">{heading} ({len(items)})</h3>' + (f"<ul>{lines}</ul>" if items else "<p>none</p>")
+        )
     parts.append("</section>")
     return "".join(parts)
 
 
 def render_legend() -> str:
-    items = "".join(f'<li><span class="swatch {css_class(k)}"></span>{esc(label)}</li>'
-                    for k, (_, _, label) in STYLE.items())
+    items = "".join(f'<li><span class="swatch {css_class(k)}"></span>{esc(label)}</li>' for k, (_, _, label) in STYLE.items())
     return f'<ul class="legend" aria-label="legend">{items}</ul>'
 
 
@@ -262,14 +274,16 @@ def render_html(doc: dict, title: str = "patchctl compatibility matrix", previou
     engines = (doc or {}).get("engines") or {}
     changes = render_changes(previous, doc) if previous is not None else ""
     sections = "".join(render_engine(e, d or {}) for e, d in engines.items()) or "<p>No engines in this matrix.</p>"
-    return ("<!DOCTYPE html>\n"
-            '<html lang="en"><head><meta charset="utf-8">'
-            '<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>{esc(title)}</title><style>{CSS}{outcome_css()}</style></head><body>"
-            f"<h1>{esc(title)}</h1>"
-            f'<p class="meta">schema {esc((doc or {}).get("schema", "?"))}; hover a version for its artifact '
-            f"sha256, a cell for its details.</p>"
-            f"<main>{changes}{render_legend()}{sections}</main></body></html>\n")
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{esc(title)}</title><style>{CSS}{outcome_css()}</style></head><body>"
+        f"<h1>{esc(title)}</h1>"
+        f'<p class="meta">schema {esc((doc or {}).get("schema", "?"))}; hover a version for its artifact '
+        f"sha256, a cell for its details.</p>"
+        f"<main>{changes}{render_legend()}{sections}</main></body></html>\n"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,6 +13,7 @@ outcome, variant and fingerprint agree. Rows only in the committed file are kept
 (`seconds`, `bytes_fetched`) goes to the run log, never into the merged document: merging the same
 inputs twice gives the same document.
 """
+
 from __future__ import annotations
 
 import copy
@@ -26,8 +27,7 @@ KEPT = ("evidence", "smoke")
 SAME = ("outcome", "variant", "checked")  # what the kept evidence was made with
 
 
-def merge_keeping_evidence(committed: dict | None, fresh: dict,
-                           part: bool = False) -> tuple[dict, list[dict], list[dict]]:
+def merge_keeping_evidence(committed: dict | None, fresh: dict, part: bool = False) -> tuple[dict, list[dict], list[dict]]:
     """(merged document, smoke to-do list, run log entries). part: a smoke run of a few rows (the
     --smoke-dir files), whose nightly note counts only where it carries the nightly row."""
     merged: dict = copy.deepcopy(committed) if committed else {"schema": matrix.SCHEMA, "engines": {}}
@@ -76,8 +76,9 @@ def merge_keeping_evidence(committed: dict | None, fresh: dict,
     return merged, todo, log
 
 
-def merge_files(committed: dict | None, fresh: Iterable[Path],
-                parts: Iterable[Path] = ()) -> tuple[dict | None, list[dict], list[dict]]:
+def merge_files(
+    committed: dict | None, fresh: Iterable[Path], parts: Iterable[Path] = ()
+) -> tuple[dict | None, list[dict], list[dict]]:
     """The committed document with each fresh file, then each smoke part, merged in, in order:
     (document, smoke to-do list without repeats, run log)."""
     doc, todo, log = committed, [], []

@@ -6,6 +6,7 @@ with its patch.yaml, its place in series.yaml and its sha256 pin.
 The bundled store is read-only here: `new` and `refresh` write into the store named with --store
 (or $PATCHCTL_STORE), and into the bundled patch set only when --store names it.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -43,6 +44,7 @@ def is_placeholder(text: str | None) -> bool:
 
 # --- which store ---------------------------------------------------------------------------------
 
+
 def writable_store(explicit: str | None) -> Path:
     """The store `new` and `refresh` write into: --store DIR, else $PATCHCTL_STORE. The bundled patch
     set is only written when --store names it: a user's patch does not belong in the package."""
@@ -52,8 +54,9 @@ def writable_store(explicit: str | None) -> Path:
     if explicit:
         return Path(explicit)
     env = os.environ.get("PATCHCTL_STORE")
-    hint = ("pass --store DIR (a folder of your own; it is created) or set PATCHCTL_STORE"
-            + (f"; to add to the bundled patch set itself, name it: --store {bundled}" if bundled else ""))
+    hint = "pass --store DIR (a folder of your own; it is created) or set PATCHCTL_STORE" + (
+        f"; to add to the bundled patch set itself, name it: --store {bundled}" if bundled else ""
+    )
     if not env:
         raise UsageError("name the store to write the patch into", hint=hint)
     if bundled is not None and _same(Path(env), bundled):
@@ -69,6 +72,7 @@ def _same(a: Path, b: Path) -> bool:
 
 
 # --- the variant ---------------------------------------------------------------------------------
+
 
 def message(title: str, why: str) -> str:
     """The commit message: the title as subject, why as body (what `git format-patch` mails carry)."""
@@ -138,8 +142,7 @@ def _not_text(data: bytes | None) -> str | None:
     return None
 
 
-def text_only(files: FileEdits, named: Collection[str] = ()) -> tuple[dict[str, tuple[bytes | None, bytes | None]],
-                                                                      list[str]]:
+def text_only(files: FileEdits, named: Collection[str] = ()) -> tuple[dict[str, tuple[bytes | None, bytes | None]], list[str]]:
     """The files a text diff can carry, and warnings for those left out (binary, not UTF-8). A file
     named with --file is kept: build_variant refuses it with the reason."""
     kept, warnings = {}, []
@@ -156,8 +159,9 @@ def _refuse_binary(files: FileEdits) -> None:
     for path, pair in files.items():
         why = next((w for w in map(_not_text, pair) if w), None)
         if why:
-            raise UsageError(f"{path} is {why}: patchctl's variants are text diffs",
-                             hint="leave it out (name the other files with --file)")
+            raise UsageError(
+                f"{path} is {why}: patchctl's variants are text diffs", hint="leave it out (name the other files with --file)"
+            )
 
 
 def verify(data: bytes, files: FileEdits, where: str) -> None:
@@ -174,12 +178,14 @@ def verify(data: bytes, files: FileEdits, where: str) -> None:
         result = apply_hunks(text, fp, max_fuzz=0)
         got = None if result.text is None else result.text.encode("utf-8", errors="surrogateescape")
         if not result.ok or got != after or any(h.status != "clean" for h in result.hunks):
-            raise StoreError(f"{where}: the variant does not reproduce {fp.path} exactly "
-                             f"({result.problem or 'hunks moved'})",
-                             hint="a file with form feeds or other unusual line breaks? leave it out with --file")
+            raise StoreError(
+                f"{where}: the variant does not reproduce {fp.path} exactly ({result.problem or 'hunks moved'})",
+                hint="a file with form feeds or other unusual line breaks? leave it out with --file",
+            )
 
 
 # --- writing into a store ----------------------------------------------------------------------------
+
 
 class Written(NamedTuple):
     patch_dir: Path
@@ -196,16 +202,16 @@ def check_new_name(store_root: Path, engine: str, name: str) -> None:
     if store_root.is_dir() and (store_root / engine / "series.yaml").is_file():
         series = Store(store_root).series(engine)
         if any(p.name == name for p in series.patches):
-            raise UsageError(f"{engine}/series.yaml in {store_root} already has a patch {name!r}",
-                             hint=f"pick another name, or `patchctl refresh {engine} {name}` to update it from the tree")
+            raise UsageError(
+                f"{engine}/series.yaml in {store_root} already has a patch {name!r}",
+                hint=f"pick another name, or `patchctl refresh {engine} {name}` to update it from the tree",
+            )
     folder = store_root / engine / name
     if folder.exists():
-        raise UsageError(f"{folder} already exists (not in the series)",
-                         hint="pick another name, or remove the folder")
+        raise UsageError(f"{folder} already exists (not in the series)", hint="pick another name, or remove the folder")
 
 
-def write_new_patch(store_root: Path, engine: str, name: str, version: Version, data: bytes, *,
-                    title: str, why: str) -> Written:
+def write_new_patch(store_root: Path, engine: str, name: str, version: Version, data: bytes, *, title: str, why: str) -> Written:
     """<store>/<engine>/<name>/patch.yaml and <version>.patch, appended to <engine>/series.yaml
     (created when missing) with the variant's sha256 pinned. series.yaml is written last: a crash
     before it leaves a folder `lint` names, never a series entry without its files."""
@@ -217,8 +223,13 @@ def write_new_patch(store_root: Path, engine: str, name: str, version: Version, 
     series = load_store_yaml(series_file) if series_file.is_file() else None
     if series is None:
         series = {"engine": engine, "patches": []}
-    meta = {"title": " ".join(title.split()), "why": why.strip(), "upstream": [],
-            "applies_to": f">={version}", "drop_when": "upstreamed"}
+    meta = {
+        "title": " ".join(title.split()),
+        "why": why.strip(),
+        "upstream": [],
+        "applies_to": f">={version}",
+        "drop_when": "upstreamed",
+    }
     variant = folder / f"{version}.patch"
     digest = hashlib.sha256(data).hexdigest()
     write_atomic(variant, data)
@@ -237,6 +248,20 @@ def write_refreshed(store_root: Path, patch: Patch, version: Version, data: byte
     return Written(patch.directory, patch.directory / filename, hashlib.sha256(data).hexdigest())
 
 
-__all__ = ["NAME_RE", "PLACEHOLDER", "TITLE_PLACEHOLDER", "WHY_PLACEHOLDER", "Written", "build_variant",
-           "check_new_name", "is_placeholder", "message", "text_only", "unified_diff", "verify", "writable_store",
-           "write_new_patch", "write_refreshed"]
+__all__ = [
+    "NAME_RE",
+    "PLACEHOLDER",
+    "TITLE_PLACEHOLDER",
+    "WHY_PLACEHOLDER",
+    "Written",
+    "build_variant",
+    "check_new_name",
+    "is_placeholder",
+    "message",
+    "text_only",
+    "unified_diff",
+    "verify",
+    "writable_store",
+    "write_new_patch",
+    "write_refreshed",
+]

@@ -12,6 +12,7 @@ lists the refusals.
 The reader works on the variant's lines as bytes (a line ends at b"\\n" only, as git's do); memory is
 a small multiple of the variant's size, which the caller bounds (store.PATCH_MAX_BYTES).
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -44,8 +45,18 @@ class RawFile(NamedTuple):
 
 _MODE_LINES = (b"old mode ", b"new mode ")
 _RENAME_LINES = (b"copy from ", b"copy to ", b"rename old ", b"rename new ", b"rename from ", b"rename to ")
-_KNOWN_HEADER_LINES = (b"--- ", b"+++ ", b"old mode ", b"new mode ", b"deleted file mode ", b"new file mode ",
-                       *_RENAME_LINES, b"similarity index ", b"dissimilarity index ", b"index ")
+_KNOWN_HEADER_LINES = (
+    b"--- ",
+    b"+++ ",
+    b"old mode ",
+    b"new mode ",
+    b"deleted file mode ",
+    b"new file mode ",
+    *_RENAME_LINES,
+    b"similarity index ",
+    b"dissimilarity index ",
+    b"index ",
+)
 
 
 def split_lines(data: bytes) -> list[bytes]:
@@ -87,11 +98,9 @@ class _Reader:
                     if _binary_marker(line):
                         raise self.fail(i, f"binary diffs are not supported ({old_path or new_path})")
                 if not metadata:
-                    raise self.fail(start, f"a diff of {old_path or new_path} with no hunk (only garbage after "
-                                           "its header)")
+                    raise self.fail(start, f"a diff of {old_path or new_path} with no hunk (only garbage after its header)")
             self._after_hunks(i, bool(hunks))
-            files.append(RawFile(None if is_new else old_path, None if is_delete else new_path, tuple(hunks),
-                                 start + 1))
+            files.append(RawFile(None if is_new else old_path, None if is_delete else new_path, tuple(hunks), start + 1))
         if not files:
             raise StoreError(f"{self.where}: contains no file diffs")
         return files
@@ -113,9 +122,14 @@ class _Reader:
                 return None
             if line.startswith(b"diff --git "):
                 return self._git_header(i)
-            if (line.startswith(b"--- ") and i + 1 < n and lines[i + 1].startswith(b"+++ ")
-                    and not self.rest[i] < len(lines[i + 1]) + 14
-                    and i + 2 < n and lines[i + 2].startswith(b"@@ -")):
+            if (
+                line.startswith(b"--- ")
+                and i + 1 < n
+                and lines[i + 1].startswith(b"+++ ")
+                and not self.rest[i] < len(lines[i + 1]) + 14
+                and i + 2 < n
+                and lines[i + 2].startswith(b"@@ -")
+            ):
                 return self._traditional_header(i)
             i += 1
         return None
@@ -123,7 +137,7 @@ class _Reader:
     def _git_header(self, start: int) -> tuple[int, int, str | None, str | None, bool, bool, bool]:
         lines = self.lines
         first = lines[start]
-        def_name = self._git_header_name(start, first[len(b"diff --git "):])
+        def_name = self._git_header_name(start, first[len(b"diff --git ") :])
         old_name: str | None = None
         new_name: str | None = None
         is_new = is_delete = False
@@ -137,20 +151,23 @@ class _Reader:
             if not line.startswith(_KNOWN_HEADER_LINES):
                 break  # git: an unrecognized line ends the header
             if line.startswith(_RENAME_LINES):
-                raise self.fail(i, f"renames and copies are not supported ({line.decode(errors='replace').strip()}); "
-                                   "make the change as a deletion and a new file")
+                raise self.fail(
+                    i,
+                    f"renames and copies are not supported ({line.decode(errors='replace').strip()}); "
+                    "make the change as a deletion and a new file",
+                )
             if line.startswith(_MODE_LINES):
                 raise self.fail(i, f"mode changes are not supported ({line.decode(errors='replace').strip()})")
             if line.startswith(b"deleted file mode "):
-                self._mode(i, line[len(b"deleted file mode "):], allow_exec=True)
+                self._mode(i, line[len(b"deleted file mode ") :], allow_exec=True)
                 is_delete = True
                 old_name = def_name
             elif line.startswith(b"new file mode "):
-                self._mode(i, line[len(b"new file mode "):], allow_exec=False)
+                self._mode(i, line[len(b"new file mode ") :], allow_exec=False)
                 is_new = True
                 new_name = def_name
             elif line.startswith(b"index "):
-                self._index_line(i, line[len(b"index "):])
+                self._index_line(i, line[len(b"index ") :])
             elif line.startswith(b"--- "):
                 old_name = self._verify_name(i, line[4:], is_new, old_name)
             elif line.startswith(b"+++ "):
@@ -164,8 +181,7 @@ class _Reader:
             raise self.fail(start, "a diff --git line without its header (--- / +++ or new/deleted file mode)")
         if old_name is None and new_name is None:
             if def_name is None:
-                raise self.fail(start, "the diff --git line names two different files and nothing else names "
-                                       "the file")
+                raise self.fail(start, "the diff --git line names two different files and nothing else names the file")
             old_name = new_name = def_name
         if (new_name is None and not is_delete) or (old_name is None and not is_new):
             raise self.fail(start, "the diff header lacks a file name")
@@ -189,7 +205,7 @@ class _Reader:
             return None
         for length in range(len(name)):
             if name[length] in b" \t":
-                second = _skip_component(name[length + 1:])
+                second = _skip_component(name[length + 1 :])
                 if second is not None and second == name[:length]:
                     return self._path(at, name[:length])
         return None
@@ -219,10 +235,9 @@ class _Reader:
         for at, rest in ((start, old), (start + 1, new)):
             if rest.startswith(b'"'):
                 raise self.fail(at, "quoted file names are not supported (a name with unusual characters)")
-            tail = rest[len(_name_token(rest)):]
+            tail = rest[len(_name_token(rest)) :]
             if b"1970-01-01" in tail or b"1969-12-31" in tail:
-                raise self.fail(at, "an epoch timestamp meaning create or delete: say --- /dev/null or +++ "
-                                    "/dev/null instead")
+                raise self.fail(at, "an epoch timestamp meaning create or delete: say --- /dev/null or +++ /dev/null instead")
         old_token, new_token = _name_token(old), _name_token(new)
         if old_token == b"/dev/null" and new_token == b"/dev/null":
             raise self.fail(start, "both names are /dev/null")
@@ -309,8 +324,11 @@ class _Reader:
                     if len(line) < 12 or not line.startswith(b"\\ "):
                         raise self.fail(i, "corrupt line in a hunk")
                 else:
-                    raise self.fail(i, f"a line in hunk {len(hunks) + 1} of {name} that is not context, - or + "
-                                       "(the hunk is shorter than its header says)")
+                    raise self.fail(
+                        i,
+                        f"a line in hunk {len(hunks) + 1} of {name} that is not context, - or + "
+                        "(the hunk is shorter than its header says)",
+                    )
                 if old_left < 0 or new_left < 0:
                     raise self.fail(i, f"hunk {len(hunks) + 1} of {name} has more lines than its header counts")
                 i += 1
@@ -324,17 +342,22 @@ class _Reader:
             old_at = old_start - 1 if old_count else old_start
             new_at = new_start - 1 if new_count else new_start
             if new_at - old_at != growth or old_at < old_end:
-                raise self.fail(at, f"hunk {len(hunks) + 1} of {name}: its header's line numbers disagree with "
-                                    "the hunks before it")
+                raise self.fail(
+                    at, f"hunk {len(hunks) + 1} of {name}: its header's line numbers disagree with the hunks before it"
+                )
             if not old_count and old_start and not is_new:
-                raise self.fail(at, f"hunk {len(hunks) + 1} of {name} only adds lines and has no context: git "
-                                    "would put them at the end of the file (a diff made with -U0?)")
+                raise self.fail(
+                    at,
+                    f"hunk {len(hunks) + 1} of {name} only adds lines and has no context: git "
+                    "would put them at the end of the file (a diff made with -U0?)",
+                )
             growth += new_count - old_count
             old_end = old_at + old_count
             old_total += old_count
             new_total += new_count
-            hunks.append(RawHunk(old_start, old_count, new_start, new_count, tuple(lines[body_start:i]),
-                                 leading, trailing, header, at + 1))
+            hunks.append(
+                RawHunk(old_start, old_count, new_start, new_count, tuple(lines[body_start:i]), leading, trailing, header, at + 1)
+            )
         if is_new and old_total:
             raise self.fail(i - 1, f"new file {name} depends on old contents")
         if is_delete and new_total:
@@ -369,7 +392,7 @@ def _skip_component(name: bytes) -> bytes | None:
     slash = name.find(b"/")
     if slash <= 0:
         return None
-    return name[slash + 1:]
+    return name[slash + 1 :]
 
 
 def _name_token(rest: bytes) -> bytes:
@@ -397,12 +420,12 @@ def _range(text: bytes, pos: int, expect: bytes) -> tuple[int, int, int] | None:
         return None
     start, pos = first
     count = 1
-    if text[pos:pos + 1] == b",":
+    if text[pos : pos + 1] == b",":
         second = _number(text, pos + 1)
         if second is None:
             return None
         count, pos = second
-    if text[pos:pos + len(expect)] != expect:
+    if text[pos : pos + len(expect)] != expect:
         return None
     return start, count, pos + len(expect)
 

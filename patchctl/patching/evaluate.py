@@ -3,6 +3,7 @@
 It decides each patch's outcome and the resulting file contents; writing them to a real target is
 the job of `target.py`, which makes that all-or-nothing.
 """
+
 from __future__ import annotations
 
 import functools
@@ -175,10 +176,14 @@ def _evaluate_one(
             return PatchOutcome(patch.name, dep_outcome.outcome, None, f"depends on {dep}, which is {dep_outcome.outcome}"), {}
     choice = choose_variant(patch, version)
     if choice.variant is None and patch.upstreamed_at(version):
-        return PatchOutcome(patch.name, O.UPSTREAMED, None,
-                            f"said by patch.yaml's upstreamed_in {patch.upstreamed_in}, not proven here: upstream "
-                            "should behave as patched; `patchctl smoke` proves it by running the checks on the "
-                            "pristine release"), {}
+        return PatchOutcome(
+            patch.name,
+            O.UPSTREAMED,
+            None,
+            f"said by patch.yaml's upstreamed_in {patch.upstreamed_in}, not proven here: upstream "
+            "should behave as patched; `patchctl smoke` proves it by running the checks on the "
+            "pristine release",
+        ), {}
     if choice.variant is None:
         return PatchOutcome(patch.name, O.OBSOLETE, None, choice.reason), {}
     variant = choice.variant
@@ -192,14 +197,19 @@ def _evaluate_one(
     if gone and kept:
         # Part of the code it fixes is still there (vLLM 0.34 removed the V1 runner's block_table.py,
         # not the V2 one the same fix patches): obsolete would drop a live fix without a word.
-        return PatchOutcome(patch.name, O.CONFLICT, variant.filename,
-                            f"target file gone in {version}: {', '.join(gone)}, while {', '.join(kept)} "
-                            f"{'is' if len(kept) == 1 else 'are'} still there: it needs a variant for {version} "
-                            f"without the gone file (`patchctl rebase {patch.engine} --onto {version}`)",
-                            files=parsed.paths), {}
+        return PatchOutcome(
+            patch.name,
+            O.CONFLICT,
+            variant.filename,
+            f"target file gone in {version}: {', '.join(gone)}, while {', '.join(kept)} "
+            f"{'is' if len(kept) == 1 else 'are'} still there: it needs a variant for {version} "
+            f"without the gone file (`patchctl rebase {patch.engine} --onto {version}`)",
+            files=parsed.paths,
+        ), {}
     if gone:
-        return PatchOutcome(patch.name, O.OBSOLETE, variant.filename,
-                            f"target file gone in {version}: {', '.join(gone)}", files=parsed.paths), {}
+        return PatchOutcome(
+            patch.name, O.OBSOLETE, variant.filename, f"target file gone in {version}: {', '.join(gone)}", files=parsed.paths
+        ), {}
 
     # Already there? Asked before any forward apply: a forward apply with fuzz can find a second,
     # similar site in a patched file and insert the change twice (SGLang's server_args.py did).
@@ -208,10 +218,20 @@ def _evaluate_one(
     unchanged = all(r.ok and r.text == texts[p] for p, r in forward.items())
     if all(r.ok for r in reverse.values()) or unchanged:
         if patch.name in options.applied:
-            return PatchOutcome(patch.name, O.ALREADY_APPLIED, variant.filename,
-                                "the state record lists it and its changes are present", files=parsed.paths), {}
-        return PatchOutcome(patch.name, O.UPSTREAMED, variant.filename,
-                            "its changes are already in this version (the patch reverse-applies)", files=parsed.paths), {}
+            return PatchOutcome(
+                patch.name,
+                O.ALREADY_APPLIED,
+                variant.filename,
+                "the state record lists it and its changes are present",
+                files=parsed.paths,
+            ), {}
+        return PatchOutcome(
+            patch.name,
+            O.UPSTREAMED,
+            variant.filename,
+            "its changes are already in this version (the patch reverse-applies)",
+            files=parsed.paths,
+        ), {}
 
     hunks = _hunk_reports(parsed.files, forward, texts)
     if all(r.ok for r in forward.values()):
@@ -220,8 +240,9 @@ def _evaluate_one(
             kind = O.FUZZ
             reason = f"{choice.reason}; applied with reduced context (fuzz)"
             if options.strict:
-                return PatchOutcome(patch.name, O.CONFLICT, variant.filename, reason + "; " + options.fuzz_refusal,
-                                    hunks, parsed.paths), {}
+                return PatchOutcome(
+                    patch.name, O.CONFLICT, variant.filename, reason + "; " + options.fuzz_refusal, hunks, parsed.paths
+                ), {}
         elif "offset" in statuses:
             kind, reason = O.OFFSET, f"{choice.reason}; hunks moved"
         else:
@@ -233,15 +254,22 @@ def _evaluate_one(
     if base_files is not None:
         merged = _three_way(parsed, variant, texts, base_files)
         if merged is not None:
-            return PatchOutcome(patch.name, O.THREE_WAY, variant.filename,
-                                f"merged against the pristine files of {variant.base}", hunks, parsed.paths), merged
+            return PatchOutcome(
+                patch.name,
+                O.THREE_WAY,
+                variant.filename,
+                f"merged against the pristine files of {variant.base}",
+                hunks,
+                parsed.paths,
+            ), merged
     failed = [h for h in hunks if h.status == "failed"]
     where = ", ".join(f"{h.file} hunk {h.index}" for h in failed)
     return PatchOutcome(patch.name, O.CONFLICT, variant.filename, f"does not apply: {where}", hunks, parsed.paths), {}
 
 
-def _hunk_reports(files: tuple[FilePatch, ...], results: dict[str, FileResult],
-                  texts: dict[str, str | None]) -> tuple[HunkReport, ...]:
+def _hunk_reports(
+    files: tuple[FilePatch, ...], results: dict[str, FileResult], texts: dict[str, str | None]
+) -> tuple[HunkReport, ...]:
     reports = []
     for fp in files:
         result = results[fp.path]
@@ -265,8 +293,9 @@ def _failure_context(hunk: Hunk, text: str | None, line: int) -> str:
     return f"{hunk.header}\nexpected:\n{wanted}upstream near line {line}:\n{around}"
 
 
-def _three_way(parsed: ParsedVariant, variant: Variant, texts: dict[str, str | None],
-               base_files: BaseFiles) -> dict[str, str | None] | None:
+def _three_way(
+    parsed: ParsedVariant, variant: Variant, texts: dict[str, str | None], base_files: BaseFiles
+) -> dict[str, str | None] | None:
     """Merge each file: base = the variant's pristine base, ours = the target, theirs = base + patch."""
     try:
         base_source = base_files(variant.base)

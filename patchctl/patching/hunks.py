@@ -4,6 +4,7 @@ The matcher is ours (not GNU patch) because files come from sparse sources as by
 every hunk's offset and fuzz must be reported, not just success. With no fuzz it is `git apply`'s
 (tests/patching/test_differential_git.py); the variant is read by the strict reader (diffread).
 """
+
 from __future__ import annotations
 
 import email
@@ -84,8 +85,10 @@ def parse_variant(data: bytes, where: str) -> ParsedVariant:
     """A variant's subject and its file diffs, read strictly (patching/diffread.py: as `git apply`
     reads them, refusing what patchctl cannot apply as git would)."""
     if len(data) > PATCH_MAX_BYTES:
-        raise StoreError(f"{where}: {len(data)} bytes, more than a patch file may have ({PATCH_MAX_BYTES} bytes)",
-                         hint="a variant this large is not a reviewable patch")
+        raise StoreError(
+            f"{where}: {len(data)} bytes, more than a patch file may have ({PATCH_MAX_BYTES} bytes)",
+            hint="a variant this large is not a reviewable patch",
+        )
     if b"\r\n" in data:
         raise StoreError(
             f"{where}: the variant has CRLF line endings (saved on Windows?); "
@@ -108,11 +111,11 @@ def parse_variant(data: bytes, where: str) -> ParsedVariant:
         assert name is not None  # the reader never returns a diff without a name
         path = check_relative_path(name, where)
         if path in seen:
-            raise StoreError(f"{where}: line {raw.line_number}: {path} is diffed twice (first at line {seen[path]}); "
-                             "make it one diff")
+            raise StoreError(
+                f"{where}: line {raw.line_number}: {path} is diffed twice (first at line {seen[path]}); make it one diff"
+            )
         seen[path] = raw.line_number
-        files.append(FilePatch(path, raw.old_path is None, raw.new_path is None,
-                               tuple(_hunk(h) for h in raw.hunks)))
+        files.append(FilePatch(path, raw.old_path is None, raw.new_path is None, tuple(_hunk(h) for h in raw.hunks)))
     return ParsedVariant(subject, tuple(files))
 
 
@@ -136,10 +139,18 @@ def _hunk(raw: RawHunk) -> Hunk:
             old.append(decoded)
         if kind in (b" ", b"\n", b"+"):
             new.append(decoded)
-    return Hunk(raw.old_start, tuple(old), tuple(new), raw.leading, raw.trailing,
-                raw.header.decode("utf-8").rstrip("\n"),
-                starts_file=raw.old_start <= 1, new_starts_file=raw.new_start <= 1, ends_file=raw.trailing == 0,
-                target_start=raw.new_start)
+    return Hunk(
+        raw.old_start,
+        tuple(old),
+        tuple(new),
+        raw.leading,
+        raw.trailing,
+        raw.header.decode("utf-8").rstrip("\n"),
+        starts_file=raw.old_start <= 1,
+        new_starts_file=raw.new_start <= 1,
+        ends_file=raw.trailing == 0,
+        target_start=raw.new_start,
+    )
 
 
 def split_lines(text: str) -> list[str]:
@@ -169,8 +180,12 @@ def apply_hunks(text: str | None, fp: FilePatch, *, reverse: bool = False, max_f
             return FileResult(wanted, created[0], True)
         if text == wanted and not reverse:  # the file already is what the patch wants
             return FileResult(text, created[0], True)
-        return FileResult(None, (HunkResult(1, "failed", 0, 0, 1),), False,
-                          "file already exists" if not reverse else "the file the patch deletes is there")
+        return FileResult(
+            None,
+            (HunkResult(1, "failed", 0, 0, 1),),
+            False,
+            "file already exists" if not reverse else "the file the patch deletes is there",
+        )
     if text is None:
         return FileResult(None, (), False, "file is missing")
     lines = split_lines(text)
@@ -187,8 +202,9 @@ def apply_hunks(text: str | None, fp: FilePatch, *, reverse: bool = False, max_f
     return FileResult(result_text, results, True)
 
 
-def _apply(lines: list[str], patched: list[bool], fp: FilePatch, reverse: bool,
-           max_fuzz: int) -> tuple[tuple[HunkResult, ...], bool, list[str]] | None:
+def _apply(
+    lines: list[str], patched: list[bool], fp: FilePatch, reverse: bool, max_fuzz: int
+) -> tuple[tuple[HunkResult, ...], bool, list[str]] | None:
     results = []
     delta = 0  # how far the file grew or shrank through earlier hunks, and their offsets
     ok = True
@@ -205,9 +221,10 @@ def _apply(lines: list[str], patched: list[bool], fp: FilePatch, reverse: bool,
             cut_trail = min(fuzz, hunk.trailing_context, len(old) - cut_lead)
             if fuzz and not (cut_lead or cut_trail):
                 break
-            pattern = tuple(old[cut_lead: len(old) - cut_trail])
-            pos = _find(lines, patched, pattern, expected + cut_lead,
-                        at_start=at_start and not fuzz, at_end=hunk.ends_file and not fuzz)
+            pattern = tuple(old[cut_lead : len(old) - cut_trail])
+            pos = _find(
+                lines, patched, pattern, expected + cut_lead, at_start=at_start and not fuzz, at_end=hunk.ends_file and not fuzz
+            )
             if pos is not None:
                 found = (pos - cut_lead, fuzz, cut_lead, cut_trail)
                 break
@@ -216,11 +233,11 @@ def _apply(lines: list[str], patched: list[bool], fp: FilePatch, reverse: bool,
             results.append(HunkResult(index, "failed", 0, 0, expected + 1))
             continue
         start, fuzz, cut_lead, cut_trail = found
-        replacement = list(new[cut_lead: len(new) - cut_trail])
+        replacement = list(new[cut_lead : len(new) - cut_trail])
         at = start + cut_lead
         width = len(old) - cut_lead - cut_trail
-        lines[at: at + width] = replacement
-        patched[at: at + width] = [True] * len(replacement)
+        lines[at : at + width] = replacement
+        patched[at : at + width] = [True] * len(replacement)
         offset = start - expected
         status = "fuzz" if fuzz else ("offset" if offset else "clean")
         results.append(HunkResult(index, status, offset, fuzz, start + 1))
@@ -228,8 +245,9 @@ def _apply(lines: list[str], patched: list[bool], fp: FilePatch, reverse: bool,
     return tuple(results), ok, lines
 
 
-def _find(lines: list[str], patched: list[bool], pattern: tuple[str, ...], expected: int, *,
-          at_start: bool, at_end: bool) -> int | None:
+def _find(
+    lines: list[str], patched: list[bool], pattern: tuple[str, ...], expected: int, *, at_start: bool, at_end: bool
+) -> int | None:
     """Where the hunk's old lines are, nearest to `expected` (the later one on a tie, as git's
     find_pos), on no line an earlier hunk wrote; at 0 only when at_start, ending at the file's end
     only when at_end; None when they are nowhere."""
@@ -257,6 +275,6 @@ def _find(lines: list[str], patched: list[bool], pattern: tuple[str, ...], expec
     for pos in candidates:
         if at_end and pos + m != n:
             continue
-        if tuple(lines[pos: pos + m]) == pattern and not any(patched[pos: pos + m]):
+        if tuple(lines[pos : pos + m]) == pattern and not any(patched[pos : pos + m]):
             return pos
     return None

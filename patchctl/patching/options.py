@@ -1,6 +1,7 @@
 """The rules a patch is evaluated under: the one options type of the apply engine, which apply and
 ensure's flags build and the work layer passes down. A module of its own, importing nothing, so
 that `ensure` on an intact tree builds it without importing the engine (evaluate.py)."""
+
 from __future__ import annotations
 
 from typing import NamedTuple

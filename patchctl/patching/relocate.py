@@ -3,6 +3,7 @@ arg_groups/overrides.py), find where each hunk's context went and propose the hu
 that really lost their place are searched for, and only as far as needed.
 
 A proposal is marked `relocated` and never written as a variant by itself: a person reviews it."""
+
 from __future__ import annotations
 
 import difflib
@@ -35,7 +36,7 @@ def _reindent(lines: Iterable[str], delta: int) -> tuple[str, ...]:
         elif delta >= 0:
             out.append(" " * delta + line)
         else:
-            out.append(line[min(-delta, _indent(line)):])
+            out.append(line[min(-delta, _indent(line)) :])
     return tuple(out)
 
 
@@ -43,8 +44,9 @@ def stripped_lines(text: str) -> frozenset[str]:
     return frozenset(line.strip() for line in text.splitlines())
 
 
-def find_new_home(hunk: Hunk, files: dict[str, str], exclude: str | None = None,
-                  lines_of: dict[str, frozenset[str]] | None = None) -> dict[str, Any] | None:
+def find_new_home(
+    hunk: Hunk, files: dict[str, str], exclude: str | None = None, lines_of: dict[str, frozenset[str]] | None = None
+) -> dict[str, Any] | None:
     """lines_of: each file's stripped lines, when the caller searches the same files for many hunks."""
     keys = _key_lines(hunk)
     if not keys:
@@ -60,23 +62,36 @@ def find_new_home(hunk: Hunk, files: dict[str, str], exclude: str | None = None,
     for share, path in sorted(scored, reverse=True)[:3]:
         text = files[path]
         lines = text.splitlines(keepends=True)
-        matcher = difflib.SequenceMatcher(None, [line.strip() for line in hunk.old], [line.strip() for line in lines],
-                                          autojunk=False)
+        matcher = difflib.SequenceMatcher(
+            None, [line.strip() for line in hunk.old], [line.strip() for line in lines], autojunk=False
+        )
         block = max(matcher.get_matching_blocks(), key=lambda b: b.size)
         if block.size == 0:
             continue
         delta = _indent(lines[block.b]) - _indent(hunk.old[block.a])
         start = block.b - block.a
-        moved = Hunk(max(start, 0) + 1, _reindent(hunk.old, delta), _reindent(hunk.new, delta),
-                     hunk.leading_context, hunk.trailing_context, hunk.header)
+        moved = Hunk(
+            max(start, 0) + 1,
+            _reindent(hunk.old, delta),
+            _reindent(hunk.new, delta),
+            hunk.leading_context,
+            hunk.trailing_context,
+            hunk.header,
+        )
         result = apply_hunks(text, FilePatch(path, False, False, (moved,)))
         if result.ok:
             # apply_hunks returns text for every successful apply that neither creates nor deletes
             assert result.text is not None
-            diff = "".join(difflib.unified_diff(lines, result.text.splitlines(keepends=True),
-                                                f"a/{path}", f"b/{path}", n=3))
-            return {"to": path, "line": result.hunks[0].line, "share_of_context_found": round(share, 2),
-                    "status": "relocated", "fuzz": result.hunks[0].fuzz, "reindent": delta, "diff": diff}
+            diff = "".join(difflib.unified_diff(lines, result.text.splitlines(keepends=True), f"a/{path}", f"b/{path}", n=3))
+            return {
+                "to": path,
+                "line": result.hunks[0].line,
+                "share_of_context_found": round(share, 2),
+                "status": "relocated",
+                "fuzz": result.hunks[0].fuzz,
+                "reindent": delta,
+                "diff": diff,
+            }
     return None
 
 
@@ -87,8 +102,9 @@ def _share_in(hunk: Hunk, text: str) -> float:
     return len(keys & {line.strip() for line in text.splitlines()}) / len(keys)
 
 
-def lost_hunks(parsed: ParsedVariant, paths: Iterable[str],
-               current: Callable[[str], str | None]) -> list[tuple[FilePatch, int, Hunk]]:
+def lost_hunks(
+    parsed: ParsedVariant, paths: Iterable[str], current: Callable[[str], str | None]
+) -> list[tuple[FilePatch, int, Hunk]]:
     """Hunks (of the given files) that lost their place in the new tree: the file is gone, or the hunk
     no longer applies there and most of its distinctive context is no longer in that file either.
     A hunk whose context is still there conflicts with an edit beside it: that is for a person, and no
@@ -100,8 +116,9 @@ def lost_hunks(parsed: ParsedVariant, paths: Iterable[str],
             continue
         text = current(fp.path)
         for index, hunk in enumerate(fp.hunks, start=1):
-            if text is not None and (apply_hunks(text, FilePatch(fp.path, False, False, (hunk,))).ok
-                                     or _share_in(hunk, text) >= MIN_SHARE):
+            if text is not None and (
+                apply_hunks(text, FilePatch(fp.path, False, False, (hunk,))).ok or _share_in(hunk, text) >= MIN_SHARE
+            ):
                 continue
             if _key_lines(hunk):
                 lost.append((fp, index, hunk))
@@ -137,8 +154,9 @@ def candidate_rings(names: Iterable[str], near: Iterable[str]) -> list[list[str]
     return [sorted(rings[d]) for d in sorted(rings)]
 
 
-def propose(parsed: ParsedVariant, source: ReleaseSource, engine: Engine, paths: list[str],
-            current: Callable[[str], str | None]) -> list[dict[str, Any]]:
+def propose(
+    parsed: ParsedVariant, source: ReleaseSource, engine: Engine, paths: list[str], current: Callable[[str], str | None]
+) -> list[dict[str, Any]]:
     """Relocation proposals for the hunks of the given files that lost their place (`current` reads a
     file of the new tree, None when it is gone). Nothing is listed or read unless a hunk is lost; then
     the package's .py files are read ring by ring outward from the lost file, through the source's
@@ -167,5 +185,4 @@ def propose(parsed: ParsedVariant, source: ReleaseSource, engine: Engine, paths:
                     homes[(fp.path, index)] = home
         if len(homes) == len(lost):
             break
-    return [{"from": f"{fp.path}#{index}", **homes[(fp.path, index)]}
-            for fp, index, _ in lost if (fp.path, index) in homes]
+    return [{"from": f"{fp.path}#{index}", **homes[(fp.path, index)]} for fp, index, _ in lost if (fp.path, index) in homes]

@@ -1,4 +1,5 @@
 """First release (or commit) where a patch stops applying, or its smoke checks fail."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -54,8 +55,13 @@ def bisect(points: list[str], is_good: Callable[[str], tuple[bool, str]]) -> Bis
     return BisectResult(points[hi], points[lo], tuple(steps))
 
 
-def release_predicate(patch: Patch, series: tuple[Patch, ...], ctx: fetch.SourceContext, engine: Engine,
-                      smoke: Callable[[Version], tuple[bool, str]] | None = None) -> Predicate:
+def release_predicate(
+    patch: Patch,
+    series: tuple[Patch, ...],
+    ctx: fetch.SourceContext,
+    engine: Engine,
+    smoke: Callable[[Version], tuple[bool, str]] | None = None,
+) -> Predicate:
     upto = series[: [p.name for p in series].index(patch.name) + 1]
 
     def is_good(point: str) -> tuple[bool, str]:

@@ -2,6 +2,7 @@
 git repo, each patch a commit on it, the commits replayed one by one onto the new pristine version
 (`git rebase --onto`, done pick by pick so each patch is classified on its own), with git's rerere
 remembering how a person resolved a conflict, and a search for code that moved to another file."""
+
 from __future__ import annotations
 
 import email
@@ -88,9 +89,19 @@ def without_upper_bound(patch: Patch) -> Patch:
     return patch._replace(applies_to=SpecifierSet(",".join(kept)))
 
 
-def rebase(engine_name: str, store: Store, new: Version, ctx: fetch.SourceContext, *, old: Version | None = None,
-           workdir: Path | None = None, write: bool = True, verify: Verifier | None = None,
-           past_applies_to: bool = False, only: frozenset[str] | None = None) -> RebaseReport:
+def rebase(
+    engine_name: str,
+    store: Store,
+    new: Version,
+    ctx: fetch.SourceContext,
+    *,
+    old: Version | None = None,
+    workdir: Path | None = None,
+    write: bool = True,
+    verify: Verifier | None = None,
+    past_applies_to: bool = False,
+    only: frozenset[str] | None = None,
+) -> RebaseReport:
     """verify(patch, version, variant bytes) -> (ok, reason): smoke checks that gate a reused resolution.
     only: write variants for these patches alone (--patch); the others are still replayed, since a
     later patch is carried on top of them, and classified, but nothing is written for them.
@@ -131,8 +142,9 @@ def rebase(engine_name: str, store: Store, new: Version, ctx: fetch.SourceContex
     if old > new:
         raise UsageError(f"--from {old} is newer than --onto {new}")
     plans = [_Plan(patch, choose_variant(patch, old).variant, target) for patch, target in targets]
-    parsed = {v.path: parse_variant(v.read_bytes(), str(v.path))
-              for plan in plans for v in (plan.source, plan.target) if v is not None}
+    parsed = {
+        v.path: parse_variant(v.read_bytes(), str(v.path)) for plan in plans for v in (plan.source, plan.target) if v is not None
+    }
     paths = sorted({path for pv in parsed.values() for path in pv.paths})
     old_src = fetch.release(engine, old, ctx)
     new_src = fetch.release(engine, new, ctx)
@@ -192,11 +204,11 @@ def rebase(engine_name: str, store: Store, new: Version, ctx: fetch.SourceContex
         outside = past.get(item.name)
         if outside is None:
             return item
-        return item._replace(outside_applies_to=outside, reason=f"{new} is outside applies_to {outside}; "
-                             f"as if it were not: {item.reason}")
+        return item._replace(
+            outside_applies_to=outside, reason=f"{new} is outside applies_to {outside}; as if it were not: {item.reason}"
+        )
 
-    def fail(plan: _Plan, classification: str, old_variant: str | None, reason: str,
-             **extra: Any) -> None:
+    def fail(plan: _Plan, classification: str, old_variant: str | None, reason: str, **extra: Any) -> None:
         failed.add(plan.patch.name)
         outcome = O.OBSOLETE if classification == OBSOLETE else O.CONFLICT
         on_new[plan.patch.name] = evaluate.PatchOutcome(plan.patch.name, outcome, None, reason)
@@ -221,22 +233,49 @@ def rebase(engine_name: str, store: Store, new: Version, ctx: fetch.SourceContex
         outcome = direct.outcomes[0]
         if outcome.outcome == O.CLEAN:
             _commit(repo, direct.changes, target)
-            since = f" (made after the old base {old}; {source.filename} is not replayed)" \
-                if plan.target_is_newer and source is not None else ""
-            carried(plan, RebaseItem(patch.name, UNCHANGED, target.filename, target.filename,
-                                     f"{target.filename} applies to {new} cleanly{since}"))
+            since = (
+                f" (made after the old base {old}; {source.filename} is not replayed)"
+                if plan.target_is_newer and source is not None
+                else ""
+            )
+            carried(
+                plan,
+                RebaseItem(
+                    patch.name, UNCHANGED, target.filename, target.filename, f"{target.filename} applies to {new} cleanly{since}"
+                ),
+            )
             continue
         if outcome.outcome in (O.UPSTREAMED, O.ALREADY_APPLIED):
-            items.append(marked(RebaseItem(patch.name, UPSTREAMED, target.filename, None,
-                                           f"{target.filename} reverse-applies on {new}: its changes are upstream")))
+            items.append(
+                marked(
+                    RebaseItem(
+                        patch.name,
+                        UPSTREAMED,
+                        target.filename,
+                        None,
+                        f"{target.filename} reverse-applies on {new}: its changes are upstream",
+                    )
+                )
+            )
             on_new[patch.name] = outcome
             continue
         if plan.target_is_newer and outcome.outcome in (O.OFFSET, O.FUZZ):
             # The newer variant is nearer to the new version than a replay from the old base.
             _commit(repo, direct.changes, target)
             how = "with reduced context (fuzz): review it" if outcome.outcome == O.FUZZ else "with moved lines"
-            carried(plan, _refreshed(store, patch, target, new, gitutil.format_patch(repo),
-                                     writes(patch), f"{target.filename} applies {how}", unasked=unasked(patch)))
+            carried(
+                plan,
+                _refreshed(
+                    store,
+                    patch,
+                    target,
+                    new,
+                    gitutil.format_patch(repo),
+                    writes(patch),
+                    f"{target.filename} applies {how}",
+                    unasked=unasked(patch),
+                ),
+            )
             continue
         sha = commits.get(patch.name)
         tried = f"{target.filename} does not apply to {new} ({outcome.reason}); " if plan.target_is_newer else ""
@@ -246,8 +285,10 @@ def rebase(engine_name: str, store: Store, new: Version, ctx: fetch.SourceContex
                 why = f"on its own base {old}: {base_outcome.reason}"
                 kind = CONFLICT if base_outcome.outcome == O.CONFLICT else OBSOLETE
             else:
-                why, kind = f"{outcome.reason}; nothing to replay from {old}", \
-                    (CONFLICT if outcome.outcome == O.CONFLICT else OBSOLETE)
+                why, kind = (
+                    f"{outcome.reason}; nothing to replay from {old}",
+                    (CONFLICT if outcome.outcome == O.CONFLICT else OBSOLETE),
+                )
             lost = [fp.path for fp in parsed[target.path].files]
             fail(plan, kind, (source or target).filename, tried + why, relocations=relocations(target, lost))
             continue
@@ -256,8 +297,13 @@ def rebase(engine_name: str, store: Store, new: Version, ctx: fetch.SourceContex
         gone = [path for path in edited if new_files.get(path) is None]
         if gone and len(gone) == len(edited):  # all gone: obsolete; some: the cherry-pick's conflict below
             proposals = relocations(source, gone)
-            fail(plan, OBSOLETE, source.filename, tried + f"target file gone in {new}: {', '.join(gone)}"
-                 + ("; relocation proposed" if proposals else ""), relocations=proposals)
+            fail(
+                plan,
+                OBSOLETE,
+                source.filename,
+                tried + f"target file gone in {new}: {', '.join(gone)}" + ("; relocation proposed" if proposals else ""),
+                relocations=proposals,
+            )
             continue
         pick = git(repo, "cherry-pick", "--keep-redundant-commits", sha, check=False)
         resolution = None
@@ -272,16 +318,36 @@ def rebase(engine_name: str, store: Store, new: Version, ctx: fetch.SourceContex
                 conflict = _conflict_report(repo, unmerged, root, patch, sha, keep, gone)
                 # Part of what the patch fixes is gone and part is not: a person decides whether the
                 # gone part moved (the relocations) or is no longer needed (git rm it, then resolve).
-                removed = (f"; {', '.join(gone)} gone in {new} while the patch's other files are still "
-                           f"there: `git rm` it in the conflict worktree if the fix is not needed there, "
-                           f"or carry it to where the code moved") if gone else ""
-                fail(plan, CONFLICT, source.filename,
-                     tried + f"conflicts in {', '.join(unmerged) or 'the replay'}{removed}",
-                     conflict=conflict, relocations=relocations(source, unmerged))
+                removed = (
+                    (
+                        f"; {', '.join(gone)} gone in {new} while the patch's other files are still "
+                        f"there: `git rm` it in the conflict worktree if the fix is not needed there, "
+                        f"or carry it to where the code moved"
+                    )
+                    if gone
+                    else ""
+                )
+                fail(
+                    plan,
+                    CONFLICT,
+                    source.filename,
+                    tried + f"conflicts in {', '.join(unmerged) or 'the replay'}{removed}",
+                    conflict=conflict,
+                    relocations=relocations(source, unmerged),
+                )
                 continue
         if not git(repo, "diff", "--name-only", "HEAD~1", "HEAD").stdout.strip():
-            items.append(marked(RebaseItem(patch.name, UPSTREAMED, source.filename, None,
-                                           f"replaying it onto {new} changes nothing: the patched result is identical")))
+            items.append(
+                marked(
+                    RebaseItem(
+                        patch.name,
+                        UPSTREAMED,
+                        source.filename,
+                        None,
+                        f"replaying it onto {new} changes nothing: the patched result is identical",
+                    )
+                )
+            )
             on_new[patch.name] = evaluate.PatchOutcome(patch.name, O.UPSTREAMED, None, "")
             continue
         new_bytes = gitutil.format_patch(repo)
@@ -289,17 +355,41 @@ def rebase(engine_name: str, store: Store, new: Version, ctx: fetch.SourceContex
             ok, why = verify(patch, new, new_bytes)
             if not ok:
                 git(repo, "reset", "-q", "--hard", "HEAD~1")
-                fail(plan, CONFLICT, source.filename,
-                     f"a recorded resolution applies, but it is only used when the smoke checks pass: {why}",
-                     resolution="rejected")
+                fail(
+                    plan,
+                    CONFLICT,
+                    source.filename,
+                    f"a recorded resolution applies, but it is only used when the smoke checks pass: {why}",
+                    resolution="rejected",
+                )
                 continue
         if new_bytes == source.read_bytes():
-            carried(plan, RebaseItem(patch.name, UNCHANGED, source.filename, source.filename,
-                                     f"{source.filename} applies to {new} unchanged", resolution))
+            carried(
+                plan,
+                RebaseItem(
+                    patch.name,
+                    UNCHANGED,
+                    source.filename,
+                    source.filename,
+                    f"{source.filename} applies to {new} unchanged",
+                    resolution,
+                ),
+            )
             continue
-        carried(plan, _refreshed(store, patch, source, new, new_bytes, writes(patch),
-                                 tried + f"replayed {source.filename} from {old} (context or line moves)",
-                                 resolution, unasked=unasked(patch)))
+        carried(
+            plan,
+            _refreshed(
+                store,
+                patch,
+                source,
+                new,
+                new_bytes,
+                writes(patch),
+                tried + f"replayed {source.filename} from {old} (context or line moves)",
+                resolution,
+                unasked=unasked(patch),
+            ),
+        )
     order = {p.name: n for n, p in enumerate(series.patches)}
     items.sort(key=lambda i: order[i.name])
     if not keep:
@@ -307,8 +397,17 @@ def rebase(engine_name: str, store: Store, new: Version, ctx: fetch.SourceContex
     return RebaseReport(engine_name, str(old), str(new), tuple(items), str(root) if keep else None)
 
 
-def _refreshed(store: Store, patch: Patch, variant: Variant, new: Version, data: bytes, write: bool, how: str,
-               resolution: str | None = None, unasked: bool = False) -> RebaseItem:
+def _refreshed(
+    store: Store,
+    patch: Patch,
+    variant: Variant,
+    new: Version,
+    data: bytes,
+    write: bool,
+    how: str,
+    resolution: str | None = None,
+    unasked: bool = False,
+) -> RebaseItem:
     new_name = f"{new}.patch"
     generator = (patch.generated_by or {}).get("generator")
     if write and not generator:
@@ -319,8 +418,7 @@ def _refreshed(store: Store, patch: Patch, variant: Variant, new: Version, data:
     made = f"; {generator} makes this patch's variants: run it for {new}" if generator and write else ""
     if unasked:
         made += "; not named by --patch"
-    return RebaseItem(patch.name, REFRESHED, variant.filename, new_name, f"would write {new_name}: {how}{made}",
-                      resolution)
+    return RebaseItem(patch.name, REFRESHED, variant.filename, new_name, f"would write {new_name}: {how}{made}", resolution)
 
 
 def _commit(repo: Path, changes: Sequence[evaluate.FileChange], variant: Variant) -> None:
@@ -345,12 +443,13 @@ def _apply_changes(repo: Path, changes: Sequence[evaluate.FileChange]) -> None:
 
 
 def _has_staged_resolution(repo: Path) -> bool:
-    return bool(git(repo, "diff", "--cached", "--name-only").stdout.strip()) or "Resolved" in git(
-        repo, "rerere", "status", check=False).stdout
+    return (
+        bool(git(repo, "diff", "--cached", "--name-only").stdout.strip())
+        or "Resolved" in git(repo, "rerere", "status", check=False).stdout
+    )
 
 
-def _conflict_report(repo: Path, unmerged: list[str], root: Path, patch: Patch, sha: str, keep: bool,
-                     gone: list[str]) -> dict:
+def _conflict_report(repo: Path, unmerged: list[str], root: Path, patch: Patch, sha: str, keep: bool, gone: list[str]) -> dict:
     # Re-create the conflict where a person can work on it (and read the markers from there).
     worktree = root / "conflicts" / patch.name
     git(repo, "worktree", "add", "-q", "--detach", str(worktree), "HEAD")
@@ -367,7 +466,6 @@ def _conflict_report(repo: Path, unmerged: list[str], root: Path, patch: Patch, 
                 regions.append({"line": n + 1, "text": "\n".join(lines[lo:hi])})
         files.append({"path": rel, "conflicts": regions})
     # `resolve` reads gone_upstream: a resolution that keeps such a file would create it whole.
-    report = {"patch": patch.name, "files": files, "gone_upstream": gone,
-              "worktree": str(worktree) if keep else None}
+    report = {"patch": patch.name, "files": files, "gone_upstream": gone, "worktree": str(worktree) if keep else None}
     (root / "conflicts" / f"{patch.name}.json").write_text(json.dumps(report, indent=2))
     return report

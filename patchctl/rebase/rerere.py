@@ -1,6 +1,7 @@
 """Versioned rerere: a person's conflict resolution, recorded by git rerere in the conflict worktree
 that `rebase --workdir` left, is copied into the store (patches/<engine>/.rerere) so that it is
 reviewed and versioned with the patches, and reused by the next rebase that meets the same conflict."""
+
 from __future__ import annotations
 
 import json
@@ -29,21 +30,27 @@ def record_resolution(store: Store, engine_name: str, workdir: Path, patch_name:
     if generator:
         # Its variants are the generator's output (tests/rebase/test_generated_variants.py holds them
         # to it): a written resolution would be deleted as stale by the next regeneration.
-        raise UsageError(f"{engine_name}/{patch_name}'s variants are made by {generator}: carry the resolution "
-                         f"into its recipe and run it (the conflict worktree {worktree} shows what changed)")
+        raise UsageError(
+            f"{engine_name}/{patch_name}'s variants are made by {generator}: carry the resolution "
+            f"into its recipe and run it (the conflict worktree {worktree} shows what changed)"
+        )
     leftover = git(worktree, "grep", "-n", "-e", "^<<<<<<< ", "-e", "^>>>>>>> ", check=False).stdout
     if leftover.strip():
         raise UsageError(f"conflict markers are still there:\n{leftover.strip()}")
     git(worktree, "rerere")  # records the postimage of each resolved conflict
     git(worktree, "add", "-A")
-    kept = sorted(set(_gone_upstream(workdir, patch_name)) & set(
-        git(worktree, "diff", "--cached", "--name-only", "--diff-filter=A", "HEAD").stdout.split()))
+    kept = sorted(
+        set(_gone_upstream(workdir, patch_name))
+        & set(git(worktree, "diff", "--cached", "--name-only", "--diff-filter=A", "HEAD").stdout.split())
+    )
     if kept:
         # A file the new version removed, left in the worktree, would make the variant create it whole.
-        raise UsageError(f"{', '.join(kept)} {'is' if len(kept) == 1 else 'are'} gone upstream but still in "
-                         f"{worktree}: the variant would create {'it' if len(kept) == 1 else 'them'}; "
-                         f"`git -C {worktree} rm -qf {' '.join(kept)}` (or carry the change to where the code "
-                         "moved), then resolve again")
+        raise UsageError(
+            f"{', '.join(kept)} {'is' if len(kept) == 1 else 'are'} gone upstream but still in "
+            f"{worktree}: the variant would create {'it' if len(kept) == 1 else 'them'}; "
+            f"`git -C {worktree} rm -qf {' '.join(kept)}` (or carry the change to where the code "
+            "moved), then resolve again"
+        )
     # Where the variant goes is settled before the worktree's cherry-pick is concluded, so a refusal
     # (the bundled set, no store of the user's) leaves the worktree as it was, to resolve again.
     patch = store.home_for_writing(store.series(engine_name).get(patch_name))

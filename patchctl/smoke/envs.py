@@ -1,6 +1,7 @@
 """Smoke environments: one venv per profile (patches/envs/<profile>.txt), created once, cached by
 the requirements' hash, reused across engine versions (the engine itself is imported from the
 extracted tree, never installed)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -70,12 +71,15 @@ def _build(reqs: Path, venv: Path, profile: str, log: Callable[[str], None] | No
     live = on_terminal()
     if live:
         _step(f"building the smoke environment {profile!r} once (cached in {venv}; later runs reuse it)")
-    _run([sys.executable, "-m", "venv", str(venv)], f"create the {profile} venv", log, live=live,
-         step="1/2 creating the venv")
+    _run([sys.executable, "-m", "venv", str(venv)], f"create the {profile} venv", log, live=live, step="1/2 creating the venv")
     # On a terminal pip shows its own progress (downloads, builds); elsewhere it is quiet.
-    _run([str(python), "-m", "pip", "install", *([] if live else ["-q"]), "-r", str(reqs), *BASE_REQUIREMENTS],
-         f"install the {profile} requirements ({reqs})", log, live=live,
-         step=f"2/2 installing {reqs.name} and {', '.join(BASE_REQUIREMENTS)} with pip (a GPU profile is gigabytes)")
+    _run(
+        [str(python), "-m", "pip", "install", *([] if live else ["-q"]), "-r", str(reqs), *BASE_REQUIREMENTS],
+        f"install the {profile} requirements ({reqs})",
+        log,
+        live=live,
+        step=f"2/2 installing {reqs.name} and {', '.join(BASE_REQUIREMENTS)} with pip (a GPU profile is gigabytes)",
+    )
     sealed.seal(venv, _head(reqs))  # last: what was built, listed and hashed
     if live:
         _step(f"the smoke environment {profile!r} is ready")
@@ -96,8 +100,7 @@ def _step(text: str) -> None:
     sys.stderr.flush()
 
 
-def _run(cmd: list[str], what: str, log: Callable[[str], None] | None, *, live: bool = False,
-         step: str | None = None) -> None:
+def _run(cmd: list[str], what: str, log: Callable[[str], None] | None, *, live: bool = False, step: str | None = None) -> None:
     """cmd, quiet and captured; live (a terminal): its step named and its own output shown on stderr
     as it comes (stdout too, so that --json's stdout stays one document)."""
     if live:

@@ -3,6 +3,7 @@
 It must import nothing but the standard library, pytest and packaging: it runs inside the smoke
 environment, which does not have patchctl's own dependencies installed.
 """
+
 from __future__ import annotations
 
 import os
@@ -41,8 +42,11 @@ def engine_name() -> str:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU; reported 'not run: no GPU' without one")
-    config.addinivalue_line("markers", "pristine_fails: asserts the unpatched release misbehaves; deselected "
-                                       "when the checks prove an upstreamed version on its pristine tree")
+    config.addinivalue_line(
+        "markers",
+        "pristine_fails: asserts the unpatched release misbehaves; deselected "
+        "when the checks prove an upstreamed version on its pristine tree",
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

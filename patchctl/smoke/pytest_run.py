@@ -1,5 +1,6 @@
 """The smoke runner's check tiers: a patch's pytest checks against the patched tree of a release,
 in the patch's smoke environment. (The serve tier lives in patchctl.validate.)"""
+
 from __future__ import annotations
 
 import os
@@ -40,9 +41,19 @@ def evidence_of(patch: Patch, tier: str) -> str:
     return level + (f" ({'; '.join(map(str, proven))})" if proven else "")
 
 
-def run_checks(patch: Patch, tier: str, python: str, *, engine: str, version: str, patched: Path,
-               pristine: Path, timeout: float = 1800, upstream_proof: bool = False,
-               extra_env: dict[str, str] | None = None) -> CheckResult:
+def run_checks(
+    patch: Patch,
+    tier: str,
+    python: str,
+    *,
+    engine: str,
+    version: str,
+    patched: Path,
+    pristine: Path,
+    timeout: float = 1800,
+    upstream_proof: bool = False,
+    extra_env: dict[str, str] | None = None,
+) -> CheckResult:
     checks = patch.directory / "checks"
     evidence = evidence_of(patch, tier)
     if not checks.is_dir() or not any(checks.glob("test_*.py")):
@@ -52,24 +63,46 @@ def run_checks(patch: Patch, tier: str, python: str, *, engine: str, version: st
     with tempfile.TemporaryDirectory(prefix="patchctl-smoke-") as tmp:
         junit = Path(tmp) / "junit.xml"
         env = dict(os.environ)
-        env.update({
-            "PATCHCTL_PATCHED_TREE": str(patched), "PATCHCTL_PRISTINE_TREE": str(pristine),
-            "PATCHCTL_ENGINE_VERSION": version, "PATCHCTL_ENGINE": engine,
-            "PYTHONPATH": os.pathsep.join([str(Path(patchctl.__file__).resolve().parent.parent),
-                                           *_checklib_path(patch.directory.parent.parent, Path(tmp))]),
-            "PYTHONDONTWRITEBYTECODE": "1",
-        })
+        env.update(
+            {
+                "PATCHCTL_PATCHED_TREE": str(patched),
+                "PATCHCTL_PRISTINE_TREE": str(pristine),
+                "PATCHCTL_ENGINE_VERSION": version,
+                "PATCHCTL_ENGINE": engine,
+                "PYTHONPATH": os.pathsep.join(
+                    [
+                        str(Path(patchctl.__file__).resolve().parent.parent),
+                        *_checklib_path(patch.directory.parent.parent, Path(tmp)),
+                    ]
+                ),
+                "PYTHONDONTWRITEBYTECODE": "1",
+            }
+        )
         env.update({k: v.format(tmp=tmp) for k, v in get_engine(engine).smoke_env.items()})
         env.update(extra_env or {})
-        cmd = [python, "-m", "pytest", "-q", "-p", "patchctl.smoke.pytest_plugin", "-p", "no:cacheprovider",
-               "-m", TIER_MARKERS[tier] + (UPSTREAM_PROOF if upstream_proof else ""), f"--junitxml={junit}",
-               "--rootdir", str(checks), str(checks)]
+        cmd = [
+            python,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "patchctl.smoke.pytest_plugin",
+            "-p",
+            "no:cacheprovider",
+            "-m",
+            TIER_MARKERS[tier] + (UPSTREAM_PROOF if upstream_proof else ""),
+            f"--junitxml={junit}",
+            "--rootdir",
+            str(checks),
+            str(checks),
+        ]
         start = time.monotonic()
         try:
             # Its own process group, killed whole at the deadline (a check's server or worker with it)
             # and after pytest exits; its output capped (the junit file carries the results).
-            ran = run_bounded(cmd, timeout=timeout, limit=PYTEST_OUTPUT_LIMIT, env=env, cwd=checks,
-                              what=f"pytest of {patch.name}'s checks")
+            ran = run_bounded(
+                cmd, timeout=timeout, limit=PYTEST_OUTPUT_LIMIT, env=env, cwd=checks, what=f"pytest of {patch.name}'s checks"
+            )
         except EnvironmentProblem as exc:
             took = time.monotonic() - start
             reason = f"timed out after {timeout:.0f} s" if "did not finish" in str(exc) else str(exc)
@@ -88,8 +121,7 @@ def run_checks(patch: Patch, tier: str, python: str, *, engine: str, version: st
         status, reason = "skipped", "; ".join(sorted(set(skip_reasons)))[:500]
     else:
         status, reason = "not-run", f"no {tier} checks selected"
-    return CheckResult(patch.name, tier, status, passed, failed, skipped, round(seconds, 2), reason, evidence,
-                       tuple(failures))
+    return CheckResult(patch.name, tier, status, passed, failed, skipped, round(seconds, 2), reason, evidence, tuple(failures))
 
 
 def _checklib_path(store_root: Path, tmp: Path) -> list[str]:

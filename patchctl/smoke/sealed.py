@@ -14,6 +14,7 @@ ctime, size), and a file whose stamp is unchanged is not hashed again: the kerne
 change of content or metadata and a file's owner cannot set it back, so an unchanged stamp means the
 same bytes. A copied env (new inodes) or a touched file is hashed in full. With stamps the sglang-cpu
 venv checks in 0.43 s. Each entry is checked once per process."""
+
 from __future__ import annotations
 
 import hashlib
@@ -35,8 +36,7 @@ _NOFOLLOW = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC
 _checked: set[tuple[Path, str]] = set()  # (entry, marker sha256): verified in this process
 
 
-def _listing(root: Path, *, tighten: bool = False,
-             known: dict[str, list] | None = None) -> tuple[dict[str, list], str | None]:
+def _listing(root: Path, *, tighten: bool = False, known: dict[str, list] | None = None) -> tuple[dict[str, list], str | None]:
     """Every name under root (the marker aside), walked by descriptor, following no link: {relative
     path: [kind, mode, sha256 or link target]}; and the first entry not owned by root or the running
     user, or writable by others, in words (None: none). tighten (the builder): others' write bits
@@ -120,11 +120,11 @@ def untrusted(cache: ArtifactCache, root: Path, head: str = "") -> str | None:
     if st.st_uid not in (0, os.geteuid()) or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         return f"its marker {root / MARKER} belongs to uid {st.st_uid} or may be written by others"
     text = raw.decode(errors="replace")
-    line = text[text.rfind("\n", 0, len(text) - 1) + 1:]
+    line = text[text.rfind("\n", 0, len(text) - 1) + 1 :]
     if not line.startswith(SEAL):
         return "its marker lists no content (built before seals were kept, or copied)"
     try:
-        sealed = load_json(line[len(SEAL):])  # bounded: nesting, NUL bytes, numbers (a BoundsError is a ValueError)
+        sealed = load_json(line[len(SEAL) :])  # bounded: nesting, NUL bytes, numbers (a BoundsError is a ValueError)
     except ValueError:
         return "its marker's listing is damaged"
     if not isinstance(sealed, dict):
@@ -155,8 +155,7 @@ def _difference(sealed: dict, found: dict) -> str:
     kind, mode, _ = found[changed[0]]
     was = sealed[changed[0]]
     what = "its content" if kind == was[0] == "file" and mode == was[1] else f"{was[0]} {was[1]:o} -> {kind} {mode:o}"
-    return f"{changed[0]} changed since it was built ({what})" + (
-        f" (and {len(changed) - 1} more)" if len(changed) > 1 else "")
+    return f"{changed[0]} changed since it was built ({what})" + (f" (and {len(changed) - 1} more)" if len(changed) > 1 else "")
 
 
 def usable(cache: ArtifactCache, root: Path, head: str, say: Callable[[str], None]) -> bool:
@@ -169,9 +168,10 @@ def usable(cache: ArtifactCache, root: Path, head: str, say: Callable[[str], Non
     if why != "not built" or os.path.lexists(root):
         above = cache.foreign(root.parent)
         if above:
-            raise EnvironmentProblem(f"patchctl runs nothing from {root}: {above}",
-                                     hint="set PATCHCTL_CACHE_DIR to a folder of yours (or root's) that others "
-                                          "cannot write")
+            raise EnvironmentProblem(
+                f"patchctl runs nothing from {root}: {above}",
+                hint="set PATCHCTL_CACHE_DIR to a folder of yours (or root's) that others cannot write",
+            )
         if why != "not built":
             say(f"rebuilding {root}: {why}")
     return False
@@ -181,5 +181,7 @@ def require(cache: ArtifactCache, root: Path, head: str) -> None:
     """After a build: what was just sealed must check (else another writer is at work): exit 3."""
     why = untrusted(cache, root, head)
     if why is not None:
-        raise EnvironmentProblem(f"patchctl runs nothing from {root}: {why}",
-                                 hint="set PATCHCTL_CACHE_DIR to a folder of yours (or root's) that others cannot write")
+        raise EnvironmentProblem(
+            f"patchctl runs nothing from {root}: {why}",
+            hint="set PATCHCTL_CACHE_DIR to a folder of yours (or root's) that others cannot write",
+        )

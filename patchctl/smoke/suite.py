@@ -1,6 +1,7 @@
 """Smoke checks of a release: which patches can be checked there, the pristine and patched trees,
 the patch's environment, and each patch's pytest run (smoketest/pytest_run.py). The core behind `smoke`,
 the matrix's smoke cells and rebase's verification gate."""
+
 from __future__ import annotations
 
 import os
@@ -38,9 +39,17 @@ class SmokeRun(NamedTuple):
         return any(r.status in ("failed", "error") for r in self.results)
 
 
-def run_smoke(ref: EngineRef, store: Store, ctx: fetch.SourceContext, *, only: tuple[str, ...] = (),
-              tier: str = "cpu", python: str | None = None, options: Options = Options(),
-              notify: Callable[[str], None] | None = None) -> SmokeRun:
+def run_smoke(
+    ref: EngineRef,
+    store: Store,
+    ctx: fetch.SourceContext,
+    *,
+    only: tuple[str, ...] = (),
+    tier: str = "cpu",
+    python: str | None = None,
+    options: Options = Options(),
+    notify: Callable[[str], None] | None = None,
+) -> SmokeRun:
     """notify(text): progress for people (environment builds, each patch's run); None is silent."""
     say = notify or (lambda text: None)
     # The kind says what trees are built from (a release's sdist, a build's own wheel or commit, a
@@ -62,8 +71,13 @@ def run_smoke(ref: EngineRef, store: Store, ctx: fetch.SourceContext, *, only: t
     # Decide from the sparse check first: a release where nothing applies needs no trees at all.
     quick = evaluate(series.patches, upstream.version, upstream.source, options=options)
     if not any(_checkable(p, quick.outcome_of(p.name).outcome, upstream.version) for p in patches):
-        return SmokeRun(ref.engine.name, version, tier, upstream.source.provenance()._asdict(),
-                        [not_run(p, f"patch is {quick.outcome_of(p.name).outcome} on {version}") for p in patches])
+        return SmokeRun(
+            ref.engine.name,
+            version,
+            tier,
+            upstream.source.provenance()._asdict(),
+            [not_run(p, f"patch is {quick.outcome_of(p.name).outcome} on {version}") for p in patches],
+        )
     say(f"building the pristine and patched trees of {ref.engine.name} {version}")
     built = trees.build_trees(ref.engine, upstream.version, series.patches, ctx, options, upstream=upstream)
     results = []
@@ -85,13 +99,26 @@ def run_smoke(ref: EngineRef, store: Store, ctx: fetch.SourceContext, *, only: t
                 say(f"building smoke environment {profile!r} (once; a few minutes)")
             env_python = ensure_env(envs_store, profile)
         say(f"{patch.name}: running its {tier} checks")
-        results.append(pytest_run.run_checks(patch, tier, env_python, engine=ref.engine.name, version=version,
-                                         patched=built.pristine if upstream_proof else built.patched,
-                                         pristine=built.pristine, upstream_proof=upstream_proof,
-                                         extra_env=companion_trees(patch, ctx)))
-    return SmokeRun(ref.engine.name, version, tier,
-                    {"kind": kind.smoke_label, "description": built.artifact, "sha256": built.artifact_sha256},
-                    results)
+        results.append(
+            pytest_run.run_checks(
+                patch,
+                tier,
+                env_python,
+                engine=ref.engine.name,
+                version=version,
+                patched=built.pristine if upstream_proof else built.patched,
+                pristine=built.pristine,
+                upstream_proof=upstream_proof,
+                extra_env=companion_trees(patch, ctx),
+            )
+        )
+    return SmokeRun(
+        ref.engine.name,
+        version,
+        tier,
+        {"kind": kind.smoke_label, "description": built.artifact, "sha256": built.artifact_sha256},
+        results,
+    )
 
 
 def envs_root(store: Store, patch: Patch, profile: str) -> Path:
@@ -137,8 +164,15 @@ def cpu_gate(store: Store, ctx: fetch.SourceContext, python: str | None) -> Smok
     from patchctl.core.engines import get_engine
 
     def gate(patch: Patch, version: Version, options: Options | None = None) -> tuple[bool, str]:
-        run = run_smoke(EngineRef(get_engine(patch.engine), "exact", version), store, ctx,
-                        only=(patch.name,), tier="cpu", python=python, options=options or Options())
+        run = run_smoke(
+            EngineRef(get_engine(patch.engine), "exact", version),
+            store,
+            ctx,
+            only=(patch.name,),
+            tier="cpu",
+            python=python,
+            options=options or Options(),
+        )
         (result,) = run.results
         return result.status == "passed", f"{result.status}: {result.reason}"
 

@@ -1,5 +1,6 @@
 """Whole pristine and patched package trees of a release, built once and cached by artifact hash
 (the smoke tier imports the engine from them; `check` never needs them)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -65,8 +66,9 @@ def pristine_tree(source: ReleaseSource) -> Path:
             if archive.is_zip(f):
                 archive.extract(f, tmp, lambda name: name if name.startswith(wanted) else None)
             else:
-                archive.extract(f, tmp, lambda name: (inner if (inner := engine.sdist_member_path(name))
-                                                      and inner.startswith(wanted) else None))
+                archive.extract(
+                    f, tmp, lambda name: inner if (inner := engine.sdist_member_path(name)) and inner.startswith(wanted) else None
+                )
         sealed.seal(tmp, f"{head}{source.artifact.filename}\n")
         cache.remove(root)
         os.replace(tmp, root)
@@ -115,15 +117,21 @@ def git_tree(source: GitSource, engine: Engine) -> Path:
             return root
         tmp = _fresh(cache, root.with_name(f"pristine.{os.getpid()}.tmp"))
         paths = [f"{source.prefix}{p}" for p in engine.packages]
-        exported = subprocess.run(["git", "-C", source.repo.git_dir, "archive", "--format=tar", source.commit, *paths],
-                                  capture_output=True)
+        exported = subprocess.run(
+            ["git", "-C", source.repo.git_dir, "archive", "--format=tar", source.commit, *paths], capture_output=True
+        )
         if exported.returncode != 0:
             cache.remove(tmp)
-            raise UsageError(f"{source.description}@{source.commit[:12]}: cannot export "
-                             f"{', '.join(paths)}: {exported.stderr.decode(errors='replace').strip()[:300]}")
+            raise UsageError(
+                f"{source.description}@{source.commit[:12]}: cannot export "
+                f"{', '.join(paths)}: {exported.stderr.decode(errors='replace').strip()[:300]}"
+            )
         with archive.errors_named(f"git archive of {source.commit[:12]}"):
-            archive.extract(io.BytesIO(exported.stdout), tmp,
-                            lambda name: name[len(source.prefix):] if name.startswith(source.prefix) else None)
+            archive.extract(
+                io.BytesIO(exported.stdout),
+                tmp,
+                lambda name: name[len(source.prefix) :] if name.startswith(source.prefix) else None,
+            )
         sealed.seal(tmp, f"{head}{source.description}@{source.commit}\n")
         cache.remove(root)
         os.replace(tmp, root)
@@ -131,8 +139,14 @@ def git_tree(source: GitSource, engine: Engine) -> Path:
     return root
 
 
-def build_trees(engine: Engine, version: Version, patches: tuple[Patch, ...], ctx: fetch.SourceContext,
-                options: evaluate.Options = _DEFAULT_OPTIONS, upstream: fetch.Upstream | None = None) -> Trees:
+def build_trees(
+    engine: Engine,
+    version: Version,
+    patches: tuple[Patch, ...],
+    ctx: fetch.SourceContext,
+    options: evaluate.Options = _DEFAULT_OPTIONS,
+    upstream: fetch.Upstream | None = None,
+) -> Trees:
     """upstream: the resolved ref, whose kind names the archive or commit the trees are built from
     (a release's sdist when it has one, a nightly's or a file's own wheel, a git commit); without
     one, the release `version` of the package index."""
@@ -146,22 +160,36 @@ def build_trees(engine: Engine, version: Version, patches: tuple[Patch, ...], ct
     # Two ways to hold a package tree: an archive (a wheel or an sdist) and a git commit.
     if isinstance(source, GitSource):
         pristine = git_tree(source, engine)
-        return _with_patched(engine, version, patches, pristine, source.provenance().description,
-                             source.commit, options)
+        return _with_patched(engine, version, patches, pristine, source.provenance().description, source.commit, options)
     assert isinstance(source, ReleaseSource)  # what every kind's tree_source gives but git's
     pristine = pristine_tree(source)
-    return _with_patched(engine, version, patches, pristine, source.artifact.filename,
-                         source.artifact.sha256 or str(source.provenance().sha256), options)
+    return _with_patched(
+        engine,
+        version,
+        patches,
+        pristine,
+        source.artifact.filename,
+        source.artifact.sha256 or str(source.provenance().sha256),
+        options,
+    )
 
 
-def _with_patched(engine: Engine, version: Version, patches: tuple[Patch, ...], pristine: Path, artifact: str,
-                  artifact_sha256: str, options: evaluate.Options) -> Trees:
+def _with_patched(
+    engine: Engine,
+    version: Version,
+    patches: tuple[Patch, ...],
+    pristine: Path,
+    artifact: str,
+    artifact_sha256: str,
+    options: evaluate.Options,
+) -> Trees:
     result = evaluate.evaluate(patches, version, DirectorySource(pristine), options=options)
     if not result.ok:
         bad = ", ".join(o.name for o in result.outcomes if o.outcome == "conflict")
         raise PatchFailed(f"cannot build the patched tree of {engine.name} {version}: {bad} do not apply")
-    digest = hashlib.sha256(json.dumps(
-        [[c.path, hashlib.sha256(c.after or b"").hexdigest()] for c in result.changes]).encode()).hexdigest()[:16]
+    digest = hashlib.sha256(
+        json.dumps([[c.path, hashlib.sha256(c.after or b"").hexdigest()] for c in result.changes]).encode()
+    ).hexdigest()[:16]
     patched = pristine.parent / f"patched-{digest}"
     cache = ArtifactCache(config.cache_dir())
     head = f"format {TREE_FORMAT}\npatched {digest}\n"

@@ -2,6 +2,7 @@
 members only, each written below the destination through `resolve_inside` (no `..`, no absolute
 name, no symlinked folder that leads out: zip-slip and symlink safe), streamed in 1 MB pieces with its
 permission bits kept (vLLM ships some sources executable; git diffs record modes)."""
+
 from __future__ import annotations
 
 import functools
@@ -47,8 +48,7 @@ def members(f: BinaryIO) -> Iterator[Member]:
                 mode = info.external_attr >> 16
                 if info.is_dir() or stat.S_ISLNK(mode):
                     continue
-                yield Member(info.filename, mode & 0o777, functools.partial(zf.open, info), info.file_size,
-                             info.compress_size)
+                yield Member(info.filename, mode & 0o777, functools.partial(zf.open, info), info.file_size, info.compress_size)
         return
     with tarfile.open(fileobj=f) as tf:
         for member in tf:
@@ -70,14 +70,12 @@ def read(f: BinaryIO, path_of: Callable[[str], str | None], wanted: set[str]) ->
         if path in wanted and path not in found:
             # Read into memory: held to zipread's member limits (size, inflate ratio) before a byte is
             # read, and to the stated size while reading, as a range-read member is.
-            zipread.check_member_size(member.name, member.size if member.compressed is None else member.compressed,
-                                      member.size)
+            zipread.check_member_size(member.name, member.size if member.compressed is None else member.compressed, member.size)
             try:
                 with member.open() as src:
                     found[path] = src.read(member.size + 1)
             except zipfile.BadZipFile as exc:  # zipfile stops at the stated size and checks the CRC there
-                raise zipread.ZipFormatError(f"{member.name} is not the member its central directory states: {exc}") \
-                    from None
+                raise zipread.ZipFormatError(f"{member.name} is not the member its central directory states: {exc}") from None
             if len(found[path]) > member.size:
                 raise zipread.ZipFormatError(f"{member.name} holds more than the {member.size} bytes it states")
     return found

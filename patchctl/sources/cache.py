@@ -32,6 +32,7 @@ Every read of a cache file is `read_file`: no symlink followed (neither the file
 it and the cache root), a regular file only (a FIFO would hang, a device never end), and a bounded
 size. What fails that is `Damaged`: callers fetch again online and say how to refresh offline.
 """
+
 from __future__ import annotations
 
 import errno
@@ -293,8 +294,9 @@ class ArtifactCache:
             found = _parse_format(raw)
             if found is not None and found > FORMAT:
                 raise EnvironmentProblem(
-                    f"the cache {self.root} has format {found}, written by a newer patchctl (this one "
-                    f"reads format {FORMAT})", hint="upgrade patchctl, or set PATCHCTL_CACHE_DIR to another folder")
+                    f"the cache {self.root} has format {found}, written by a newer patchctl (this one reads format {FORMAT})",
+                    hint="upgrade patchctl, or set PATCHCTL_CACHE_DIR to another folder",
+                )
             if found != FORMAT and self.root.is_dir():
                 for step in _MIGRATIONS:
                     step(self)

@@ -1,6 +1,7 @@
 """Which artifact of a release to read, and how: a big wheel by range reads, or a small sdist or
 wheel in one GET, by the bytes each would cost (round trips counted as bytes); and the tail of a wheel
 its file list needed last time (<cache>/tails/), which makes that estimate (split out of release.py)."""
+
 from __future__ import annotations
 
 import json
@@ -36,8 +37,15 @@ def choose_artifact(project: IndexProject, version: Version, prefer_sdist: bool 
     return choose(project, version, prefer_sdist=prefer_sdist).file
 
 
-def choose(project: IndexProject, version: Version, *, prefer_sdist: bool = False, cache_root: Path | None = None,
-           installable: bool = False, offline: bool = False) -> ArtifactChoice:
+def choose(
+    project: IndexProject,
+    version: Version,
+    *,
+    prefer_sdist: bool = False,
+    cache_root: Path | None = None,
+    installable: bool = False,
+    offline: bool = False,
+) -> ArtifactChoice:
     """The artifact that costs the fewest bytes (round trips counted as bytes) for what is wanted.
     A few files (check, apply): a big wheel by range reads, or a small sdist or wheel in one GET when
     that is cheaper (vllm-gguf-plugin: a 115 KB sdist against a 6.4 MB wheel's ~80 KB of ranges and
@@ -49,11 +57,16 @@ def choose(project: IndexProject, version: Version, *, prefer_sdist: bool = Fals
     if not files:
         known = project.versions(include_pre=True)
         near = ", ".join(str(v) for v in known[-5:]) or "none"
-        unusable = ("; it lists only sdists without a sha256, which patchctl cannot verify (no RECORD): "
-                    + ", ".join(f.filename for f in candidates)) if candidates else ""
+        unusable = (
+            (
+                "; it lists only sdists without a sha256, which patchctl cannot verify (no RECORD): "
+                + ", ".join(f.filename for f in candidates)
+            )
+            if candidates
+            else ""
+        )
         raise UsageError(
-            f"{project.name} {version} is not on the package index {project.index_url} "
-            f"(newest there: {near}){unusable}"
+            f"{project.name} {version} is not on the package index {project.index_url} (newest there: {near}){unusable}"
         )
 
     def rank(f: IndexFile) -> tuple[int, int, int, int]:
@@ -83,20 +96,27 @@ def choose(project: IndexProject, version: Version, *, prefer_sdist: bool = Fals
             if f is first and f.sha256 and _cached(cache, cache.unverified(f.url, f.sha256) / CENTRAL_DIRECTORY_FILE):
                 return ArtifactChoice(f, False, "wheel by range reads: its file list is already in the cache")
     measured = tail_estimate(cache_root, project.name, version) if cache_root else None
-    ranges = (min(first.size, tail_guess(first.size, measured)) + MEMBERS_GUESS + 2 * ROUND_TRIP_BYTES
-              if first.size else None)
+    ranges = min(first.size, tail_guess(first.size, measured)) + MEMBERS_GUESS + 2 * ROUND_TRIP_BYTES if first.size else None
     options = [(f.size, f) for f in ranked if f.size and f.sha256 and (f.kind == "sdist" or f is first)]
     cheapest = min(options, key=lambda o: o[0], default=None)
     if ranges is None or (cheapest is not None and cheapest[0] <= ranges):
         if cheapest is None:
             return ArtifactChoice(first, False, "wheel by range reads: the index gives no size to compare")
         size, f = cheapest
-        return ArtifactChoice(f, True, f"{f.kind}, whole: {_mb(size)} in one request costs less than range "
-                              f"reads of {first.filename} (~{_mb(ranges)} counting round trips)")
+        return ArtifactChoice(
+            f,
+            True,
+            f"{f.kind}, whole: {_mb(size)} in one request costs less than range "
+            f"reads of {first.filename} (~{_mb(ranges)} counting round trips)",
+        )
     others = [f"{f.kind} {_mb(size)}" for size, f in options if f is not first]
-    return ArtifactChoice(first, False, f"wheel by range reads: ~{_mb(ranges)} counting round trips"
-                          + (f", against {', '.join(others)} whole" if others else "")
-                          + f" ({_mb(first.size)} wheel)")
+    return ArtifactChoice(
+        first,
+        False,
+        f"wheel by range reads: ~{_mb(ranges)} counting round trips"
+        + (f", against {', '.join(others)} whole" if others else "")
+        + f" ({_mb(first.size)} wheel)",
+    )
 
 
 def _mb(n: int | None) -> str:

@@ -4,6 +4,7 @@ the requests and answers; opening the socket is done here, in `Connection.connec
 http.client has its subclasses override (HTTPSConnection does), so no private part of it is
 replaced, and the socket is known from its first moment: a request's deadline (deadline.py) can
 shut it down while a proxy or a TLS handshake is still dripping."""
+
 from __future__ import annotations
 
 import http.client

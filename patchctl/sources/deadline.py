@@ -5,6 +5,7 @@ Content-Length, or the size the caller or the index states, all capped by the do
 received never move it (a drip of 10^12 bytes with no Content-Length once ran for as long as it
 dripped). A watchdog thread shuts the request's socket down at the deadline, so a read blocked on a
 slow server returns at once; every read checks `expired` after it."""
+
 from __future__ import annotations
 
 import http.client
@@ -64,9 +65,10 @@ class Deadline:
     def error(self) -> NetworkError:
         grown = self.expected
         budget = f"{self.timeout:g} s" + (f" + {size_text(grown)} at {size_text(MIN_RATE)}/s" if grown else "")
-        return NetworkError(f"{self.what or self.url}: no complete answer from {self.url} within {budget} "
-                            "(the deadline of a request)",
-                            hint="a slow or stalled server; pass a larger --timeout SECONDS on a slow link")
+        return NetworkError(
+            f"{self.what or self.url}: no complete answer from {self.url} within {budget} (the deadline of a request)",
+            hint="a slow or stalled server; pass a larger --timeout SECONDS on a slow link",
+        )
 
 
 _watched: set[Deadline] = set()

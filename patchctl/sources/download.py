@@ -1,5 +1,6 @@
 """A whole artifact in one streamed GET, its sha256 computed on the way and compared with the one the
 index published: the bytes land beside the target and are renamed over it only when they match."""
+
 from __future__ import annotations
 
 import hashlib
@@ -12,8 +13,16 @@ from patchctl.sources import http
 from patchctl.sources.files import ProgressSink
 
 
-def download(url: str, target: Path, *, filename: str, expected_sha256: str | None, size: int | None,
-             progress: ProgressSink, count: Callable[[int], None]) -> str:
+def download(
+    url: str,
+    target: Path,
+    *,
+    filename: str,
+    expected_sha256: str | None,
+    size: int | None,
+    progress: ProgressSink,
+    count: Callable[[int], None],
+) -> str:
     """Fetch `url` into `target` (its folder must exist); returns the sha256 of what was fetched.
     With expected_sha256 None (an index that publishes none) nothing is compared here: the caller
     checks the members against RECORD and records the digest."""

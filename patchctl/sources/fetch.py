@@ -1,6 +1,7 @@
 """How upstream files are fetched, whatever their kind: the context every command builds, the
 resolved `Upstream`, the package index (per engine) and its releases. Which kind of upstream a ref
 names is `patchctl/sources/registry.py`'s business; each kind lives in `patchctl/sources/kinds/`."""
+
 from __future__ import annotations
 
 import functools
@@ -84,18 +85,25 @@ class Upstream(NamedTuple):
     files: tuple[IndexFile, ...] = ()
 
 
-def release(ref_engine: Engine, version: Version, ctx: SourceContext, index: PackageIndex | None = None,
-            prefer_sdist: bool = False) -> ReleaseSource:
+def release(
+    ref_engine: Engine, version: Version, ctx: SourceContext, index: PackageIndex | None = None, prefer_sdist: bool = False
+) -> ReleaseSource:
     from patchctl.sources.release import ReleaseSource, choose
 
     index = index or ctx.index_for(ref_engine)
     cache = config.cache_dir()
-    choice = choose(index.project(ref_engine.dist), version, prefer_sdist=prefer_sdist, cache_root=cache,
-                    offline=ctx.offline)
-    return ReleaseSource(ref_engine, choice.file, cache, offline=ctx.offline, progress=ctx.progress,
-                         sparse=ctx.sparse, whole=choice.whole, verify=not ctx.sparse,
-                         reason=choice.reason if ctx.sparse else
-                         f"{choice.file.kind}, whole: --verify checks it against the index's sha256")
+    choice = choose(index.project(ref_engine.dist), version, prefer_sdist=prefer_sdist, cache_root=cache, offline=ctx.offline)
+    return ReleaseSource(
+        ref_engine,
+        choice.file,
+        cache,
+        offline=ctx.offline,
+        progress=ctx.progress,
+        sparse=ctx.sparse,
+        whole=choice.whole,
+        verify=not ctx.sparse,
+        reason=choice.reason if ctx.sparse else f"{choice.file.kind}, whole: --verify checks it against the index's sha256",
+    )
 
 
 def latest_release(engine: Engine, ctx: SourceContext) -> Version:

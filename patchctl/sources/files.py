@@ -1,4 +1,5 @@
 """The one interface the apply engine reads upstream files through."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable

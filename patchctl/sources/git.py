@@ -1,5 +1,6 @@
 """Files at a git ref, read with `git show` (no checkout); remote repositories are cloned once,
 partially (blobs fetched on demand), into the cache."""
+
 from __future__ import annotations
 
 import os
@@ -59,9 +60,11 @@ def open_repo(repo: str, cache_root: Path, *, offline: bool = False, fetch: bool
         why = _untrusted_clone(cache, clone) if cloned else None
         if why:  # git runs what a repository's config names (credential helpers, ssh commands)
             if offline:
-                raise EnvironmentProblem(f"patchctl runs no git in {clone}: {why}",
-                                         hint="set PATCHCTL_CACHE_DIR to a folder of yours (or root's) that "
-                                              "others cannot write, or go online to clone it again")
+                raise EnvironmentProblem(
+                    f"patchctl runs no git in {clone}: {why}",
+                    hint="set PATCHCTL_CACHE_DIR to a folder of yours (or root's) that "
+                    "others cannot write, or go online to clone it again",
+                )
             cache.remove(clone)
             cloned = False
         if not cloned:

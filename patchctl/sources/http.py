@@ -21,6 +21,7 @@ PAGE_MAX_BYTES sent or decompressed, a whole download no longer than its Content
 index lists for it, and DOWNLOAD_MAX_BYTES (--max-download) in any case. An answer shorter than its
 Content-Length, or a chunked one that breaks off, is an error too, never a shorter page. Past any of
 these, a NetworkError (exit 3) names the URL and the limit."""
+
 from __future__ import annotations
 
 import http.client
@@ -92,10 +93,14 @@ def declare_size(url: str, size: int) -> None:
 
 
 def _too_large(url: str, limit: int, why: str, got: str = "") -> AnswerTooLarge:
-    hint = ("a larger download needs a larger --max-download SIZE" if why == CAP_WHY
-            else "the server sent more than it should; check the index or mirror")
-    return AnswerTooLarge(f"the answer from {url} is larger than {why} ({size_text(limit)})"
-                          + (f": {got}" if got else ""), hint=hint)
+    hint = (
+        "a larger download needs a larger --max-download SIZE"
+        if why == CAP_WHY
+        else "the server sent more than it should; check the index or mirror"
+    )
+    return AnswerTooLarge(
+        f"the answer from {url} is larger than {why} ({size_text(limit)})" + (f": {got}" if got else ""), hint=hint
+    )
 
 
 CAP_WHY = "the download limit (--max-download)"
@@ -107,21 +112,32 @@ def byte_count(value: str, url: str, header: str) -> int:
     bytes than MAX_SIZE) is a bad answer naming the URL, never a traceback."""
     value = value.strip()
     if not _BYTE_COUNT.fullmatch(value) or int(value) > MAX_SIZE:
-        raise NetworkError(f"{url}: the server's {header} is not a byte count in range: {value[:40]!r}",
-                           hint="a broken or hostile server or proxy; check the index or mirror")
+        raise NetworkError(
+            f"{url}: the server's {header} is not a byte count in range: {value[:40]!r}",
+            hint="a broken or hostile server or proxy; check the index or mirror",
+        )
     return int(value)
 
 
 def _cut_short(url: str, why: str) -> NetworkError:
-    return NetworkError(f"the answer from {url} was cut short ({why})",
-                        hint="the connection broke off; run again, or check the index or mirror")
+    return NetworkError(
+        f"the answer from {url} was cut short ({why})", hint="the connection broke off; run again, or check the index or mirror"
+    )
 
 
 class Response:
     """The parts of an HTTP answer patchctl reads (named as requests names them)."""
 
-    def __init__(self, conn: http.client.HTTPConnection, raw: http.client.HTTPResponse, url: str, key: Key,
-                 deadline: Deadline | None = None, keep: int = FETCH_POOL, method: str = "GET"):
+    def __init__(
+        self,
+        conn: http.client.HTTPConnection,
+        raw: http.client.HTTPResponse,
+        url: str,
+        key: Key,
+        deadline: Deadline | None = None,
+        keep: int = FETCH_POOL,
+        method: str = "GET",
+    ):
         self.status_code = raw.status
         self.headers = raw.headers  # case-insensitive get()
         self.url = url
@@ -237,8 +253,7 @@ class Response:
         if self._conn is not None:
             if not self._raw.isclosed() and self._raw.length == 0:
                 self._raw.close()  # read1() to the end leaves it open: the connection is free again
-            if self._raw.will_close or not self._raw.isclosed() or (
-                    self._deadline is not None and self._deadline.expired):
+            if self._raw.will_close or not self._raw.isclosed() or (self._deadline is not None and self._deadline.expired):
                 self._conn.close()
             else:
                 with _lock:
@@ -263,15 +278,18 @@ def _connect(key: Key) -> http.client.HTTPConnection:
 _pool_key = pool_key
 
 
-def _request(method: str, url: str, headers: dict, deadline: Deadline, body: Body = None,
-             retries: int = RETRIES, keep: int = FETCH_POOL) -> Response:
+def _request(
+    method: str, url: str, headers: dict, deadline: Deadline, body: Body = None, retries: int = RETRIES, keep: int = FETCH_POOL
+) -> Response:
     for _redirect in range(6):
         parts, key = _pool_key(url)
         proxy = key[3]
-        target = url.split("#", 1)[0] if proxy and parts.scheme == "http" else \
-            urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
-        response = _send(method, key, target, {"User-Agent": "patchctl", **headers}, body, url, deadline, retries,
-                         keep)
+        target = (
+            url.split("#", 1)[0]
+            if proxy and parts.scheme == "http"
+            else urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
+        )
+        response = _send(method, key, target, {"User-Agent": "patchctl", **headers}, body, url, deadline, retries, keep)
         if response.status_code in _REDIRECTS and response.headers.get("Location"):
             response.content  # noqa: B018  (read: the connection goes back to the pool)
             url = urllib.parse.urljoin(url, response.headers["Location"])
@@ -286,8 +304,9 @@ def _request(method: str, url: str, headers: dict, deadline: Deadline, body: Bod
     raise NetworkError(f"{url}: too many redirects")
 
 
-def _send(method: str, key: Key, target: str, headers: dict, body: Body, url: str, deadline: Deadline,
-          retries: int, keep: int) -> Response:
+def _send(
+    method: str, key: Key, target: str, headers: dict, body: Body, url: str, deadline: Deadline, retries: int, keep: int
+) -> Response:
     attempt = 0
     while True:
         deadline.check()
@@ -329,13 +348,13 @@ def _send(method: str, key: Key, target: str, headers: dict, body: Body, url: st
         else:
             if raw.status in RETRY_STATUS and attempt < retries:
                 conn.close()  # (its body unread: a retry needs no bytes of an error page)
-                _pause(0.5 * 2 ** attempt, deadline)
+                _pause(0.5 * 2**attempt, deadline)
                 attempt += 1
                 continue
             return Response(conn, raw, url, key, deadline, keep, method)
         if attempt >= retries or isinstance(exc_to_raise, (TimeoutError, http.client.HTTPException)):
             raise exc_to_raise
-        _pause(0.5 * 2 ** attempt, deadline)
+        _pause(0.5 * 2**attempt, deadline)
         attempt += 1
 
 
@@ -346,8 +365,15 @@ def _pause(seconds: float, deadline: Deadline) -> None:
     time.sleep(seconds)
 
 
-def get(url: str, *, headers: dict | None = None, stream: bool = False, what: str = "",
-        max_bytes: int | None = None, expected: int = 0) -> Response:
+def get(
+    url: str,
+    *,
+    headers: dict | None = None,
+    stream: bool = False,
+    what: str = "",
+    max_bytes: int | None = None,
+    expected: int = 0,
+) -> Response:
     """One GET under one deadline (redirects and retries included). Read whole (stream=False, an
     index page) the body may be at most max_bytes (PAGE_MAX_BYTES) sent and decompressed. Streamed:
     a range (`expected`, its length, given) at most max_bytes; a whole download at most max_bytes or
@@ -362,8 +388,9 @@ def get(url: str, *, headers: dict | None = None, stream: bool = False, what: st
         if not expected:  # a whole download: capped, whatever the caller or the index says
             if stated and stated > DOWNLOAD_MAX_BYTES:
                 who = "the index lists" if stated == declared else "it is stated as"
-                raise _too_large(url, DOWNLOAD_MAX_BYTES, CAP_WHY,
-                                 f"{who} {stated} bytes ({size_text(stated)}); nothing was fetched")
+                raise _too_large(
+                    url, DOWNLOAD_MAX_BYTES, CAP_WHY, f"{who} {stated} bytes ({size_text(stated)}); nothing was fetched"
+                )
             if not stated:
                 stated, why = DOWNLOAD_MAX_BYTES, CAP_WHY
         limit = stated or DOWNLOAD_MAX_BYTES
@@ -390,8 +417,16 @@ def get(url: str, *, headers: dict | None = None, stream: bool = False, what: st
         raise
 
 
-def send(method: str, url: str, deadline: Deadline, *, body: Body = None, headers: dict | None = None,
-         retries: int = RETRIES, keep: int = FETCH_POOL) -> Response:
+def send(
+    method: str,
+    url: str,
+    deadline: Deadline,
+    *,
+    body: Body = None,
+    headers: dict | None = None,
+    retries: int = RETRIES,
+    keep: int = FETCH_POOL,
+) -> Response:
     """One request under `deadline` (the watchdog shuts its socket down at it), redirects and
     retries (of 429/5xx, and of a refused connection: `retries` times) included; the Response once
     the answer's headers are in, its body unread. A NetworkError names what failed (the deadline's

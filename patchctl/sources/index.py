@@ -5,6 +5,7 @@ and a 304 answer (no body) keeps the cached page. Within the freshness window (`
 seconds in the config file, or $PATCHCTL_INDEX_MAX_AGE; 0 by default: always revalidate) a cached
 page is used without asking at all, which CI sets so that a matrix of many runs asks once. Both only
 for a page this user (or root) wrote from the same URL (`_distrust`): any other is read whole."""
+
 from __future__ import annotations
 
 import json
@@ -155,12 +156,13 @@ class PackageIndex:
             if distrust is None:
                 return _from_json(data, self.url), data.get("fetched_at")
             if self.offline:
-                raise EnvironmentProblem(f"cache file {cache_file} {distrust}: offline, patchctl cannot "
-                                         "tell whether its hashes are the index's", hint="run once online to read it again")
+                raise EnvironmentProblem(
+                    f"cache file {cache_file} {distrust}: offline, patchctl cannot tell whether its hashes are the index's",
+                    hint="run once online to read it again",
+                )
             return None, None  # read again whole: its validators, age and hashes are not trusted
         if self.offline:
-            raise EnvironmentProblem(f"cache file {cache_file} is damaged; run once without --offline "
-                                     f"to refresh it ({wrong})")
+            raise EnvironmentProblem(f"cache file {cache_file} is damaged; run once without --offline to refresh it ({wrong})")
         self._cache.remove(cache_file)
         return None, None
 
@@ -184,17 +186,30 @@ class PackageIndex:
         base = response.url
         raw: list[_Row]
         if "json" in ctype:
-            raw = [(f["filename"], _join(base, f["url"]), (f.get("hashes") or {}).get("sha256"),
-                    f.get("size"), bool(f.get("yanked")))
-                   for f in self._pep691(response, page)["files"]]
+            raw = [
+                (
+                    f["filename"],
+                    _join(base, f["url"]),
+                    (f.get("hashes") or {}).get("sha256"),
+                    f.get("size"),
+                    bool(f.get("yanked")),
+                )
+                for f in self._pep691(response, page)["files"]
+            ]
         else:
             try:
                 raw = _parse_html(response.text, base)
             except AssertionError as exc:  # html.parser's way of refusing some markup
                 raise NetworkError(f"the package index {self.url} sent {page} as HTML that does not parse: {exc}") from None
         files = tuple(f for f in (_index_file(*r) for r in raw) if f is not None)
-        return IndexProject(name, self.url, files, from_cache=False, etag=response.headers.get("ETag"),
-                            last_modified=response.headers.get("Last-Modified"))
+        return IndexProject(
+            name,
+            self.url,
+            files,
+            from_cache=False,
+            etag=response.headers.get("ETag"),
+            last_modified=response.headers.get("Last-Modified"),
+        )
 
     def _pep691(self, response: http.Response, page: str) -> dict:
         """A PEP 691 page, checked against the part of the format patchctl reads (schemas/pep691.json)."""
@@ -232,8 +247,7 @@ def _join(base: str, url: str) -> str | None:
         return None
 
 
-def _index_file(filename: str, url: str | None, sha256: str | None, size: int | None,
-                yanked: bool) -> IndexFile | None:
+def _index_file(filename: str, url: str | None, sha256: str | None, size: int | None, yanked: bool) -> IndexFile | None:
     if url is None:
         return None
     # The sha256 names the artifact's cache folder: anything but a sha256 is no hash at all.
@@ -322,5 +336,6 @@ def _to_json(project: IndexProject) -> dict:
 
 def _from_json(data: dict, index_url: str) -> IndexProject:
     files = tuple(f for f in (_index_file(*row) for row in data["files"]) if f is not None)
-    return IndexProject(data["name"], index_url, files, from_cache=True, etag=data.get("etag"),
-                        last_modified=data.get("last_modified"))
+    return IndexProject(
+        data["name"], index_url, files, from_cache=True, etag=data.get("etag"), last_modified=data.get("last_modified")
+    )

@@ -1,5 +1,6 @@
 """An engine installed in some Python environment, found through distribution metadata only:
 importing vLLM takes >10 s and wants CUDA libraries, so the engine itself is never imported."""
+
 from __future__ import annotations
 
 import os
@@ -43,8 +44,9 @@ def find_installed(engine: Engine, python: str | None = None) -> Installed | Non
     try:
         version = Version(dist.version)
     except InvalidVersion:
-        raise EnvironmentProblem(f"{engine.dist} in {dist.folder} has the version {dist.version[:100]!r}, which is not "
-                                 "a version") from None
+        raise EnvironmentProblem(
+            f"{engine.dist} in {dist.folder} has the version {dist.version[:100]!r}, which is not a version"
+        ) from None
     root = pyenv.package_root(env, engine.version_package) or dist.folder
     return Installed(engine, version, root, env.python)
 
@@ -55,13 +57,12 @@ def require_installed(engine: Engine, python: str | None = None) -> Installed:
         raise EnvironmentProblem(
             f"{engine.dist} is not installed in the environment of {python or default_python()}",
             hint="activate the right environment, or pass --python PATH or --target DIR (`apply --install` installs "
-                 "a release first)",
+            "a release first)",
         )
     return found
 
 
-def version_of_tree(engine: Engine, root: Path,
-                    read: Callable[[Path], bytes | None] | None = None) -> Version | None:
+def version_of_tree(engine: Engine, root: Path, read: Callable[[Path], bytes | None] | None = None) -> Version | None:
     """The version of an unpacked tree or checkout, from the metadata that lies in it. read: how a
     file of it is read (None: missing); a tree patchctl writes into passes the no-follow reader."""
     import email
@@ -71,8 +72,8 @@ def version_of_tree(engine: Engine, root: Path,
 
         def read(path: Path) -> bytes | None:
             return read_beneath(root, str(path.relative_to(root)))
-    candidates = (list(root.glob("*.dist-info/METADATA")) + list(root.glob("PKG-INFO"))
-                  + list(root.glob("*.egg-info/PKG-INFO")))
+
+    candidates = list(root.glob("*.dist-info/METADATA")) + list(root.glob("PKG-INFO")) + list(root.glob("*.egg-info/PKG-INFO"))
     for meta in candidates:
         raw = read(meta)
         if raw is None:
@@ -86,8 +87,7 @@ def version_of_tree(engine: Engine, root: Path,
         if data is not None:
             import re
 
-            m = re.search(r"""(?:__version__|version)\s*(?::\s*str\s*)?=\s*['"]([^'"]+)['"]""",
-                          data.decode(errors="replace"))
+            m = re.search(r"""(?:__version__|version)\s*(?::\s*str\s*)?=\s*['"]([^'"]+)['"]""", data.decode(errors="replace"))
             if m:
                 try:
                     return Version(m.group(1))

@@ -1,5 +1,6 @@
 """pip's unstable internals, behind one module (as pip-tools does): the index the user configured
 for pip, and pip's own default when nothing is configured. patchctl never names an index host."""
+
 from __future__ import annotations
 
 import json
@@ -54,8 +55,7 @@ def network_setting(name: str) -> str | None:
                 values = _file_values() or {}
             except Exception:  # a file configparser refuses: pip's own reading is not worth its cost here
                 values = {}
-            found = next((values[k] for k in (f"install.{name}", f"download.{name}", f"global.{name}")
-                          if values.get(k)), None)
+            found = next((values[k] for k in (f"install.{name}", f"download.{name}", f"global.{name}") if values.get(k)), None)
         _settings[name] = found
     return _settings[name]
 
@@ -72,8 +72,9 @@ def _file_values() -> dict[str, str] | None:
         files: list[str] = []
     else:
         xdg_dirs = os.environ.get("XDG_CONFIG_DIRS", "").strip() or "/etc/xdg"
-        files = [os.path.join(os.path.expanduser(d.rstrip(os.sep)), "pip", "pip.conf")
-                 for d in xdg_dirs.split(os.pathsep)] + ["/etc/pip.conf"]
+        files = [os.path.join(os.path.expanduser(d.rstrip(os.sep)), "pip", "pip.conf") for d in xdg_dirs.split(os.pathsep)] + [
+            "/etc/pip.conf"
+        ]
         if not (env_file and os.path.exists(env_file)):
             xdg_home = os.environ.get("XDG_CONFIG_HOME", "").strip() or os.path.expanduser("~/.config")
             files += [os.path.expanduser("~/.pip/pip.conf"), os.path.join(xdg_home, "pip", "pip.conf")]

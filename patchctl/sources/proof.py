@@ -10,6 +10,7 @@ running user or root wrote it, and no one else may write it): another user can p
 matches the members they plant, but not one with this owner. Anything else is read again: the
 members from the artifact (re-hashed against the index's sha256) or by range, RECORD with them.
 """
+
 from __future__ import annotations
 
 import csv
@@ -46,13 +47,12 @@ class Record:
         """Whether RECORD lists `name`, and the sha256 (hex) it gives for it, if any."""
         key = b"\n" + name.encode() + b","
         text = self._text
-        if self._plain and self._hashes is None and "\n" not in name and "," not in name \
-                and text.count(key) <= 1:
+        if self._plain and self._hashes is None and "\n" not in name and "," not in name and text.count(key) <= 1:
             at = text.find(key)
             if at < 0:
                 return False, None
             end = text.find(b"\n", at + 1)
-            row = text[at + 1:] if end < 0 else text[at + 1:end]
+            row = text[at + 1 :] if end < 0 else text[at + 1 : end]
             return True, zipread.record_hashes(row).get(name)  # the same decoding as a whole parse
         if self._listed is None:
             self._listed = frozenset(row[0] for row in zipread.record_rows(self.raw) if row)

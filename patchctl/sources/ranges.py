@@ -1,5 +1,6 @@
 """Range reads (HTTP Range requests, for sparse.py): a part of a file in one request of its own
 deadline, no longer than the range asked for, whose Content-Range must name that range."""
+
 from __future__ import annotations
 
 import http.client as client

@@ -3,6 +3,7 @@ the resolved `Upstream` (sources/fetch.py) and the parser (sources/spec.py) all 
 circle. A ref prints itself through its kind's `suffix` (the inverse of the kind's parse), which the
 kinds' registry (sources/registry.py) enters in KIND_SUFFIX as it loads, as pip's `vcs.register` does:
 refs are made by `spec.parse_spec` or imported from `spec`, which loads the registry first."""
+
 from __future__ import annotations
 
 from collections.abc import Callable

@@ -1,6 +1,7 @@
 """Every kind of upstream, one registration line each, in the order a spec's text is tried (the
 first whose syntax matches wins; an exact version is the catch-all). To add a kind: a module in
 patchctl/sources/kinds/ with an object satisfying `UpstreamKind`, and a line here."""
+
 from __future__ import annotations
 
 import threading
@@ -60,8 +61,7 @@ def parse(text: str | None, engine: Engine) -> tuple[UpstreamKind, Parsed]:
         if parsed is None:
             continue
         if engine.kinds is not None and kind.name not in engine.kinds:
-            raise UsageError(f"{engine.name} has no {kind.syntax} upstream (engines.yaml: kinds "
-                             f"{', '.join(engine.kinds)})")
+            raise UsageError(f"{engine.name} has no {kind.syntax} upstream (engines.yaml: kinds {', '.join(engine.kinds)})")
         return kind, parsed
     # The catch-all (an exact version) first, as people read it: "not a PEP 440 version, 'latest', ..."
     assert text is not None  # no `@`: INSTALLED takes it, or the engine's kinds refused it above

@@ -19,6 +19,7 @@ member read must then be listed in the wheel's RECORD and match it (and its CRC-
 downloaded artifact is recorded, and the document's `source` says `"index_sha256": null,
 "verified_by": "RECORD"`. An sdist has no RECORD, so without the index's sha256 it is refused.
 """
+
 from __future__ import annotations
 
 import csv
@@ -63,18 +64,28 @@ from patchctl.sources.zipread import ZipEntry
 FETCH_THREADS = 8
 
 
-
-
 class ReleaseSource(WholeArtifact):
     """FileSource over one artifact of a release; member paths are relative to the import root."""
 
-    def __init__(self, engine: Engine, artifact: IndexFile, cache_root: Path, *,
-                 offline: bool = False, progress: ProgressSink | None = None, sparse: bool = True,
-                 details: dict | None = None, whole: bool = False, reason: str | None = None,
-                 verify: bool = False):
+    def __init__(
+        self,
+        engine: Engine,
+        artifact: IndexFile,
+        cache_root: Path,
+        *,
+        offline: bool = False,
+        progress: ProgressSink | None = None,
+        sparse: bool = True,
+        details: dict | None = None,
+        whole: bool = False,
+        reason: str | None = None,
+        verify: bool = False,
+    ):
         if artifact.sha256 is None and artifact.kind != "wheel":
-            raise UsageError(f"{artifact.filename}: the index publishes no sha256 for it, and an sdist "
-                             "has no RECORD to check its files against")
+            raise UsageError(
+                f"{artifact.filename}: the index publishes no sha256 for it, and an sdist "
+                "has no RECORD to check its files against"
+            )
         self.engine = engine
         self.artifact = artifact
         self.cache = ArtifactCache(cache_root)
@@ -138,16 +149,14 @@ class ReleaseSource(WholeArtifact):
         sha256 = self.artifact.sha256
         if self.unhashed:
             sha256 = self._read_text(self._fetched_digest_file())  # of the whole wheel, when it was downloaded
-            details.update(index_sha256=None, verified_by="RECORD",
-                           record_sha256=self._read_text(self.dir / "record.sha256"))
+            details.update(index_sha256=None, verified_by="RECORD", record_sha256=self._read_text(self.dir / "record.sha256"))
         if self.reason:
             details["why"] = self.reason
         details["read"] = "+".join(sorted(self._how)) or "cache"  # "ranges", "whole", "ranges+whole"
         details["verified"] = self.verified
         if self._refetched:
             details["refetched"] = list(self._refetched)
-        return Provenance(self.artifact.kind, self.artifact.filename, sha256, self.bytes_fetched,
-                          tuple(details.items()))
+        return Provenance(self.artifact.kind, self.artifact.filename, sha256, self.bytes_fetched, tuple(details.items()))
 
     # cache ------------------------------------------------------------------------------------
     def _member_file(self, path: str, verified: bool = False) -> Path:
@@ -202,7 +211,7 @@ class ReleaseSource(WholeArtifact):
         only tells damage). An sdist has no RECORD: its cached members count only when this user (or
         root) wrote them and no one else may write them. The bytes wait in _verified for read().
         Members taken from a verified whole artifact first; then what range reads of this URL gave."""
-        for verified in ((True,) if self.verify else (True, False) if self.verified_dir is not None else (False,)):
+        for verified in (True,) if self.verify else (True, False) if self.verified_dir is not None else (False,):
             member = self._member_file(path, verified)
             absent = self._absent_file(path, verified)
             raw, ours = self._read_owned(absent)
@@ -250,8 +259,10 @@ class ReleaseSource(WholeArtifact):
         """A cache file whose bytes RECORD disproves (edited in place, planted): never served. Online
         it is removed and read again, and the document says so; offline, an error naming it."""
         if self.offline:
-            raise EnvironmentProblem(f"cache file {path} {why}: it was changed after patchctl wrote it",
-                                     hint="run once without --offline to read it again")
+            raise EnvironmentProblem(
+                f"cache file {path} {why}: it was changed after patchctl wrote it",
+                hint="run once without --offline to read it again",
+            )
         self.cache.remove(path)
         self._refetched.append(f"cache file {path} {why}: read again")
 
@@ -271,8 +282,10 @@ class ReleaseSource(WholeArtifact):
 
     def _need_network(self, what: str) -> None:
         if self.offline:
-            raise NetworkError(f"offline, and the cache lacks {what} of {self.artifact.filename}",
-                               hint="run once with the network to fill the cache")
+            raise NetworkError(
+                f"offline, and the cache lacks {what} of {self.artifact.filename}",
+                hint="run once with the network to fill the cache",
+            )
 
     # sparse wheel reads ----------------------------------------------------------------------
     def _central_directory(self) -> dict[str, ZipEntry]:
@@ -315,8 +328,7 @@ class ReleaseSource(WholeArtifact):
             except (zipread.ZipFormatError, struct.error, UnicodeDecodeError) as exc:
                 wrong = f"not a central directory ({exc})"
         if self.offline:
-            raise EnvironmentProblem(f"cache file {cd_file} is damaged; run once without --offline "
-                                     f"to refresh it ({wrong})")
+            raise EnvironmentProblem(f"cache file {cd_file} is damaged; run once without --offline to refresh it ({wrong})")
         self.cache.remove(cd_file)
         return None
 
@@ -339,8 +351,10 @@ class ReleaseSource(WholeArtifact):
         if record_name:
             hashes = self._parse_record(record_name, self._wheel.member(entries[record_name]), self.dir)
         elif self.unhashed:
-            raise NetworkError(f"{self.artifact.filename}: the index publishes no sha256 and the wheel has "
-                               "no RECORD: nothing vouches for its files")
+            raise NetworkError(
+                f"{self.artifact.filename}: the index publishes no sha256 and the wheel has "
+                "no RECORD: nothing vouches for its files"
+            )
         self._record = hashes
         return hashes
 
@@ -363,8 +377,10 @@ class ReleaseSource(WholeArtifact):
     def _check_digest(self, name: str, digest: str, record: dict[str, str]) -> None:
         expected = record.get(name)
         if not expected and self.unhashed:
-            raise NetworkError(f"{self.artifact.filename}: {name} has no sha256 in RECORD, and the index "
-                               "publishes none for the wheel: nothing vouches for it")
+            raise NetworkError(
+                f"{self.artifact.filename}: {name} has no sha256 in RECORD, and the index "
+                "publishes none for the wheel: nothing vouches for it"
+            )
         if expected and digest != expected:
             raise NetworkError(f"{self.artifact.filename}: {name} does not match the sha256 in RECORD")
 
@@ -378,8 +394,7 @@ class ReleaseSource(WholeArtifact):
             # RECORD and the members in parallel: each is one round trip, and they are independent.
             with ThreadPoolExecutor(max_workers=FETCH_THREADS) as pool:
                 record_future = pool.submit(self._record_hashes)
-                futures = {path: pool.submit(self._wheel.member, entry)
-                           for path, entry in wanted.items() if entry is not None}
+                futures = {path: pool.submit(self._wheel.member, entry) for path, entry in wanted.items() if entry is not None}
                 record = record_future.result()
                 for path, entry in wanted.items():
                     if entry is None:
@@ -395,7 +410,7 @@ class ReleaseSource(WholeArtifact):
         """An archive member's path relative to the import root (None: outside it)."""
         if self.artifact.kind == "wheel" or self._zip_artifact:
             layout = self.engine.layout_prefix(self.artifact.kind)
-            return name[len(layout):] if name.startswith(layout) else None
+            return name[len(layout) :] if name.startswith(layout) else None
         return self.engine.sdist_member_path(name)
 
     _zip_artifact = False  # an sdist that is a zip: members named as a wheel's
@@ -423,8 +438,7 @@ class ReleaseSource(WholeArtifact):
         if self.sparse:
             layout = self.engine.layout_prefix(self.artifact.kind)
             self._as_served = True
-            return [n[len(layout):] for n in self._central_directory()
-                    if n.startswith(layout) and not n.endswith("/")]
+            return [n[len(layout) :] for n in self._central_directory() if n.startswith(layout) and not n.endswith("/")]
         try:
             raw, ours = self.cache.read_owned(self._names_file())
         except Damaged as exc:
@@ -466,8 +480,10 @@ class ReleaseSource(WholeArtifact):
         names = [m.name for m in archive.members(f)]
         record_name = zipread.record_name(names)
         if record_name is None and self.unhashed:
-            raise NetworkError(f"{self.artifact.filename}: the index publishes no sha256 and "
-                               "the wheel has no RECORD: nothing vouches for its files")
+            raise NetworkError(
+                f"{self.artifact.filename}: the index publishes no sha256 and "
+                "the wheel has no RECORD: nothing vouches for its files"
+            )
         if not record_name:
             return {}
         folder = self.dir if self.unhashed or self.verified_dir is None else self.verified_dir

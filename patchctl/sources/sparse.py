@@ -2,6 +2,7 @@
 request sized by what the project needed last, then each member's local header and payload, inflated
 and CRC-checked (zipread's pure functions over the bytes). No cache here: `release.py` keeps what this
 reads in the artifact cache, and checks the members against RECORD."""
+
 from __future__ import annotations
 
 import struct
@@ -39,8 +40,9 @@ class SparseWheel:
             start = zipread.payload_start(head, entry)
             payload = head[start : start + entry.compressed_size]
             if len(payload) < entry.compressed_size:
-                payload += self._range(entry.header_offset + start + len(payload),
-                                       entry.header_offset + start + entry.compressed_size - 1)
+                payload += self._range(
+                    entry.header_offset + start + len(payload), entry.header_offset + start + entry.compressed_size - 1
+                )
             return zipread.inflate(entry, payload)
 
     @contextmanager

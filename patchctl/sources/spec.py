@@ -9,6 +9,7 @@ patchctl/sources/registry.py.
 wheel index: vLLM's `<root>/<SHA>/` (e.g. `vllm@commit:2f3f441f8`). For a git nightly source (SGLang) it
 is the same as `git:SHA`.
 """
+
 from __future__ import annotations
 
 from patchctl.core.engines import get_engine

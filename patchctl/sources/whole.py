@@ -1,6 +1,7 @@
 """A release's whole artifact in the download cache, proven on the descriptor it is read from (split
 out of release.py, whose ReleaseSource it is a part of): hashed against the index's sha256, unless this
 user wrote it and the mark left when it was hashed still holds (issue 33, 3a)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -62,9 +63,10 @@ class WholeArtifact:
             self._download(target)
             held = self._proven_artifact(target)
         if held is None:
-            raise EnvironmentProblem(f"cache file {target} was replaced while patchctl read it",
-                                     hint="run again; if it recurs, someone else writes the cache: set "
-                                     "PATCHCTL_CACHE_DIR to a folder of your own")
+            raise EnvironmentProblem(
+                f"cache file {target} was replaced while patchctl read it",
+                hint="run again; if it recurs, someone else writes the cache: set PATCHCTL_CACHE_DIR to a folder of your own",
+            )
         self._held = held
         return target
 
@@ -106,8 +108,10 @@ class WholeArtifact:
         f.close()
         why = f"does not match the sha256 {expected} it is kept under"
         if self.offline:
-            raise EnvironmentProblem(f"cache file {target} {why}: it was changed after patchctl wrote it",
-                                     hint="run once without --offline to fetch it again")
+            raise EnvironmentProblem(
+                f"cache file {target} {why}: it was changed after patchctl wrote it",
+                hint="run once without --offline to fetch it again",
+            )
         self.cache.remove(target)
         self._refetched.append(f"cache file {target} {why}: fetched again")
         return None
@@ -131,9 +135,15 @@ class WholeArtifact:
             self._how.add("whole")
             self.bytes_fetched += n
 
-        digest = download(self.artifact.url, target, filename=self.artifact.filename,
-                          expected_sha256=self.artifact.sha256, size=self.artifact.size,
-                          progress=self.progress, count=count)
+        digest = download(
+            self.artifact.url,
+            target,
+            filename=self.artifact.filename,
+            expected_sha256=self.artifact.sha256,
+            size=self.artifact.size,
+            progress=self.progress,
+            count=count,
+        )
         self._how.add("whole")
         if self.artifact.sha256 is None:
             # Nothing to compare with: RECORD checks the members read from it; the digest is recorded.

@@ -3,6 +3,7 @@ directory is (from the end-of-central-directory record, zip64 included), its ent
 payload from its local header, inflating and CRC-checking it, and the sha256s a wheel's RECORD lists.
 No I/O here: `release.py` fetches the byte ranges these ask for (read_zip_member reads a member of
 an archive already open, under the same limits as inflate)."""
+
 from __future__ import annotations
 
 import binascii
@@ -93,8 +94,9 @@ MAX_CENTRAL_DIRECTORY_BYTES = 16 << 20  # vLLM's (5800 members) is ~0.5 MB
 
 def _check_directory_size(size: int) -> None:
     if size > MAX_CENTRAL_DIRECTORY_BYTES:
-        raise ZipFormatError(f"a central directory of {size} bytes, more than the "
-                             f"{MAX_CENTRAL_DIRECTORY_BYTES >> 20} MiB one may be")
+        raise ZipFormatError(
+            f"a central directory of {size} bytes, more than the {MAX_CENTRAL_DIRECTORY_BYTES >> 20} MiB one may be"
+        )
 
 
 def zip64_location(record: bytes) -> CentralDirectoryLocation:
@@ -196,8 +198,7 @@ def check_ratio(name: str, compressed_size: int, size: int) -> None:
     """Refuse a member that would inflate, above RATIO_GRACE, more than MAX_RATIO times its deflated
     size (whole-tree extraction: members of any size, but no zip bomb)."""
     if size > RATIO_GRACE and size > MAX_RATIO * compressed_size:
-        raise ZipFormatError(f"{name} would inflate {compressed_size} bytes to {size}, more than "
-                             f"{MAX_RATIO}:1 (a zip bomb?)")
+        raise ZipFormatError(f"{name} would inflate {compressed_size} bytes to {size}, more than {MAX_RATIO}:1 (a zip bomb?)")
 
 
 def inflate(entry: ZipEntry, payload: bytes) -> bytes:
@@ -213,8 +214,7 @@ def inflate(entry: ZipEntry, payload: bytes) -> bytes:
         except zlib.error as exc:
             raise ZipFormatError(f"{entry.name} is corrupt ({exc})") from None
         if len(data) > entry.size:
-            raise ZipFormatError(f"{entry.name} inflates to more than the {entry.size} bytes its central "
-                                 "directory states")
+            raise ZipFormatError(f"{entry.name} inflates to more than the {entry.size} bytes its central directory states")
     else:
         raise ZipFormatError(f"{entry.name} uses zip method {entry.method}")
     if zlib.crc32(data) & 0xFFFFFFFF != entry.crc or len(data) != entry.size:
@@ -233,8 +233,7 @@ def read_zip_member(zf: zipfile.ZipFile, name: str) -> bytes:
         while piece := src.read(1 << 20):  # zipfile stops at file_size and then checks the CRC
             out += piece
             if len(out) > info.file_size:
-                raise ZipFormatError(f"{name} inflates to more than the {info.file_size} bytes its "
-                                     "central directory states")
+                raise ZipFormatError(f"{name} inflates to more than the {info.file_size} bytes its central directory states")
     return bytes(out)
 
 

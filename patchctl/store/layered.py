@@ -1,6 +1,7 @@
 """The stores patchctl reads: one folder, or the user's stores layered over the bundled one (a name in
 two layers is an error unless the higher says `overrides: true`), writing a variant into a store, and
 the stores a tree's record names."""
+
 from __future__ import annotations
 
 import hashlib
@@ -72,8 +73,10 @@ class Store(NamedTuple):
         users = user_store_dirs(flags)
         for path in users:
             if not path.is_dir():
-                raise StoreError(f"patch store {path} does not exist",
-                                 hint="create it (patchctl new writes one), or fix --store / PATCHCTL_STORE")
+                raise StoreError(
+                    f"patch store {path} does not exist",
+                    hint="create it (patchctl new writes one), or fix --store / PATCHCTL_STORE",
+                )
         keep_bundled = bundled and os.environ.get("PATCHCTL_BUNDLED", "1") != "0"
         layers = users + ([default_store_dir()] if keep_bundled or not users else [])
         layers = list(dict.fromkeys(p.resolve() for p in layers))
@@ -100,7 +103,8 @@ class Store(NamedTuple):
             raise StoreError(
                 f"{patch.engine}/{patch.name} is in {_describe(self.store_of(patch))}, which patchctl does not write",
                 hint="name a store of yours: --store DIR (it is created) or PATCHCTL_STORE; in a source checkout, "
-                     "--store <checkout>/patches writes the bundled patch set itself")
+                "--store <checkout>/patches writes the bundled patch set itself",
+            )
         return _override_copy(users[0], patch)
 
     def store_of(self, patch: Patch) -> Path:
@@ -108,8 +112,11 @@ class Store(NamedTuple):
         return patch.directory.parent.parent
 
     def engines(self) -> list[str]:
-        return [e for e in sorted(all_engines())
-                if any([has_series(layer / e / "series.yaml") for layer in self.layers or (self.root,)])]
+        return [
+            e
+            for e in sorted(all_engines())
+            if any([has_series(layer / e / "series.yaml") for layer in self.layers or (self.root,)])
+        ]
 
     def series(self, engine: str) -> Series:
         if len(self.layers) > 1:
@@ -131,8 +138,8 @@ class Store(NamedTuple):
                 else:
                     raise StoreError(
                         f"patch {engine}/{patch.name} is in two stores: {origin[patch.name]} and {layer}",
-                        hint=f"rename one, or say `overrides: true` in {patch.directory / 'patch.yaml'} to "
-                             f"replace the other")
+                        hint=f"rename one, or say `overrides: true` in {patch.directory / 'patch.yaml'} to replace the other",
+                    )
                 origin[patch.name] = layer
         return Series(engine, self.root / engine, tuple(merged), since)
 
@@ -183,8 +190,9 @@ def _override_copy(user_root: Path, patch: Patch) -> Patch:
     if not any(entry["name"] == patch.name for entry in doc["patches"]):
         doc["patches"].append({"name": patch.name, "variants": {v.filename: v.actual_sha256() for v in patch.variants}})
         write_atomic(series_file, dump_yaml(doc, sort_keys=False).encode())
-    return patch._replace(directory=folder, overrides=True,
-                          variants=tuple(v._replace(path=folder / v.filename) for v in patch.variants))
+    return patch._replace(
+        directory=folder, overrides=True, variants=tuple(v._replace(path=folder / v.filename) for v in patch.variants)
+    )
 
 
 def write_variant(store: Store, patch: Patch, filename: str, data: bytes) -> None:

@@ -1,5 +1,6 @@
 """Reading a store's files: series.yaml and each patch.yaml checked against their schemas, regular files
 only and bounded, and a parsed series memoized while its files stay as they were."""
+
 from __future__ import annotations
 
 import os
@@ -49,8 +50,7 @@ def _stat(path: Path) -> tuple[int, int, int, int, int] | None:
 def _fingerprint(series_file: Path, series: Series) -> tuple:
     """What a parse of the series read: series.yaml, and each patch's folder (its variant files'
     names) and patch.yaml. A variant's content is read when used, never memoized."""
-    return (_stat(series_file),) + tuple(
-        (_stat(p.directory), _stat(p.directory / "patch.yaml")) for p in series.patches)
+    return (_stat(series_file),) + tuple((_stat(p.directory), _stat(p.directory / "patch.yaml")) for p in series.patches)
 
 
 def _settled(fingerprint: tuple, started_ns: int) -> bool:
@@ -76,8 +76,11 @@ def has_series(path: Path) -> bool:
 
 
 def _not_regular(path: Path) -> EnvironmentProblem:
-    return EnvironmentProblem(f"{path} is not a regular file (a FIFO, a device, a socket or a folder): patchctl "
-                              f"reads store files from regular files only", hint="replace it with the file, or remove it")
+    return EnvironmentProblem(
+        f"{path} is not a regular file (a FIFO, a device, a socket or a folder): patchctl "
+        f"reads store files from regular files only",
+        hint="replace it with the file, or remove it",
+    )
 
 
 def _read_store_file(path: Path) -> bytes:
@@ -101,13 +104,13 @@ def load_store_yaml(path: Path) -> Any:  # a YAML document: its shape is checked
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise StoreError(f"{path}: not UTF-8 text (byte {raw[exc.start]:#04x} at offset {exc.start})",
-                         hint="store files are UTF-8 YAML") from None
+        raise StoreError(
+            f"{path}: not UTF-8 text (byte {raw[exc.start]:#04x} at offset {exc.start})", hint="store files are UTF-8 YAML"
+        ) from None
     try:
         return load_yaml(text)
     except yaml.YAMLError as exc:
         raise StoreError(f"{path}: not valid YAML: {exc}") from None
-
 
 
 def _load_patch(engine: str, directory: Path, pins: dict) -> Patch:
@@ -125,9 +128,7 @@ def _load_patch(engine: str, directory: Path, pins: dict) -> Patch:
     generated_by = _generated_by(meta_file, meta.get("generated_by"))
     drop_when = meta.get("drop_when")
     if drop_when is not None and not _drop_rule_ok(drop_when):
-        raise StoreError(
-            f"{meta_file}: drop_when {drop_when!r} must be 'upstreamed' or a requirement like 'vllm>=0.24'"
-        )
+        raise StoreError(f"{meta_file}: drop_when {drop_when!r} must be 'upstreamed' or a requirement like 'vllm>=0.24'")
     validate("patch", meta, str(meta_file), hint=_HINT)
     try:
         applies_to = parse_specifier_set(meta["applies_to"])
@@ -207,8 +208,7 @@ def _generated_by(meta_file: Path, value: object) -> dict | None:
     generator, sources = value.get("generator"), value.get("sources")
     if not isinstance(generator, str) or not generator.strip():
         raise StoreError(f"{meta_file}: generated_by.generator must name the script that makes the variants")
-    if (not isinstance(sources, list) or not sources
-            or not all(isinstance(s, str) and s.strip() for s in sources)):
+    if not isinstance(sources, list) or not sources or not all(isinstance(s, str) and s.strip() for s in sources):
         raise StoreError(f"{meta_file}: generated_by.sources must list the files the variants are made from")
     return {"generator": generator, "sources": list(sources)}
 
@@ -239,6 +239,7 @@ def read_series(root: Path, engine: str) -> Series:
                 _series_cache.pop(next(iter(_series_cache)))
     return series
 
+
 def _parse_series(root: Path, engine: str) -> Series:
     directory = root / engine
     series_file = directory / "series.yaml"
@@ -255,8 +256,7 @@ def _parse_series(root: Path, engine: str) -> Series:
         if not isinstance(entry.get("variants") or {}, dict):
             raise StoreError(f"{series_file}: {entry['name']}: 'variants' must map file -> sha256")
     validate("series", data, str(series_file), hint=_HINT)
-    patches = [_load_patch(engine, directory / entry["name"], entry.get("variants") or {})
-               for entry in data["patches"]]
+    patches = [_load_patch(engine, directory / entry["name"], entry.get("variants") or {}) for entry in data["patches"]]
     names = [p.name for p in patches]
     dupes = {n for n in names if names.count(n) > 1}
     if dupes:
@@ -267,5 +267,3 @@ def _parse_series(root: Path, engine: str) -> Series:
     except InvalidVersion:
         raise StoreError(f"{series_file}: matrix_since {since!r} is not a version") from None
     return Series(engine, directory, tuple(patches), since)
-
-

@@ -1,4 +1,5 @@
 """Which patches a --patch/--exclude choice takes, checked against the series and its depends_on."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
@@ -9,12 +10,15 @@ from patchctl.store.series import Patch
 # --- choosing patches: --patch / --exclude, checked against the series and its depends_on ---------
 # (the choice is kept in the tree's record, tree.bookkeeping.Selection, so that `ensure` keeps applying it)
 
+
 def unknown_names(series: Sequence[Patch], names: Iterable[str], engine: str) -> None:
     known = [p.name for p in series]
     for name in names:
         if name not in known:
-            raise UsageError(f"no patch {name!r} in the {engine} series",
-                             hint=f"the series has: {', '.join(known) or 'no patches'} (`patchctl list {engine}`)")
+            raise UsageError(
+                f"no patch {name!r} in the {engine} series",
+                hint=f"the series has: {', '.join(known) or 'no patches'} (`patchctl list {engine}`)",
+            )
 
 
 def dependencies(series: Sequence[Patch], names: Iterable[str]) -> set[str]:
@@ -53,6 +57,8 @@ def select(series: Sequence[Patch], only: Sequence[str] | None, exclude: Sequenc
     needs = dependents(series, exclude, chosen)
     if needs:
         name, deps = next(iter(needs.items()))
-        raise UsageError(f"{name} depends on {', '.join(deps)}, which --exclude leaves out",
-                         hint=f"exclude {name} too, or keep {', '.join(deps)}")
+        raise UsageError(
+            f"{name} depends on {', '.join(deps)}, which --exclude leaves out",
+            hint=f"exclude {name} too, or keep {', '.join(deps)}",
+        )
     return tuple(p for p in series if p.name in chosen)

@@ -1,5 +1,6 @@
 """A patch series as data: its patches, their variants, which variant fits a version, and whether a
 patch's drop rule is met. Read from disk by store/reading.py, layered by store/layered.py."""
+
 from __future__ import annotations
 
 import hashlib
@@ -33,8 +34,10 @@ def read_variant_bytes(path: Path) -> bytes:
         if not stat.S_ISREG(st.st_mode):
             raise StoreError(f"{path}: a variant must be a regular file")
         if st.st_size > PATCH_MAX_BYTES:
-            raise StoreError(f"{path}: {st.st_size} bytes, more than a patch file may have ({PATCH_MAX_BYTES} bytes)",
-                             hint="a variant this large is not a reviewable patch")
+            raise StoreError(
+                f"{path}: {st.st_size} bytes, more than a patch file may have ({PATCH_MAX_BYTES} bytes)",
+                hint="a variant this large is not a reviewable patch",
+            )
         data = f.read(PATCH_MAX_BYTES + 1)
     if len(data) > PATCH_MAX_BYTES:
         raise StoreError(f"{path}: more than a patch file may have ({PATCH_MAX_BYTES} bytes)")

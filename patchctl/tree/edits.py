@@ -8,6 +8,7 @@ vLLM), `revert --from-release` (every file RECORD hashes), `diff` and `new` (the
 is no RECORD) and `refresh`. Compiled extensions and bytecode are never hashed: no patch touches
 them, and hashing vLLM's .so files costs seconds.
 """
+
 from __future__ import annotations
 
 import os
@@ -44,8 +45,12 @@ class Edit(NamedTuple):
     patched_sha256: str | None = None
 
     def as_json(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {"path": self.path, "status": self.status, "sha256": self.sha256,
-                               "release_sha256": self.release_sha256}
+        doc: dict[str, Any] = {
+            "path": self.path,
+            "status": self.status,
+            "sha256": self.sha256,
+            "release_sha256": self.release_sha256,
+        }
         if self.on_top:
             doc["patched_sha256"] = self.patched_sha256
         return doc
@@ -60,14 +65,18 @@ class Scan(NamedTuple):
 
 # --- the dist-info RECORD ------------------------------------------------------------------------
 
+
 def record_of(target: Target) -> dict[str, str] | None:
     """path -> sha256 from the RECORD of the engine's dist-info for the target's version; None when
     the tree has none (a checkout, an editable install, an unpacked sdist)."""
     from patchctl.sources.zipread import record_hashes
 
     prefix = target.engine.dist.replace("-", "_") + "-"
-    infos = [d for d in sorted(target.root.glob("*.dist-info"))
-             if d.name.startswith(prefix) and d.name.removesuffix(".dist-info").endswith(f"-{target.version}")]
+    infos = [
+        d
+        for d in sorted(target.root.glob("*.dist-info"))
+        if d.name.startswith(prefix) and d.name.removesuffix(".dist-info").endswith(f"-{target.version}")
+    ]
     records = [raw for raw in (dist_info_file(target.root, d.name, "RECORD") for d in infos) if raw is not None]
     if not records:
         return None
@@ -110,8 +119,9 @@ def tree_files(target: Target, *, only_py: bool) -> list[str]:
     return found
 
 
-def record_mismatches(target: Target, *, only_py: bool = False, added: bool = False,
-                      paths: Iterable[str] | None = None) -> list[Edit]:
+def record_mismatches(
+    target: Target, *, only_py: bool = False, added: bool = False, paths: Iterable[str] | None = None
+) -> list[Edit]:
     """Files of the engine's packages whose bytes differ from the installed dist-info's RECORD: changed
     or missing, and with `added` files RECORD does not list. only_py: hash .py files only (status).
     paths: only these. Empty when the tree has no RECORD."""
@@ -139,6 +149,7 @@ def record_mismatches(target: Target, *, only_py: bool = False, added: bool = Fa
 
 # --- against the pristine release ------------------------------------------------------------------
 
+
 def release_mismatches(target: Target, release: ReleaseSource, *, paths: Iterable[str] | None = None) -> list[Edit]:
     """Without a RECORD: the tree against the release's own bytes (read from the index, each checked
     against the wheel's RECORD). paths: only these; else every .py file of the engine's packages in
@@ -158,8 +169,10 @@ def release_mismatches(target: Target, release: ReleaseSource, *, paths: Iterabl
 
 # --- the scan --------------------------------------------------------------------------------------
 
-def scan(target: Target, *, ctx: SourceContext | None = None, files: Sequence[str] = (),
-         release: ReleaseSource | None = None) -> Scan:
+
+def scan(
+    target: Target, *, ctx: SourceContext | None = None, files: Sequence[str] = (), release: ReleaseSource | None = None
+) -> Scan:
     """Every hand edit of the tree. files: only these paths (relative to the import root); named
     files that the applied patches wrote and a person changed since are edits too (else on_top).
     Without a RECORD the release is read from the index (`release`, or one opened with ctx)."""
@@ -170,8 +183,10 @@ def scan(target: Target, *, ctx: SourceContext | None = None, files: Sequence[st
     else:
         if release is None:
             if ctx is None:
-                raise UsageError(f"{target.root} has no dist-info RECORD for {target.engine.dist} {target.version}, "
-                                 f"and comparing with the release needs the package index")
+                raise UsageError(
+                    f"{target.root} has no dist-info RECORD for {target.engine.dist} {target.version}, "
+                    f"and comparing with the release needs the package index"
+                )
             from patchctl.sources import fetch
 
             release = fetch.release(target.engine, target.version, ctx)
@@ -231,12 +246,15 @@ def inside_engine(target: Target, path: str) -> str:
     if rel is None and not raw.is_absolute():
         rel = raw.as_posix()
     if rel is None or ".." in rel.split("/") or outside_packages([rel], target.engine.packages):
-        raise UsageError(f"--file {path}: not a file of the {', '.join(target.engine.packages)} package in {target.root}",
-                         hint=f"name it relative to the import root, e.g. {target.engine.packages[0]}/module.py")
+        raise UsageError(
+            f"--file {path}: not a file of the {', '.join(target.engine.packages)} package in {target.root}",
+            hint=f"name it relative to the import root, e.g. {target.engine.packages[0]}/module.py",
+        )
     return rel
 
 
 # --- the bytes an edit is made against ---------------------------------------------------------------
+
 
 def pristine_bytes(target: Target, release: ReleaseSource, edits: Iterable[Edit]) -> dict[str, bytes | None]:
     """The release's own bytes of each edited file, checked against the sha256 the scan expected
@@ -252,7 +270,8 @@ def pristine_bytes(target: Target, release: ReleaseSource, edits: Iterable[Edit]
             raise UsageError(
                 f"{e.path}: the tree's RECORD says {target.engine.dist} {target.version} has {said}, but the "
                 f"release on the index has " + ("no such file" if got is None else f"{got[:12]}…"),
-                hint="the dist-info does not belong to these files: reinstall the engine, or pass --as-version")
+                hint="the dist-info does not belong to these files: reinstall the engine, or pass --as-version",
+            )
         out[e.path] = data
     return out
 
@@ -283,8 +302,17 @@ def current_bytes(target: Target, path: str) -> bytes | None:
 
 # --- taking edits into the record --------------------------------------------------------------------
 
-def adopt(target: Target, patch: str, variant: str, files: Mapping[str, tuple[bytes | None, bytes | None]], *,
-          wait: float = 0.0, store: Path | None = None, variant_sha256: str | None = None) -> str | None:
+
+def adopt(
+    target: Target,
+    patch: str,
+    variant: str,
+    files: Mapping[str, tuple[bytes | None, bytes | None]],
+    *,
+    wait: float = 0.0,
+    store: Path | None = None,
+    variant_sha256: str | None = None,
+) -> str | None:
     """Record in the target that `patch` (its `variant`) is applied and wrote these files as they are
     now: path -> (the release's bytes, the tree's bytes). So `status` reports it intact, `revert`
     restores the release's files, and `ensure` finds it already applied. Nothing else is written.
@@ -302,8 +330,10 @@ def adopt(target: Target, patch: str, variant: str, files: Mapping[str, tuple[by
             st.recover()
             record = st.load()
             if record is not None and record.version != str(target.version):
-                return (f"the tree's record is from {target.engine.dist} {record.version}: {patch} was not recorded as "
-                        f"applied (run `patchctl ensure {target.engine.name}` first)")
+                return (
+                    f"the tree's record is from {target.engine.dist} {record.version}: {patch} was not recorded as "
+                    f"applied (run `patchctl ensure {target.engine.name}` first)"
+                )
             by_path: dict[str, FileRecord] = {f.path: f for f in record.files} if record else {}
             for path, (pristine, now) in files.items():
                 old = by_path.get(path)
@@ -329,15 +359,41 @@ def adopt(target: Target, patch: str, variant: str, files: Mapping[str, tuple[by
             if patch in selection.exclude:
                 selection = selection._replace(exclude=tuple(n for n in selection.exclude if n != patch))
             # No store fingerprint: the next `ensure` evaluates the series once and records it.
-            st.save(StateRecord(target.engine.name, str(target.root), str(target.version), time.time(),
-                                tuple(patches.values()), tuple(by_path.values()), None,
-                                record.build if record else target.build, stores, selection))
+            st.save(
+                StateRecord(
+                    target.engine.name,
+                    str(target.root),
+                    str(target.version),
+                    time.time(),
+                    tuple(patches.values()),
+                    tuple(by_path.values()),
+                    None,
+                    record.build if record else target.build,
+                    stores,
+                    selection,
+                )
+            )
     except (EnvironmentProblem, OSError) as exc:
         why = exc.message if isinstance(exc, PatchctlError) else (exc.strerror or str(exc))
-        return (f"{patch} was not recorded as applied in {target.root} ({why}): `patchctl status` lists its "
-                f"files as hand edits until `patchctl apply {target.engine.name}` runs as the tree's owner")
+        return (
+            f"{patch} was not recorded as applied in {target.root} ({why}): `patchctl status` lists its "
+            f"files as hand edits until `patchctl apply {target.engine.name}` runs as the tree's owner"
+        )
     return None
 
 
-__all__ = ["Edit", "Scan", "adopt", "base_bytes", "current_bytes", "dist_info_file", "inside_engine", "pristine_bytes",
-           "record_mismatches", "record_of", "release_mismatches", "scan", "unmanaged"]
+__all__ = [
+    "Edit",
+    "Scan",
+    "adopt",
+    "base_bytes",
+    "current_bytes",
+    "dist_info_file",
+    "inside_engine",
+    "pristine_bytes",
+    "record_mismatches",
+    "record_of",
+    "release_mismatches",
+    "scan",
+    "unmanaged",
+]

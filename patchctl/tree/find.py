@@ -2,6 +2,7 @@
 installing the named build first when asked (`apply --install`): exactly the one `check` resolves
 (a nightly wheel by its URL, a git build by its commit), with uv when it is on PATH, else pip, and
 refused (exit 3) unless the installed dist-info then names that very version."""
+
 from __future__ import annotations
 
 import hashlib
@@ -36,14 +37,17 @@ class TargetSpec(NamedTuple):
     as_version: Version | None = None
 
 
-def find_target(ref: EngineRef, where: TargetSpec, *, install: bool = False,
-                ctx: SourceContext | None = None, no_deps: bool = False) -> Target:
+def find_target(
+    ref: EngineRef, where: TargetSpec, *, install: bool = False, ctx: SourceContext | None = None, no_deps: bool = False
+) -> Target:
     """install: resolve the ref as `check` does, install exactly that build (plan_install), check the
     dist-info names it, then return the installed tree; no_deps: the installer leaves dependencies alone."""
     engine = ref.engine
     if where.target_dir and install:
-        raise UsageError("--install installs into a Python environment, not into --target DIR",
-                         hint="pass --python PATH (the environment's interpreter) instead of --target")
+        raise UsageError(
+            "--install installs into a Python environment, not into --target DIR",
+            hint="pass --python PATH (the environment's interpreter) instead of --target",
+        )
     if where.target_dir:
         root = Path(where.target_dir).resolve()
         prefix, package = engine.layout_prefix("git"), engine.version_package
@@ -58,15 +62,15 @@ def find_target(ref: EngineRef, where: TargetSpec, *, install: bool = False,
             version = where.as_version
         elif found is not None:
             if ref.version is not None and ref.version != found:
-                raise UsageError(f"{root} holds {engine.dist} {found}, not {ref.version}",
-                                 hint=f"drop the version ({engine.name}), or pass --as-version {ref.version} if the "
-                                      f"tree's metadata is wrong")
+                raise UsageError(
+                    f"{root} holds {engine.dist} {found}, not {ref.version}",
+                    hint=f"drop the version ({engine.name}), or pass --as-version {ref.version} if the tree's metadata is wrong",
+                )
             version = found
         elif ref.version is not None:  # an exact release named
             version = ref.version
         else:
-            raise UsageError(f"cannot tell the {engine.name} version of {root}",
-                             hint="name it: ENGINE@X.Y.Z or --as-version")
+            raise UsageError(f"cannot tell the {engine.name} version of {root}", hint="name it: ENGINE@X.Y.Z or --as-version")
         return Target(engine, root, version, f"directory {root}", installed_build(engine, root, version))
     python = where.python or inst.default_python()
     if install:
@@ -87,20 +91,27 @@ def find_target(ref: EngineRef, where: TargetSpec, *, install: bool = False,
             f"{engine.dist} {installed.version} is installed in {installed.python}, not {ref.version}",
             hint=f"drop the version, or `patchctl apply {engine.name}@{ref.version} --install` installs it first",
         )
-    return Target(engine, installed.root, installed.version, f"installed in {installed.python}",
-                  installed_build(engine, installed.root, installed.version))
+    return Target(
+        engine,
+        installed.root,
+        installed.version,
+        f"installed in {installed.python}",
+        installed_build(engine, installed.root, installed.version),
+    )
 
 
 def tree_version(engine: Engine, root: Path) -> Version | None:
     """The version of the engine's tree at root: from its dist-info (the one whose RECORD matches the
     files, when pip left two), else from PKG-INFO or the package's version file."""
-    infos = [d for d in root.glob("*.dist-info")
-             if _dist_name(d) == engine.dist and dist_info_file(root, d.name, "METADATA") is not None]
+    infos = [
+        d
+        for d in root.glob("*.dist-info")
+        if _dist_name(d) == engine.dist and dist_info_file(root, d.name, "METADATA") is not None
+    ]
     if len(infos) > 1:
         return _version_matching_files(engine, root, infos)
     # Its metadata read as every file of a tree patchctl may write (no link out, no FIFO, bounded).
-    return inst.version_of_tree(engine, root, read=lambda p: read_beneath(root, p.relative_to(root).as_posix(),
-                                                                          RECORD_LIMIT))
+    return inst.version_of_tree(engine, root, read=lambda p: read_beneath(root, p.relative_to(root).as_posix(), RECORD_LIMIT))
 
 
 def _info_version(info: Path) -> Version | None:
@@ -125,13 +136,17 @@ def _version_matching_files(engine: Engine, root: Path, infos: list[Path]) -> Ve
         raw = dist_info_file(root, info.name, "METADATA") or b""
         return Version(email.message_from_string(raw.decode(errors="replace"))["Version"])
 
-    records = {info: record_hashes(raw) if (raw := dist_info_file(root, info.name, "RECORD")) is not None else {}
-               for info in infos}
+    records = {
+        info: record_hashes(raw) if (raw := dist_info_file(root, info.name, "RECORD")) is not None else {} for info in infos
+    }
     # Files the candidates disagree on decide it; files patchctl patched match neither, so they only
     # lower every score alike.
-    contested = {path for rec in records.values() for path, digest in rec.items()
-                 if path.split("/", 1)[0] in engine.packages
-                 and len({r.get(path) for r in records.values()}) > 1}
+    contested = {
+        path
+        for rec in records.values()
+        for path, digest in rec.items()
+        if path.split("/", 1)[0] in engine.packages and len({r.get(path) for r in records.values()}) > 1
+    }
     current = {}
     for path in sorted(contested)[:2000]:
         data = read_beneath(root, path)
@@ -141,9 +156,10 @@ def _version_matching_files(engine: Engine, root: Path, infos: list[Path]) -> Ve
     if ranked[0][1] > 0 and ranked[0][1] > ranked[1][1]:
         return version_of(ranked[0][0])
     names = " and ".join(i.name for i in infos)
-    raise UsageError(f"{root} has {len(infos)} dist-info folders for {engine.dist} ({names}) and the files match "
-                     f"neither RECORD better", hint="remove the stale one (pip install --force-reinstall the version "
-                                                    "you run), then try again")
+    raise UsageError(
+        f"{root} has {len(infos)} dist-info folders for {engine.dist} ({names}) and the files match neither RECORD better",
+        hint="remove the stale one (pip install --force-reinstall the version you run), then try again",
+    )
 
 
 def env_python(where: TargetSpec) -> str | None:
@@ -152,6 +168,7 @@ def env_python(where: TargetSpec) -> str | None:
 
 
 # --- apply --install: exactly the build that was resolved ---------------------------------------
+
 
 class InstallPlan(NamedTuple):
     """What `--install` runs: one requirement naming one build, and the identity to check afterwards."""
@@ -169,8 +186,9 @@ def plan_install(ref: EngineRef, python: str, ctx: SourceContext) -> InstallPlan
     from patchctl.sources import fetch, registry
 
     pin = registry.kind_named(ref.kind).pin(ref, python, ctx)
-    build = BuildRecord(pin.kind, str(pin.version), pin.commit, pin.url, pin.artifact, pin.sha256,
-                        pin.record_sha256, pin.index_url, str(ref))
+    build = BuildRecord(
+        pin.kind, str(pin.version), pin.commit, pin.url, pin.artifact, pin.sha256, pin.record_sha256, pin.index_url, str(ref)
+    )
     return InstallPlan(pin.requirement, pin.version, build, fetch.installer_index(ctx, ref.engine))
 
 
@@ -232,14 +250,17 @@ def check_installed(plan: InstallPlan, engine: Engine, python: str) -> inst.Inst
     found = inst.find_installed(engine, python)
     how = "uv" if plan.build.installer == "uv" else "pip"
     if found is None:
-        raise EnvironmentProblem(f"{how} reported success, but {engine.dist} is not installed in {python}",
-                                 hint=f"see {how}'s output above (it installed {plan.requirement!r})")
+        raise EnvironmentProblem(
+            f"{how} reported success, but {engine.dist} is not installed in {python}",
+            hint=f"see {how}'s output above (it installed {plan.requirement!r})",
+        )
     version = tree_version(engine, found.root) or found.version
     if version != plan.version and not _same_build(version, plan.version):
         raise EnvironmentProblem(
             f"{engine.dist} {version} is installed in {python}, not the resolved build {plan.version} "
             f"({plan.build.url or plan.requirement}); nothing was patched",
-            hint="the installer kept or chose another build: remove it (pip uninstall) and run again")
+            hint="the installer kept or chose another build: remove it (pip uninstall) and run again",
+        )
     return found._replace(version=version)
 
 
@@ -277,17 +298,19 @@ def _run_installer(cmd: list[str], name: str, owner: tuple[int, int] | None = No
             env.pop("HOME", None)
             env.update(PIP_NO_CACHE_DIR="1", UV_NO_CACHE="1")
         as_owner = {"user": owner[0], "group": owner[1], "extra_groups": [], "env": env}
-        print(f"patchctl: running {name} as uid {owner[0]}, the owner of the environment it installs into "
-              "(root runs none of its code)", file=sys.stderr)
+        print(
+            f"patchctl: running {name} as uid {owner[0]}, the owner of the environment it installs into "
+            "(root runs none of its code)",
+            file=sys.stderr,
+        )
     try:
         proc = subprocess.run(cmd, stdout=stderr_fd, **as_owner)
     except OSError as exc:
         whom = f" as uid {owner[0]}" if owner else ""
         raise EnvironmentProblem(f"cannot run {name}{whom}: {exc}") from None
     if proc.returncode != 0:
-        hint = ("install pip into that environment, or put uv on PATH" if name == "pip" else None)
-        raise EnvironmentProblem(f"`{' '.join(cmd)}` failed with exit code {proc.returncode}; nothing was patched",
-                                 hint=hint)
+        hint = "install pip into that environment, or put uv on PATH" if name == "pip" else None
+        raise EnvironmentProblem(f"`{' '.join(cmd)}` failed with exit code {proc.returncode}; nothing was patched", hint=hint)
 
 
 def installed_build(engine: Engine, root: Path, version: Version) -> BuildRecord:

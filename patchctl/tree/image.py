@@ -7,6 +7,7 @@ changed in the staging tree becomes one new layer; every platform of an index th
 engine is patched, all of them or none (the push happens only after every platform applied), and
 the ones without the engine are named.
 """
+
 from __future__ import annotations
 
 import tempfile
@@ -67,9 +68,17 @@ class ImageApply(NamedTuple):
     runs: tuple[ApplyRun, ...]  # per platform applied, in the section's order
 
 
-def apply_image(source: ImageRef, dest: ImageRef, ref: EngineRef, paths: list[str], request: ApplyRequest, *,
-                insecure: bool = False, progress: ProgressSink | None = None,
-                patchctl_version: str = "") -> ImageApply:
+def apply_image(
+    source: ImageRef,
+    dest: ImageRef,
+    ref: EngineRef,
+    paths: list[str],
+    request: ApplyRequest,
+    *,
+    insecure: bool = False,
+    progress: ProgressSink | None = None,
+    patchctl_version: str = "",
+) -> ImageApply:
     """The service's apply on every platform's engine tree; nothing is pushed unless every platform applied."""
     from patchctl.core.errors import EXIT_OK, EXIT_PATCH_FAILED
     from patchctl.tree import service
@@ -85,8 +94,9 @@ def apply_image(source: ImageRef, dest: ImageRef, ref: EngineRef, paths: list[st
     with tempfile.TemporaryDirectory(prefix="patchctl-image-") as work:
         for number, (_, image) in enumerate(images):
             folder = Path(work) / f"p{number}"
-            staged = L.read_layers(repo, M.layers_of(image.doc), wanted, folder / "rootfs", progress,
-                                   own=M.patchctl_layers(image.config))
+            staged = L.read_layers(
+                repo, M.layers_of(image.doc), wanted, folder / "rootfs", progress, own=M.patchctl_layers(image.config)
+            )
             try:
                 found = L.find_engine(staged, engine)
             except ImageContentError as exc:
@@ -101,29 +111,45 @@ def apply_image(source: ImageRef, dest: ImageRef, ref: EngineRef, paths: list[st
                 result = _new_layer(result, staged, before, folder, engine, patchctl_version)
             results.append(result)
         if not results:
-            raise ImageContentError(f"no platform of {source} holds {engine.dist}: "
-                                    + "; ".join(f"{x['platform']}: {x['reason']}" for x in left_out))
+            raise ImageContentError(
+                f"no platform of {source} holds {engine.dist}: " + "; ".join(f"{x['platform']}: {x['reason']}" for x in left_out)
+            )
         failed = [r for r in results if r.code != 0]
         pushed = None
         if not failed and not dry_run:
             pushed = _push(repo, dest, results, index, insecure=insecure, progress=progress)
-        return ImageApply({
-            "from": str(source), "to": str(dest), "source_digest": top.digest,
-            "digest": pushed.digest if pushed else None, "pushed": pushed is not None,
-            "platforms": [_platform_json(r) for r in results], "left_out": left_out,
-        }, max(r.code for r in results), tuple(r.run for r in results))
+        return ImageApply(
+            {
+                "from": str(source),
+                "to": str(dest),
+                "source_digest": top.digest,
+                "digest": pushed.digest if pushed else None,
+                "pushed": pushed is not None,
+                "platforms": [_platform_json(r) for r in results],
+                "left_out": left_out,
+            },
+            max(r.code for r in results),
+            tuple(r.run for r in results),
+        )
 
 
 def _platform_json(r: PlatformResult) -> dict:
-    return {"platform": r.platform, "version": str(r.found.version) if r.found else None,
-            "root": f"/{r.found.root}" if r.found else None, "exit_code": r.code,
-            "layer": r.layer.digest if r.layer else None, "layer_size": r.layer.size if r.layer else None,
-            "manifest": r.new.manifest.digest if r.new else None,
-            "written": list(r.written), "removed": list(r.removed)}
+    return {
+        "platform": r.platform,
+        "version": str(r.found.version) if r.found else None,
+        "root": f"/{r.found.root}" if r.found else None,
+        "exit_code": r.code,
+        "layer": r.layer.digest if r.layer else None,
+        "layer_size": r.layer.size if r.layer else None,
+        "manifest": r.new.manifest.digest if r.new else None,
+        "written": list(r.written),
+        "removed": list(r.removed),
+    }
 
 
-def _new_layer(result: PlatformResult, staged: L.Staged, before: dict[str, str], folder: Path, engine: Engine,
-               patchctl_version: str) -> PlatformResult:
+def _new_layer(
+    result: PlatformResult, staged: L.Staged, before: dict[str, str], folder: Path, engine: Engine, patchctl_version: str
+) -> PlatformResult:
     assert result.found is not None  # a layer is made only for a platform whose tree was found
     found = result.found
     after = L.snapshot(found.local)
@@ -141,15 +167,25 @@ def _new_layer(result: PlatformResult, staged: L.Staged, before: dict[str, str],
     try:
         layer = write_layer(entries, staged.dirs, folder / "layer.tar.gz")
     except OSError as exc:  # a full temporary folder: named, not a bare errno
-        raise EnvironmentProblem(f"cannot write the new layer to {folder / 'layer.tar.gz'}: {exc.strerror or exc}",
-                                 hint="set TMPDIR to a folder with room") from None
+        raise EnvironmentProblem(
+            f"cannot write the new layer to {folder / 'layer.tar.gz'}: {exc.strerror or exc}",
+            hint="set TMPDIR to a folder with room",
+        ) from None
     # What the service just wrote; only a run that wrote nothing new has none, and its tree holds the record.
     record = result.run.results[0].record or _record(found.local, engine)
     fingerprint = (record.store_fingerprint or "") if record else ""
     patches = [p.name for p in record.patches if p.outcome in O.WRITES] if record else []
-    new = M.with_layer(result.image, layer.digest, layer.size, layer.diff_id, fingerprint=fingerprint,
-                       patches=patches, engine=engine.name, version=str(found.version),
-                       patchctl_version=patchctl_version)
+    new = M.with_layer(
+        result.image,
+        layer.digest,
+        layer.size,
+        layer.diff_id,
+        fingerprint=fingerprint,
+        patches=patches,
+        engine=engine.name,
+        version=str(found.version),
+        patchctl_version=patchctl_version,
+    )
     return result._replace(layer=layer, new=new, written=tuple(changed), removed=tuple(removed))
 
 
@@ -164,8 +200,15 @@ def _record(root: Path, engine: Engine) -> StateRecord | None:
     return TargetState(root, engine.name, packages=tuple(engine.packages)).load()
 
 
-def _push(repo: Repository, dest: ImageRef, results: list[PlatformResult], index: dict | None, *,
-          insecure: bool, progress: ProgressSink | None) -> Manifest:
+def _push(
+    repo: Repository,
+    dest: ImageRef,
+    results: list[PlatformResult],
+    index: dict | None,
+    *,
+    insecure: bool,
+    progress: ProgressSink | None,
+) -> Manifest:
     target = open_repository(dest, insecure=insecure, progress=progress, create=True)
     tag = dest.tag or "latest"
     manifests: dict[str, Manifest] = {}
@@ -211,8 +254,9 @@ class PlatformStatus(NamedTuple):
     result: StatusResult | None
 
 
-def status_image(source: ImageRef, ref: EngineRef, *, wait: float = 30.0, insecure: bool = False,
-                 progress: ProgressSink | None = None) -> tuple[str, list[PlatformStatus]]:
+def status_image(
+    source: ImageRef, ref: EngineRef, *, wait: float = 30.0, insecure: bool = False, progress: ProgressSink | None = None
+) -> tuple[str, list[PlatformStatus]]:
     """Per platform: the service's status of the files read from the first patchctl layer upward (the
     layers below it are never pulled); an image without a patchctl layer is `not-applied` without
     reading any layer. Returns the image's digest and the platforms."""
@@ -232,17 +276,22 @@ def status_image(source: ImageRef, ref: EngineRef, *, wait: float = 30.0, insecu
             if not ours:
                 platforms.append(PlatformStatus(image.platform, None, 0, None, None))
                 continue
-            layers = M.layers_of(image.doc)[ours[0]:]
-            staged = L.read_layers(repo, layers, wanted, Path(work) / f"p{number}", progress,
-                                   own=[i - ours[0] for i in ours])
+            layers = M.layers_of(image.doc)[ours[0] :]
+            staged = L.read_layers(repo, layers, wanted, Path(work) / f"p{number}", progress, own=[i - ours[0] for i in ours])
             found = L.find_engine(staged, engine) if any(n.endswith("/METADATA") for n in staged.files) else None
             root = found.local if found else _record_root(staged, engine)
             recorded = _record(root, engine)
             version = None if found or recorded is None else Version(recorded.version)
             target = find_target(ref, TargetSpec(target_dir=str(root), as_version=version))
-            platforms.append(PlatformStatus(image.platform, label, len(layers),
-                                            "/" + str(root.relative_to(staged.folder)),
-                                            service.status(target, wait=wait)))
+            platforms.append(
+                PlatformStatus(
+                    image.platform,
+                    label,
+                    len(layers),
+                    "/" + str(root.relative_to(staged.folder)),
+                    service.status(target, wait=wait),
+                )
+            )
     return top.digest, platforms
 
 
@@ -258,8 +307,9 @@ def _record_root(staged: L.Staged, engine: Engine) -> Path:
     raise ImageContentError(f"the image's patchctl layer holds no {engine.name} record")
 
 
-def revert_image(source: ImageRef, dest: ImageRef, *, insecure: bool = False,
-                 progress: ProgressSink | None = None) -> tuple[dict, int]:
+def revert_image(
+    source: ImageRef, dest: ImageRef, *, insecure: bool = False, progress: ProgressSink | None = None
+) -> tuple[dict, int]:
     """The image each platform's patched manifest was made from (its BASE_ANNOTATION), pushed to
     dest byte for byte: reverting an image is dropping patchctl's layer, not writing another."""
     repo = open_repository(source, insecure=insecure, progress=progress)
@@ -271,9 +321,11 @@ def revert_image(source: ImageRef, dest: ImageRef, *, insecure: bool = False,
         base_digest = (image.doc.get("annotations") or {}).get(M.BASE_ANNOTATION)
         if not base_digest:
             if M.patchctl_layers(image.config):
-                raise ImageContentError(f"{source} ({image.platform}) has a patchctl layer but no "
-                                        f"{M.BASE_ANNOTATION} annotation (a Docker schema 2 manifest): "
-                                        f"revert it by pushing the image it was made from")
+                raise ImageContentError(
+                    f"{source} ({image.platform}) has a patchctl layer but no "
+                    f"{M.BASE_ANNOTATION} annotation (a Docker schema 2 manifest): "
+                    f"revert it by pushing the image it was made from"
+                )
             bases[image.manifest.digest] = image.manifest
             platforms.append({"platform": image.platform, "state": "not-applied", "manifest": image.manifest.digest})
             continue
@@ -299,8 +351,9 @@ def revert_image(source: ImageRef, dest: ImageRef, *, insecure: bool = False,
             if platform_base is None:
                 continue
             target.put_manifest(platform_base.digest, platform_base)
-            entries.append(dict(entry, digest=platform_base.digest, size=len(platform_base.data),
-                                mediaType=platform_base.media_type))
+            entries.append(
+                dict(entry, digest=platform_base.digest, size=len(platform_base.data), mediaType=platform_base.media_type)
+            )
         data = M.dumps(dict(index, manifests=entries))
         new_index = Manifest(data, str(index.get("mediaType") or M.OCI_INDEX), M.digest_of(data))
         target.put_manifest(tag, new_index)

@@ -3,6 +3,7 @@ status, exact revert, idempotent ensure, and a repair from the release itself wh
 damaged — on top of the in-memory apply engine and the journal (journal.py).
 
 Every operation takes the target's lock and recovers an interrupted run first."""
+
 from __future__ import annotations
 
 import os
@@ -90,24 +91,29 @@ def status(target: Target) -> TargetStatus:
     names = ", ".join(p.name for p in record.patches if p.outcome in O.WRITES) or "none"
     if str(target.version) != record.version:
         return TargetStatus(
-            "version-changed", record, tuple(files),
+            "version-changed",
+            record,
+            tuple(files),
             f"{target.engine.dist} changed from {record.version} to {target.version} since the patches were "
             f"applied (pip install -U?): the patches are gone. Run `patchctl ensure {target.engine.name}`.",
         )
     if kinds <= {"patched"}:
-        return TargetStatus("intact", record, tuple(files),
-                            f"{len(record.patches)} patches applied and intact ({names})")
+        return TargetStatus("intact", record, tuple(files), f"{len(record.patches)} patches applied and intact ({names})")
     upstream_files = {f.status for f, r in zip(files, record.files, strict=True) if r.pristine_sha256 is not None}
     # pip never removes files it did not install, so files the patches created may outlive a wipe.
     if upstream_files and upstream_files <= {"pristine"}:
         return TargetStatus(
-            "wiped", record, tuple(files),
+            "wiped",
+            record,
+            tuple(files),
             f"every patched file is back to the pristine {record.version} content: {target.engine.dist} was "
             f"reinstalled and the patches are gone. Run `patchctl ensure {target.engine.name}`.",
         )
     changed = [f.path for f in files if f.status != "patched"]
     return TargetStatus(
-        "modified", record, tuple(files),
+        "modified",
+        record,
+        tuple(files),
         f"patched files changed since patchctl applied them (not by an upgrade: the version is still "
         f"{record.version}): {', '.join(changed)}",
     )
@@ -158,9 +164,19 @@ def _origins(picked: tuple[Patch, ...], result: SeriesResult) -> dict[str, tuple
     return out
 
 
-def apply_locked(target: Target, st: TargetState, current: TargetStatus, patches: tuple[Patch, ...], plan: Plan, *,
-                  options: Options, base_files: BaseFiles | None, keep_going: bool, dry_run: bool,
-                  recovered: bool) -> ApplyReport:
+def apply_locked(
+    target: Target,
+    st: TargetState,
+    current: TargetStatus,
+    patches: tuple[Patch, ...],
+    plan: Plan,
+    *,
+    options: Options,
+    base_files: BaseFiles | None,
+    keep_going: bool,
+    dry_run: bool,
+    recovered: bool,
+) -> ApplyReport:
     from patchctl.patching import evaluate
 
     record = current.record
@@ -170,27 +186,41 @@ def apply_locked(target: Target, st: TargetState, current: TargetStatus, patches
         # (pip leaves files it did not install): they are ours, so they are evaluated as absent and
         # stay in the new record, whose revert removes them.
         assert record is not None  # status() reports these two states only about a record it loaded
-        leftovers = frozenset(f.path for f, s in zip(record.files, current.files, strict=True)
-                              if f.pristine_sha256 is None and s.status == "patched")
+        leftovers = frozenset(
+            f.path
+            for f, s in zip(record.files, current.files, strict=True)
+            if f.pristine_sha256 is None and s.status == "patched"
+        )
         carried = tuple(f for f in record.files if f.path in leftovers)
         record = record._replace(files=carried, patches=()) if carried else None
     applied = frozenset(p.name for p in record.patches) if record else frozenset()
-    result = evaluate.evaluate(patches, target.version, _TreeSource(target, leftovers),
-                                   options=options._replace(applied=applied), base_files=base_files)
+    result = evaluate.evaluate(
+        patches, target.version, _TreeSource(target, leftovers), options=options._replace(applied=applied), base_files=base_files
+    )
     if not result.ok and not keep_going:
-        return ApplyReport(result, (), recovered, "", current.state,
-                           failure=_failed(target, [o for o in result.outcomes if o.outcome == O.CONFLICT]))
+        return ApplyReport(
+            result,
+            (),
+            recovered,
+            "",
+            current.state,
+            failure=_failed(target, [o for o in result.outcomes if o.outcome == O.CONFLICT]),
+        )
     if dry_run:
         return ApplyReport(result, (), recovered, "dry run: nothing written", current.state)
-    changes = [c._replace(before=st.read_tree(c.path, st.state_file)) if c.path in leftovers else c
-               for c in result.changes]
+    changes = [c._replace(before=st.read_tree(c.path, st.state_file)) if c.path in leftovers else c for c in result.changes]
     origins = _origins(patches, result)
     # A record is rewritten without file changes when the series, the choice, the stores or the build
     # it names changed (`apply --install` of the build that was already there records how it was installed).
-    if not changes and (record is None or (record.store_fingerprint == plan.fingerprint
-                                           and record.selection == plan.selection
-                                           and _build(target, record) == record.build
-                                           and not _origins_changed(record, origins))):
+    if not changes and (
+        record is None
+        or (
+            record.store_fingerprint == plan.fingerprint
+            and record.selection == plan.selection
+            and _build(target, record) == record.build
+            and not _origins_changed(record, origins)
+        )
+    ):
         return ApplyReport(result, (), recovered, "nothing to write", current.state)
     check_paths(target, [c.path for c in changes])
     _check_writable(target.root, [c.path for c in changes])
@@ -201,13 +231,26 @@ def apply_locked(target: Target, st: TargetState, current: TargetStatus, patches
 
 def _origins_changed(record: StateRecord, origins: dict[str, tuple[StoreRef, str | None]]) -> bool:
     """A record `new` wrote lacks a store or fingerprint it can have now."""
-    return any(p.name in origins and (p.store, p.sha256) != origins[p.name] for p in record.patches
-               if p.outcome in (*O.WRITES, O.ALREADY_APPLIED))
+    return any(
+        p.name in origins and (p.store, p.sha256) != origins[p.name]
+        for p in record.patches
+        if p.outcome in (*O.WRITES, O.ALREADY_APPLIED)
+    )
 
 
-def rebuild_locked(target: Target, st: TargetState, current: TargetStatus, patches: tuple[Patch, ...], plan: Plan, *,
-                    options: Options, base_files: BaseFiles | None, keep_going: bool, dry_run: bool,
-                    recovered: bool) -> ApplyReport:
+def rebuild_locked(
+    target: Target,
+    st: TargetState,
+    current: TargetStatus,
+    patches: tuple[Patch, ...],
+    plan: Plan,
+    *,
+    options: Options,
+    base_files: BaseFiles | None,
+    keep_going: bool,
+    dry_run: bool,
+    recovered: bool,
+) -> ApplyReport:
     """An intact tree brought to a smaller set of patches: the chosen ones evaluated on the pristine
     bytes the record keeps, every file of the others put back as it was (mtime and bytecode), one
     journaled write."""
@@ -216,11 +259,22 @@ def rebuild_locked(target: Target, st: TargetState, current: TargetStatus, patch
     record = current.record
     assert record is not None  # only an intact record is rebuilt
     pristine = {f.path: (None if f.pristine_sha256 is None else st.blob(f.pristine_sha256)) for f in record.files}
-    result = evaluate.evaluate(patches, target.version, _TreeSource(target, frozenset(), pristine),
-                               options=options._replace(applied=frozenset()), base_files=base_files)
+    result = evaluate.evaluate(
+        patches,
+        target.version,
+        _TreeSource(target, frozenset(), pristine),
+        options=options._replace(applied=frozenset()),
+        base_files=base_files,
+    )
     if not result.ok and not keep_going:
-        return ApplyReport(result, (), recovered, "", current.state,
-                           failure=_failed(target, [o for o in result.outcomes if o.outcome == O.CONFLICT]))
+        return ApplyReport(
+            result,
+            (),
+            recovered,
+            "",
+            current.state,
+            failure=_failed(target, [o for o in result.outcomes if o.outcome == O.CONFLICT]),
+        )
     if dry_run:
         return ApplyReport(result, (), recovered, "dry run: nothing written", current.state)
     wanted = {c.path: c.after for c in result.changes}
@@ -249,16 +303,23 @@ def rebuild_locked(target: Target, st: TargetState, current: TargetStatus, patch
     check_paths(target, [c.path for c in changes])
     _check_writable(target.root, [c.path for c in changes])
     origins = _origins(patches, result)
-    new_record = StateRecord(target.engine.name, str(target.root), str(target.version), time.time(),
-                             tuple(_patch_record(o.name, o.outcome, o.variant, origins) for o in result.outcomes),
-                             tuple(files), plan.fingerprint, _build(target, record),
-                             _stores(plan.stores, origins.values()), plan.selection)
+    new_record = StateRecord(
+        target.engine.name,
+        str(target.root),
+        str(target.version),
+        time.time(),
+        tuple(_patch_record(o.name, o.outcome, o.variant, origins) for o in result.outcomes),
+        tuple(files),
+        plan.fingerprint,
+        _build(target, record),
+        _stores(plan.stores, origins.values()),
+        plan.selection,
+    )
     st.write_files(changes, new_record)
     return ApplyReport(result, tuple(c.path for c in changes), recovered, "", current.state, new_record)
 
 
-def _patch_record(name: str, outcome: str, variant: str | None,
-                  origins: dict[str, tuple[StoreRef, str | None]]) -> PatchRecord:
+def _patch_record(name: str, outcome: str, variant: str | None, origins: dict[str, tuple[StoreRef, str | None]]) -> PatchRecord:
     store, digest = origins.get(name, (None, None))
     return PatchRecord(name, outcome, variant, store, digest)
 
@@ -294,9 +355,11 @@ class _TreeSource:
         data = read_beneath(self._tree.root, path)
         entry = lstat_beneath(self._tree.root, path) if data is not None else None
         if entry is not None and stat.S_ISLNK(entry.st_mode):
-            raise UsageError(f"{path} is a symlink: patchctl replaces files by rename and would turn it into a "
-                             f"copy, so it refuses to patch it",
-                             hint="replace the link by the file itself, or patch the tree it points into")
+            raise UsageError(
+                f"{path} is a symlink: patchctl replaces files by rename and would turn it into a "
+                f"copy, so it refuses to patch it",
+                hint="replace the link by the file itself, or patch the tree it points into",
+            )
         return data
 
     def prefetch(self, paths: Iterable[str]) -> None:
@@ -310,8 +373,8 @@ def _failed(target: Target, bad: list) -> tuple[str, str]:
     return (
         f"{len(bad)} patch(es) do not apply: {', '.join(o.name for o in bad)}; nothing was written",
         f"the outcome table and each failing hunk with the upstream lines around it are below "
-                     f"(--json: `patches`); `patchctl rebase {target.engine.name} --onto {target.version}` carries "
-                     f"the patches onto this release; --keep-going applies the others",
+        f"(--json: `patches`); `patchctl rebase {target.engine.name} --onto {target.version}` carries "
+        f"the patches onto this release; --keep-going applies the others",
     )
 
 
@@ -330,17 +393,20 @@ def check_paths(target: Target, paths: Iterable[str]) -> None:
         if os.path.isabs(rel) or ".." in parts or "\0" in rel:
             raise StoreError(f"refusing {rel!r}: it leaves the tree")
         if outside_packages([rel], packages):
-            raise StoreError(f"refusing {rel}: patchctl writes only files inside the "
-                             f"{', '.join(p + '/' for p in packages)} package",
-                             hint="a patch of another distribution belongs in that engine's series")
+            raise StoreError(
+                f"refusing {rel}: patchctl writes only files inside the {', '.join(p + '/' for p in packages)} package",
+                hint="a patch of another distribution belongs in that engine's series",
+            )
         try:
             name_max = os.pathconf(target.root, "PC_NAME_MAX")
         except (OSError, ValueError):
             name_max = 255
         long = [p for p in parts if len(os.fsencode(p)) > name_max]
         if long:
-            raise StoreError(f"refusing {rel}: the name {long[0][:40]}… is {len(os.fsencode(long[0]))} bytes, more "
-                             f"than the file system holds ({name_max})")
+            raise StoreError(
+                f"refusing {rel}: the name {long[0][:40]}… is {len(os.fsencode(long[0]))} bytes, more "
+                f"than the file system holds ({name_max})"
+            )
         here = target.root
         for part in parts[:-1]:
             here = here / part
@@ -358,12 +424,21 @@ def _check_writable(root: Path, paths: list[str]) -> None:
         while not directory.exists():
             directory = directory.parent
         if not os.access(directory, os.W_OK):
-            raise EnvironmentProblem(f"cannot write {file}: permission denied; nothing was changed",
-                                     hint="run as the owner of the environment, or use --target on a copy")
+            raise EnvironmentProblem(
+                f"cannot write {file}: permission denied; nothing was changed",
+                hint="run as the owner of the environment, or use --target on a copy",
+            )
 
 
-def _merge_record(target: Target, st: TargetState, old: StateRecord | None, result: SeriesResult,
-                  changes: list, plan: Plan, origins: dict[str, tuple[StoreRef, str | None]]) -> StateRecord:
+def _merge_record(
+    target: Target,
+    st: TargetState,
+    old: StateRecord | None,
+    result: SeriesResult,
+    changes: list,
+    plan: Plan,
+    origins: dict[str, tuple[StoreRef, str | None]],
+) -> StateRecord:
     files = {f.path: f for f in (old.files if old else ())}
     for change in changes:
         if change.path in files:
@@ -380,9 +455,18 @@ def _merge_record(target: Target, st: TargetState, old: StateRecord | None, resu
         elif o.name in origins:  # already applied: the record learns where it comes from now
             patches[o.name] = patches[o.name]._replace(store=origins[o.name][0], sha256=origins[o.name][1])
     kept = [(p.store, p.sha256) for p in patches.values()]
-    return StateRecord(target.engine.name, str(target.root), str(target.version), time.time(),
-                       tuple(patches.values()), tuple(files.values()), plan.fingerprint, _build(target, old),
-                       _stores(plan.stores, kept), plan.selection)
+    return StateRecord(
+        target.engine.name,
+        str(target.root),
+        str(target.version),
+        time.time(),
+        tuple(patches.values()),
+        tuple(files.values()),
+        plan.fingerprint,
+        _build(target, old),
+        _stores(plan.stores, kept),
+        plan.selection,
+    )
 
 
 def _build(target: Target, old: StateRecord | None) -> BuildRecord | None:
@@ -413,21 +497,30 @@ def revert(target: Target, *, force: bool = False, wait: float = 0.0) -> RevertR
             return RevertReport((), (), recovered, "nothing to revert: no patches applied")
         if current.state == "version-changed":
             # Only files the patches created are still ours: pip replaced the others.
-            created = [f for f, s in zip(current.record.files, current.files, strict=True)
-                       if f.pristine_sha256 is None and s.status == "patched"]
+            created = [
+                f
+                for f, s in zip(current.record.files, current.files, strict=True)
+                if f.pristine_sha256 is None and s.status == "patched"
+            ]
             changes = [Change(f.path, st.read_tree(f.path, st.state_file), None) for f in created]
             st.write_files(changes, None)
-            return RevertReport(tuple(c.path for c in changes), (), recovered,
-                                f"{current.message} Dropped the stale record"
-                                + (f" and removed {len(changes)} file(s) the patches had created." if changes else "."))
+            return RevertReport(
+                tuple(c.path for c in changes),
+                (),
+                recovered,
+                f"{current.message} Dropped the stale record"
+                + (f" and removed {len(changes)} file(s) the patches had created." if changes else "."),
+            )
         changes, skipped = [], []
         for record, fs in zip(current.record.files, current.files, strict=True):
             if fs.status == "pristine" or (fs.status == "missing" and record.pristine_sha256 is None):
                 skipped.append(record.path)
                 continue
             if fs.status != "patched" and not force:
-                raise PatchFailed(f"{record.path} changed since it was patched; refusing to overwrite it",
-                                  hint="pass --force to restore the pristine file anyway")
+                raise PatchFailed(
+                    f"{record.path} changed since it was patched; refusing to overwrite it",
+                    hint="pass --force to restore the pristine file anyway",
+                )
             before = st.read_tree(record.path, st.state_file)
             pristine = None if record.pristine_sha256 is None else st.blob(record.pristine_sha256)
             changes.append(Change(record.path, before, pristine, record.pristine_mtime_ns, record.bytecode))
@@ -456,9 +549,22 @@ def repair_from_release(target: Target, release: FileSource, paths: list[str], *
         # Nothing of the damaged record or journal is trusted: they are set aside, not replayed.
         st.set_aside_damaged()
         st.write_files(changes, None)
-        return RevertReport(tuple(c.path for c in changes), tuple(skipped), False,
-                            f"restored {len(changes)} file(s) from {target.engine.dist} {target.version} itself")
+        return RevertReport(
+            tuple(c.path for c in changes),
+            tuple(skipped),
+            False,
+            f"restored {len(changes)} file(s) from {target.engine.dist} {target.version} itself",
+        )
 
 
-__all__ = ["StateDamaged", "Target", "apply_locked", "check_paths", "checked_status", "rebuild_locked",
-           "repair_from_release", "revert", "status"]
+__all__ = [
+    "StateDamaged",
+    "Target",
+    "apply_locked",
+    "check_paths",
+    "checked_status",
+    "rebuild_locked",
+    "repair_from_release",
+    "revert",
+    "status",
+]

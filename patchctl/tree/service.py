@@ -6,6 +6,7 @@ stores and which patches apply; it returns typed results, which the commands tur
 from this very series", refuse a tree changed by hand, refuse a recorded patch or store that is gone.
 The record is the contract for both: with no --store, the recorded stores; with no --patch/--exclude,
 the recorded choice; and a patch that leaves the tree is always named (ApplyResult.removed)."""
+
 from __future__ import annotations
 
 import enum
@@ -77,8 +78,7 @@ class ApplyResult:
     @property
     def ok(self) -> bool:
         """Nothing refused and no patch in conflict (--keep-going writes the others, and still fails)."""
-        return self.failure is None and (self.result is None
-                                         or all(o.outcome != O.CONFLICT for o in self.result.outcomes))
+        return self.failure is None and (self.result is None or all(o.outcome != O.CONFLICT for o in self.result.outcomes))
 
 
 @dataclass(frozen=True)
@@ -95,8 +95,7 @@ class ApplyRun:
         return all(r.ok for r in self.results)
 
 
-def apply(ref: EngineRef, where: TargetSpec, request: ApplyRequest, *, install: bool = False,
-          no_deps: bool = False) -> ApplyRun:
+def apply(ref: EngineRef, where: TargetSpec, request: ApplyRequest, *, install: bool = False, no_deps: bool = False) -> ApplyRun:
     from patchctl.core.engines import get_engine
     from patchctl.sources import installed as inst
     from patchctl.tree import find
@@ -130,8 +129,7 @@ def apply_tree(target: Target, request: ApplyRequest, *, python: str | None = No
         record = current.record
         # The record's stores unless the command line named others (ensure: always, the named in front).
         keep = ensure or not request.stores.named
-        decided = S.decide(record, request.stores, keep_record=keep, refuse_gone=ensure, root=str(target.root),
-                           engine=name)
+        decided = S.decide(record, request.stores, keep_record=keep, refuse_gone=ensure, root=str(target.root), engine=name)
         store = decided.store
         fingerprint = S.fingerprint(store, name)
         series = _series(store, name)
@@ -145,12 +143,12 @@ def apply_tree(target: Target, request: ApplyRequest, *, python: str | None = No
         else:
             chosen = Selection()  # stores named without a choice: every patch of them
         if ensure and record is not None and request.selection is not None and request.selection != record.selection:
-            raise UsageError(f"the tree's record chose {_describe(record.selection)}; this asks for "
-                             f"{_describe(request.selection)}",
-                             hint=f"changing the set is an explicit `patchctl apply {name}` with --patch/--exclude")
+            raise UsageError(
+                f"the tree's record chose {_describe(record.selection)}; this asks for {_describe(request.selection)}",
+                hint=f"changing the set is an explicit `patchctl apply {name}` with --patch/--exclude",
+            )
         if ensure and current.state == "intact" and record is not None and record.store_fingerprint == fingerprint:
-            return ApplyResult(target, "intact", note="patches intact: nothing to do", record=record,
-                               recovered=recovered)
+            return ApplyResult(target, "intact", note="patches intact: nothing to do", record=record, recovered=recovered)
         if current.state == "modified" and (ensure or not request.force):
             return ApplyResult(target, current.state, recovered=recovered, failure=_drifted(current))
         patches = series()
@@ -167,20 +165,32 @@ def apply_tree(target: Target, request: ApplyRequest, *, python: str | None = No
 
             base_files = base_files_for(target.engine, request.ctx)
         work = ops.rebuild_locked if current.state == "intact" and leaving else ops.apply_locked
-        rep = work(target, st, current, picked, plan, options=request.options, base_files=base_files,
-                   keep_going=request.keep_going, dry_run=request.dry_run, recovered=recovered)
+        rep = work(
+            target,
+            st,
+            current,
+            picked,
+            plan,
+            options=request.options,
+            base_files=base_files,
+            keep_going=request.keep_going,
+            dry_run=request.dry_run,
+            recovered=recovered,
+        )
     from patchctl.tree.find import requirement_warnings
 
     # Companion packages (gguf>=0.18, ...) can only be checked in an environment, not in a bare tree.
     warnings = requirement_warnings([p for p in patches if p.in_range(target.version)], python)
     if rep.failure is not None:
         message, hint = rep.failure
-        return ApplyResult(target, current.state, rep.result, recovered=recovered,
-                           failure=Failure(PatchFailed.kind, message, hint))
+        return ApplyResult(
+            target, current.state, rep.result, recovered=recovered, failure=Failure(PatchFailed.kind, message, hint)
+        )
     removed = tuple(leaving)
     warnings += [f"{n} leaves {target.root}: {why}" for n, why in leaving.items()]
-    return ApplyResult(target, rep.state_before, rep.result, rep.written, removed, rep.recovered, rep.note,
-                       rep.record, tuple(warnings))
+    return ApplyResult(
+        target, rep.state_before, rep.result, rep.written, removed, rep.recovered, rep.note, rep.record, tuple(warnings)
+    )
 
 
 def _series(store: Store, engine: str) -> Callable[[], tuple[Patch, ...]]:
@@ -195,8 +205,14 @@ def _series(store: Store, engine: str) -> Callable[[], tuple[Patch, ...]]:
     return patches
 
 
-def _leaving(target: Target, current: TargetStatus, picked: tuple[Patch, ...], series: tuple[Patch, ...],
-             gone: tuple[tuple[str, str], ...], named: bool) -> dict[str, str]:
+def _leaving(
+    target: Target,
+    current: TargetStatus,
+    picked: tuple[Patch, ...],
+    series: tuple[Patch, ...],
+    gone: tuple[tuple[str, str], ...],
+    named: bool,
+) -> dict[str, str]:
     """The patches the record lists as written that this run takes out, with why: only where the run
     replaces the record's set (an intact tree rebuilt, a wiped tree re-applied); a tree taken over with
     --force keeps its record's patches."""
@@ -223,9 +239,12 @@ def _leaving(target: Target, current: TargetStatus, picked: tuple[Patch, ...], s
 
 
 def _drifted(current: TargetStatus) -> Failure:
-    return Failure(PatchFailed.kind, current.message,
-                   "inspect the files; `patchctl revert --force` restores them, `patchctl apply --force` takes "
-                   "them as they are", current.state)
+    return Failure(
+        PatchFailed.kind,
+        current.message,
+        "inspect the files; `patchctl revert --force` restores them, `patchctl apply --force` takes them as they are",
+        current.state,
+    )
 
 
 def _describe(selection: Selection) -> str:
@@ -235,8 +254,14 @@ def _describe(selection: Selection) -> str:
     return text + (f" except {', '.join(selection.exclude)}" if selection.exclude else "")
 
 
-def _ensure_read_only(target: Target, current: TargetStatus, patches: Callable[[], tuple[Patch, ...]],
-                      unlocked: str, fingerprint: str, selection: Selection | None) -> str:
+def _ensure_read_only(
+    target: Target,
+    current: TargetStatus,
+    patches: Callable[[], tuple[Patch, ...]],
+    unlocked: str,
+    fingerprint: str,
+    selection: Selection | None,
+) -> str:
     """ensure on a tree nothing may be written into (a read-only mount, a service user) and no
     interrupted write in it (locked() checked): exit 0 without writing when the tree is intact by the
     record's fingerprints — the recorded patches, from stores that give the same variants (sha256) and
@@ -245,8 +270,10 @@ def _ensure_read_only(target: Target, current: TargetStatus, patches: Callable[[
     from patchctl.store.series import choose_variant, variant_sha256
 
     record = current.record
-    fix = (f"make the tree writable for this run (the owner of the environment, a read-write mount), then "
-           f"`patchctl ensure {target.engine.name}`")
+    fix = (
+        f"make the tree writable for this run (the owner of the environment, a read-write mount), then "
+        f"`patchctl ensure {target.engine.name}`"
+    )
     why = f"cannot lock {target.state().dir}: {unlocked}"
     if current.state != "intact" or record is None:
         raise EnvironmentProblem(f"{why}, and the tree needs writing: {current.message}", hint=fix)
@@ -263,10 +290,10 @@ def _ensure_read_only(target: Target, current: TargetStatus, patches: Callable[[
         choice = choose_variant(patch, target.version)
         had = recorded.get(name)
         variant = None if choice.variant is None else choice.variant.filename
-        if had is None or had.variant != variant or (had.sha256 is not None
-                                                     and had.sha256 != variant_sha256(patch, variant)):
-            raise EnvironmentProblem(f"{why}, and {name} in the store differs from what the record says was "
-                                     f"applied: the tree needs writing", hint=fix)
+        if had is None or had.variant != variant or (had.sha256 is not None and had.sha256 != variant_sha256(patch, variant)):
+            raise EnvironmentProblem(
+                f"{why}, and {name} in the store differs from what the record says was applied: the tree needs writing", hint=fix
+            )
     return note
 
 
@@ -276,18 +303,23 @@ def _require_recorded(target: Target, record: StateRecord, series: tuple[Patch, 
     gone = [p for p in record.patches if p.outcome in (*O.WRITES, O.ALREADY_APPLIED) and p.name not in names]
     if gone:
         p = gone[0]
-        where = (f"the store {p.store.path} ({p.store.kind})" if p.store
-                 else "a store the record does not name (recorded by `new` without --store)")
+        where = (
+            f"the store {p.store.path} ({p.store.kind})"
+            if p.store
+            else "a store the record does not name (recorded by `new` without --store)"
+        )
         raise RecordUnmet(
             f"{', '.join(g.name for g in gone)} {'is' if len(gone) == 1 else 'are'} recorded as applied to "
             f"{target.root} from {where}, which no longer has {'it' if len(gone) == 1 else 'them'}: ensure does "
             f"not start the engine without a patch the record lists",
             hint=f"put the patch back into its store, or change the set explicitly: `patchctl apply "
-                 f"{target.engine.name} --exclude {gone[0].name}` (or `patchctl revert {target.engine.name} --patch "
-                 f"{gone[0].name}`)")
+            f"{target.engine.name} --exclude {gone[0].name}` (or `patchctl revert {target.engine.name} --patch "
+            f"{gone[0].name}`)",
+        )
 
 
 # --- revert and status ------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class RevertResult:
@@ -305,8 +337,9 @@ def revert(target: Target, *, force: bool = False, wait: float = 0.0) -> RevertR
     return RevertResult(target, rep.restored, rep.skipped, rep.recovered, rep.note)
 
 
-def revert_patches(target: Target, names: tuple[str, ...], stores: S.Stores, ctx: SourceContext | None, *,
-                   wait: float = 0.0) -> RevertResult:
+def revert_patches(
+    target: Target, names: tuple[str, ...], stores: S.Stores, ctx: SourceContext | None, *, wait: float = 0.0
+) -> RevertResult:
     """`revert --patch P`: P taken out of an intact tree, the other applied patches left applied (their
     files computed again from the pristine bytes), from the stores the record names, and the record's
     choice updated so `ensure` keeps P out. A patch still applied that depends on P is refused (exit 2)
@@ -321,38 +354,57 @@ def revert_patches(target: Target, names: tuple[str, ...], stores: S.Stores, ctx
         record = current.record
         if record is None:
             raise UsageError(f"nothing to revert: no patches applied to {target.engine.name} at {target.root}")
-        store = S.decide(record, stores, keep_record=True, refuse_gone=True, root=str(target.root),
-                         engine=target.engine.name).store
+        store = S.decide(
+            record, stores, keep_record=True, refuse_gone=True, root=str(target.root), engine=target.engine.name
+        ).store
         if current.state != "intact":
-            raise PatchFailed(f"{current.message}; `revert --patch` takes one patch out of an intact tree only",
-                              hint=f"`patchctl ensure {target.engine.name}` first, or `patchctl revert "
-                                   f"{target.engine.name}` for every patch")
+            raise PatchFailed(
+                f"{current.message}; `revert --patch` takes one patch out of an intact tree only",
+                hint=f"`patchctl ensure {target.engine.name}` first, or `patchctl revert {target.engine.name}` for every patch",
+            )
         applied = [p.name for p in record.patches if p.outcome in (*O.WRITES, O.ALREADY_APPLIED)]
         series = store.series(target.engine.name).patches
         unknown_names(series, names, target.engine.name)
         not_applied = [n for n in names if n not in applied]
         if not_applied:
-            raise UsageError(f"{', '.join(not_applied)} {'is' if len(not_applied) == 1 else 'are'} not applied to "
-                             f"{target.root} (applied: {', '.join(applied) or 'none'})")
+            raise UsageError(
+                f"{', '.join(not_applied)} {'is' if len(not_applied) == 1 else 'are'} not applied to "
+                f"{target.root} (applied: {', '.join(applied) or 'none'})"
+            )
         needs = dependents(series, names, applied)
         if needs:
             name, deps = next(iter(needs.items()))
-            raise UsageError(f"{name} is applied and depends on {', '.join(deps)}: refusing to take "
-                             f"{', '.join(deps)} out alone",
-                             hint=f"name it too: `patchctl revert {target.engine.name} "
-                                  + " ".join(f"--patch {n}" for n in [*names, *needs]) + "`")
+            raise UsageError(
+                f"{name} is applied and depends on {', '.join(deps)}: refusing to take {', '.join(deps)} out alone",
+                hint=f"name it too: `patchctl revert {target.engine.name} "
+                + " ".join(f"--patch {n}" for n in [*names, *needs])
+                + "`",
+            )
         keep = [p for p in series if p.name in applied and p.name not in names]
         old = record.selection
-        selection = (old._replace(patches=tuple(n for n in old.patches if n not in names))
-                     if old.patches is not None else old._replace(exclude=tuple(dict.fromkeys([*old.exclude, *names]))))
+        selection = (
+            old._replace(patches=tuple(n for n in old.patches if n not in names))
+            if old.patches is not None
+            else old._replace(exclude=tuple(dict.fromkeys([*old.exclude, *names])))
+        )
         plan = ops.Plan(selection, record.stores, record.store_fingerprint)
         base_files = None
         if ctx is not None:
             from patchctl.sources.fetch import base_files_for
 
             base_files = base_files_for(target.engine, ctx)
-        rep = ops.rebuild_locked(target, st, current, tuple(keep), plan, options=Options(), base_files=base_files,
-                                 keep_going=False, dry_run=False, recovered=recovered)
+        rep = ops.rebuild_locked(
+            target,
+            st,
+            current,
+            tuple(keep),
+            plan,
+            options=Options(),
+            base_files=base_files,
+            keep_going=False,
+            dry_run=False,
+            recovered=recovered,
+        )
     if rep.failure is not None:  # the patches left do not apply without it: nothing was written
         message, hint = rep.failure
         raise PatchFailed(message, hint=hint)
@@ -410,8 +462,10 @@ def status(target: Target, *, wait: float = 30.0) -> StatusResult:
     current, recovered, unlocked = ops.checked_status(target, wait)
     warnings = []
     if unlocked is not None:
-        warnings.append(f"read without the lock: {target.state().dir} cannot be written ({unlocked}), and no "
-                        f"interrupted write is there to undo")
+        warnings.append(
+            f"read without the lock: {target.state().dir} cannot be written ({unlocked}), and no "
+            f"interrupted write is there to undo"
+        )
     try:
         edits = tuple(unmanaged(target))
     except OSError as exc:

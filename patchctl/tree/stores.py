@@ -1,6 +1,7 @@
 """Which stores a write to a tree applies from, decided from the tree's record (read once, under the
 lock, by tree.service): the record is the contract for `apply` and `ensure` alike. Also what a record
 keeps of them: their layers (path, bundled/user) and a fingerprint of what they say for the engine."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -31,8 +32,9 @@ class Decided:
     gone: tuple[tuple[str, str], ...] = ()
 
 
-def decide(record: StateRecord | None, stores: Stores, *, keep_record: bool, refuse_gone: bool,
-           root: str, engine: str) -> Decided:
+def decide(
+    record: StateRecord | None, stores: Stores, *, keep_record: bool, refuse_gone: bool, root: str, engine: str
+) -> Decided:
     """keep_record: apply from the stores the record names (with the command's own in front), else
     from `stores` alone. refuse_gone: a recorded store that is gone is exit 3 (RecordUnmet) naming it
     and the patches recorded from it (ensure never starts an engine without them); else it is
@@ -49,7 +51,8 @@ def decide(record: StateRecord | None, stores: Stores, *, keep_record: bool, ref
             f"the {kind} store {path} is gone: the record of {root} lists {', '.join(names)} as applied "
             f"from it; ensure does not start the engine without them",
             hint=f"restore {path}, or change the set explicitly: `patchctl apply {engine}` with the "
-                 f"stores you have (--store DIR, --exclude NAME)")
+            f"stores you have (--store DIR, --exclude NAME)",
+        )
     return Decided(layered, tuple(gone))
 
 

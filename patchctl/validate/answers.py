@@ -4,6 +4,7 @@ Each check is a pure function of the reply text so it is tested on fixed
 strings; the prompts go to the server at temperature 0. The code task is checked
 by parsing the reply, never by executing what a model wrote.
 """
+
 from __future__ import annotations
 
 import ast
@@ -139,13 +140,24 @@ def run_answers(
             results.append(AnswerResult(chk.name, False, f"request failed: {exc}"[:300], "", 0, max_tokens=budget))
             continue
         verdict, reasoning_passed = judge(chk, reply.content, reply.reasoning, budget, reply.finish_reason)
-        results.append(AnswerResult(chk.name, verdict.passed, verdict.reason, _excerpt(reply.content),
-                                    len(reply.reasoning), reasoning_passed, reply.finish_reason, budget))
+        results.append(
+            AnswerResult(
+                chk.name,
+                verdict.passed,
+                verdict.reason,
+                _excerpt(reply.content),
+                len(reply.reasoning),
+                reasoning_passed,
+                reply.finish_reason,
+                budget,
+            )
+        )
     return tuple(results)
 
 
-def judge(chk: AnswerCheck, content: str, reasoning: str, budget: int,
-          finish_reason: str | None = None) -> tuple[Verdict, bool | None]:
+def judge(
+    chk: AnswerCheck, content: str, reasoning: str, budget: int, finish_reason: str | None = None
+) -> tuple[Verdict, bool | None]:
     """The verdict on one reply, and whether its reasoning_content alone would pass (None: none).
 
     The answer must be in `content`: a reasoning model that only thought (content empty or null)
@@ -157,17 +169,21 @@ def judge(chk: AnswerCheck, content: str, reasoning: str, budget: int,
     if not content.strip():
         if not reasoning.strip():
             return Verdict(False, "empty content"), None
-        budget_hint = ("raise --reasoning-budget (it adds tokens to every answers prompt's max_tokens) or cap "
-                       "the server's reasoning budget")
+        budget_hint = (
+            "raise --reasoning-budget (it adds tokens to every answers prompt's max_tokens) or cap the server's reasoning budget"
+        )
         if finish_reason == "length":
             why = f"cut off at max_tokens {budget}): {budget_hint}"
         else:
             # It stopped on its own: the reply may sit in the reasoning channel (a reasoning parser
             # that misses the end of thinking), or it thought to the end and said nothing.
-            why = (f"finish_reason {finish_reason or 'none'} within max_tokens {budget}): check the server's "
-                   f"reasoning parser, or {budget_hint}")
-        return Verdict(False, f"the answer is only in reasoning_content ({len(reasoning)} chars, {why}"
-                       + right_in_reasoning), reasoning_passed
+            why = (
+                f"finish_reason {finish_reason or 'none'} within max_tokens {budget}): check the server's "
+                f"reasoning parser, or {budget_hint}"
+            )
+        return Verdict(
+            False, f"the answer is only in reasoning_content ({len(reasoning)} chars, {why}" + right_in_reasoning
+        ), reasoning_passed
     verdict = chk.check(content)
     if not verdict.passed and right_in_reasoning:
         verdict = Verdict(False, verdict.reason + right_in_reasoning)

@@ -8,6 +8,7 @@ keeps concurrent recorders of different deployments from clobbering each other.
 The patch set is what the server runs: the digest of the state record patchctl
 keeps for the engine's tree (applied_patch_set), "none" for a pristine engine.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -31,9 +32,7 @@ DEFAULT_METRICS: tuple[str, ...] = ("output_tok_s", "decode_tok_s_p50")
 
 # Which way is better for every metric a level can report (metrics.LevelMetrics.flat).
 HIGHER_IS_BETTER = {"output_tok_s", "request_tok_s_p50", "decode_tok_s_p50"}
-LOWER_IS_BETTER = {
-    f"{m}_{q}" for m in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms") for q in ("p50", "p99")
-}
+LOWER_IS_BETTER = {f"{m}_{q}" for m in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms") for q in ("p50", "p99")}
 
 
 class Deployment(NamedTuple):
@@ -52,10 +51,12 @@ def applied_patch_set(record: StateRecord | None) -> str:
     order, and the sha256 of every file the patch set wrote. "none" when nothing is applied."""
     if record is None or not record.patches:
         return "none"
-    raw = json.dumps({
-        "patches": [[p.name, p.variant] for p in record.patches],
-        "files": sorted([f.path, f.patched_sha256] for f in record.files),
-    })
+    raw = json.dumps(
+        {
+            "patches": [[p.name, p.variant] for p in record.patches],
+            "files": sorted([f.path, f.patched_sha256] for f in record.files),
+        }
+    )
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
@@ -114,11 +115,10 @@ class BaselineStore:
             raise UsageError(f"{path} holds {baseline.deployment}, not {deployment}", hint=hint)
         return baseline
 
-    def save(self, deployment: Deployment, levels: Mapping[int, Mapping[str, float]],
-             workload: Mapping[str, Any] | None = None) -> Path:
-        baseline = Baseline(
-            deployment, _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), levels, workload
-        )
+    def save(
+        self, deployment: Deployment, levels: Mapping[int, Mapping[str, float]], workload: Mapping[str, Any] | None = None
+    ) -> Path:
+        baseline = Baseline(deployment, _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), levels, workload)
         path = self.path_for(deployment)
         write_atomic(path, (json.dumps(baseline.to_json(), indent=2, sort_keys=True) + "\n").encode())
         return path
@@ -199,8 +199,7 @@ def workload_differences(baseline: Baseline, workload: Mapping[str, Any]) -> tup
     """How this run's workload differs from the baseline's: "prompt essay -> counting", ...
     A baseline without one predates its recording (its prompt was the essay)."""
     if baseline.workload is None:
-        return ("the baseline does not say what it measured (recorded by an older patchctl, whose "
-                "default prompt was the essay)",)
+        return ("the baseline does not say what it measured (recorded by an older patchctl, whose default prompt was the essay)",)
     diffs = []
     for key in ("prompt", "max_tokens", "api", "streamed"):
         then, now = baseline.workload.get(key), workload.get(key)
@@ -210,7 +209,10 @@ def workload_differences(baseline: Baseline, workload: Mapping[str, Any]) -> tup
     then_prompts, now_prompts = baseline.workload.get("prompts") or "shared", workload.get("prompts") or "shared"
     if then_prompts != now_prompts:
         diffs.append(f"prompts {then_prompts} -> {now_prompts} (a prefix cache serves shared ones)")
-    if (not diffs and baseline.workload.get("prompt_sha256")
-            and baseline.workload.get("prompt_sha256") != workload.get("prompt_sha256")):
+    if (
+        not diffs
+        and baseline.workload.get("prompt_sha256")
+        and baseline.workload.get("prompt_sha256") != workload.get("prompt_sha256")
+    ):
         diffs.append(f"the text of prompt {workload.get('prompt')} changed")
     return tuple(diffs)

@@ -11,6 +11,7 @@ with max_tokens), every SSE line one (sse.LINE_MAX_BYTES); what is past a cap, o
 shape, is a BadServerReply: the request fails naming it, and the client keeps the sentence
 (`bad_replies`) for the report.
 """
+
 from __future__ import annotations
 
 import json
@@ -109,10 +110,12 @@ class OpenAIClient:
             raise NetworkError(
                 f"no answer from {self.base_url}: {self.unanswered} request(s) sent, none answered (the last: "
                 f"{self.last_unanswered})",
-                hint="is the server up and serving on that port? pass a larger --timeout SECONDS for a slow one")
+                hint="is the server up and serving on that port? pass a larger --timeout SECONDS for a slow one",
+            )
 
-    def _exchange(self, method: str, url: str, seconds: float, consume: Any, body: Any = None,
-                  why: str | None = None, sending: Any = None) -> Any:
+    def _exchange(
+        self, method: str, url: str, seconds: float, consume: Any, body: Any = None, why: str | None = None, sending: Any = None
+    ) -> Any:
         """One request under one deadline of `seconds`, connect to last byte: consume(response) reads
         it (the response still open, its body not read). RequestDeadline when the deadline passed,
         BadServerReply for a compressed reply; a status of 400 or more is consume's to judge. sending()
@@ -126,21 +129,27 @@ class OpenAIClient:
                 sending()
             # No retries: a timed request is sent once (a kept-alive connection the server had closed
             # is the one exception: the request had not reached it).
-            with http.send(method, url, deadline, body=data, headers=self._headers, retries=0,
-                           keep=CONNECTIONS_KEPT) as resp:
+            with http.send(method, url, deadline, body=data, headers=self._headers, retries=0, keep=CONNECTIONS_KEPT) as resp:
                 answered = True
                 self._count(True)
                 resp.max_bytes = http.MAX_SIZE  # the reply's caps are reading.py's (BadServerReply)
                 encoding = (resp.headers.get("Content-Encoding") or "").strip().lower()
                 if encoding not in ("", "identity"):
-                    raise BadServerReply(f"the reply is compressed (Content-Encoding {encoding[:40]}) though "
-                                         "identity was asked: its size could not be capped as it is read")
+                    raise BadServerReply(
+                        f"the reply is compressed (Content-Encoding {encoding[:40]}) though "
+                        "identity was asked: its size could not be capped as it is read"
+                    )
                 result = consume(resp)
         except Exception as exc:
             # a read that waited out the time left is the deadline too, as is the watchdog's shutdown
             expired = deadline.expired or isinstance(exc, NetworkError) and deadline.remaining() <= 0
-            error = self._deadline(url, seconds, why, answered) if expired else \
-                RequestFailed(exc.message) if isinstance(exc, NetworkError) else exc
+            error = (
+                self._deadline(url, seconds, why, answered)
+                if expired
+                else RequestFailed(exc.message)
+                if isinstance(exc, NetworkError)
+                else exc
+            )
             if not answered:
                 self._count(False, str(error) if expired else plain_network_reason(str(exc)))
             raise error from None
@@ -180,8 +189,7 @@ class OpenAIClient:
             raise HTTPError(f"HTTP {status} from {self.base_url}/v1/models: {excerpt(data)}")
         obj = load_json(data)
         models = obj.get("data") if isinstance(obj, dict) else None
-        if not isinstance(models, list) or not all(isinstance(m, dict) and isinstance(m.get("id"), str)
-                                                   for m in models):
+        if not isinstance(models, list) or not all(isinstance(m, dict) and isinstance(m.get("id"), str) for m in models):
             raise BadServerReply(f"/v1/models is not OpenAI's list of models: {excerpt(data)}")
         return [m["id"] for m in models]
 
@@ -297,8 +305,15 @@ class OpenAIClient:
             started[0] = time.perf_counter()
 
         try:
-            self._exchange("POST", self._url(api), self.timeout_s if seconds is None else seconds,
-                           lambda resp: got.read(resp, stream), body, why, sending)
+            self._exchange(
+                "POST",
+                self._url(api),
+                self.timeout_s if seconds is None else seconds,
+                lambda resp: got.read(resp, stream),
+                body,
+                why,
+                sending,
+            )
             error = None
         except BadServerReply as exc:
             self.note_bad_reply(label, exc)

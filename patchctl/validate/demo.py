@@ -7,6 +7,7 @@ for it) or whole. Its answers are deterministic and right: Paris, 391, 1 to 50 o
 Python `add`; anything else gets a fixed run of tokens. Only the standard library: it ships in the
 package, and `--demo` must work on a machine with nothing else installed.
 """
+
 from __future__ import annotations
 
 import json
@@ -124,18 +125,26 @@ class _Handler(BaseHTTPRequestHandler):
         finish = "length" if len(pieces) > max_tokens else "stop"
         pieces = pieces[:max_tokens]
         if not body.get("stream"):
-            message = {"role": "assistant",
-                       "content": "".join(t for k, t in pieces if k == "content") or None,
-                       "reasoning_content": "".join(t for k, t in pieces if k == "reasoning") or None}
-            self._send_json({"id": "demo", "object": "chat.completion", "created": int(time.time()), "model": MODEL,
-                             "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-                             "usage": _usage(len(pieces))})
+            message = {
+                "role": "assistant",
+                "content": "".join(t for k, t in pieces if k == "content") or None,
+                "reasoning_content": "".join(t for k, t in pieces if k == "reasoning") or None,
+            }
+            self._send_json(
+                {
+                    "id": "demo",
+                    "object": "chat.completion",
+                    "created": int(time.time()),
+                    "model": MODEL,
+                    "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                    "usage": _usage(len(pieces)),
+                }
+            )
             return
 
         def events() -> Iterator[dict[str, Any] | str]:
             chunk = {"id": "demo", "object": "chat.completion.chunk", "model": MODEL}
-            yield {**chunk, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
-                                         "finish_reason": None}]}
+            yield {**chunk, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
             for kind, text in pieces:
                 time.sleep(TOKEN_DELAY_S)
                 delta = {"content": None, "reasoning_content": text} if kind == "reasoning" else {"content": text}
@@ -154,18 +163,22 @@ class _Handler(BaseHTTPRequestHandler):
             choice: dict[str, Any] = {"index": 0, "text": "".join(toks), "finish_reason": "length"}
             if body.get("logprobs") is not None:
                 choice["logprobs"] = {"tokens": toks, "token_logprobs": [-0.1] * len(toks)}
-            self._send_json({"id": "demo", "object": "text_completion", "model": MODEL, "choices": [choice],
-                             "usage": _usage(len(toks))})
+            self._send_json(
+                {"id": "demo", "object": "text_completion", "model": MODEL, "choices": [choice], "usage": _usage(len(toks))}
+            )
             return
 
         def events() -> Iterator[dict[str, Any] | str]:
             for i, t in enumerate(toks):
                 time.sleep(TOKEN_DELAY_S)
-                yield {"id": "demo", "object": "text_completion", "model": MODEL, "choices": [
-                    {"index": 0, "text": t, "finish_reason": "length" if i == len(toks) - 1 else None}]}
+                yield {
+                    "id": "demo",
+                    "object": "text_completion",
+                    "model": MODEL,
+                    "choices": [{"index": 0, "text": t, "finish_reason": "length" if i == len(toks) - 1 else None}],
+                }
             if (body.get("stream_options") or {}).get("include_usage"):
-                yield {"id": "demo", "object": "text_completion", "model": MODEL, "choices": [],
-                       "usage": _usage(len(toks))}
+                yield {"id": "demo", "object": "text_completion", "model": MODEL, "choices": [], "usage": _usage(len(toks))}
             yield "[DONE]"
 
         self._send_events(events())

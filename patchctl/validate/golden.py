@@ -5,6 +5,7 @@ small to answer questions; the first diverging position says where. Tokens come
 from the server's logprobs when it gives them (vLLM, llama.cpp); otherwise the
 text is compared character by character, and the result says which.
 """
+
 from __future__ import annotations
 
 import json
@@ -97,8 +98,9 @@ class GoldenRecord(NamedTuple):
         try:
             return cls.from_json(load_json(Path(path).read_text()))
         except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
-            raise UsageError(f"{path} is not a golden file: {exc}",
-                             hint="record one on a known-good engine with --golden PATH --record-golden") from None
+            raise UsageError(
+                f"{path} is not a golden file: {exc}", hint="record one on a known-good engine with --golden PATH --record-golden"
+            ) from None
 
 
 class GoldenDiff(NamedTuple):
@@ -172,9 +174,7 @@ def record(
     return GoldenRecord(client.resolve_model(), engine_version, api, max_tokens, entries)
 
 
-def compare(
-    client: OpenAIClient, golden: GoldenRecord, extra: Mapping[str, Any] | None = None
-) -> tuple[GoldenDiff, ...]:
+def compare(client: OpenAIClient, golden: GoldenRecord, extra: Mapping[str, Any] | None = None) -> tuple[GoldenDiff, ...]:
     """Replay the golden prompts with the golden settings and diff each output."""
     got = generate(client, [e.prompt for e in golden.entries], golden.max_tokens, golden.api, extra)
     return tuple(diff_entry(e, g) for e, g in zip(golden.entries, got, strict=True))

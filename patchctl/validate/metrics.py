@@ -20,6 +20,7 @@ Latency figures need a stream that was really streamed: a request whose output c
 once (a buffering proxy, a server that does not flush) is `buffered`, and a level of such requests
 reports no TTFT, TPOT, ITL or decode rate rather than the arrival time of one buffer.
 """
+
 from __future__ import annotations
 
 import math
@@ -264,9 +265,7 @@ def stream_verdict(records: Sequence[RequestRecord], streamed: bool) -> str:
     return BUFFERED if 2 * sum(r.buffered for r in telling) > len(telling) else STREAMED
 
 
-def aggregate(
-    concurrency: int, records: Sequence[RequestRecord], duration_s: float, streamed: bool
-) -> LevelMetrics:
+def aggregate(concurrency: int, records: Sequence[RequestRecord], duration_s: float, streamed: bool) -> LevelMetrics:
     ok = [r for r in records if r.ok]
     counts = [r.output_tokens for r in ok]
     methods = {r.token_count_method for r in ok}

@@ -5,6 +5,7 @@ The plot needs matplotlib, which comes with the plot extra (pip install 'patchct
 imported only here, only when a plot is drawn. Without it the JSON is still written, and the
 missing plot is a warning, not a failure.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,9 +22,11 @@ if TYPE_CHECKING:
     from types import ModuleType
 
 # How to add the extra depends on how patchctl was installed (issue 36: `pip install` is wrong under pipx).
-PLOT_NEEDS_EXTRA = ("the latency/throughput plot needs matplotlib (the plot extra): under pipx `pipx inject patchctl "
-                    "matplotlib`; under uv `uv tool install --reinstall '.[plot]'` in patchctl's checkout (a uv venv: "
-                    "`uv pip install matplotlib`); in a venv `pip install matplotlib` with that venv active")
+PLOT_NEEDS_EXTRA = (
+    "the latency/throughput plot needs matplotlib (the plot extra): under pipx `pipx inject patchctl "
+    "matplotlib`; under uv `uv tool install --reinstall '.[plot]'` in patchctl's checkout (a uv venv: "
+    "`uv pip install matplotlib`); in a venv `pip install matplotlib` with that venv active"
+)
 
 
 class Written(NamedTuple):
@@ -62,8 +65,15 @@ def _decode_panel(ax: Any, xs: list[int], levels: Sequence[LevelMetrics]) -> Non
             ax.plot(*zip(*pts, strict=True), marker="o", label=f"{label} p50")
     for x, lv in zip(xs, levels, strict=True):
         if lv.latency_not_measured:
-            ax.annotate(f"not measured:\n{lv.latency_not_measured}", (x, 0), xytext=(0, 12),
-                        textcoords="offset points", ha="center", fontsize=7, color="red")
+            ax.annotate(
+                f"not measured:\n{lv.latency_not_measured}",
+                (x, 0),
+                xytext=(0, 12),
+                textcoords="offset points",
+                ha="center",
+                fontsize=7,
+                color="red",
+            )
     ax.set_ylabel("tokens / s, one request")
     ax.set_ylim(bottom=0)
     ax.set_title("per request")

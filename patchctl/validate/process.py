@@ -7,6 +7,7 @@ wait for both: the port free and the previous server's process gone (known
 from the pid file this module writes per port, which names the
 server's process group).
 """
+
 from __future__ import annotations
 
 import errno
@@ -168,8 +169,12 @@ class ServerProcess:
         try:
             # Own session: SIGTERM/SIGKILL reach the workers a server forks too.
             self.proc = subprocess.Popen(
-                self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, env=self.env,
+                self.argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env=self.env,
             )
         except OSError as exc:  # no such program, not executable
             raise ServerStartError(f"cannot start {self.argv[0]!r}: {exc.strerror or exc}") from None
@@ -199,9 +204,7 @@ class ServerProcess:
             except NetworkError:
                 pass
             if time.monotonic() >= deadline:
-                raise ServerStartError(
-                    f"server not ready at {url} after {self.ready_timeout_s:.0f}s\n{self.log_tail()}"
-                )
+                raise ServerStartError(f"server not ready at {url} after {self.ready_timeout_s:.0f}s\n{self.log_tail()}")
             time.sleep(0.5)
 
     def stop(self) -> int | None:

@@ -1,6 +1,7 @@
 """Reading a server's reply within its limits: the body's bytes as they arrive (Arrivals) up to the
 reply's cap, a whole body (read_capped), the start of an error's; what one timed request has read
 (Reading), and the usage figure judged (sane_usage). The client (client.py) sends; this reads."""
+
 from __future__ import annotations
 
 import time

@@ -1,5 +1,6 @@
 """The serve tier's result: plain immutable data, JSON-able (to_json gives plain dicts and lists, the
 shape of a validate document's `report` and of the file --out writes), no rendering."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, is_dataclass
@@ -66,16 +67,32 @@ class ThroughputReport:
     def __post_init__(self) -> None:
         one = next((lv for lv in self.levels if lv.concurrency == 1), None)
         if one is not None:
-            single = SingleRequest(1, one.requests, one.ttft_ms, one.decode_tok_s, one.tpot_ms, one.itl_ms,
-                                   one.e2e_ms, one.output_tok_s, one.stream, one.latency_not_measured,
-                                   one.token_count_method)
+            single = SingleRequest(
+                1,
+                one.requests,
+                one.ttft_ms,
+                one.decode_tok_s,
+                one.tpot_ms,
+                one.itl_ms,
+                one.e2e_ms,
+                one.output_tok_s,
+                one.stream,
+                one.latency_not_measured,
+                one.token_count_method,
+            )
             object.__setattr__(self, "single_request", single)
 
     @property
     def workload(self) -> dict[str, Any]:
         """What a baseline records of how it was measured, to tell a like-for-like comparison."""
-        return {"prompt": self.prompt, "prompt_sha256": self.prompt_sha256, "max_tokens": self.max_tokens,
-                "api": self.api, "streamed": self.streamed, "prompts": self.prompts}
+        return {
+            "prompt": self.prompt,
+            "prompt_sha256": self.prompt_sha256,
+            "max_tokens": self.max_tokens,
+            "api": self.api,
+            "streamed": self.streamed,
+            "prompts": self.prompts,
+        }
 
 
 @dataclass(frozen=True)
@@ -135,18 +152,25 @@ class ServeReport:
             started_at=obj["started_at"],
             duration_s=obj["duration_s"],
             answers=None if answers is None else tuple(AnswerResult(**a) for a in answers),
-            golden=None if golden is None else GoldenReport(
-                **{**golden, "diffs": tuple(GoldenDiff(**d) for d in golden["diffs"])}
-            ),
-            throughput=None if tp is None else ThroughputReport(
+            golden=None
+            if golden is None
+            else GoldenReport(**{**golden, "diffs": tuple(GoldenDiff(**d) for d in golden["diffs"])}),
+            throughput=None
+            if tp is None
+            else ThroughputReport(
                 # single_request is derived from the levels, not passed
                 **{k: v for k, v in tp.items() if k not in ("single_request", "levels")},
                 levels=tuple(_level(lv) for lv in tp["levels"]),
             ),
-            baseline=None if base is None else BaselineReport(
-                **{**base, "checks": tuple(BaselineCheck(**c) for c in base["checks"]),
-                   "not_compared": tuple(NotCompared(**n) for n in base.get("not_compared", ())),
-                   "workload_changes": tuple(base.get("workload_changes", ()))}
+            baseline=None
+            if base is None
+            else BaselineReport(
+                **{
+                    **base,
+                    "checks": tuple(BaselineCheck(**c) for c in base["checks"]),
+                    "not_compared": tuple(NotCompared(**n) for n in base.get("not_compared", ())),
+                    "workload_changes": tuple(base.get("workload_changes", ())),
+                }
             ),
             failures=tuple(obj["failures"]),
             notes=tuple(obj["notes"]),
@@ -159,8 +183,9 @@ class ServeReport:
 def _level(obj: dict[str, Any]) -> LevelMetrics:
     stats = {k: None if obj[k] is None else Stats(**obj[k]) for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")}
     spreads = {k: None if obj.get(k) is None else Spread(**obj[k]) for k in ("request_tok_s", "decode_tok_s")}
-    return LevelMetrics(**{**obj, **stats, **spreads, "errors": tuple(obj["errors"]),
-                           "usage_problems": tuple(obj.get("usage_problems", ()))})
+    return LevelMetrics(
+        **{**obj, **stats, **spreads, "errors": tuple(obj["errors"]), "usage_problems": tuple(obj.get("usage_problems", ()))}
+    )
 
 
 def _plain(obj: Any) -> Any:

@@ -5,6 +5,7 @@ is checked, not trusted: a line longer than LINE_MAX_BYTES, an event that is not
 the shape OpenAI's streams have (`choices` a list of objects, `content` a string or null, ...) is a
 BadServerReply naming what is wrong, never a crash further on.
 """
+
 from __future__ import annotations
 
 import json
@@ -54,8 +55,7 @@ def iter_sse_data(chunks: Iterable[bytes], line_max: int = LINE_MAX_BYTES) -> It
                 value = line[5:]
                 event_bytes += len(raw)
                 if event_bytes > line_max:
-                    raise BadServerReply(f"an event's data lines come to more than {line_max} bytes "
-                                         "(the cap of one SSE event)")
+                    raise BadServerReply(f"an event's data lines come to more than {line_max} bytes (the cap of one SSE event)")
                 data_lines.append(value[1:] if value.startswith(" ") else value)
         if len(pending) + len(chunk) - start > line_max:
             raise _line_too_long(line_max)
@@ -163,8 +163,7 @@ def delta_from_object(obj: Any) -> Delta:
     if tokens is None:
         return Delta(content, reasoning, None, finish)
     if type(tokens) is not int:  # bool is an int to Python, not to JSON
-        return Delta(content, reasoning, None, finish,
-                     f"usage.completion_tokens {json.dumps(tokens)[:40]} is not an integer")
+        return Delta(content, reasoning, None, finish, f"usage.completion_tokens {json.dumps(tokens)[:40]} is not an integer")
     return Delta(content, reasoning, tokens, finish)
 
 

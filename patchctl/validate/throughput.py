@@ -1,4 +1,5 @@
 """Load generation: N requests at a fixed concurrency, measured per request."""
+
 from __future__ import annotations
 
 import itertools
@@ -120,8 +121,7 @@ def run_level(
     taken = itertools.count()
     records: list[RequestRecord | None] = [None] * num_requests
     prompts = request_prompts(prompt, num_requests, unique_prompts)
-    seconds = level_timeout_s if level_timeout_s is not None else level_deadline(num_requests, concurrency,
-                                                                                 client.timeout_s)
+    seconds = level_timeout_s if level_timeout_s is not None else level_deadline(num_requests, concurrency, client.timeout_s)
     why = f"the deadline of level c={concurrency}, {seconds:g} s (--level-timeout)"
     ends: list[float] = []  # the level's deadline on perf_counter's clock, set once the barrier is passed
 
@@ -140,8 +140,14 @@ def run_level(
                 continue
             own = client.timeout_s
             records[i] = client.timed_request(
-                api, prompts[i], max_tokens, stream=stream, temperature=TEMPERATURE, extra=extra,
-                label=f"c={concurrency} request {i + 1}", seconds=min(own, left),
+                api,
+                prompts[i],
+                max_tokens,
+                stream=stream,
+                temperature=TEMPERATURE,
+                extra=extra,
+                label=f"c={concurrency} request {i + 1}",
+                seconds=min(own, left),
                 why=why if left < own else None,
             )
 
@@ -166,14 +172,14 @@ JOIN_SLACK_S = 5.0
 
 def _not_run(error: str) -> RequestRecord:
     now = time.perf_counter()
-    return RequestRecord(ok=False, error=error, streamed=True, start=now, end=now, chunk_times=(),
-                         usage_tokens=None, content="", reasoning="")
+    return RequestRecord(
+        ok=False, error=error, streamed=True, start=now, end=now, chunk_times=(), usage_tokens=None, content="", reasoning=""
+    )
 
 
 def warm_up(client: OpenAIClient, api: str, prompt: str, n: int, extra: Mapping[str, Any] | None = None) -> None:
     """Untimed requests first: the first one pays for lazy loading and caches. NetworkError when the
     server answered none of them, nor anything before (client.require_answer)."""
     for k in range(n):
-        client.timed_request(api, prompt, 8, stream=True, temperature=TEMPERATURE, extra=extra,
-                             label=f"warm-up {k + 1}")
+        client.timed_request(api, prompt, 8, stream=True, temperature=TEMPERATURE, extra=extra, label=f"warm-up {k + 1}")
         client.require_answer()

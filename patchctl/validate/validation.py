@@ -5,6 +5,7 @@ Errors are patchctl's: bad input (a golden or baseline file that is not one, imp
 UsageError, exit 2, raised before any server is started or asked; a server that does not answer, or
 stops answering, is a NetworkError and one that does not start a ServerStartError, both exit 3.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -97,8 +98,12 @@ def _why(exc: BaseException) -> str:
     """One line for a failed request: a refused connection is "connection refused", not urllib3's
     nested repr of its retry pool (issue 36)."""
     text = str(exc)
-    for marker, short in (("Connection refused", "connection refused"), ("Name or service not known", "unknown host"),
-                          ("timed out", "timed out"), ("No route to host", "no route to host")):
+    for marker, short in (
+        ("Connection refused", "connection refused"),
+        ("Name or service not known", "unknown host"),
+        ("timed out", "timed out"),
+        ("No route to host", "no route to host"),
+    ):
         if marker in text:
             return short
     return " ".join(text.split())[:200]
@@ -112,8 +117,7 @@ def run_validate(config: ServeConfig, progress: Progress | None = None) -> Serve
     client = OpenAIClient(config.base_url, config.model, config.api_key, config.request_timeout_s)
     try:
         model = client.resolve_model()
-    except (RequestFailed, BadServerReply, RuntimeError, ValueError, KeyError, TypeError,
-            AttributeError) as exc:
+    except (RequestFailed, BadServerReply, RuntimeError, ValueError, KeyError, TypeError, AttributeError) as exc:
         # ValueError and the rest: /v1/models answered, but not with OpenAI's list of models
         raise NetworkError(
             f"no OpenAI-compatible server answers at {client.base_url}: {_why(exc)}",
@@ -156,8 +160,7 @@ def run_validate(config: ServeConfig, progress: Progress | None = None) -> Serve
             )
         for d in golden_report.diverged:
             failures.append(
-                f"golden: {d.prompt!r} diverges at {d.unit} {d.position}, after {d.context}: "
-                f"expected {d.expected}, got {d.got}"
+                f"golden: {d.prompt!r} diverges at {d.unit} {d.position}, after {d.context}: expected {d.expected}, got {d.got}"
             )
 
     throughput_report = None
@@ -185,7 +188,8 @@ def run_validate(config: ServeConfig, progress: Progress | None = None) -> Serve
     if client.bad_reply_count:
         failures.append(
             f"the server's replies broke the protocol or a limit in {client.bad_reply_count} request(s) (the first: "
-            f"{client.bad_replies[0]}): every one is listed under bad_replies")
+            f"{client.bad_replies[0]}): every one is listed under bad_replies"
+        )
     return ServeReport(
         base_url=client.base_url,
         deployment=deployment,
@@ -215,29 +219,33 @@ def level_warnings(tp: ThroughputReport) -> list[str]:
                 f"{c}: the stream arrived buffered ({lv.buffered_requests}/{done} requests got all their output "
                 "at once, at the end): TTFT, TPOT, ITL and the decode rate are not measured. Likely cause: a proxy "
                 "between patchctl and the server buffers the response (nginx: proxy_buffering off), or the server "
-                "does not stream it (no chunked encoding, no flush per event)")
+                "does not stream it (no chunked encoding, no flush per event)"
+            )
         if lv.ended_in_reasoning:
             warnings.append(
                 f"{c}: {lv.ended_in_reasoning}/{done} requests ran out of max_tokens ({tp.max_tokens}) inside their "
                 f"reasoning (finish_reason length before any answer): the figures measure thinking only; raise "
-                "--max-tokens, or turn the model's thinking down (its setting, through the server's extra body)")
+                "--max-tokens, or turn the model's thinking down (its setting, through the server's extra body)"
+            )
         if lv.usage_rejected:
             warnings.append(
                 f"{c}: the server's usage made no sense for {lv.usage_rejected}/{done} requests "
-                f"({'; '.join(lv.usage_problems)}): not used, their tokens were counted from chunks instead")
+                f"({'; '.join(lv.usage_problems)}): not used, their tokens were counted from chunks instead"
+            )
         if lv.token_count_method in ("chunks", "mixed"):
             warnings.append(
                 f"{c}: the server did not report usage, so output tokens were counted from chunks (one chunk taken as "
-                "one token; a chunk carrying several undercounts): tok/s, TPOT and the decode rate rest on that count")
+                "one token; a chunk carrying several undercounts): tok/s, TPOT and the decode rate rest on that count"
+            )
     return warnings
 
 
-def _run_golden(config: ServeConfig, path: Path, client: OpenAIClient, engine_version: str, extra: Mapping[str, Any],
-                say: Progress) -> GoldenReport:
+def _run_golden(
+    config: ServeConfig, path: Path, client: OpenAIClient, engine_version: str, extra: Mapping[str, Any], say: Progress
+) -> GoldenReport:
     if config.record_golden:
         say(f"coherence: recording golden to {path}")
-        rec = _golden.record(client, engine_version, config.golden_prompts, config.golden_max_tokens,
-                             config.golden_api, extra)
+        rec = _golden.record(client, engine_version, config.golden_prompts, config.golden_max_tokens, config.golden_api, extra)
         rec.save(path)
         return GoldenReport("recorded", str(path), (), rec.model, rec.engine_version)
     if not path.exists():
@@ -258,18 +266,36 @@ def _run_throughput(config: ServeConfig, client: OpenAIClient, extra: Mapping[st
         n = config.requests_per_level or default_requests(conc)
         say(f"throughput: concurrency {conc}, {n} requests")
         levels.append(
-            run_level(client, conc, n, config.throughput_api, config.prompt, config.max_tokens, config.stream, extra,
-                      unique_prompts=not config.shared_prompt, level_timeout_s=config.level_timeout_s)
+            run_level(
+                client,
+                conc,
+                n,
+                config.throughput_api,
+                config.prompt,
+                config.max_tokens,
+                config.stream,
+                extra,
+                unique_prompts=not config.shared_prompt,
+                level_timeout_s=config.level_timeout_s,
+            )
         )
         client.require_answer()
     name = config.prompt_name or next((k for k, v in PROMPTS.items() if v == config.prompt), "custom")
-    return ThroughputReport(config.throughput_api, config.stream, config.max_tokens, tuple(levels),
-                            prompt=name, prompt_sha256=prompt_digest(config.prompt), temperature=TEMPERATURE,
-                            prompts="shared" if config.shared_prompt else "unique")
+    return ThroughputReport(
+        config.throughput_api,
+        config.stream,
+        config.max_tokens,
+        tuple(levels),
+        prompt=name,
+        prompt_sha256=prompt_digest(config.prompt),
+        temperature=TEMPERATURE,
+        prompts="shared" if config.shared_prompt else "unique",
+    )
 
 
-def _run_baseline(config: ServeConfig, deployment: _baseline.Deployment,
-                  tp: ThroughputReport) -> tuple[BaselineReport, _baseline.Baseline | None]:
+def _run_baseline(
+    config: ServeConfig, deployment: _baseline.Deployment, tp: ThroughputReport
+) -> tuple[BaselineReport, _baseline.Baseline | None]:
     """The baseline report, and the baseline compared with (None when none was)."""
     root = Path(config.baseline_dir) if config.baseline_dir else default_data_dir() / "baselines"
     store = _baseline.BaselineStore(root)
@@ -301,16 +327,19 @@ def _not_compared_notes(b: BaselineReport) -> list[str]:
     for n in b.not_compared:
         by_reason.setdefault(n.reason, []).append(n.concurrency)
     for reason, concs in by_reason.items():
-        why = {"only in the baseline": "measured only in the baseline",
-               "only in this run": "measured only in this run (--update-baseline records it)"}.get(reason, reason)
+        why = {
+            "only in the baseline": "measured only in the baseline",
+            "only in this run": "measured only in this run (--update-baseline records it)",
+        }.get(reason, reason)
         notes.append(f"baseline: {_levels(concs)} not compared: {why}")
     if b.status == "compared" and not b.checks:
         notes.append("baseline: no level was measured in both this run and the baseline: nothing compared")
     return notes
 
 
-def _baseline_warnings(config: ServeConfig, b: BaselineReport, tp: ThroughputReport,
-                       base: _baseline.Baseline | None) -> list[str]:
+def _baseline_warnings(
+    config: ServeConfig, b: BaselineReport, tp: ThroughputReport, base: _baseline.Baseline | None
+) -> list[str]:
     """A comparison (or a baseline being recorded) that the noise of the numbers makes meaningless,
     and a comparison against numbers measured some other way."""
     warnings = []
@@ -335,8 +364,10 @@ def _baseline_warnings(config: ServeConfig, b: BaselineReport, tp: ThroughputRep
         if spread is None:
             continue  # no token counts (non-streaming without usage): nothing was compared on them
         if spread.median_ci_pct is None:
-            warnings.append(f"c={lv.concurrency}: {spread.n} request, so its noise is unknown: {consequence}; "
-                            f"use --requests {default_requests(lv.concurrency)} or more")
+            warnings.append(
+                f"c={lv.concurrency}: {spread.n} request, so its noise is unknown: {consequence}; "
+                f"use --requests {default_requests(lv.concurrency)} or more"
+            )
         elif spread.median_ci_pct > limit:
             # The interval narrows as 1/sqrt(n): the requests that bring it inside the threshold.
             need = math.ceil(spread.n * (spread.median_ci_pct / limit) ** 2) if limit > 0 else None

@@ -9,6 +9,7 @@ correct loader must reproduce it exactly.
 
 Checks import it as `from checklib import gguf_fixtures as gf`.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -184,6 +185,7 @@ def hf_shapes(config: Any) -> dict[str, tuple[int, ...]]:
 # Conversion (llama.cpp's layout)
 # ---------------------------------------------------------------------------------------------
 
+
 # GGUF type per tensor (GLM-5 Q4_K_XL-like mix). Per-layer variations make the indexer's wk and
 # weights_proj arrive in different types, and k_b/v_b quantized in one layer and not the other.
 def _glm_type(gname: str, layer: int | None, overrides: dict | None = None) -> str:
@@ -222,9 +224,15 @@ def _glm_type(gname: str, layer: int | None, overrides: dict | None = None) -> s
     return t
 
 
-def build_mla_gguf(path: pathlib.Path, kind: str, seed: int = 0, split_kv_b: bool = True,
-                   drop: tuple[str, ...] = (), config_overrides: dict | None = None,
-                   type_overrides: dict | None = None) -> TinyGGUF:
+def build_mla_gguf(
+    path: pathlib.Path,
+    kind: str,
+    seed: int = 0,
+    split_kv_b: bool = True,
+    drop: tuple[str, ...] = (),
+    config_overrides: dict | None = None,
+    type_overrides: dict | None = None,
+) -> TinyGGUF:
     """kind: "glm-dsa" (GlmMoeDsaConfig) or "deepseek2" (DeepseekV3Config).
 
     config_overrides: extra config fields (glm-dsa only); type_overrides: {tensor kind: type or
@@ -260,14 +268,11 @@ def build_mla_gguf(path: pathlib.Path, kind: str, seed: int = 0, split_kv_b: boo
         layer = int(name.split(".")[2]) if name.startswith("model.layers.") else None
         pre = f"blk.{layer}." if layer is not None else ""
         if name.endswith("mlp.experts.gate_up_proj"):  # [E, 2I, H] -> gate, up [E, I, H]
-            g = put(pre + "ffn_gate_exps.weight", values[:, :I], layer,
-                    f"model.layers.{layer}.mlp.experts.0.gate_proj.weight")
-            u = put(pre + "ffn_up_exps.weight", values[:, I:], layer,
-                    f"model.layers.{layer}.mlp.experts.0.up_proj.weight")
+            g = put(pre + "ffn_gate_exps.weight", values[:, :I], layer, f"model.layers.{layer}.mlp.experts.0.gate_proj.weight")
+            u = put(pre + "ffn_up_exps.weight", values[:, I:], layer, f"model.layers.{layer}.mlp.experts.0.up_proj.weight")
             hf[name] = np.concatenate([g, u], axis=1)
         elif name.endswith("mlp.experts.down_proj"):  # [E, H, I]
-            hf[name] = put(pre + "ffn_down_exps.weight", values, layer,
-                           f"model.layers.{layer}.mlp.experts.0.down_proj.weight")
+            hf[name] = put(pre + "ffn_down_exps.weight", values, layer, f"model.layers.{layer}.mlp.experts.0.down_proj.weight")
         elif name.endswith("self_attn.kv_b_proj.weight") and split_kv_b:
             # llama.cpp: view(H, nope + v, rank), split, k_b transposed to [H, rank, nope]
             kv = values.reshape(H, nope + vdim, rank)
@@ -275,8 +280,7 @@ def build_mla_gguf(path: pathlib.Path, kind: str, seed: int = 0, split_kv_b: boo
             v_b = np.ascontiguousarray(kv[:, nope:, :])
             k_held = put(pre + "attn_k_b.weight", k_b, layer, None)
             v_held = put(pre + "attn_v_b.weight", v_b, layer, None)
-            hf[name] = np.concatenate([k_held.transpose(0, 2, 1), v_held], axis=1).reshape(
-                H * (nope + vdim), rank)
+            hf[name] = np.concatenate([k_held.transpose(0, 2, 1), v_held], axis=1).reshape(H * (nope + vdim), rank)
             ckpt[name] = ("attn_k_b+attn_v_b", "split")
         elif name.endswith("e_score_correction_bias"):
             hf[name] = put(pre + "exp_probs_b.bias", values, layer, name)
@@ -301,8 +305,7 @@ def build_llama_gguf(path: pathlib.Path, seed: int = 0, drop: tuple[str, ...] = 
         values = rng.uniform(-1.0, 1.0, size=shape).astype(np.float32)
         base, suffix = name.rsplit(".", 1)
         gname = f"{tmap.get_name(base)}.{suffix}"
-        qtype = "F32" if "norm" in gname else ("F16" if "token_embd" in gname else
-                                              ("Q4_K" if shape[-1] % 256 == 0 else "Q8_0"))
+        qtype = "F32" if "norm" in gname else ("F16" if "token_embd" in gname else ("Q4_K" if shape[-1] % 256 == 0 else "Q8_0"))
         data, held = encode(rng, values, qtype)
         hf[name] = held
         if gname in drop:
@@ -317,6 +320,7 @@ def build_llama_gguf(path: pathlib.Path, seed: int = 0, drop: tuple[str, ...] = 
 # ---------------------------------------------------------------------------------------------
 # Importing the engine tree (the rerun against the pristine release: checklib.pristine)
 # ---------------------------------------------------------------------------------------------
+
 
 def use_tree(tree: pathlib.Path, cache_dir: pathlib.Path) -> None:
     """Import vllm (or vllm_gguf_plugin) from `tree`; VLLM_CACHE_ROOT goes to a temp dir."""

@@ -9,6 +9,7 @@ tree there: their `pristine_fails` check reruns the folder in a fresh pytest pro
 pristine tree as `patched_tree`, the `pristine_fails` checks deselected (as the runner does), and
 looks at the outcomes.
 """
+
 from __future__ import annotations
 
 import os
@@ -18,8 +19,9 @@ import sys
 import xml.etree.ElementTree as ET
 
 
-def run_checks_on_pristine(checks_dir: pathlib.Path, pristine_tree: pathlib.Path,
-                           out_dir: pathlib.Path, timeout: int = 600) -> dict[str, tuple[str, str]]:
+def run_checks_on_pristine(
+    checks_dir: pathlib.Path, pristine_tree: pathlib.Path, out_dir: pathlib.Path, timeout: int = 600
+) -> dict[str, tuple[str, str]]:
     """Run this checks folder's tests (less those marked pristine_fails) against the pristine tree
     in a fresh pytest process.
 
@@ -35,11 +37,27 @@ def run_checks_on_pristine(checks_dir: pathlib.Path, pristine_tree: pathlib.Path
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(str(p) for p in (*roots, env.get("PYTHONPATH")) if p))
     xml = out_dir / "pristine.xml"
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "patchctl.smoke.pytest_plugin", "-q", "-p", "no:cacheprovider",
-         "-m", "not pristine_fails",
-         # own basetemp: concurrent pytest runs of one user prune each other's default temp dirs
-         f"--basetemp={out_dir / 'basetemp'}", f"--junitxml={xml}", str(checks_dir)],
-        cwd=str(checks_dir), env=env, capture_output=True, text=True, timeout=timeout,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "patchctl.smoke.pytest_plugin",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-m",
+            "not pristine_fails",
+            # own basetemp: concurrent pytest runs of one user prune each other's default temp dirs
+            f"--basetemp={out_dir / 'basetemp'}",
+            f"--junitxml={xml}",
+            str(checks_dir),
+        ],
+        cwd=str(checks_dir),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
     if not xml.exists():
         raise RuntimeError(f"pristine run produced no report:\n{proc.stdout}\n{proc.stderr}")

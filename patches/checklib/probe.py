@@ -10,6 +10,7 @@ warnings) is ignored. `run_probe` runs it and hands back that object; a probe th
 or reports nothing fails the check with the tails of its output. The checks decide on the
 object: a probe reports what the release did (errors included), it asserts nothing.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,16 +38,18 @@ def run_probe(tree, script, *args, env: dict | None = None, timeout: float = 900
         else:
             full_env[key] = str(value)
     cmd = [sys.executable, str(script), str(tree), *map(str, args)]
-    proc = subprocess.run(cmd, env=full_env, cwd=str(script.parent), capture_output=True, text=True,
-                          timeout=timeout)
+    proc = subprocess.run(cmd, env=full_env, cwd=str(script.parent), capture_output=True, text=True, timeout=timeout)
     lines = [line for line in proc.stdout.splitlines() if line.startswith(MARKER)]
     if proc.returncode == 0 and lines:
-        return json.loads(lines[-1][len(MARKER):])
+        return json.loads(lines[-1][len(MARKER) :])
     import pytest
 
     what = "reported nothing" if proc.returncode == 0 else f"exited {proc.returncode}"
-    pytest.fail(f"probe {script.name} {' '.join(map(str, args))} on {tree} {what}:\n"
-                f"--- stdout\n{proc.stdout[-6000:]}\n--- stderr\n{proc.stderr[-6000:]}", pytrace=False)
+    pytest.fail(
+        f"probe {script.name} {' '.join(map(str, args))} on {tree} {what}:\n"
+        f"--- stdout\n{proc.stdout[-6000:]}\n--- stderr\n{proc.stderr[-6000:]}",
+        pytrace=False,
+    )
 
 
 def assert_imported_from(result: dict, key: str, tree) -> None:

@@ -18,6 +18,7 @@ exists); `first=False` after them (only what is really missing is stood in for).
 is the second, for roots that do not import. `package_without_init` serves a package's modules
 from its folder without running its __init__.py (which imports the GPU-only parts).
 """
+
 from __future__ import annotations
 
 import importlib.abc
@@ -120,7 +121,7 @@ def install(*prefixes: str, kind: str = "anything", first: bool = True) -> StubF
 
 
 def stub_missing(*roots: str) -> StubFinder | None:
-    """"anything" stubs for those of `roots` that do not import here (nothing real is shadowed)."""
+    """ "anything" stubs for those of `roots` that do not import here (nothing real is shadowed)."""
     missing = []
     for root in roots:
         try:

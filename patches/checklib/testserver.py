@@ -13,6 +13,7 @@ so that a test never waits on a client that has stopped reading. The index serve
 
 Only the standard library is imported: the bundled checks' smoke environments import it too.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -127,8 +128,7 @@ class TestServer:
     def __enter__(self) -> TestServer:
         return self.start()
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.stop()
 
 
@@ -245,6 +245,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 # Replies -----------------------------------------------------------------------------------------
 
+
 def json_reply(obj: Any, status: int = 200, content_type: str = "application/json") -> Reply:
     return Reply(status, json.dumps(obj).encode(), {"Content-Type": content_type})
 
@@ -260,8 +261,9 @@ def raw_head(status: str, headers: dict[str, str], version: str = "HTTP/1.1") ->
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
 
 
-def zero_stream(total: int | None, *, cap: int, chunked: bool = False, piece: int = 1 << 20,
-                on_sent: Callable[[int], None] | None = None) -> Iterator[tuple[float, bytes]]:
+def zero_stream(
+    total: int | None, *, cap: int, chunked: bool = False, piece: int = 1 << 20, on_sent: Callable[[int], None] | None = None
+) -> Iterator[tuple[float, bytes]]:
     """Events of a body of `total` zero bytes (None: endless), never more than `cap`, `piece` bytes an
     event, chunk-framed (and then ended by the last chunk) if `chunked`. `on_sent` is told each piece's
     body bytes once they were written (a server counting what it sent before the client left)."""
@@ -295,8 +297,9 @@ def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
     return int(m.group(1)), min(int(m.group(2)) if m.group(2) else size - 1, size - 1)
 
 
-def file_reply(data: bytes, request: Request, *, honour_range: bool = True,
-               content_type: str = "application/octet-stream") -> Reply:
+def file_reply(
+    data: bytes, request: Request, *, honour_range: bool = True, content_type: str = "application/octet-stream"
+) -> Reply:
     """The file, or the part its Range asks for (206 with Content-Range), as a real index serves it;
     a server that ignores Range (`honour_range=False`) answers 200 with all of it."""
     span = byte_range(request.headers.get("Range"), len(data)) if honour_range else None
@@ -330,7 +333,8 @@ def with_validators(reply: Reply, request: Request, last_modified: str) -> Reply
     If-None-Match / If-Modified-Since says the client has it already (as an index's CDN answers)."""
     etag = '"' + hashlib.sha256(reply.body).hexdigest()[:20] + '"'
     if request.headers.get("If-None-Match") == etag or (
-            request.headers.get("If-Modified-Since") == last_modified and request.headers.get("If-None-Match") is None):
+        request.headers.get("If-Modified-Since") == last_modified and request.headers.get("If-None-Match") is None
+    ):
         return Reply(304, b"", {"ETag": etag})
     return Reply(reply.status, reply.body, {"ETag": etag, "Last-Modified": last_modified, **reply.headers})
 
@@ -343,8 +347,13 @@ def sse_event(payload: str | dict[str, Any]) -> bytes:
 
 def sse_reply(events: Iterable[tuple[float, str | dict[str, Any]]], framing: str = CHUNKED) -> Reply:
     """A text/event-stream of (delay before it, payload) events, framed as `framing` says."""
-    return Reply(200, b"", {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"},
-                 events=((delay, sse_event(payload)) for delay, payload in events), framing=framing)
+    return Reply(
+        200,
+        b"",
+        {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"},
+        events=((delay, sse_event(payload)) for delay, payload in events),
+        framing=framing,
+    )
 
 
 def route(method: str, pattern: str, make: Callable[[Request, re.Match[str]], Reply | None]) -> Responder:

@@ -5,6 +5,7 @@ shows them as a diff `git apply` takes.
 
 The trees are pip `--target`-style installs of real releases: real files of SGLang 0.5.9 and vLLM
 0.23.0 read from the package index, with a dist-info whose RECORD hashes them (what pip writes)."""
+
 from __future__ import annotations
 
 import functools
@@ -23,10 +24,18 @@ from patchctl.core.yamlio import load_yaml
 
 # engine, version, the installed files (a handful of the release's), the file edited first, the second
 RELEASES = {
-    "sglang": ("0.5.9", ["sglang/__init__.py", "sglang/version.py", "sglang/utils.py", "sglang/srt/environ.py",
-                         "sglang/cli/main.py"], "sglang/utils.py", "sglang/srt/environ.py"),
-    "vllm": ("0.23.0", ["vllm/__init__.py", "vllm/version.py", "vllm/envs.py", "vllm/logger.py", "vllm/sequence.py"],
-             "vllm/envs.py", "vllm/logger.py"),
+    "sglang": (
+        "0.5.9",
+        ["sglang/__init__.py", "sglang/version.py", "sglang/utils.py", "sglang/srt/environ.py", "sglang/cli/main.py"],
+        "sglang/utils.py",
+        "sglang/srt/environ.py",
+    ),
+    "vllm": (
+        "0.23.0",
+        ["vllm/__init__.py", "vllm/version.py", "vllm/envs.py", "vllm/logger.py", "vllm/sequence.py"],
+        "vllm/envs.py",
+        "vllm/logger.py",
+    ),
 }
 
 
@@ -62,8 +71,12 @@ def edit(path: Path, after_line: int, text: str) -> bytes:
 
 def git_apply_check(pristine: dict[str, bytes], patch: bytes | str, tmp: Path) -> subprocess.CompletedProcess:
     tree = write_tree(tmp, pristine)
-    return subprocess.run(["git", "apply", "--check", "-v", "-"], cwd=tree, capture_output=True,
-                          input=patch if isinstance(patch, bytes) else patch.encode())
+    return subprocess.run(
+        ["git", "apply", "--check", "-v", "-"],
+        cwd=tree,
+        capture_output=True,
+        input=patch if isinstance(patch, bytes) else patch.encode(),
+    )
 
 
 def pins(store: Path, engine: str) -> dict:
@@ -76,6 +89,7 @@ def sha(data: bytes) -> str:
 
 
 # --- the loop on real releases ------------------------------------------------------------------------
+
 
 @pytest.mark.network
 @pytest.mark.parametrize("engine", ["sglang", "vllm"])
@@ -90,15 +104,20 @@ def test_hand_edit_new_check_apply_revert_refresh(tmp_path, engine):
     assert doc["state"] == "not-applied" and doc["unmanaged"] == [first]
     assert f"`patchctl new {engine} NAME --target {site} --store DIR`" in doc["note"]  # runs as printed
 
-    doc = run_json("new", engine, "fix-it", *target, "--store", str(store), "--title", "Fix it",
-                   "--why", "It breaks without it.", expect=0)
+    doc = run_json(
+        "new", engine, "fix-it", *target, "--store", str(store), "--title", "Fix it", "--why", "It breaks without it.", expect=0
+    )
     variant = store / engine / "fix-it" / f"{version}.patch"
     assert doc["variant"] == str(variant) and doc["compared_with"] == "record"
-    assert [(f["path"], f["status"], f["release_sha256"]) for f in doc["files"]] == \
-        [(first, "modified", sha(pristine[first]))]
+    assert [(f["path"], f["status"], f["release_sha256"]) for f in doc["files"]] == [(first, "modified", sha(pristine[first]))]
     meta = load_yaml((variant.parent / "patch.yaml").read_text())
-    assert meta == {"title": "Fix it", "why": "It breaks without it.", "upstream": [],
-                    "applies_to": f">={version}", "drop_when": "upstreamed"}
+    assert meta == {
+        "title": "Fix it",
+        "why": "It breaks without it.",
+        "upstream": [],
+        "applies_to": f">={version}",
+        "drop_when": "upstreamed",
+    }
     assert pins(store, engine) == {"fix-it": {variant.name: sha(variant.read_bytes())}}
     assert b"Subject: [PATCH] Fix it" in variant.read_bytes()
 
@@ -172,8 +191,11 @@ def test_the_variant_is_deterministic_and_placeholders_are_unfinished_until_writ
     assert len(problems) == 3 and all("placeholder" in p["message"] for p in problems), problems
     assert {p["where"] for p in problems} == {"sglang/p", f"sglang/p/{version}.patch"}
     meta_file = store / "sglang" / "p" / "patch.yaml"
-    meta_file.write_text(meta_file.read_text().replace("TODO: say in one line what this patch fixes", "A real title")
-                         .replace("TODO: what breaks without this patch, and for whom", "A real reason."))
+    meta_file.write_text(
+        meta_file.read_text()
+        .replace("TODO: say in one line what this patch fixes", "A real title")
+        .replace("TODO: what breaks without this patch, and for whom", "A real reason.")
+    )
     doc = run_json("refresh", "sglang", "p", "--target", str(site), "--store", str(store), expect=0)
     assert doc["outcome"] == "refreshed"
     assert b"Subject: [PATCH] A real title\n\nA real reason.\n" in (store / "sglang/p" / f"{version}.patch").read_bytes()
@@ -191,7 +213,10 @@ def test_diff_shows_modified_added_and_deleted_files_and_new_takes_them(tmp_path
 
     doc = run_json("diff", "sglang", "--target", str(site), expect=0)
     assert {(f["path"], f["status"]) for f in doc["files"]} == {
-        (first, "modified"), (second, "deleted"), ("sglang/srt/my_helper.py", "added")}
+        (first, "modified"),
+        (second, "deleted"),
+        ("sglang/srt/my_helper.py", "added"),
+    }
     by_path = {f["path"]: f for f in doc["files"]}
     assert by_path[first]["sha256"] == sha(edited) and by_path[first]["release_sha256"] == sha(pristine[first])
     assert by_path[second]["sha256"] is None and by_path["sglang/srt/my_helper.py"]["release_sha256"] is None
@@ -202,8 +227,7 @@ def test_diff_shows_modified_added_and_deleted_files_and_new_takes_them(tmp_path
     proc = git_apply_check(pristine, text.stdout, tmp_path / "pristine")
     assert proc.returncode == 0, proc.stderr
 
-    run_json("new", "sglang", "three", "--target", str(site), "--store", str(store), "--title", "t", "--why", "w",
-             expect=0)
+    run_json("new", "sglang", "three", "--target", str(site), "--store", str(store), "--title", "t", "--why", "w", expect=0)
     doc = run_json("check", f"sglang@{version}", "--store", str(store), expect=0)
     assert doc["patches"][0]["outcome"] == "clean"
     assert sorted(doc["patches"][0]["files"]) == sorted([first, second, "sglang/srt/my_helper.py"])
@@ -276,6 +300,7 @@ def test_refresh_on_a_newer_release_adds_a_variant_for_it(tmp_path):
 
 # --- without the network: the local index and the store rules ----------------------------------------
 
+
 def test_the_loop_on_a_local_index(tmp_path, builder):
     """The same loop on real wheels served from 127.0.0.1 (vllm 1.0 of the synthetic tree)."""
     with four_release_index(tmp_path, builder) as server:
@@ -291,8 +316,10 @@ def test_the_loop_on_a_local_index(tmp_path, builder):
         doc = run_json("refresh", "vllm", "p", *common, "--store", str(store), "--file", "vllm/utils.py", expect=0)
         assert doc["outcome"] == "refreshed" and doc["files"] == ["vllm/loader.py", "vllm/utils.py"]
         assert run_json("lint", "--store", str(store), expect=0)["problems"] == []
-        assert run_json("check", "vllm@1.0", "--store", str(store), "--index-url", server.url,
-                        expect=0)["patches"][0]["outcome"] == "clean"
+        assert (
+            run_json("check", "vllm@1.0", "--store", str(store), "--index-url", server.url, expect=0)["patches"][0]["outcome"]
+            == "clean"
+        )
 
 
 def test_a_binary_file_is_left_out_with_a_warning_unless_named(tmp_path, builder):
@@ -339,11 +366,12 @@ def test_status_without_record_says_nothing_and_with_one_keeps_its_exit_code(tre
     (site / "vllm/_C.abi3.so").write_bytes(b"\x7fELF")  # compiled: never hashed, never listed
     doc = run_json("status", "vllm", "--target", str(site), expect=0)
     assert doc["unmanaged"] == ["vllm/new_module.py", "vllm/utils.py"]
-    assert doc["note"].startswith("2 files differ from vllm 1.0 and belong to no patch: vllm/new_module.py, "
-                                  f"vllm/utils.py; `patchctl new vllm NAME --target {site} --store DIR` turns them "
-                                  "into one")
-    text = CliRunner().invoke(main,
-                              ["status", "vllm", "--target", str(site)])
+    assert doc["note"].startswith(
+        "2 files differ from vllm 1.0 and belong to no patch: vllm/new_module.py, "
+        f"vllm/utils.py; `patchctl new vllm NAME --target {site} --store DIR` turns them "
+        "into one"
+    )
+    text = CliRunner().invoke(main, ["status", "vllm", "--target", str(site)])
     assert text.exit_code == 0 and "belong to no patch" in text.stdout
 
 
@@ -360,6 +388,8 @@ def test_revert_from_release_uses_the_shared_scan(tmp_path):
     from packaging.version import Version
 
     target = Target(get_engine("vllm"), site, Version("1.0"), "test")
-    assert [(e.path, e.status) for e in record_mismatches(target)] == [("vllm/loader.py", "deleted"),
-                                                                        ("vllm/utils.py", "modified")]
+    assert [(e.path, e.status) for e in record_mismatches(target)] == [
+        ("vllm/loader.py", "deleted"),
+        ("vllm/utils.py", "modified"),
+    ]
     assert ("vllm/added.py", "added") in [(e.path, e.status) for e in record_mismatches(target, added=True)]

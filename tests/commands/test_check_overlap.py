@@ -1,5 +1,6 @@
 """`check` asks the index on a thread of its own while it reads the series (registry.open_upstream_soon):
 what either side raises still reaches the user, and a store error does not wait for the network."""
+
 import json
 import os
 import socket
@@ -46,10 +47,25 @@ def test_a_damaged_store_is_reported_without_waiting_for_the_index(tmp_path, sil
     (tmp_path / "vllm").mkdir()
     (tmp_path / "vllm" / "series.yaml").write_text("patches: [")
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "patchctl.cli.main", "check", "vllm@0.23.0", "--json", "--no-bundled",
-                           "--store", str(tmp_path), "--index-url", silent_server],
-                          capture_output=True, text=True, timeout=50,
-                          env={**os.environ, "PATCHCTL_CACHE_DIR": str(tmp_path / "cache")})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "patchctl.cli.main",
+            "check",
+            "vllm@0.23.0",
+            "--json",
+            "--no-bundled",
+            "--store",
+            str(tmp_path),
+            "--index-url",
+            silent_server,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=50,
+        env={**os.environ, "PATCHCTL_CACHE_DIR": str(tmp_path / "cache")},
+    )
     seconds = time.monotonic() - start
     doc = json.loads(proc.stdout)
     assert proc.returncode == 2 and "not valid YAML" in doc["error"]["message"]

@@ -1,4 +1,5 @@
 """Exit codes, JSON documents and text output of the CLI on bad input."""
+
 import json
 import subprocess
 import sys
@@ -25,8 +26,9 @@ def test_bad_specs_exit_2_in_json_and_text(spec, needle):
 
 
 def test_lint_reports_each_problem(builder):
-    folder = builder.add("vllm", "p", applies_to=">=2.0",
-                         variants={"1.0": builder.variant(PRISTINE, {"vllm/loader.py": loader_with({3: "x\n"})})})
+    folder = builder.add(
+        "vllm", "p", applies_to=">=2.0", variants={"1.0": builder.variant(PRISTINE, {"vllm/loader.py": loader_with({3: "x\n"})})}
+    )
     (folder / "1.0.patch").write_bytes((folder / "1.0.patch").read_bytes() + b"\n")
     (builder.root / "vllm" / "orphan").mkdir()
     (builder.root / "vllm" / "orphan" / "patch.yaml").write_text("title: x\napplies_to: '>=1'\n")
@@ -38,8 +40,14 @@ def test_lint_reports_each_problem(builder):
     assert "not in series.yaml" in messages
 
 
-@pytest.mark.parametrize("content,needle", [("patches: [", "not valid YAML"), ("patches:\n  - {}\n", "needs a 'name'"),
-                                            ("patches:\n  - name: missing\n", "patch.yaml is missing")])
+@pytest.mark.parametrize(
+    "content,needle",
+    [
+        ("patches: [", "not valid YAML"),
+        ("patches:\n  - {}\n", "needs a 'name'"),
+        ("patches:\n  - name: missing\n", "patch.yaml is missing"),
+    ],
+)
 def test_malformed_series(tmp_path, content, needle):
     (tmp_path / "vllm").mkdir()
     (tmp_path / "vllm" / "series.yaml").write_text(content)

@@ -2,6 +2,7 @@
 hunk with the upstream lines around it (what --json has), and the hint names `patchctl rebase ENGINE
 --onto VERSION`; a hunk whose upstream file is shorter than where it was expected says rebase finds
 where the code moved, not an empty "upstream near line N:"."""
+
 from __future__ import annotations
 
 from click.testing import CliRunner

@@ -1,6 +1,7 @@
 """The deployment file (--deployment FILE, PATCHCTL_DEPLOYMENT): what is wrong in one is a usage error
 naming the file, the line and the key; its settings fill the commands' options, and the command line
 wins over the file, which wins over the defaults; relative paths are relative to the file."""
+
 from __future__ import annotations
 
 import os
@@ -136,6 +137,7 @@ def test_a_huge_file_is_refused(tmp_path):
 
 # --- precedence: command line > file > defaults ---------------------------------------------------
 
+
 def test_the_file_fills_the_command_and_names_itself(served, monkeypatch, tmp_path):
     deployment, root = served
     monkeypatch.chdir(tmp_path.parent)  # relative paths are the file's, not the working directory's
@@ -176,18 +178,27 @@ def test_source_completes_the_engine_argument(tmp_path):
     assert params["nightly_source"] == "https://mirror.example/sglang.git"
 
 
-@pytest.mark.parametrize(("source", "spec"), [("file:wheels/sglang.whl", "sglang@file:{d}/wheels/sglang.whl"),
-                                              ("./checkout", "sglang@{d}/checkout"), ("git:main", "sglang@git:main"),
-                                              ("nightly", "sglang@nightly")])
+@pytest.mark.parametrize(
+    ("source", "spec"),
+    [
+        ("file:wheels/sglang.whl", "sglang@file:{d}/wheels/sglang.whl"),
+        ("./checkout", "sglang@{d}/checkout"),
+        ("git:main", "sglang@git:main"),
+        ("nightly", "sglang@nightly"),
+    ],
+)
 def test_a_relative_source_is_the_files(tmp_path, source, spec):
     path = write(tmp_path / "d.yaml", f"engine: sglang\nsource: {source}\n")
     assert context("check", "--deployment", str(path)).params["spec"] == spec.format(d=tmp_path)
 
 
 def test_validate_takes_its_settings(tmp_path):
-    path = write(tmp_path / "d.yaml", "engine: sglang\npython: venv/bin/python\nvalidate:\n"
-                 "  url: http://127.0.0.1:30000\n  concurrency: [1, 4]\n  requests: 20\n  max_tokens: 64\n"
-                 "  baseline_dir: baselines\n  shared_prompt: true\n  timeout: 45\n  level_timeout: 600\n")
+    path = write(
+        tmp_path / "d.yaml",
+        "engine: sglang\npython: venv/bin/python\nvalidate:\n"
+        "  url: http://127.0.0.1:30000\n  concurrency: [1, 4]\n  requests: 20\n  max_tokens: 64\n"
+        "  baseline_dir: baselines\n  shared_prompt: true\n  timeout: 45\n  level_timeout: 600\n",
+    )
     params = context("validate", "--deployment", str(path), "--max-tokens", "32").params
     assert params["shared_prompt"] is True
     assert params["timeout"] == 45 and params["level_timeout"] == 600
@@ -244,6 +255,7 @@ def test_patches_fill_checks_patch_option(tmp_path):
 
 
 # --- where the file is named --------------------------------------------------------------------
+
 
 def test_the_environment_variable_names_it(served, monkeypatch):
     deployment, root = served

@@ -2,6 +2,7 @@
 unmanaged edit, an extra missing) are provoked, each backticked `patchctl ...` the document prints is
 run as it stands (its placeholders NAME and DIR filled in), and none may be a usage error; a flag
 named in prose is one the command that names it has."""
+
 from __future__ import annotations
 
 import json
@@ -128,11 +129,15 @@ def test_the_locating_table_is_the_commands_own():
     real = {}
     for name in main.list_commands(None):
         command = main.get_command(None, name)
-        subs = ([(f"{name} {s}", command.get_command(None, s)) for s in command.list_commands(None)]
-                if isinstance(command, click.Group) else [(name, command)])
+        subs = (
+            [(f"{name} {s}", command.get_command(None, s)) for s in command.list_commands(None)]
+            if isinstance(command, click.Group)
+            else [(name, command)]
+        )
         for full, c in subs:
-            real[full] = frozenset(o for p in c.params if isinstance(p, click.Option) and _locates(p)
-                                   for o in p.opts if o in _LOCATORS)
+            real[full] = frozenset(
+                o for p in c.params if isinstance(p, click.Option) and _locates(p) for o in p.opts if o in _LOCATORS
+            )
     assert LOCATING == real
 
 
@@ -199,7 +204,7 @@ def test_a_deployment_file_is_carried_and_its_settings_are_not_repeated(where, s
     deployment = tmp_path / "etc" / "vllm.yaml"
     deployment.parent.mkdir()
     deployment.write_text(f"engine: vllm\ntarget: {site}\nstores: [{store}]\n")
-    named = (["--deployment", str(deployment), "{}"] if where == "group" else ["{}", "--deployment", str(deployment)])
+    named = ["--deployment", str(deployment), "{}"] if where == "group" else ["{}", "--deployment", str(deployment)]
 
     def argv(command: str) -> list[str]:
         return [command if w == "{}" else w for w in named]

@@ -1,5 +1,6 @@
 """The command layer: the ordered registry, examples in every --help, --json on click's own usage
 errors, and the defects the redesign fixed (each reproduced first on the old code)."""
+
 import json
 import sys
 import time
@@ -40,11 +41,14 @@ def test_help_lists_commands_in_workflow_order():
     assert names.index("check") < names.index("apply") < names.index("ensure") < names.index("rebase")
 
 
-@pytest.mark.parametrize("args,option", [
-    (["rebase", "vllm", "--onto", "not-a-version"], "--onto"),
-    (["rebase", "vllm", "--onto", "0.23.0", "--from", "x.y"], "--from"),
-    (["resolve", "vllm", ".", "--patch", "p", "--onto", "1..2"], "--onto"),
-])
+@pytest.mark.parametrize(
+    "args,option",
+    [
+        (["rebase", "vllm", "--onto", "not-a-version"], "--onto"),
+        (["rebase", "vllm", "--onto", "0.23.0", "--from", "x.y"], "--from"),
+        (["resolve", "vllm", ".", "--patch", "p", "--onto", "1..2"], "--onto"),
+    ],
+)
 def test_a_bad_version_option_names_that_option(args, option):
     """Was: `--as-version 'not-a-version' is not a PEP 440 version` for --onto."""
     result = invoke(*args, "--json")
@@ -63,8 +67,9 @@ def test_click_usage_errors_are_one_json_document():
 
 def test_bisect_with_non_versions_is_a_usage_error(builder):
     """Was: a raw InvalidVersion traceback."""
-    builder.add("vllm", "p", applies_to=">=1.0",
-                variants={"1.0": builder.variant(PRISTINE, {"vllm/loader.py": loader_with({3: "x\n"})})})
+    builder.add(
+        "vllm", "p", applies_to=">=1.0", variants={"1.0": builder.variant(PRISTINE, {"vllm/loader.py": loader_with({3: "x\n"})})}
+    )
     for spelling in (["--from", "x", "--to", "y"], ["--good", "x", "--bad", "y"]):
         result = invoke("bisect", "vllm", "p", *spelling, "--store", str(builder.root), "--json")
         doc = json.loads(result.stdout)
@@ -75,9 +80,13 @@ def test_the_hidden_deprecated_flags_are_gone(builder):
     """No release has shipped, so no script depends on them (issue 34, item 4): `apply/ensure --strict`
     (strict is the default when writing), `smoke --serve/--start` (`patchctl validate`) and `bisect
     PATCH --engine ENGINE` (`bisect ENGINE PATCH`) are usage errors naming the option."""
-    for args in (["apply", "vllm", "--strict"], ["ensure", "vllm", "--strict"],
-                 ["smoke", "vllm@1.0", "--serve", "http://127.0.0.1:9"], ["smoke", "vllm@1.0", "--start", "true"],
-                 ["bisect", "p", "--engine", "vllm", "--from", "1.0", "--to", "1.1"]):
+    for args in (
+        ["apply", "vllm", "--strict"],
+        ["ensure", "vllm", "--strict"],
+        ["smoke", "vllm@1.0", "--serve", "http://127.0.0.1:9"],
+        ["smoke", "vllm@1.0", "--start", "true"],
+        ["bisect", "p", "--engine", "vllm", "--from", "1.0", "--to", "1.1"],
+    ):
         result = invoke(*args, "--store", str(builder.root))
         assert result.exit_code == 2 and "No such option" in result.output, (args, result.output)
 
@@ -124,8 +133,9 @@ def test_rebase_verification_never_writes_the_reviewed_store(builder, monkeypatc
     from patchctl.sources.fetch import SourceContext
     from patchctl.store.layered import Store
 
-    builder.add("vllm", "p", applies_to=">=1.0",
-                variants={"1.0": builder.variant(PRISTINE, {"vllm/loader.py": loader_with({3: "x\n"})})})
+    builder.add(
+        "vllm", "p", applies_to=">=1.0", variants={"1.0": builder.variant(PRISTINE, {"vllm/loader.py": loader_with({3: "x\n"})})}
+    )
     store = Store.open(builder.root)
     seen = {}
 
@@ -135,13 +145,15 @@ def test_rebase_verification_never_writes_the_reviewed_store(builder, monkeypatc
             seen["candidate"] = (patch.directory / "1.1.patch").read_bytes()
             seen["pinned_ok"] = options.allow_modified
             return True, "passed"
+
         return gate
 
     monkeypatch.setattr(smoke, "cpu_gate", fake_gate)
     from packaging.version import Version
 
-    ok, why = verify_with_smoke(store, SourceContext(), sys.executable)(store.series("vllm").get("p"), Version("1.1"),
-                                                                       b"candidate bytes")
+    ok, why = verify_with_smoke(store, SourceContext(), sys.executable)(
+        store.series("vllm").get("p"), Version("1.1"), b"candidate bytes"
+    )
     assert ok and seen == {"reviewed": False, "candidate": b"candidate bytes", "pinned_ok": True}
     assert not (builder.root / "vllm/p/1.1.patch").exists()
 
@@ -158,6 +170,7 @@ def test_bisect_smoke_gate_is_called_per_release(monkeypatch, builder):
         def gate(patch, version, options=None):
             calls.append((patch.name, str(version)))
             return True, "passed"
+
         return gate
 
     captured = {}
@@ -166,8 +179,9 @@ def test_bisect_smoke_gate_is_called_per_release(monkeypatch, builder):
         captured["gate"] = gate
         return lambda point: (True, "ok")
 
-    builder.add("vllm", "p", applies_to=">=1.0",
-                variants={"1.0": builder.variant(PRISTINE, {"vllm/loader.py": loader_with({3: "x\n"})})})
+    builder.add(
+        "vllm", "p", applies_to=">=1.0", variants={"1.0": builder.variant(PRISTINE, {"vllm/loader.py": loader_with({3: "x\n"})})}
+    )
     monkeypatch.setattr(smoke, "cpu_gate", fake_gate)
     monkeypatch.setattr(first_break, "release_predicate", fake_predicate)
     monkeypatch.setattr(first_break, "bisect", lambda points, predicate: first_break.BisectResult("1.1", "1.0", ()))
@@ -177,22 +191,28 @@ def test_bisect_smoke_gate_is_called_per_release(monkeypatch, builder):
             class P:
                 def versions(self):
                     from packaging.version import Version
+
                     return [Version("1.0"), Version("1.1")]
+
             return P()
 
     class Ctx:
         repo = None
+
         def index_for(self):
             return Index()
 
     from patchctl.store.layered import Store
+
     doc, code = bisect.run("vllm", "p", Store.open(builder.root), Ctx(), good="1.0", bad="1.1", smoke=True)
     assert code == 0
     from packaging.version import Version
+
     assert captured["gate"](Version("1.1")) == (True, "passed") and calls == [("p", "1.1")]
 
 
 # --- the catch-all: a bug is one `internal` document (exit 4) and a crash log, never a traceback ---
+
 
 def _crash_in_list(monkeypatch):
     from patchctl.cli.commands import list_patches
@@ -286,6 +306,7 @@ def test_a_patchctl_error_keeps_its_own_code_and_an_oserror_is_environment(monke
 
 # --- Ctrl-C: exit 130 at any moment, no traceback, never click's "Aborted!" exit 1 ---
 
+
 def test_ctrl_c_in_a_command_is_130_not_aborted(monkeypatch):
     """Was: click's Abort, printed as "Aborted!" with exit 1 (the code of a failed patch)."""
     from patchctl.cli.commands import list_patches
@@ -322,6 +343,7 @@ def test_sigint_at_random_moments_is_130_without_a_traceback(tmp_path):
 
     env = dict(os.environ)
     cmd = [sys.executable, "-c", ENTRY, "list", "vllm", "--json"]
+
     def duration(argv: list[str]) -> float:
         start = time.monotonic()
         subprocess.run(argv, capture_output=True, env=env, check=True)

@@ -1,6 +1,7 @@
 """Smoke environment builds show progress on a terminal (named steps, pip's own output on stderr)
 and stay quiet anywhere else (issue 24, item 7). The build itself is replaced by a child that prints,
 so no index is needed."""
+
 from __future__ import annotations
 
 import sys

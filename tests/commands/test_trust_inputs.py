@@ -2,6 +2,7 @@
 never ends, a deployment file others can change or redirect, a key given twice, a NUL byte or deep
 nesting in a deployment file or series.yaml (exit 4 on main), `check --patch` of a name the series
 lacks (exit 0, no rows) and a series.yaml that is a FIFO (skipped: an empty store)."""
+
 from __future__ import annotations
 
 import os
@@ -15,8 +16,12 @@ from support.builders import install_fake_dist
 from support.fixtures import PRISTINE, loader_with
 from support.invoke import run_json
 
-CASES = settings(max_examples=12, deadline=None, database=None,
-                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+CASES = settings(
+    max_examples=12,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 OTHER_UID = 65534  # nobody
 
 
@@ -67,10 +72,18 @@ def test_a_deployment_wait_that_is_not_finite_seconds_is_a_usage_error(tree, tmp
 
 # --- NUL bytes, deep nesting and keys given twice in a deployment file ------------------------------
 
-@pytest.mark.parametrize("key,value,line", [
-    ("target", '"/srv/a\\0b"', 2), ("python", '"/usr/bin/py\\0thon"', 2), ("stores", '["/etc/s\\0"]', 2),
-    ("source", '"0.5\\0"', 2), ("index_url", '"http://x\\0/simple"', 2), ("validate", '{golden: "/g\\0"}', 2),
-])
+
+@pytest.mark.parametrize(
+    "key,value,line",
+    [
+        ("target", '"/srv/a\\0b"', 2),
+        ("python", '"/usr/bin/py\\0thon"', 2),
+        ("stores", '["/etc/s\\0"]', 2),
+        ("source", '"0.5\\0"', 2),
+        ("index_url", '"http://x\\0/simple"', 2),
+        ("validate", '{golden: "/g\\0"}', 2),
+    ],
+)
 def test_a_nul_byte_in_a_deployment_file_names_key_and_line(tmp_path, key, value, line):
     path = write(tmp_path / "d.yaml", f"engine: vllm\n{key}: {value}\n")
     doc = run_json("ensure", "--deployment", str(path), expect=2)
@@ -96,8 +109,11 @@ def test_a_deeply_nested_deployment_file_is_a_usage_error(tmp_path, depth, style
 
 
 @CASES
-@given(keys=st.lists(st.sampled_from(["wait", "target", "stores", "bundled", "index_url"]), min_size=1, max_size=4,
-                     unique=True), twice=st.integers(0, 3), quoted=st.booleans())
+@given(
+    keys=st.lists(st.sampled_from(["wait", "target", "stores", "bundled", "index_url"]), min_size=1, max_size=4, unique=True),
+    twice=st.integers(0, 3),
+    quoted=st.booleans(),
+)
 def test_a_key_given_twice_is_a_usage_error_naming_key_and_line(tmp_path, keys, twice, quoted):
     values = {"wait": "5", "target": "/t", "stores": "[/s]", "bundled": "true", "index_url": "http://i/simple"}
     lines = ["engine: vllm"] + [f"{k}: {values[k]}" for k in keys]
@@ -110,6 +126,7 @@ def test_a_key_given_twice_is_a_usage_error_naming_key_and_line(tmp_path, keys, 
 
 
 # --- who may change the deployment file: root or this user, nobody else ----------------------------
+
 
 @pytest.mark.parametrize("mode", [0o664, 0o660, 0o620, 0o670, 0o666, 0o646, 0o602])
 def test_a_deployment_file_others_may_write_is_refused(tmp_path, mode):
@@ -175,6 +192,7 @@ def test_a_relative_link_chain_is_followed_and_checked_hop_by_hop(served_file, t
 
 # --- check --patch NAME the series lacks ------------------------------------------------------------
 
+
 @pytest.mark.parametrize("names", [("no-such-patch",), ("Loader",), ("loader", "lodaer"), ("loader.",), ("x" * 200,)])
 def test_check_refuses_a_patch_the_series_lacks(tree, names):
     _, store = tree
@@ -186,6 +204,7 @@ def test_check_refuses_a_patch_the_series_lacks(tree, names):
 
 
 # --- series.yaml that is not a regular file ---------------------------------------------------------
+
 
 @pytest.mark.parametrize("kind", ["fifo", "folder", "socket", "fifo-link", "fifo-in-second-store"])
 @pytest.mark.parametrize("command", ["lint", "apply", "check"])
@@ -213,22 +232,27 @@ def test_a_series_that_is_not_a_regular_file_is_exit_3_naming_it(tree, tmp_path,
         os.mkfifo(tmp_path / "fifo")
         where.symlink_to(tmp_path / "fifo")
     store_args = [a for s in stores for a in ("--store", str(s))]
-    args = {"lint": ["lint"], "apply": ["apply", "vllm", "--target", str(site)],
-            "check": ["check", "vllm@1.0", "--offline"]}[command]
+    args = {"lint": ["lint"], "apply": ["apply", "vllm", "--target", str(site)], "check": ["check", "vllm@1.0", "--offline"]}[
+        command
+    ]
     doc = run_json(*args, *store_args, "--no-bundled", expect=3)
     assert f"{where} is not a regular file" in doc["error"]["message"], doc["error"]
 
 
 # --- pin reads the series it rewrites as every reader does ------------------------------------------
 
-@pytest.mark.parametrize("text,said", [
-    ("engine: vllm\npatches: [\n", "not valid YAML"),
-    ("engine: vllm\npatches: []\nengine: vllm\n", "key 'engine' given twice"),
-    ('engine: vllm\npatches: "\\0"\n', "NUL byte"),
-    ("engine: vllm\npatches: " + "[" * 100_000 + "]" * 100_000 + "\n", "nested deeper than 64 levels"),
-    ("engine: vllm\nmatrix_since: .nan\npatches: []\n", "not a finite number"),
-    ("engine: vllm\npatches: [{name: a, variants: {1.0.patch: " + "9" * 30 + "}}]\n", "out of range"),
-])
+
+@pytest.mark.parametrize(
+    "text,said",
+    [
+        ("engine: vllm\npatches: [\n", "not valid YAML"),
+        ("engine: vllm\npatches: []\nengine: vllm\n", "key 'engine' given twice"),
+        ('engine: vllm\npatches: "\\0"\n', "NUL byte"),
+        ("engine: vllm\npatches: " + "[" * 100_000 + "]" * 100_000 + "\n", "nested deeper than 64 levels"),
+        ("engine: vllm\nmatrix_since: .nan\npatches: []\n", "not a finite number"),
+        ("engine: vllm\npatches: [{name: a, variants: {1.0.patch: " + "9" * 30 + "}}]\n", "out of range"),
+    ],
+)
 def test_pin_of_a_damaged_series_is_a_store_error_naming_it(tmp_path, text, said):
     series = tmp_path / "store" / "vllm" / "series.yaml"
     series.parent.mkdir(parents=True)
@@ -238,6 +262,7 @@ def test_pin_of_a_damaged_series_is_a_store_error_naming_it(tmp_path, text, said
 
 
 # --- YAML aliases of lists and mappings: a billion values, or a loop, from a few lines ---------------
+
 
 def _laughs(levels: int) -> str:
     lines = ["  a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
@@ -276,6 +301,7 @@ def test_what_dump_yaml_writes_load_yaml_reads_again(shared):
 
 
 # --- what the engine's interpreter answers a probe (a service user's venv may print anything) ---------
+
 
 @pytest.mark.parametrize("answer", ["[" * 100_000 + "]" * 100_000, "NaN", '{"vllm": "1.0\\u0000"}', "1e400", "9" * 30])
 def test_a_probe_answer_past_the_bounds_is_an_environment_error(tmp_path, answer):

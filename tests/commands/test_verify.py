@@ -1,5 +1,6 @@
 """`--verify` (issue 23, provenance): range reads keep their sparse cost and say that their bytes are as
 the index served them; --verify downloads the whole artifact and checks it against the index's sha256."""
+
 import os
 
 from support.builders import build_wheel

@@ -2,6 +2,7 @@
 runs patchctl, as when root runs `ensure` on a venv a service user owns. Every case runs the real
 CLI in its own process and is classed (hostile_cli.py); the terminal summary prints the count per
 class (issue 23)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -38,8 +39,11 @@ def site(tmp_path) -> Path:
 @pytest.fixture
 def store(builder) -> Path:
     builder.add("vllm", "loader", variants={"1.0": builder.variant(PRISTINE, {"vllm/loader.py": PATCHED_LOADER})})
-    builder.add("vllm", "utils", variants={"1.0": builder.variant(PRISTINE, {"vllm/utils.py": PATCHED_UTILS,
-                                                                               "vllm/added.py": "NEW = True\n"})})
+    builder.add(
+        "vllm",
+        "utils",
+        variants={"1.0": builder.variant(PRISTINE, {"vllm/utils.py": PATCHED_UTILS, "vllm/added.py": "NEW = True\n"})},
+    )
     return builder.root
 
 

@@ -3,6 +3,7 @@ process of its own (a hang is a timeout, not a stuck suite), each case classed a
 (exit 1/2/3, one JSON document, no traceback), a traceback or a hang, and checked to change nothing
 outside the tree. A module of its own, not conftest: `from conftest import` names whichever
 conftest was imported first when tests/tree runs in the same session."""
+
 from __future__ import annotations
 
 import json
@@ -43,8 +44,7 @@ def run_cli(*args: str, timeout: float = 30.0, swap: dict | None = None) -> Outc
         env["HOSTILE_SWAP"] = json.dumps(swap)
         command = [sys.executable, str(SWAP_HOOK)]
     try:
-        proc = subprocess.run([*command, *args, "--json"], capture_output=True, text=True, timeout=timeout,
-                              env=env)
+        proc = subprocess.run([*command, *args, "--json"], capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         return Outcome("hang", None, {}, "")
     try:

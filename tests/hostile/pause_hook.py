@@ -4,6 +4,7 @@ by HOSTILE_PAUSE's `call` (unlink, rmdir, listdir, replace, open) has acted on t
 most 60 s), then lets patchctl go on. A test runs another command in that gap: the exact point of
 a race, reached without timing. The calls are the os module's, so the hook runs the same against
 any version of patchctl (a dir_fd is turned into its path through /proc/self/fd)."""
+
 import json
 import os
 import sys

@@ -3,6 +3,7 @@ time `Place.inside` (the bookkeeping's) has checked HOSTILE_SWAP's `rel` (resolv
 is swapped for a link out of the tree before the caller goes on to read or write it, as the tree's
 owner racing a root `patchctl` could. The `inside` method exists before and after the fix, so the
 same hook runs against either. A marker file says that the swap happened."""
+
 import json
 import os
 import sys

@@ -2,6 +2,7 @@
 cannot make a root patchctl follow a link out of it, read a FIFO or a device, trust a folder another
 user made, or delete anything through a link; and a waiter's --wait survives the holder removing the
 folder. Each case fails on the code before the fix (checked with PYTHONPATH at main's checkout)."""
+
 import json
 import os
 import subprocess
@@ -107,9 +108,15 @@ def test_waiters_survive_the_holder_removing_the_folder(case, site, round_):
     """Item 11: 5 parallel `status --wait 30` on a pristine tree; each holder removes the bookkeeping
     folder as it leaves (nothing is applied), and every waiter still gets the lock."""
     c = case("lock: --wait")
-    procs = [subprocess.Popen([sys.executable, "-m", "patchctl.cli.main", "status", "vllm", "--target", str(site),
-                               "--wait", "30", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(5)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "patchctl.cli.main", "status", "vllm", "--target", str(site), "--wait", "30", "--json"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(5)
+    ]
     results = [(p.wait(timeout=60), p.stdout.read(), p.stderr.read()) for p in procs]
     for code, out, err in results:
         kind = "ok" if code == 0 else "traceback" if "Traceback" in err else "clean-error"
@@ -124,6 +131,7 @@ def test_waiters_survive_the_holder_removing_the_folder(case, site, round_):
 # pid into /etc/x (the lock was opened read-write, truncated and written). Every bookkeeping file is
 # made by a rename of a new file, so a real one has one link and its maker's uid; anything else is
 # refused by name (exit 3) and nothing is written, in the tree or through the link.
+
 
 def tree_snapshot(root: Path) -> dict[str, tuple]:
     """Every path under root (folders too, links as links): mtime_ns, size and the bytes' sha256."""

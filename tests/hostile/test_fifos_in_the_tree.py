@@ -6,6 +6,7 @@ written), and a command that reads that file says it is not a regular file (exit
 fix a FIFO METADATA hung every command (read by version_of_tree), a FIFO RECORD or direct_url.json
 was skipped as absent (`status` then lists nothing, exit 0), and `new` took a FIFO patched file for
 a deleted one."""
+
 import os
 
 import pytest

@@ -11,6 +11,7 @@ of the tree, one whose last use came before it finishes (exit 0).
 On the code before the fix the reads followed the link (`status` said intact, exit 0), bytecode was
 removed through the swapped folder (outside .pyc files deleted) and a swapped package folder was a
 traceback."""
+
 import os
 import shutil
 
@@ -21,8 +22,12 @@ PYC = ("loader.cpython-311.pyc", "loader.cpython-312.pyc", "loader.cpython-311.o
 # (command, how many times it checks vllm/loader.py (measured on this code and on the code before the
 # fix: each check is a case), whether patches are applied first)
 COMMANDS = [("status", 3, True), ("revert", 5, True), ("apply", 3, False)]
-CASES = [(what, command, at, applied) for what in ("file", "pycache", "folder")
-         for command, checks, applied in COMMANDS for at in range(1, checks + 1)]
+CASES = [
+    (what, command, at, applied)
+    for what in ("file", "pycache", "folder")
+    for command, checks, applied in COMMANDS
+    for at in range(1, checks + 1)
+]
 
 
 def _bytecode(folder):
@@ -42,8 +47,9 @@ def _mark_unread(outside):
 
 
 @pytest.mark.parametrize("what,command,at,applied", CASES, ids=[f"{w}-{c}-{n}" for w, c, n, _ in CASES])
-def test_a_name_swapped_for_a_link_out_between_check_and_use_is_never_followed(case, site, store, tmp_path,
-                                                                               what, command, at, applied):
+def test_a_name_swapped_for_a_link_out_between_check_and_use_is_never_followed(
+    case, site, store, tmp_path, what, command, at, applied
+):
     c = case("tree: final name swapped (race)")
     _bytecode(site / "vllm/__pycache__")
     if applied:
@@ -56,8 +62,7 @@ def test_a_name_swapped_for_a_link_out_between_check_and_use_is_never_followed(c
     shutil.copytree(site / "vllm", outside / "package", symlinks=True)
     c.before = contents(outside)
     marker = tmp_path / "swapped"
-    swap = {"site": str(site), "outside": str(outside), "rel": "vllm/loader.py", "at": at, "what": what,
-            "marker": str(marker)}
+    swap = {"site": str(site), "outside": str(outside), "rel": "vllm/loader.py", "at": at, "what": what, "marker": str(marker)}
     extra = ["--store", str(store)] if command == "apply" else []
     unread = _mark_unread(outside)
     out = run_cli(command, "vllm", "--target", str(site), *extra, swap=swap)

@@ -1,6 +1,7 @@
 """`apply --install` as root on a venv another user owns: the installer starts that venv's
 interpreter (pip from its site-packages, its `.pth` files at start-up), whose code the venv's owner
 wrote. It runs as the owner, never as root (issue 33, item 1)."""
+
 from __future__ import annotations
 
 import os
@@ -18,8 +19,10 @@ OWNER = 4001
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="giving a venv to another uid needs root"),
-    pytest.mark.skipif(not os.access(SYSTEM_PYTHON, os.X_OK),
-                       reason=f"a venv another uid can run needs an interpreter outside /root ({SYSTEM_PYTHON})"),
+    pytest.mark.skipif(
+        not os.access(SYSTEM_PYTHON, os.X_OK),
+        reason=f"a venv another uid can run needs an interpreter outside /root ({SYSTEM_PYTHON})",
+    ),
 ]
 
 
@@ -45,8 +48,16 @@ def test_the_installer_user_is_the_venvs_owner(service_venv):
     assert find.installer_user(str(service_venv / "bin/python")) == (OWNER, OWNER)
 
 
-@pytest.mark.parametrize("args", [["-c", "pass"], ["-c", "import sys; sys.exit(0)"], ["-S", "-c", "import site; site.main()"],
-                                  ["-m", "site"], ["-c", "import json"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["-c", "pass"],
+        ["-c", "import sys; sys.exit(0)"],
+        ["-S", "-c", "import site; site.main()"],
+        ["-m", "site"],
+        ["-c", "import json"],
+    ],
+)
 def test_the_installer_runs_as_the_venvs_owner(service_venv, args, capsys):
     python = str(service_venv / "bin/python")
     find._run_installer([python, *args], "pip", find.installer_user(python))

@@ -2,6 +2,7 @@
 read the venv's files; a `.pth`, a sitecustomize or the interpreter itself, planted by the venv's
 owner, must not run. An interpreter outside any venv is run only when it belongs to root or the
 running user, isolated, with its output capped and a deadline that kills its whole process group."""
+
 from __future__ import annotations
 
 import json
@@ -23,13 +24,19 @@ root_only = pytest.mark.skipif(os.geteuid() != 0, reason="chown to the service u
 
 def _run(*args: str, timeout: float = 40.0) -> tuple[Outcome, int]:
     """The CLI in a process of its own, with its peak RSS (KiB) as the kernel counts it."""
-    wrapper = ("import resource, subprocess, sys; p = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
-               "sys.stdout.write(p.stdout); sys.stderr.write(p.stderr); "
-               "sys.stderr.write('\\nRSS %d\\n' % resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); "
-               "sys.exit(p.returncode)")
+    wrapper = (
+        "import resource, subprocess, sys; p = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+        "sys.stdout.write(p.stdout); sys.stderr.write(p.stderr); "
+        "sys.stderr.write('\\nRSS %d\\n' % resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); "
+        "sys.exit(p.returncode)"
+    )
     try:
-        proc = subprocess.run([sys.executable, "-c", wrapper, sys.executable, "-m", "patchctl.cli.main", *args, "--json"],
-                              capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(
+            [sys.executable, "-c", wrapper, sys.executable, "-m", "patchctl.cli.main", *args, "--json"],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
     except subprocess.TimeoutExpired:
         return Outcome("hang", None, {}, ""), 0
     rss = int(proc.stderr.rsplit("RSS ", 1)[1]) if "RSS " in proc.stderr else 0
@@ -60,7 +67,7 @@ def _payload(marker: Path) -> str:
 @pytest.mark.parametrize("command", ["status", "ensure"])
 def test_a_service_users_venv_runs_nothing_as_root(case, store, tmp_path, cfg_version, system_site, planted, command):
     marker = tmp_path / "ran-as"
-    script = f"#!/bin/sh\necho $(id -u) > {marker}\nexec {sys.executable} \"$@\"\n" if planted == "interpreter" else None
+    script = f'#!/bin/sh\necho $(id -u) > {marker}\nexec {sys.executable} "$@"\n' if planted == "interpreter" else None
     venv = tmp_path / "srv" / "venv"
     site = fake_venv(venv, cfg_version=cfg_version, system_site=system_site, interpreter=script)
     install_fake_dist(site, "vllm", "1.0", PRISTINE)
@@ -92,9 +99,11 @@ def _editable_finder(tmp_path: Path, site: Path) -> Path:
         entry.rename(site / entry.name)
     (site / "__editable___vllm_1_1_finder.py").write_text(
         f"import sys\nMAPPING: dict[str, str] = {{'vllm': {str(src / 'vllm')!r}}}\n"
-        "def install():\n    raise SystemExit('the finder must not run')\n")
-    (site / "__editable__.vllm-1.1.pth").write_text("import __editable___vllm_1_1_finder; "
-                                                    "__editable___vllm_1_1_finder.install()\n")
+        "def install():\n    raise SystemExit('the finder must not run')\n"
+    )
+    (site / "__editable__.vllm-1.1.pth").write_text(
+        "import __editable___vllm_1_1_finder; __editable___vllm_1_1_finder.install()\n"
+    )
     return src
 
 
@@ -222,8 +231,10 @@ def _venv_without_a_layout(python: Path) -> None:
 
 
 @root_only
-@pytest.mark.parametrize("how", [_foreign_file, _foreign_folder, _world_writable_folder, _group_writable_file,
-                                 _link_to_foreign, _venv_without_a_layout])
+@pytest.mark.parametrize(
+    "how",
+    [_foreign_file, _foreign_folder, _world_writable_folder, _group_writable_file, _link_to_foreign, _venv_without_a_layout],
+)
 def test_an_interpreter_root_does_not_own_is_not_run(case, tmp_path, how):
     marker = tmp_path / "ran-as"
     python = tmp_path / "odd" / "python"
@@ -243,9 +254,13 @@ def test_run_bounded_kills_the_group_and_caps_output(tmp_path):
     from patchctl.core.interpreter import run_bounded
 
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    for script, expect in [("yes", "printed more than"), ("sleep 100 & exec sleep 100", "did not finish within"),
-                           ("(sleep 100 &); echo done", None), ("cat /dev/zero", "printed more than"),
-                           ("exec 1>&-; sleep 100", "did not finish within")]:
+    for script, expect in [
+        ("yes", "printed more than"),
+        ("sleep 100 & exec sleep 100", "did not finish within"),
+        ("(sleep 100 &); echo done", None),
+        ("cat /dev/zero", "printed more than"),
+        ("exec 1>&-; sleep 100", "did not finish within"),
+    ]:
         start = time.monotonic()
         pgid_file = tmp_path / "pgid"
         try:
@@ -256,19 +271,21 @@ def test_run_bounded_kills_the_group_and_caps_output(tmp_path):
         assert time.monotonic() - start < 5, script
         leader = int(pgid_file.read_text())
         time.sleep(0.1)
-        assert not [int(p) for p in os.listdir("/proc") if p.isdigit() and _alive(int(p))
-                    and _pgid(int(p)) == leader], script
+        assert not [int(p) for p in os.listdir("/proc") if p.isdigit() and _alive(int(p)) and _pgid(int(p)) == leader], script
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 50_000
 
 
-@pytest.mark.parametrize("head, expected", [
-    (b"\x7fELF\x02\x01" + bytes(12) + (0x3E).to_bytes(2, "little"), "x86_64"),
-    (b"\x7fELF\x02\x01" + bytes(12) + (0xB7).to_bytes(2, "little"), "aarch64"),
-    (b"\x7fELF\x02\x02" + bytes(12) + (0x16).to_bytes(2, "big"), "s390x"),
-    (b"\x7fELF\x02\x01" + bytes(12) + (0x15).to_bytes(2, "little"), "ppc64le"),
-    (b"#!/bin/sh\nexec python3 \"$@\"\n", None),
-    (b"\x7fELF", None),
-])
+@pytest.mark.parametrize(
+    "head, expected",
+    [
+        (b"\x7fELF\x02\x01" + bytes(12) + (0x3E).to_bytes(2, "little"), "x86_64"),
+        (b"\x7fELF\x02\x01" + bytes(12) + (0xB7).to_bytes(2, "little"), "aarch64"),
+        (b"\x7fELF\x02\x02" + bytes(12) + (0x16).to_bytes(2, "big"), "s390x"),
+        (b"\x7fELF\x02\x01" + bytes(12) + (0x15).to_bytes(2, "little"), "ppc64le"),
+        (b'#!/bin/sh\nexec python3 "$@"\n', None),
+        (b"\x7fELF", None),
+    ],
+)
 def test_the_targets_machine_is_read_from_its_elf_header_not_asked(tmp_path, head, expected):
     """--install's wheel choice: the interpreter is read, not run (a script or a short file: this machine's)."""
     from patchctl.core.interpreter import machine_of
@@ -288,8 +305,7 @@ HOSTILE_FILES = {
     "pyvenv.cfg a FIFO": lambda venv, site: _fifo(venv / "pyvenv.cfg"),
     "pyvenv.cfg huge": lambda venv, site: (venv / "pyvenv.cfg").write_bytes(b"version = 3.11\n" * 100_000),
     "pyvenv.cfg binary": lambda venv, site: (venv / "pyvenv.cfg").write_bytes(bytes(range(256)) * 10),
-    "pyvenv.cfg a link out": lambda venv, site: ((venv / "pyvenv.cfg").unlink(),
-                                                 (venv / "pyvenv.cfg").symlink_to("/etc/passwd")),
+    "pyvenv.cfg a link out": lambda venv, site: ((venv / "pyvenv.cfg").unlink(), (venv / "pyvenv.cfg").symlink_to("/etc/passwd")),
     "version not a version": lambda venv, site: (venv / "pyvenv.cfg").write_text("version = banana\n"),
     ".pth a FIFO": lambda venv, site: _fifo(site / "a.pth"),
     ".pth huge": lambda venv, site: (site / "a.pth").write_bytes(b"/nowhere\n" * 300_000),
@@ -297,13 +313,17 @@ HOSTILE_FILES = {
     ".pth names a file, a loop": lambda venv, site: ((site / "a.pth").write_text("a.pth\n.\n..\n/\n"),),
     "METADATA a FIFO": lambda venv, site: _fifo(site / "vllm-1.0.dist-info" / "METADATA"),
     "METADATA version garbage": lambda venv, site: (site / "vllm-1.0.dist-info" / "METADATA").write_text(
-        "Name: vllm\nVersion: \x00not-a-version\n"),
+        "Name: vllm\nVersion: \x00not-a-version\n"
+    ),
     "dist-info a link out": lambda venv, site: (site / "vllm-2.0.dist-info").symlink_to("/etc"),
-    "editable finder garbage": lambda venv, site: ((site / "e.pth").write_text("import __editable___x_finder\n"),
-                                                   (site / "__editable___x_finder.py").write_bytes(b"MAPPING = {(")),
+    "editable finder garbage": lambda venv, site: (
+        (site / "e.pth").write_text("import __editable___x_finder\n"),
+        (site / "__editable___x_finder.py").write_bytes(b"MAPPING = {("),
+    ),
     "editable finder not a dict": lambda venv, site: (
         (site / "e.pth").write_text("import __editable___x_finder\n"),
-        (site / "__editable___x_finder.py").write_text("MAPPING = [1, 2]\nMAPPING: int = 3\n")),
+        (site / "__editable___x_finder.py").write_text("MAPPING = [1, 2]\nMAPPING: int = 3\n"),
+    ),
 }
 
 

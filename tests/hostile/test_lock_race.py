@@ -9,6 +9,7 @@ paused by pause_hook.py right after one step of its removal; the concurrent `app
 either to its end or up to its journal (paused there in turn until the holder has left). Every case
 must end with both commands exit 0 and the tree intact by `status`, its record and .gitignore there.
 On the old code the point after the listing fails every time; the others pass there too."""
+
 from __future__ import annotations
 
 import json
@@ -27,8 +28,7 @@ PAUSE_HOOK = Path(__file__).with_name("pause_hook.py")
 POINTS = {
     "lock-unlinked": lambda s: {"call": "unlink", "path": f"{s}/.patchctl/vllm/lock"},
     "engine-folder-removed": lambda s: {"call": "rmdir", "path": f"{s}/.patchctl/vllm"},
-    "listed-without-engine-folder": lambda s: {"call": "listdir", "path": f"{s}/.patchctl",
-                                               "absent": f"{s}/.patchctl/vllm"},
+    "listed-without-engine-folder": lambda s: {"call": "listdir", "path": f"{s}/.patchctl", "absent": f"{s}/.patchctl/vllm"},
     "gitignore-unlinked": lambda s: {"call": "unlink", "path": f"{s}/.patchctl/.gitignore"},
 }
 HOLDERS = ("status", "revert")
@@ -39,8 +39,9 @@ CASES = [(h, p, a) for h in HOLDERS for p in POINTS for a in APPLY]
 def start(args: list[str], spec: dict, tmp: Path, tag: str) -> tuple[subprocess.Popen, Path, Path]:
     marker, go = tmp / f"{tag}.paused", tmp / f"{tag}.go"
     env = dict(os.environ, HOSTILE_PAUSE=json.dumps(dict(spec, marker=str(marker), go=str(go))))
-    proc = subprocess.Popen([sys.executable, str(PAUSE_HOOK), *args, "--json"], env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, str(PAUSE_HOOK), *args, "--json"], env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     return proc, marker, go
 
 
@@ -63,8 +64,13 @@ def finish(proc: subprocess.Popen, go: Path) -> Outcome:
         proc.communicate()
         return Outcome("hang", None, {}, "")
     doc = json.loads(out) if out.strip() else {}
-    kind = "traceback" if "Traceback" in err or proc.returncode not in (0, 1, 2, 3) else \
-        "ok" if proc.returncode == 0 else "clean-error"
+    kind = (
+        "traceback"
+        if "Traceback" in err or proc.returncode not in (0, 1, 2, 3)
+        else "ok"
+        if proc.returncode == 0
+        else "clean-error"
+    )
     return Outcome(kind, proc.returncode, doc, err)
 
 
@@ -136,8 +142,9 @@ def test_a_waiter_blocked_on_the_removed_lock_takes_the_new_one(case, site, stor
     try:
         wait_paused(h, h_marker)
         journal = {"call": "replace", "path": f"{site}/.patchctl/vllm/journal.json"}
-        w, w_marker, w_go = start(["apply", "vllm", "--target", str(site), "--store", str(store), "--wait", "30"],
-                                  journal, tmp_path, "waiter")
+        w, w_marker, w_go = start(
+            ["apply", "vllm", "--target", str(site), "--store", str(store), "--wait", "30"], journal, tmp_path, "waiter"
+        )
         deadline = time.monotonic() + 30
         while not has_open(w.pid, site / ".patchctl/vllm/lock"):
             assert w.poll() is None and time.monotonic() < deadline, "the waiter never waited for the lock"
@@ -177,8 +184,7 @@ def test_a_waiter_whose_lock_is_removed_as_it_opens_it_takes_the_new_one(case, s
     try:
         wait_paused(h, h_marker)
         opened = {"call": "open", "path": f"{site}/.patchctl/vllm/lock"}
-        w, w_marker, w_go = start(["status", "vllm", "--target", str(site), "--wait", "30"], opened, tmp_path,
-                                  "waiter")
+        w, w_marker, w_go = start(["status", "vllm", "--target", str(site), "--wait", "30"], opened, tmp_path, "waiter")
         wait_paused(w, w_marker)  # the waiter holds the lock file open, unchecked
         held = c.record(finish(h, h_go))  # the holder removes it and leaves
         assert not (site / ".patchctl/vllm/lock").exists()

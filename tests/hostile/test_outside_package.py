@@ -2,6 +2,7 @@
 or a journal naming a file beyond the engine's packages (a `.pth` that runs code at every interpreter
 start, another distribution's files, a dist-info) is refused by `revert --from-release`, `refresh`,
 recovery and `revert` as `check` and `apply` refuse it: nothing of it is read, deleted or written."""
+
 import hashlib
 import json
 import re
@@ -11,8 +12,14 @@ from hostile_cli import run_cli
 from support.builders import install_fake_dist
 from support.fixtures import PRISTINE, four_release_index
 
-OUTSIDE = ["zz-other.pth", "othpkg/__init__.py", "othpkg/deep/mod.py", "vllm-1.0.dist-info/RECORD", "toplevel.py",
-           "vllm_extra/x.py"]
+OUTSIDE = [
+    "zz-other.pth",
+    "othpkg/__init__.py",
+    "othpkg/deep/mod.py",
+    "vllm-1.0.dist-info/RECORD",
+    "toplevel.py",
+    "vllm_extra/x.py",
+]
 PRECIOUS = "precious = True\n"
 PACKAGE_RULE = re.compile(r"(inside|outside) the vllm/ package")
 
@@ -33,8 +40,11 @@ def test_revert_from_release_touches_nothing_outside_the_package(case, tmp_path,
         if kept is None:
             plant(site, rel)
             kept = PRECIOUS.encode()
-        out = c.record(run_cli("revert", "vllm", "--target", str(site), "--store", str(builder.root),
-                               "--from-release", "--index-url", server.url))
+        out = c.record(
+            run_cli(
+                "revert", "vllm", "--target", str(site), "--store", str(builder.root), "--from-release", "--index-url", server.url
+            )
+        )
     assert out.code == 2 and PACKAGE_RULE.search(out.message), out
     assert (site / rel).read_bytes() == kept
 
@@ -56,9 +66,22 @@ def test_recovery_writes_nothing_a_forged_journal_names_outside_the_package(case
     digest = hashlib.sha256(evil).hexdigest()
     (site / ".patchctl/vllm/blobs").mkdir(parents=True)
     (site / ".patchctl/vllm/blobs" / digest).write_bytes(evil)
-    journal = {"schema": JOURNAL.tag, "pid": 1, "previous_state": None, "entries": [
-        {"path": rel, "before": digest, "after": None, "before_mtime_ns": None, "before_bytecode": [],
-         "after_mtime_ns": None, "after_bytecode": []}]}
+    journal = {
+        "schema": JOURNAL.tag,
+        "pid": 1,
+        "previous_state": None,
+        "entries": [
+            {
+                "path": rel,
+                "before": digest,
+                "after": None,
+                "before_mtime_ns": None,
+                "before_bytecode": [],
+                "after_mtime_ns": None,
+                "after_bytecode": [],
+            }
+        ],
+    }
     (site / ".patchctl/vllm/journal.json").write_bytes(_seal("journal", journal))
     out = c.record(run_cli("status", "vllm", "--target", str(site)))
     assert out.code == 3 and PACKAGE_RULE.search(out.message), out
@@ -90,8 +113,9 @@ def test_refresh_takes_no_file_outside_the_package(case, tmp_path, builder, fres
         install_fake_dist(site, "vllm", "1.0", PRISTINE)
         plant(site, rel, "import os, sys\n")
         before = (builder.root / "vllm/evil/1.0.patch").read_bytes()
-        out = c.record(run_cli("refresh", "vllm", "evil", "--target", str(site), "--store", str(builder.root),
-                               "--index-url", server.url))
+        out = c.record(
+            run_cli("refresh", "vllm", "evil", "--target", str(site), "--store", str(builder.root), "--index-url", server.url)
+        )
     assert out.code == 2 and PACKAGE_RULE.search(out.message), out
     assert (builder.root / "vllm/evil/1.0.patch").read_bytes() == before
     assert not (site / ".patchctl").exists()

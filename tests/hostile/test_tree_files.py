@@ -3,6 +3,7 @@ is reverted with the mode of the file it named (not the link's 0777); one that b
 the tree is named as such (not "state.json is damaged") and nothing is written through it; and bad
 patch input the tree writer cannot hold (a name over NAME_MAX, a file under a file, a file over a
 folder) is exit 2 before anything is written, not exit 3 from the writer."""
+
 import os
 import stat
 
@@ -43,12 +44,14 @@ def test_a_patched_file_linked_out_of_the_tree_is_named_as_such(case, site, stor
 
 def _new_file_variant(path: str) -> bytes:
     """A git format-patch mail creating `path` (written by hand: git cannot make such a tree)."""
-    return (f"From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
-            f"From: patchctl <patchctl@localhost>\nDate: Sat, 1 Jan 2000 00:00:00 +0000\n"
-            f"Subject: [PATCH] bad input\n\n---\n"
-            f"diff --git a/{path} b/{path}\nnew file mode 100644\n"
-            f"index 0000000000000000000000000000000000000000..7d4290a117a4ddcc11daae7ea675841033830c8f\n"
-            f"--- /dev/null\n+++ b/{path}\n@@ -0,0 +1 @@\n+x = 1\n").encode()
+    return (
+        f"From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
+        f"From: patchctl <patchctl@localhost>\nDate: Sat, 1 Jan 2000 00:00:00 +0000\n"
+        f"Subject: [PATCH] bad input\n\n---\n"
+        f"diff --git a/{path} b/{path}\nnew file mode 100644\n"
+        f"index 0000000000000000000000000000000000000000..7d4290a117a4ddcc11daae7ea675841033830c8f\n"
+        f"--- /dev/null\n+++ b/{path}\n@@ -0,0 +1 @@\n+x = 1\n"
+    ).encode()
 
 
 BAD = {

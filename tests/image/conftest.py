@@ -2,6 +2,7 @@
 started on 127.0.0.1 with its storage in a temporary folder, and an image built here with umoci
 holding the real SGLang 0.5.9 wheel installed by pip under /usr/lib/python3/site-packages, pushed
 with skopeo. Each fixture skips, saying why, when its tool is missing."""
+
 from __future__ import annotations
 
 import shutil
@@ -37,8 +38,10 @@ def start_registry(folder: Path, auth: str = ""):
     """The registry serving from folder on a free loopback port: (host:port, process)."""
     port = free_port()
     config = folder / "config.yml"
-    config.write_text(f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {folder / 'data'}\n"
-                      f"  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\nlog:\n  level: error\n{auth}")
+    config.write_text(
+        f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {folder / 'data'}\n"
+        f"  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\nlog:\n  level: error\n{auth}"
+    )
     log = open(folder / "log", "wb")
     proc = subprocess.Popen([REGISTRY, "serve", str(config)], stdout=log, stderr=subprocess.STDOUT)
     host = f"127.0.0.1:{port}"
@@ -72,8 +75,11 @@ def registry(tmp_path_factory) -> str:
 def sglang_wheel(tmp_path_factory) -> Path:
     """The real SGLang release wheel, through the configured package index."""
     folder = tmp_path_factory.mktemp("wheels")
-    proc = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", f"sglang=={SGLANG}",
-                           "-d", str(folder)], capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "-q", "--no-deps", f"sglang=={SGLANG}", "-d", str(folder)],
+        capture_output=True,
+        text=True,
+    )
     wheels = list(folder.glob("sglang-*.whl"))
     if proc.returncode != 0 or not wheels:
         pytest.skip(f"sglang=={SGLANG} could not be downloaded: {proc.stderr[-300:]}")
@@ -81,8 +87,11 @@ def sglang_wheel(tmp_path_factory) -> Path:
 
 
 def pip_install(wheel: Path, target: Path) -> None:
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-compile",
-                    "--target", str(target), str(wheel)], check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-compile", "--target", str(target), str(wheel)],
+        check=True,
+        capture_output=True,
+    )
 
 
 @pytest.fixture(scope="session")

@@ -2,6 +2,7 @@
 tools that are not patchctl: skopeo sees the new layer and history, umoci's unpack of the pushed
 image holds files byte-identical to `apply --target` on the same release, and `status --target`
 on that unpacked root says intact."""
+
 from __future__ import annotations
 
 import json
@@ -27,8 +28,7 @@ def inspect(ref: str, *flags: str) -> dict:
 
 
 def files_under(root) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and not p.is_symlink()}
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and not p.is_symlink()}
 
 
 @pytest.fixture(scope="module")
@@ -109,8 +109,9 @@ def test_a_conflict_pushes_nothing(registry, sglang_layout, store, tmp_path):
 
 def test_an_oci_layout_in_and_out(sglang_layout, store, tmp_path, release_tree):
     out = tmp_path / "out"
-    doc = run_json("apply", "sglang", "--image", f"oci:{sglang_layout}:base", "--to", f"oci:{out}:patched",
-                   "--store", store, expect=0)
+    doc = run_json(
+        "apply", "sglang", "--image", f"oci:{sglang_layout}:base", "--to", f"oci:{out}:patched", "--store", store, expect=0
+    )
     bundle = tmp_path / "bundle"
     run(need("umoci"), "unpack", "--image", f"{out}:patched", str(bundle))
     site = bundle / "rootfs" / SITE
@@ -121,8 +122,17 @@ def test_an_oci_layout_in_and_out(sglang_layout, store, tmp_path, release_tree):
 
 
 def test_a_missing_tag_and_an_unreachable_registry_are_exit_3(registry, store):
-    doc = run_json("apply", "sglang", "--image", f"{registry}/test/sglang:no-such-tag", "--to",
-                   f"{registry}/test/x:y", "--store", store, expect=3)
+    doc = run_json(
+        "apply",
+        "sglang",
+        "--image",
+        f"{registry}/test/sglang:no-such-tag",
+        "--to",
+        f"{registry}/test/x:y",
+        "--store",
+        store,
+        expect=3,
+    )
     assert doc["error"]["kind"] == "registry" and "no-such-tag" in doc["error"]["message"]
     from tests.image.conftest import free_port
 
@@ -136,8 +146,9 @@ def test_an_image_without_the_engine_is_exit_3(tmp_path, store):
     layout = tmp_path / "E"
     run(umoci, "init", "--layout", str(layout))
     run(umoci, "new", "--image", f"{layout}:empty")
-    doc = run_json("apply", "sglang", "--image", f"oci:{layout}:empty", "--to", f"oci:{tmp_path / 'o'}:x",
-                   "--store", store, expect=3)
+    doc = run_json(
+        "apply", "sglang", "--image", f"oci:{layout}:empty", "--to", f"oci:{tmp_path / 'o'}:x", "--store", store, expect=3
+    )
     assert doc["error"]["kind"] == "image" and "sglang" in doc["error"]["message"]
 
 
@@ -146,8 +157,9 @@ def test_check_reads_the_engine_in_an_image_as_its_release(sglang_image, store):
     doc = run_json("check", f"sglang@image:{sglang_image}", "--store", store, expect=0)
     release = run_json("check", f"sglang@{SGLANG}", "--store", store, expect=0)
     assert doc["version"] == SGLANG and doc["source"]["kind"] == "image"
-    assert [(p["name"], p["outcome"], p["files"]) for p in doc["patches"]] == \
-        [(p["name"], p["outcome"], p["files"]) for p in release["patches"]]
+    assert [(p["name"], p["outcome"], p["files"]) for p in doc["patches"]] == [
+        (p["name"], p["outcome"], p["files"]) for p in release["patches"]
+    ]
 
 
 def test_list_names_the_variants_the_engine_in_an_image_gets(sglang_image, store):
@@ -156,8 +168,9 @@ def test_list_names_the_variants_the_engine_in_an_image_gets(sglang_image, store
     listed = run_json("list", f"sglang@image:{sglang_image}", "--store", store, expect=0)
     release = run_json("list", f"sglang@{SGLANG}", "--store", store, expect=0)
     assert listed["version"] == SGLANG
-    assert [(r["name"], r["chosen_variant"]) for r in listed["series"]] == \
-        [(r["name"], r["chosen_variant"]) for r in release["series"]]
+    assert [(r["name"], r["chosen_variant"]) for r in listed["series"]] == [
+        (r["name"], r["chosen_variant"]) for r in release["series"]
+    ]
 
 
 def test_revert_pushes_the_image_it_was_made_from_byte_for_byte(patched, registry, sglang_image):
@@ -167,8 +180,7 @@ def test_revert_pushes_the_image_it_was_made_from_byte_for_byte(patched, registr
     assert doc["image"]["platforms"][0]["state"] == "reverted"
     assert inspect(back)["Digest"] == inspect(sglang_image)["Digest"]
     raw = run(need("skopeo"), "inspect", "--raw", "--tls-verify=false", f"docker://{back}")
-    assert raw.encode() == run(need("skopeo"), "inspect", "--raw", "--tls-verify=false",
-                               f"docker://{sglang_image}").encode()
+    assert raw.encode() == run(need("skopeo"), "inspect", "--raw", "--tls-verify=false", f"docker://{sglang_image}").encode()
 
 
 def test_stale_bytecode_of_patched_files_is_whited_out(sglang_wheel, store, tmp_path):
@@ -179,11 +191,11 @@ def test_stale_bytecode_of_patched_files_is_whited_out(sglang_wheel, store, tmp_
     run(umoci, "init", "--layout", str(layout))
     run(umoci, "new", "--image", f"{layout}:base")
     run(umoci, "unpack", "--image", f"{layout}:base", str(bundle))
-    run(sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(bundle / "rootfs" / SITE),
-        str(sglang_wheel))
+    run(sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(bundle / "rootfs" / SITE), str(sglang_wheel))
     run(umoci, "repack", "--image", f"{layout}:base", str(bundle))
-    doc = run_json("apply", "sglang", "--image", f"oci:{layout}:base", "--to", f"oci:{tmp_path / 'out'}:p",
-                   "--store", store, expect=0)
+    doc = run_json(
+        "apply", "sglang", "--image", f"oci:{layout}:base", "--to", f"oci:{tmp_path / 'out'}:p", "--store", store, expect=0
+    )
     removed = doc["image"]["platforms"][0]["removed"]
     assert f"sglang/srt/__pycache__/server_args.cpython-{sys.version_info[0]}{sys.version_info[1]}.pyc" in removed
     run(umoci, "unpack", "--image", f"{tmp_path / 'out'}:p", str(tmp_path / "unpacked"))

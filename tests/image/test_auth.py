@@ -1,5 +1,6 @@
 """A real registry that asks for a login (htpasswd) on plain HTTP: patchctl sends credentials over
 HTTPS only, so it is exit 3 saying so, whatever the auth file holds."""
+
 from __future__ import annotations
 
 import base64

@@ -3,6 +3,7 @@
 85 s later), by the bytes a layer inflates to, by what is staged in total, and a full disk while
 staging is exit 3 naming the path. Every case is exit 3 with the limit (or the cause) and the path
 in the message, and nothing is pushed. Layers are generated here (support.oci)."""
+
 from __future__ import annotations
 
 import os
@@ -41,8 +42,14 @@ def image_with(tmp_path: Path, bomb: tuple[Path, oci.BuiltLayer], where: str) ->
     return layout
 
 
-DEADLINE_CASES = [("apply", "below"), ("apply", "above"), ("apply", "twice"), ("apply --dry-run", "above"),
-                  ("check", "below"), ("check", "above")]
+DEADLINE_CASES = [
+    ("apply", "below"),
+    ("apply", "above"),
+    ("apply", "twice"),
+    ("apply --dry-run", "above"),
+    ("check", "below"),
+    ("check", "above"),
+]
 
 
 @pytest.mark.parametrize("command,where", DEADLINE_CASES)
@@ -61,8 +68,7 @@ def test_a_decompression_bomb_ends_at_the_deadline(tmp_path, monkeypatch, bomb, 
     layout = image_with(tmp_path, bomb, where)
     store = str(oci.two_patch_store(tmp_path / "store"))
     if command.startswith("apply"):
-        args = ["apply", "sglang", "--image", f"oci:{layout}:base", "--to", f"oci:{tmp_path / 'o'}:p",
-                *command.split()[1:]]
+        args = ["apply", "sglang", "--image", f"oci:{layout}:base", "--to", f"oci:{tmp_path / 'o'}:p", *command.split()[1:]]
     else:
         args = ["check", f"sglang@image:oci:{layout}:base"]
     began = time.monotonic()
@@ -74,8 +80,13 @@ def test_a_decompression_bomb_ends_at_the_deadline(tmp_path, monkeypatch, bomb, 
     assert not oci.tagged(tmp_path / "o", "p")
 
 
-INFLATE_CASES = [(32 * MiB, "below"), (64 * MiB, "above"), (256 * MiB, "below"),
-                 (48 * MiB, "in the package"), (2 * 12 * MiB, "two files")]
+INFLATE_CASES = [
+    (32 * MiB, "below"),
+    (64 * MiB, "above"),
+    (256 * MiB, "below"),
+    (48 * MiB, "in the package"),
+    (2 * 12 * MiB, "two files"),
+]
 
 
 @pytest.mark.parametrize("size,where", INFLATE_CASES)
@@ -97,8 +108,19 @@ def test_a_layer_inflating_past_the_cap_is_exit_3(tmp_path, monkeypatch, size, w
     built = oci.image(layout, layers)
     limit = stream.inflate_limit(built[0 if where == "below" else 1].size)
     assert limit < size  # the generated layer is past the cap
-    doc = run_json("apply", "sglang", "--image", f"oci:{layout}:base", "--to", f"oci:{tmp_path / 'o'}:p",
-                   "--store", str(oci.two_patch_store(tmp_path / "store")), "--timeout", "600", expect=3)
+    doc = run_json(
+        "apply",
+        "sglang",
+        "--image",
+        f"oci:{layout}:base",
+        "--to",
+        f"oci:{tmp_path / 'o'}:p",
+        "--store",
+        str(oci.two_patch_store(tmp_path / "store")),
+        "--timeout",
+        "600",
+        expect=3,
+    )
     message = doc["error"]["message"]
     assert f"more than {limit} bytes" in message and named in message, message
     assert not oci.tagged(tmp_path / "o", "p")
@@ -115,16 +137,13 @@ def noise(n: int, seed: int) -> bytes:
 
 
 STAGING_CASES = {
-    "many records under opt/*/.patchctl": [oci.file(f"opt/{i}/.patchctl/sglang/blobs/b{i}", noise(MiB, i))
-                                           for i in range(6)],
-    "a few large record files": [oci.file(f"srv/{i}/.patchctl/sglang/state.json", noise(2 * MiB, i))
-                                 for i in range(3)],
-    "large bytecode of a patched file": [oci.file(SITE + "sglang/srt/__pycache__/a.cpython-311.pyc",
-                                                  noise(5 * MiB, 7))],
-    "bytecode of both patched files": [oci.file(SITE + f"sglang/srt/__pycache__/{n}.cpython-311.pyc",
-                                                noise(3 * MiB, i)) for i, n in enumerate("ab")],
-    "records beside the engine": [oci.file(SITE + f".patchctl/sglang/blobs/{i:064x}", noise(MiB + 1, i))
-                                  for i in range(5)],
+    "many records under opt/*/.patchctl": [oci.file(f"opt/{i}/.patchctl/sglang/blobs/b{i}", noise(MiB, i)) for i in range(6)],
+    "a few large record files": [oci.file(f"srv/{i}/.patchctl/sglang/state.json", noise(2 * MiB, i)) for i in range(3)],
+    "large bytecode of a patched file": [oci.file(SITE + "sglang/srt/__pycache__/a.cpython-311.pyc", noise(5 * MiB, 7))],
+    "bytecode of both patched files": [
+        oci.file(SITE + f"sglang/srt/__pycache__/{n}.cpython-311.pyc", noise(3 * MiB, i)) for i, n in enumerate("ab")
+    ],
+    "records beside the engine": [oci.file(SITE + f".patchctl/sglang/blobs/{i:064x}", noise(MiB + 1, i)) for i in range(5)],
 }
 
 
@@ -134,8 +153,17 @@ def test_staging_past_its_total_is_exit_3(tmp_path, monkeypatch, case):
     monkeypatch.setattr(stack, "MAX_STAGED", 4 * MiB)
     layout = tmp_path / "L"
     oci.image(layout, [oci.sglang_layer(), STAGING_CASES[case]])
-    doc = run_json("apply", "sglang", "--image", f"oci:{layout}:base", "--to", f"oci:{tmp_path / 'o'}:p",
-                   "--store", str(oci.two_patch_store(tmp_path / "store")), expect=3)
+    doc = run_json(
+        "apply",
+        "sglang",
+        "--image",
+        f"oci:{layout}:base",
+        "--to",
+        f"oci:{tmp_path / 'o'}:p",
+        "--store",
+        str(oci.two_patch_store(tmp_path / "store")),
+        expect=3,
+    )
     message = doc["error"]["message"]
     assert str(4 * MiB) in message and "layer 2 of 2" in message, message
     assert any(f"/{e.name}" in message for e in STAGING_CASES[case]), message
@@ -146,8 +174,9 @@ ENOSPC_CASES = {
     "a larger record blob": oci.file(SITE + ".patchctl/sglang/blobs/" + "1" * 64, noise(4 * MiB, 2)),
     "bytecode": oci.file(SITE + "sglang/srt/__pycache__/b.cpython-311.pyc", noise(2 * MiB, 3)),
     "the patched file itself": oci.file(SITE + "sglang/srt/a.py", oci.A_PY + "#" * (3 * MiB) + "\n"),
-    "the dist-info": oci.file(SITE + "sglang-0.5.9.dist-info/METADATA",
-                              "Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.9\n\n" + "x" * (2 * MiB)),
+    "the dist-info": oci.file(
+        SITE + "sglang-0.5.9.dist-info/METADATA", "Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.9\n\n" + "x" * (2 * MiB)
+    ),
 }
 
 
@@ -160,8 +189,9 @@ def test_a_full_disk_while_staging_is_exit_3_naming_the_path(tmp_path, monkeypat
     store = str(oci.two_patch_store(tmp_path / "store"))
     with small_tmpfs(tmp_path / "tmpfs", MiB) as mnt:
         monkeypatch.setattr(tempfile, "tempdir", str(mnt))
-        doc = run_json("apply", "sglang", "--image", f"oci:{layout}:base", "--to", f"oci:{tmp_path / 'o'}:p",
-                       "--store", store, expect=3)
+        doc = run_json(
+            "apply", "sglang", "--image", f"oci:{layout}:base", "--to", f"oci:{tmp_path / 'o'}:p", "--store", store, expect=3
+        )
         left = list(mnt.iterdir())
     message = doc["error"]["message"]
     assert "No space left on device" in message and f"/{big.name}" in message and str(mnt) in message, message

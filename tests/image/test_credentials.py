@@ -1,5 +1,6 @@
 """Which stored login a registry gets: REGISTRY_AUTH_FILE first, then $DOCKER_CONFIG/config.json
 (or ~/.docker/config.json); Docker Hub under its historical key; helpers named, never run."""
+
 from __future__ import annotations
 
 import base64
@@ -23,13 +24,16 @@ def token(user, password):
 def test_auth_file_first_then_docker_config(tmp_path, monkeypatch):
     monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "docker"))
     (tmp_path / "docker").mkdir()
-    write(tmp_path / "docker" / "config.json", {"auths": {"reg.example": {"auth": token("d", "1")},
-                                                          "https://index.docker.io/v1/": {"auth": token("hub", "2")}}})
+    write(
+        tmp_path / "docker" / "config.json",
+        {"auths": {"reg.example": {"auth": token("d", "1")}, "https://index.docker.io/v1/": {"auth": token("hub", "2")}}},
+    )
     assert credentials_for("reg.example")[:2] == ("d", "1")
     assert credentials_for("docker.io")[:2] == ("hub", "2")
     assert credentials_for("other.example") is None
-    monkeypatch.setenv("REGISTRY_AUTH_FILE", str(write(tmp_path / "auth.json",
-                                                       {"auths": {"reg.example": {"auth": token("p", "3")}}})))
+    monkeypatch.setenv(
+        "REGISTRY_AUTH_FILE", str(write(tmp_path / "auth.json", {"auths": {"reg.example": {"auth": token("p", "3")}}}))
+    )
     assert credentials_for("reg.example")[:2] == ("p", "3")
 
 

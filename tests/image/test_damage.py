@@ -4,6 +4,7 @@ later layer) deleting it, is exit 3 naming the path and the layer, never `obsole
 pushed. What a runtime stacks the same way stays fine: a damaged path mended by a later layer, a
 reinstall behind an opaque whiteout, whiteouts of other files, patchctl's own layer's whiteouts.
 Images are OCI layouts built here (support.oci), no registry or tool needed."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -28,13 +29,28 @@ def entry(kind: str, name: str) -> list[oci.TarEntry]:
     return [oci.TarEntry(name, kind)]
 
 
-def apply(tmp_path: Path, upper: list[list[oci.TarEntry]], *, store: Path | None = None, expect: int,
-          base: list[list[oci.TarEntry]] | None = None) -> dict:
+def apply(
+    tmp_path: Path,
+    upper: list[list[oci.TarEntry]],
+    *,
+    store: Path | None = None,
+    expect: int,
+    base: list[list[oci.TarEntry]] | None = None,
+) -> dict:
     layout = tmp_path / "L"
     oci.image(layout, (base or [oci.sglang_layer()]) + upper)
     out = tmp_path / "out"
-    doc = run_json("apply", "sglang", "--image", f"oci:{layout}:base", "--to", f"oci:{out}:p",
-                   "--store", str(store or oci.two_patch_store(tmp_path / "store")), expect=expect)
+    doc = run_json(
+        "apply",
+        "sglang",
+        "--image",
+        f"oci:{layout}:base",
+        "--to",
+        f"oci:{out}:p",
+        "--store",
+        str(store or oci.two_patch_store(tmp_path / "store")),
+        expect=expect,
+    )
     assert oci.tagged(out, "p") == (expect == 0), doc
     return doc
 
@@ -54,8 +70,7 @@ def test_a_non_regular_file_where_a_patched_file_is_is_exit_3(tmp_path, kind, ta
 def test_check_refuses_the_same_damage(tmp_path, kind):
     layout = tmp_path / "L"
     oci.image(layout, [oci.sglang_layer(), entry(kind, A)])
-    doc = run_json("check", f"sglang@image:oci:{layout}:base", "--store", str(oci.two_patch_store(tmp_path / "s")),
-                   expect=3)
+    doc = run_json("check", f"sglang@image:oci:{layout}:base", "--store", str(oci.two_patch_store(tmp_path / "s")), expect=3)
     assert f"/{A}" in doc["error"]["message"], doc["error"]
 
 
@@ -95,8 +110,13 @@ FINE = {
     "a whiteout of the patched file, put back later": [[oci.whiteout(A)], [oci.file(A, oci.A_PY)]],
     "whiteouts of other files": [[oci.whiteout(SITE + "sglang/srt/c.py"), oci.whiteout("etc/motd")]],
     "a whiteout of bytecode": [[oci.whiteout(SITE + "sglang/srt/__pycache__/a.cpython-311.pyc")]],
-    "devices and FIFOs elsewhere": [[oci.TarEntry("dev/null", "chr"), oci.TarEntry("run/x.fifo", "fifo"),
-                                     oci.TarEntry("usr/bin/py", "symlink", link="python3")]],
+    "devices and FIFOs elsewhere": [
+        [
+            oci.TarEntry("dev/null", "chr"),
+            oci.TarEntry("run/x.fifo", "fifo"),
+            oci.TarEntry("usr/bin/py", "symlink", link="python3"),
+        ]
+    ],
 }
 
 
@@ -113,11 +133,11 @@ def test_patchctl_s_own_whiteouts_are_not_damage(tmp_path):
     store = oci.two_patch_store(tmp_path / "store", delete="sglang/srt/c.py")
     layout, out = tmp_path / "L", tmp_path / "out"
     oci.image(layout, [oci.sglang_layer()])
-    first = run_json("apply", "sglang", "--image", f"oci:{layout}:base", "--to", f"oci:{out}:p", "--store", str(store),
-                     expect=0)
+    first = run_json("apply", "sglang", "--image", f"oci:{layout}:base", "--to", f"oci:{out}:p", "--store", str(store), expect=0)
     assert "sglang/srt/c.py" in first["image"]["platforms"][0]["removed"]
-    again = run_json("apply", "sglang", "--image", f"oci:{out}:p", "--to", f"oci:{tmp_path / 'again'}:p",
-                     "--store", str(store), expect=0)
+    again = run_json(
+        "apply", "sglang", "--image", f"oci:{out}:p", "--to", f"oci:{tmp_path / 'again'}:p", "--store", str(store), expect=0
+    )
     assert again["image"]["platforms"][0]["layer"] is None
     assert run_json("status", "sglang", "--image", f"oci:{out}:p", expect=0)["state"] == "intact"
     # a layer on top of the patched image deleting a file patchctl's layer wrote
@@ -128,8 +148,10 @@ def test_patchctl_s_own_whiteouts_are_not_damage(tmp_path):
     manifest = json.loads(oci.blob_path(out, descriptor["digest"]).read_text())
     config = json.loads(oci.blob_path(out, manifest["config"]["digest"]).read_text())
     top = oci.write_layer(out, [oci.whiteout(A)])
-    layers = [oci.BuiltLayer(x["digest"], x["size"], d, x["mediaType"])
-              for x, d in zip(manifest["layers"], config["rootfs"]["diff_ids"], strict=True)] + [top]
+    layers = [
+        oci.BuiltLayer(x["digest"], x["size"], d, x["mediaType"])
+        for x, d in zip(manifest["layers"], config["rootfs"]["diff_ids"], strict=True)
+    ] + [top]
     oci.write_image(out, layers, tag="later", history=config["history"] + [{"created_by": "rm a.py"}])
     doc = run_json("status", "sglang", "--image", f"oci:{out}:later", expect=3)
     assert f"/{A} is deleted by a whiteout" in doc["error"]["message"], doc["error"]
@@ -137,9 +159,18 @@ def test_patchctl_s_own_whiteouts_are_not_damage(tmp_path):
 
 # --- any stacking: an answer or a clean error, never a traceback, nothing written outside ---------
 
-_NAMES = [oci.SITE + p for p in ("sglang", "sglang/srt", "sglang/srt/a.py", "sglang/srt/b.py",
-                                 "sglang/srt/__pycache__/a.cpython-311.pyc", ".patchctl/sglang/state.json",
-                                 "sglang-0.5.9.dist-info/METADATA")] + [oci.SITE.rstrip("/"), "etc/x", "../escape"]
+_NAMES = [
+    oci.SITE + p
+    for p in (
+        "sglang",
+        "sglang/srt",
+        "sglang/srt/a.py",
+        "sglang/srt/b.py",
+        "sglang/srt/__pycache__/a.cpython-311.pyc",
+        ".patchctl/sglang/state.json",
+        "sglang-0.5.9.dist-info/METADATA",
+    )
+] + [oci.SITE.rstrip("/"), "etc/x", "../escape"]
 
 
 def _entries():
@@ -147,8 +178,11 @@ def _entries():
 
     name = st.sampled_from(_NAMES)
     plain = st.builds(lambda n, d: oci.file(n, d), name, st.binary(max_size=64))
-    odd = st.builds(lambda n, k: oci.TarEntry(n, k, link="etc/x" if k in ("symlink", "hardlink") else ""),
-                    name, st.sampled_from(["dir", "fifo", "chr", "symlink", "hardlink"]))
+    odd = st.builds(
+        lambda n, k: oci.TarEntry(n, k, link="etc/x" if k in ("symlink", "hardlink") else ""),
+        name,
+        st.sampled_from(["dir", "fifo", "chr", "symlink", "hardlink"]),
+    )
     wh = st.builds(oci.whiteout, name)
     opq = st.builds(oci.opaque, st.sampled_from([n for n in _NAMES if not n.endswith((".py", ".pyc", ".json"))]))
     return st.lists(st.one_of(plain, odd, wh, opq), max_size=8)
@@ -175,8 +209,7 @@ def test_any_stacking_is_an_answer_or_a_clean_error(tmp_path_factory):
         built = [oci.write_layer(repo.root, e) for e in [oci.sglang_layer()] + uppers]
         staging = root / "work" / "staged"
         try:
-            staged = L.read_layers(repo, [Layer(b.digest, b.size, b.media_type) for b in built], want, staging,
-                                   own=own)
+            staged = L.read_layers(repo, [Layer(b.digest, b.size, b.media_type) for b in built], want, staging, own=own)
         except PatchctlError as exc:
             assert exc.exit_code == 3 and exc.message
         else:

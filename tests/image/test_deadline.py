@@ -1,6 +1,7 @@
 """A registry that sends its answer a byte at a time never trips a per-read timeout; the request's
 one deadline (--timeout, as patchctl's index reads have) still ends it, exit 3 saying so. The server
 is a real socket server on loopback."""
+
 from __future__ import annotations
 
 import http.server

@@ -1,6 +1,7 @@
 """A large layer is streamed: `apply --image` on an image with a 256 MiB incompressible layer
 stays far under 200 MB of memory (the process's own peak, VmHWM: ru_maxrss would carry the forking
 pytest worker's), and its blobs land in the cache by digest."""
+
 from __future__ import annotations
 
 import json
@@ -40,8 +41,24 @@ def test_memory_stays_bounded_on_a_large_layer(sglang_layout, registry, tmp_path
     run(umoci, "repack", "--image", f"{layout}:base", str(bundle))
     ref, to = f"{registry}/test/large:1", f"{registry}/test/large:patched"
     run(skopeo, "copy", "--quiet", "--dest-tls-verify=false", f"oci:{layout}:base", f"docker://{ref}")
-    proc = subprocess.run([sys.executable, "-c", PROBE, "apply", "sglang", "--image", ref, "--to", to,
-                           "--store", str(default_store_dir()), "--json"], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            PROBE,
+            "apply",
+            "sglang",
+            "--image",
+            ref,
+            "--to",
+            to,
+            "--store",
+            str(default_store_dir()),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+    )
     doc = json.loads(proc.stdout)
     assert proc.returncode == 0, doc
     peak_kb = int(next(line.split()[1] for line in proc.stderr.splitlines() if line.startswith("VMHWM_KB ")))

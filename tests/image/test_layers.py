@@ -2,6 +2,7 @@
 a later file replaces an earlier one, `.wh.NAME` removes NAME, `.wh..wh..opq` empties a folder of
 what lower layers had, an entry leaving the root is never written; a manifest type patchctl does
 not read is exit 3."""
+
 from __future__ import annotations
 
 import gzip
@@ -39,11 +40,27 @@ def layer(repo_root, files: dict[str, bytes | None], compress=True) -> Layer:
 def test_whiteouts_opaque_folders_and_replacement(tmp_path):
     repo = LayoutRepository(tmp_path / "L", create=True)
     meta = b"Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.9\n"
-    one = layer(repo.root, {SITE + "sglang-0.5.9.dist-info/METADATA": meta, SITE + "sglang/__init__.py": b"v1",
-                            SITE + "sglang/a.py": b"a", SITE + "sglang/srt/b.py": b"b",
-                            SITE + "sglang/srt/c.py": b"c", "../escape.py": b"x"})
-    two = layer(repo.root, {SITE + "sglang/.wh.a.py": b"", SITE + "sglang/srt/.wh..wh..opq": b"",
-                            SITE + "sglang/srt/c.py": b"c2", SITE + "sglang/__init__.py": b"v2"}, compress=False)
+    one = layer(
+        repo.root,
+        {
+            SITE + "sglang-0.5.9.dist-info/METADATA": meta,
+            SITE + "sglang/__init__.py": b"v1",
+            SITE + "sglang/a.py": b"a",
+            SITE + "sglang/srt/b.py": b"b",
+            SITE + "sglang/srt/c.py": b"c",
+            "../escape.py": b"x",
+        },
+    )
+    two = layer(
+        repo.root,
+        {
+            SITE + "sglang/.wh.a.py": b"",
+            SITE + "sglang/srt/.wh..wh..opq": b"",
+            SITE + "sglang/srt/c.py": b"c2",
+            SITE + "sglang/__init__.py": b"v2",
+        },
+        compress=False,
+    )
     engine = get_engine("sglang")
     staged = L.read_layers(repo, [one, two], L.engine_filter(engine, lambda rel: True), tmp_path / "s")
     found = L.find_engine(staged, engine)
@@ -56,8 +73,10 @@ def test_whiteouts_opaque_folders_and_replacement(tmp_path):
 def test_an_image_without_the_engine_and_one_with_two(tmp_path):
     repo = LayoutRepository(tmp_path / "L", create=True)
     meta = b"Name: sglang\nVersion: 0.5.9\n"
-    two = layer(repo.root, {SITE + "sglang-0.5.9.dist-info/METADATA": meta,
-                            "opt/venv/lib/site-packages/sglang-0.5.9.dist-info/METADATA": meta})
+    two = layer(
+        repo.root,
+        {SITE + "sglang-0.5.9.dist-info/METADATA": meta, "opt/venv/lib/site-packages/sglang-0.5.9.dist-info/METADATA": meta},
+    )
     engine = get_engine("sglang")
     with pytest.raises(ImageContentError, match="2 places"):
         L.find_engine(L.read_layers(repo, [two], L.engine_filter(engine, lambda r: True), tmp_path / "a"), engine)

@@ -3,6 +3,7 @@
 `apply --image` (nothing pushed) as for `check …@image:` (nothing read as the engine's files). A
 layout's files are opened following no link and read only when regular: a FIFO where a blob or
 index.json belongs is exit 3, never a hang. Layouts are built here (support.oci), no tool."""
+
 from __future__ import annotations
 
 import os
@@ -42,8 +43,12 @@ def damage(layout: Path, layers: list[oci.BuiltLayer], which: int, where: str) -
 
 # Every byte of either layer, compressed or not: flips that gzip does not notice (its header's
 # mtime, the trailer a streamed tar never reaches, a stored file's bytes) were used on main.
-CASES = [(compress, which, where) for compress in (True, False) for which in (0, 1)
-         for where in ("first", "gzip-mtime", "middle", "near-end", "last")]
+CASES = [
+    (compress, which, where)
+    for compress in (True, False)
+    for which in (0, 1)
+    for where in ("first", "gzip-mtime", "middle", "near-end", "last")
+]
 
 
 @pytest.mark.parametrize("compress,which,where", CASES)
@@ -52,11 +57,11 @@ def test_a_layer_changed_in_place_is_refused_by_apply(tmp_path, compress, which,
     digest = damage(layout, layers, which, where)
     out = tmp_path / "out"
     # --dry-run pushes nothing, so no later check stands between the damaged bytes and their use.
-    dry = run_json("apply", "sglang", "--image", f"oci:{layout}:base", "--to", f"oci:{out}:p", "--store", str(store),
-                   "--dry-run", expect=3)
+    dry = run_json(
+        "apply", "sglang", "--image", f"oci:{layout}:base", "--to", f"oci:{out}:p", "--store", str(store), "--dry-run", expect=3
+    )
     assert digest in dry["error"]["message"] or "damaged" in dry["error"]["message"], dry["error"]
-    doc = run_json("apply", "sglang", "--image", f"oci:{layout}:base", "--to", f"oci:{out}:p", "--store", str(store),
-                   expect=3)
+    doc = run_json("apply", "sglang", "--image", f"oci:{layout}:base", "--to", f"oci:{out}:p", "--store", str(store), expect=3)
     assert doc["error"]["kind"] == "registry", doc["error"]
     assert digest in doc["error"]["message"] or "damaged" in doc["error"]["message"], doc["error"]
     assert not oci.tagged(out, "p")
@@ -82,8 +87,9 @@ def test_any_flipped_byte_of_a_tar_layer_is_caught(tmp_path_factory, data):
     oci.flip_byte(oci.blob_path(repo.root, built.digest), at)
     engine = get_engine("sglang")
     with pytest.raises(RegistryError) as info:
-        L.read_layers(repo, [Layer(built.digest, built.size, built.media_type)],
-                      L.engine_filter(engine, lambda rel: True), root / "staged")
+        L.read_layers(
+            repo, [Layer(built.digest, built.size, built.media_type)], L.engine_filter(engine, lambda rel: True), root / "staged"
+        )
     assert info.value.exit_code == 3
     assert built.digest in info.value.message or "damaged" in info.value.message
 
@@ -93,21 +99,32 @@ def test_a_layer_of_another_size_or_content_is_refused(tmp_path, change):
     layout, layers, store = build(tmp_path)
     path = oci.blob_path(layout, layers[0].digest)
     raw = path.read_bytes()
-    path.write_bytes({"appended": raw + b"\0" * 10, "truncated": raw[:-10],
-                      "replaced-same-size": oci.blob_path(layout, layers[1].digest).read_bytes().ljust(len(raw), b"\0")
-                      }[change])
-    doc = run_json("apply", "sglang", "--image", f"oci:{layout}:base", "--to", f"oci:{tmp_path / 'o'}:p",
-                   "--store", str(store), expect=3)
+    path.write_bytes(
+        {
+            "appended": raw + b"\0" * 10,
+            "truncated": raw[:-10],
+            "replaced-same-size": oci.blob_path(layout, layers[1].digest).read_bytes().ljust(len(raw), b"\0"),
+        }[change]
+    )
+    doc = run_json(
+        "apply", "sglang", "--image", f"oci:{layout}:base", "--to", f"oci:{tmp_path / 'o'}:p", "--store", str(store), expect=3
+    )
     assert layers[0].digest[:19] in doc["error"]["message"], doc["error"]
 
 
 # --- files of a layout that are not regular files -------------------------------------------------
 
+
 def _cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     """The command in its own process: one that hangs is killed at `timeout` (the test then fails)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    return subprocess.run([sys.executable, "-c", "from patchctl.cli.main import main; main()", *args, "--json"],
-                          capture_output=True, text=True, timeout=timeout, env=env)
+    return subprocess.run(
+        [sys.executable, "-c", "from patchctl.cli.main import main; main()", *args, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
 
 
 def _fifo(path: Path) -> None:
@@ -126,11 +143,11 @@ HOSTILE = {
     "index.json is a FIFO": lambda layout, layers: _fifo(layout / "index.json"),
     "the engine layer is a FIFO": lambda layout, layers: _fifo(oci.blob_path(layout, layers[0].digest)),
     "the top layer is a FIFO": lambda layout, layers: _fifo(oci.blob_path(layout, layers[1].digest)),
-    "the engine layer links to a copy outside": lambda layout, layers: _link_to_copy(
-        oci.blob_path(layout, layers[0].digest)),
+    "the engine layer links to a copy outside": lambda layout, layers: _link_to_copy(oci.blob_path(layout, layers[0].digest)),
     "blobs/sha256 is a link to a copy": lambda layout, layers: (
         os.rename(layout / "blobs" / "sha256", layout.parent / "elsewhere"),
-        (layout / "blobs" / "sha256").symlink_to(layout.parent / "elsewhere")),
+        (layout / "blobs" / "sha256").symlink_to(layout.parent / "elsewhere"),
+    ),
 }
 
 
@@ -140,8 +157,7 @@ def test_a_layout_file_that_is_not_a_regular_file_is_exit_3_without_a_hang(tmp_p
 
     layout, layers, store = build(tmp_path)
     HOSTILE[case](layout, layers)
-    proc = _cli("apply", "sglang", "--image", f"oci:{layout}:base", "--to", f"oci:{tmp_path / 'o'}:p",
-                "--store", str(store))
+    proc = _cli("apply", "sglang", "--image", f"oci:{layout}:base", "--to", f"oci:{tmp_path / 'o'}:p", "--store", str(store))
     doc = json.loads(proc.stdout)
     assert proc.returncode == 3, doc
     message = doc["error"]["message"]
@@ -150,6 +166,7 @@ def test_a_layout_file_that_is_not_a_regular_file_is_exit_3_without_a_hang(tmp_p
 
 
 # --- a registry's blob in the download cache -------------------------------------------------------
+
 
 @pytest.mark.network
 @pytest.mark.parametrize("where", ["first", "gzip-mtime", "middle", "near-end", "last"])

@@ -4,6 +4,7 @@ auth, and the registry gets the token), Basic auth, a refused login named withou
 and nothing sent over plain HTTP. The registry is the test server on 127.0.0.1 with TLS from a
 certificate made here (a loopback registry is plain HTTP to RegistryRepository, so these drive
 distribution.Registry itself)."""
+
 from __future__ import annotations
 
 import base64
@@ -30,9 +31,28 @@ PASSWORD = "s3cret-Pa55"
 def tls(tmp_path_factory) -> Path:
     openssl = shutil.which("openssl") or pytest.skip("openssl makes the test certificate")
     folder = tmp_path_factory.mktemp("tls")
-    subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(folder / "key.pem"),
-                    "-out", str(folder / "cert.pem"), "-days", "1", "-subj", "/CN=127.0.0.1",
-                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+    subprocess.run(
+        [
+            openssl,
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            str(folder / "key.pem"),
+            "-out",
+            str(folder / "cert.pem"),
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+    )
     return folder
 
 
@@ -78,13 +98,18 @@ class Fake:
 
 def registry(fake: Fake, password: str, plain: bool = False) -> Registry:
     creds = Credentials("ci", password, Path("/home/ci/auth.json"))
-    return Registry(f"127.0.0.1:{fake.server.port}", "team/app", "reg/team/app", plain=plain, creds=creds,
-                    unauthorized=("refused the login of ci from /home/ci/auth.json", "log in again"))
+    return Registry(
+        f"127.0.0.1:{fake.server.port}",
+        "team/app",
+        "reg/team/app",
+        plain=plain,
+        creds=creds,
+        unauthorized=("refused the login of ci from /home/ci/auth.json", "log in again"),
+    )
 
 
 def manifest(api: Registry) -> bytes:
-    answer = api.request("manifest 1", "GET", "manifests/1", Deadline("manifest", "", 10),
-                         headers={"Accept": MANIFEST_TYPES})
+    answer = api.request("manifest 1", "GET", "manifests/1", Deadline("manifest", "", 10), headers={"Accept": MANIFEST_TYPES})
     return api.read("manifest 1", answer, 1 << 20)
 
 
@@ -97,8 +122,7 @@ def test_a_bearer_login_sends_the_password_to_the_token_service_only(trusted):
         assert manifest(registry(fake, PASSWORD)) == MANIFEST
     assert fake.token_query == {"service": ["test-registry"], "scope": ["repository:team/app:pull,push"]}
     basic = "Basic " + base64.b64encode(f"ci:{PASSWORD}".encode()).decode()
-    assert fake.seen == [("/v2/team/app/manifests/1", None), ("/token", basic),
-                         ("/v2/team/app/manifests/1", "Bearer t0k3n")]
+    assert fake.seen == [("/v2/team/app/manifests/1", None), ("/token", basic), ("/v2/team/app/manifests/1", "Bearer t0k3n")]
 
 
 def test_basic_auth_when_the_registry_asks_for_it(trusted):

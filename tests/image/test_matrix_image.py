@@ -1,6 +1,7 @@
 """`matrix --image REF`: an image is checked beside the releases, for the engine whose tree it holds,
 against a real registry and an image built here. The outcomes are the ones of the release the image
 holds, and the digest and patch-set fingerprint are what skopeo (not patchctl) reads from the registry."""
+
 from __future__ import annotations
 
 import json
@@ -27,8 +28,25 @@ def test_images_are_checked_beside_the_releases(registry, sglang_image, tmp_path
     run_json("apply", "sglang", "--image", sglang_image, "--to", patched, "--store", store, expect=0)
     out = tmp_path / "m.yaml"
     md = tmp_path / "m.md"
-    doc = run_json("matrix", "--engine", "sglang", "--version", SGLANG, "--no-nightly", "--store", store,
-                   "--image", sglang_image, "--image", patched, "-o", str(out), "--markdown", str(md), expect=0)
+    doc = run_json(
+        "matrix",
+        "--engine",
+        "sglang",
+        "--version",
+        SGLANG,
+        "--no-nightly",
+        "--store",
+        store,
+        "--image",
+        sglang_image,
+        "--image",
+        patched,
+        "-o",
+        str(out),
+        "--markdown",
+        str(md),
+        expect=0,
+    )
     assert "images_failed" not in doc
     matrix = load(out)  # the written document passes the schema
     data = matrix["engines"]["sglang"]
@@ -37,8 +55,9 @@ def test_images_are_checked_beside_the_releases(registry, sglang_image, tmp_path
 
     # The unpatched image is the release it holds: the same outcome and variant in every cell.
     assert base["version"] == SGLANG
-    assert {n: (c["outcome"], c["variant"]) for n, c in base["patches"].items()} == \
-        {n: (c["outcome"], c["variant"]) for n, c in release.items()}
+    assert {n: (c["outcome"], c["variant"]) for n, c in base["patches"].items()} == {
+        n: (c["outcome"], c["variant"]) for n, c in release.items()
+    }
     assert base["digest"] == inspect(sglang_image)["Digest"]
     assert [p["patch_set"] for p in base["platforms"]] == [None]
     assert [p["state"] for p in base["platforms"]] == ["not-applied"]
@@ -61,15 +80,29 @@ def test_an_image_that_cannot_be_read_is_a_failed_column(registry, tmp_path):
     store = str(default_store_dir())
     missing = f"{registry}/test/nothing:here"
     out = tmp_path / "m.yaml"
-    doc = run_json("matrix", "--engine", "sglang", "--version", SGLANG, "--no-nightly", "--store", store,
-                   "--image", missing, "-o", str(out), expect=1)
+    doc = run_json(
+        "matrix",
+        "--engine",
+        "sglang",
+        "--version",
+        SGLANG,
+        "--no-nightly",
+        "--store",
+        store,
+        "--image",
+        missing,
+        "-o",
+        str(out),
+        expect=1,
+    )
     assert doc["images_failed"] == [f"sglang {missing}"]
     column = load(out)["engines"]["sglang"]["images"][missing]
     assert column["error"] and column["patches"] == {}
 
 
 def test_a_malformed_image_reference_is_exit_2(tmp_path):
-    doc = run_json("matrix", "--engine", "sglang", "--no-nightly", "--image", "Bad Ref!", "-o",
-                   str(tmp_path / "m.yaml"), expect=2)
+    doc = run_json(
+        "matrix", "--engine", "sglang", "--no-nightly", "--image", "Bad Ref!", "-o", str(tmp_path / "m.yaml"), expect=2
+    )
     assert doc["error"]["kind"] == "image-reference"
     assert not (tmp_path / "m.yaml").exists()

@@ -12,6 +12,7 @@ No GPU is needed (ptxas ships with triton). Exit 3 when this triton cannot
 compile for CUDA here. Run without TRITON_INTERPRET (the interpreter switch is
 read while compiling).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -38,9 +39,10 @@ def main() -> int:
         # (kernel, cache dtype or None for the activation dtype ("nope": the same, rope-free),
         # extra constexprs). Rope-free MLA (GLM-5.3-Flash, D = 512) compiles stage 1 without
         # the rope part (HAS_PE=False).
-        kernels = [(kmod._sparse_mla_stage1, None, dict(PE_MASKED=False, HAS_PE=True, KV_FP8=False, DOT_F32=False)),
-                   (kmod._sparse_mla_stage1, "nope", dict(PE_MASKED=True, HAS_PE=False, KV_FP8=False,
-                                                           DOT_F32=False, DPE=16))]
+        kernels = [
+            (kmod._sparse_mla_stage1, None, dict(PE_MASKED=False, HAS_PE=True, KV_FP8=False, DOT_F32=False)),
+            (kmod._sparse_mla_stage1, "nope", dict(PE_MASKED=True, HAS_PE=False, KV_FP8=False, DOT_F32=False, DPE=16)),
+        ]
         # The shipped kernel's fp8 16-bit-word stage 1 (v9) runs with 16-head blocks only;
         # kernels/sparse_mla/next/ has none (its 8-bit kernel has configs of its own, below).
         if c.block_h <= 16 and hasattr(kmod, "_sparse_mla_stage1_fp8_words"):
@@ -49,10 +51,15 @@ def main() -> int:
         fp8 = kmod._fp8
         # The 8-bit kernel: per-tensor e4m3 and fp8_ds_mla, each with and without rope.
         c = fp8.FP8_CONFIGS[name]
-        kernels = [(fp8._sparse_mla_stage1_8bit, f"u8:{tag}", dict(HAS_PE=pe, DS_MLA=ds, DPE=64 if pe else 16,
-                                                                  PV_RELOAD=c.pv_reload))
-                   for tag, pe, ds in (("e4m3", True, False), ("e4m3-nope", False, False),
-                                       ("ds_mla", True, True), ("ds_mla-nope", False, True))]
+        kernels = [
+            (fp8._sparse_mla_stage1_8bit, f"u8:{tag}", dict(HAS_PE=pe, DS_MLA=ds, DPE=64 if pe else 16, PV_RELOAD=c.pv_reload))
+            for tag, pe, ds in (
+                ("e4m3", True, False),
+                ("e4m3-nope", False, False),
+                ("ds_mla", True, True),
+                ("ds_mla-nope", False, True),
+            )
+        ]
     else:
         print(f"{name} is not a launch config of {kernel_file}", file=sys.stderr)
         return 2
@@ -60,17 +67,42 @@ def main() -> int:
     for fn, kv_dtype, extra in kernels:
         for dtype in ("bf16", "fp16"):
             for final in (False, True):
-                consts = dict(PAGE=64, FLAT_KV=True, stride_kvd=1, stride_qd=1, stride_od=1, stride_ik=1,
-                              DV=512, DPE=64, BLOCK_H=c.block_h, BLOCK_N=c.block_n, IS_FINAL=final,
-                              WRITE_LSE=True)
+                consts = dict(
+                    PAGE=64,
+                    FLAT_KV=True,
+                    stride_kvd=1,
+                    stride_qd=1,
+                    stride_od=1,
+                    stride_ik=1,
+                    DV=512,
+                    DPE=64,
+                    BLOCK_H=c.block_h,
+                    BLOCK_N=c.block_n,
+                    IS_FINAL=final,
+                    WRITE_LSE=True,
+                )
                 consts.update(extra)
-                cache = "u8" if kv_dtype and kv_dtype.startswith("u8") else (
-                    kv_dtype if kv_dtype not in (None, "nope") else dtype)
-                pointers = {"Q": f"*{dtype}", "KV": f"*{cache}", "IDX": "*i32",
-                            "O": f"*{dtype}" if final else "*fp32", "LSE": "*fp32"}
+                cache = (
+                    "u8" if kv_dtype and kv_dtype.startswith("u8") else (kv_dtype if kv_dtype not in (None, "nope") else dtype)
+                )
+                pointers = {
+                    "Q": f"*{dtype}",
+                    "KV": f"*{cache}",
+                    "IDX": "*i32",
+                    "O": f"*{dtype}" if final else "*fp32",
+                    "LSE": "*fp32",
+                }
                 # 16-byte aligned pointers and strides, as the launcher specialises them at run time
-                aligned = set(pointers) | {"stride_kvb", "stride_kvs", "stride_qt", "stride_qh", "stride_ot",
-                                           "stride_oh", "stride_os", "stride_it"}
+                aligned = set(pointers) | {
+                    "stride_kvb",
+                    "stride_kvs",
+                    "stride_qt",
+                    "stride_qh",
+                    "stride_ot",
+                    "stride_oh",
+                    "stride_os",
+                    "stride_it",
+                }
                 sig = {}
                 for n in fn.arg_names:
                     if n in pointers:
@@ -82,15 +114,17 @@ def main() -> int:
                 attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if n in aligned}
                 src = ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
                 try:
-                    compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32),
-                                              options=dict(num_warps=c.num_warps, num_stages=c.num_stages))
+                    compiled = triton.compile(
+                        src, target=GPUTarget("cuda", arch, 32), options=dict(num_warps=c.num_warps, num_stages=c.num_stages)
+                    )
                 except RuntimeError as e:  # e.g. no ptxas that knows this architecture
                     print(f"compile for sm_{arch} failed: {str(e)[:200]}")
                     return 3
                 kv = f"{kv_dtype}/" if kv_dtype else ""
                 if dump:  # the TTGIR, to see which loads the pipeliner staged (async copies)
                     Path(dump, f"{name}-{kv.replace('/', '').replace(':', '_')}-{dtype}-{final}.ttgir").write_text(
-                        compiled.asm["ttgir"])
+                        compiled.asm["ttgir"]
+                    )
                 sizes[f"{kv}{dtype}/{'final' if final else 'split'}"] = compiled.metadata.shared
     print(json.dumps(sizes))
     return 0

@@ -3,6 +3,7 @@ layout of vLLM's ``concat_and_cache_ds_mla``: per token the e4m3 latent, 512 byt
 128-value tile divided by its scale max|x| / 448, the 4 fp32 tile scales, then the rope part
 in the activations' 16-bit dtype, none for the rope-free variant); the reader here is written independently of the
 benchmark's dequantisation, which test_bench_plan.py checks against it."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -24,10 +25,10 @@ def read_ds_mla(cache: torch.Tensor, rope: int, rope_dtype: torch.dtype = torch.
     lead = cache.shape[:-1]
     lat = cache[..., :LATENT].contiguous().view(torch.float8_e4m3fn).float().reshape(*lead, LATENT // TILE, TILE)
     nsc = 4 * (LATENT // TILE)
-    scale = cache[..., LATENT:LATENT + nsc].contiguous().view(torch.float32)
+    scale = cache[..., LATENT : LATENT + nsc].contiguous().view(torch.float32)
     out = [(lat * scale[..., None]).reshape(*lead, LATENT)]
     if rope:
-        out.append(cache[..., LATENT + nsc:].contiguous().view(rope_dtype).float())
+        out.append(cache[..., LATENT + nsc :].contiguous().view(rope_dtype).float())
     return torch.cat(out, -1)
 
 

@@ -7,6 +7,7 @@ SPARSE_MLA_NEXT_KERNEL points them at another file (a mutation check; or, once n
 promoted, nothing: the tests then move to the shipped file). Import test_sparse_mla first:
 it sets TRITON_INTERPRET on a machine without CUDA, which triton reads at import.
 """
+
 from __future__ import annotations
 
 import functools
@@ -15,8 +16,7 @@ import os
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-NEXT_KERNEL = Path(os.environ.get("SPARSE_MLA_NEXT_KERNEL") or
-                   ROOT / "kernels" / "sparse_mla" / "next" / "triton_sparse_mla.py")
+NEXT_KERNEL = Path(os.environ.get("SPARSE_MLA_NEXT_KERNEL") or ROOT / "kernels" / "sparse_mla" / "next" / "triton_sparse_mla.py")
 
 
 @functools.cache
@@ -32,5 +32,6 @@ def load():
 def fp8_cfg(name):
     """Launch parameters of a named config of next/'s 8-bit kernel (its split count left to the caller)."""
     c = load()._fp8.FP8_CONFIGS[name]
-    return dict(block_h=c.block_h, block_n=c.block_n, num_warps=c.num_warps, num_stages=c.num_stages,
-                pv_reload=c.pv_reload, num_splits=4)
+    return dict(
+        block_h=c.block_h, block_n=c.block_n, num_warps=c.num_warps, num_stages=c.num_stages, pv_reload=c.pv_reload, num_splits=4
+    )

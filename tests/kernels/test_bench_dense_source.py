@@ -16,15 +16,20 @@ from support.index_server import IndexServer
 # TRITON_INTERPRET=1 for its CPU run, would leave that run compiling for a GPU.
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("torch") is None or importlib.util.find_spec("triton") is None,
-    reason="bench_decode.py imports torch and triton (the benchmark runs in a subprocess)")
+    reason="bench_decode.py imports torch and triton (the benchmark runs in a subprocess)",
+)
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "sparse_mla" / "bench_decode.py"
 MEMBER = "vllm/v1/attention/ops/triton_decode_attention.py"
 
 
 def fetch(index_url: str, version: str, dest: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(BENCH), "--fetch-dense", str(dest), "--dense-version", version,
-                           "--index-url", index_url], capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, str(BENCH), "--fetch-dense", str(dest), "--dense-version", version, "--index-url", index_url],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_fetch_dense_reads_the_release_member(tmp_path, fresh_cache):

@@ -27,8 +27,7 @@ plan_mod = _load("bench_plan")
 
 # (kv, rope) -> bytes of one cache row at 2-byte activations, from the formats' definitions:
 # bf16 two bytes a value; e4m3 one; fp8_ds_mla 512 e4m3 + 4 fp32 scales + the rope in bf16.
-ROW = {("bf16", 64): 1152, ("bf16", 0): 1024, ("fp8", 64): 576, ("fp8", 0): 512,
-       ("fp8_ds_mla", 64): 656, ("fp8_ds_mla", 0): 528}
+ROW = {("bf16", 64): 1152, ("bf16", 0): 1024, ("fp8", 64): 576, ("fp8", 0): 512, ("fp8_ds_mla", 64): 656, ("fp8_ds_mla", 0): 528}
 
 
 @pytest.mark.parametrize("kv,rope", sorted(ROW))
@@ -75,14 +74,17 @@ def test_bad_arguments_exit_2_naming_the_flag(case, capsys):
     assert needle in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv,limits,kv,dtypes", [
-    ([], "device", ["bf16"], ["bf16"]),
-    (["--sm120-limits"], "sm120", ["bf16"], ["bf16"]),
-    (["--limits", "sm120", "--kv", "fp8,fp8_ds_mla"], "sm120", ["fp8", "fp8_ds_mla"], ["bf16"]),
-    (["--dtypes", "fp8"], "device", ["fp8"], ["bf16"]),  # the old spelling of an fp8 cache
-    (["--dtypes", "fp16,fp8", "--kv", "bf16"], "device", ["bf16", "fp8"], ["fp16"]),
-    (["--kv", "fp8_ds_mla", "--dtypes", "fp16,bf16"], "device", ["fp8_ds_mla"], ["fp16", "bf16"]),
-])
+@pytest.mark.parametrize(
+    "argv,limits,kv,dtypes",
+    [
+        ([], "device", ["bf16"], ["bf16"]),
+        (["--sm120-limits"], "sm120", ["bf16"], ["bf16"]),
+        (["--limits", "sm120", "--kv", "fp8,fp8_ds_mla"], "sm120", ["fp8", "fp8_ds_mla"], ["bf16"]),
+        (["--dtypes", "fp8"], "device", ["fp8"], ["bf16"]),  # the old spelling of an fp8 cache
+        (["--dtypes", "fp16,fp8", "--kv", "bf16"], "device", ["bf16", "fp8"], ["fp16"]),
+        (["--kv", "fp8_ds_mla", "--dtypes", "fp16,bf16"], "device", ["fp8_ds_mla"], ["fp16", "bf16"]),
+    ],
+)
 def test_arguments(argv, limits, kv, dtypes):
     a = plan_mod.parse_args(argv)
     assert (a.limits, a.kv, a.act_dtypes) == (limits, kv, dtypes)
@@ -90,16 +92,33 @@ def test_arguments(argv, limits, kv, dtypes):
 
 def test_plan_runs_without_a_gpu():
     """The script itself (imports, argument wiring, --plan) on this CPU-only machine."""
-    p = subprocess.run([sys.executable, str(BENCH), "--plan", "--kv", "bf16,fp8,fp8_ds_mla", "--rope", "0",
-                        "--heads", "8", "--batches", "1,128", "--l2-mib", "128", "--sm120-limits"],
-                       capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH),
+            "--plan",
+            "--kv",
+            "bf16,fp8,fp8_ds_mla",
+            "--rope",
+            "0",
+            "--heads",
+            "8",
+            "--batches",
+            "1,128",
+            "--l2-mib",
+            "128",
+            "--sm120-limits",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     doc = json.loads(p.stdout)
     assert doc["limits"] == "sm120" and doc["l2_bytes"] == 128 * 2**20
     got = {(q["kv"], q["B"]): q["row_bytes"] for q in doc["points"]}
     assert got == {(kv, b): ROW[(kv, 0)] for kv in plan_mod.KV_FORMATS for b in (1, 128)}
-    bad = subprocess.run([sys.executable, str(BENCH), "--plan", "--kv", "int4"], capture_output=True, text=True,
-                         timeout=300)
+    bad = subprocess.run([sys.executable, str(BENCH), "--plan", "--kv", "int4"], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "--kv" in bad.stderr and "Traceback" not in bad.stderr
 
 
@@ -123,10 +142,13 @@ def test_peer_matches_float64_reference(kv, rope, seed):
     B, H, topk, page, d = 3, 4, 40, 16, 512 + rope
     cache, kw = peer.make_cache(kv, 12, page, rope, torch.bfloat16, "cpu")
     flat = cache.reshape(-1, cache.shape[-1])
-    vals = {"bf16": lambda: flat.double(), "fp8": lambda: flat.double() * kw["kv_scale"],
-            "fp8_ds_mla": lambda: read_ds_mla(flat, rope, torch.bfloat16).double()}[kv]()
+    vals = {
+        "bf16": lambda: flat.double(),
+        "fp8": lambda: flat.double() * kw["kv_scale"],
+        "fp8_ds_mla": lambda: read_ds_mla(flat, rope, torch.bfloat16).double(),
+    }[kv]()
     assert vals.shape[-1] == d
-    idx = torch.randperm(flat.shape[0], generator=g)[:B * topk].view(B, topk).to(torch.int32)
+    idx = torch.randperm(flat.shape[0], generator=g)[: B * topk].view(B, topk).to(torch.int32)
     idx[1, 5:] = -1
     idx[2] = -1
     q = torch.randn(B, H, d, generator=g).to(torch.bfloat16)

@@ -24,14 +24,15 @@ def run_script(tmp_path, **env_extra):
     stubs = tmp_path / "bin"
     stubs.mkdir()
     log = tmp_path / "calls.jsonl"
-    record = ("import json, os, sys; open(os.environ['RECHECK_LOG'], 'a').write(json.dumps("
-              "dict(argv=sys.argv[1:], next=os.environ.get('SPARSE_MLA_NEXT_KERNEL'))) + '\\n')")
-    (stubs / "python").write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -c {shlex.quote(record)} \"$@\"\n")
+    record = (
+        "import json, os, sys; open(os.environ['RECHECK_LOG'], 'a').write(json.dumps("
+        "dict(argv=sys.argv[1:], next=os.environ.get('SPARSE_MLA_NEXT_KERNEL'))) + '\\n')"
+    )
+    (stubs / "python").write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -c {shlex.quote(record)} "$@"\n')
     (stubs / "nvidia-smi").write_text("#!/bin/sh\necho stub\n")
     for f in stubs.iterdir():
         f.chmod(0o755)
-    env = dict(os.environ, PATH=f"{stubs}:{os.environ['PATH']}", OUT=str(tmp_path / "out"), RECHECK_LOG=str(log),
-               **env_extra)
+    env = dict(os.environ, PATH=f"{stubs}:{os.environ['PATH']}", OUT=str(tmp_path / "out"), RECHECK_LOG=str(log), **env_extra)
     for k in ("AFTER", "BEFORE"):
         if k not in env_extra:
             env.pop(k, None)
@@ -68,9 +69,26 @@ def test_the_test_step_collects_next_8bit_and_ds_mla_tests(tmp_path):
     argv = next(c["argv"] for c in calls if c["argv"][:2] == ["-m", "pytest"])
     files = [a for a in argv if a.startswith("tests/")]
     expr = argv[argv.index("-k") + 1]
-    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:randomly",
-                           "-p", "no:cacheprovider", *files, "-k", expr],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            "-p",
+            "no:randomly",
+            "-p",
+            "no:cacheprovider",
+            *files,
+            "-k",
+            expr,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     ids = [line for line in proc.stdout.splitlines() if "::" in line]
     assert any("test_sparse_mla_ds.py::test_ds_mla_glm5_shapes" in i for i in ids)

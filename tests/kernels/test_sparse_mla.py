@@ -45,8 +45,9 @@ if not HAS_CUDA:
 triton = pytest.importorskip("triton", reason="triton is not importable: sparse MLA kernel tests need it")
 
 # SPARSE_MLA_KERNEL lets a mutation check point the tests at a deliberately broken copy.
-_KERNEL = Path(os.environ.get("SPARSE_MLA_KERNEL") or
-               Path(__file__).resolve().parents[2] / "kernels" / "sparse_mla" / "triton_sparse_mla.py")
+_KERNEL = Path(
+    os.environ.get("SPARSE_MLA_KERNEL") or Path(__file__).resolve().parents[2] / "kernels" / "sparse_mla" / "triton_sparse_mla.py"
+)
 
 
 def _load_kernel():
@@ -69,8 +70,21 @@ gpu = pytest.mark.skipif(not HAS_CUDA, reason="full GLM-5 shapes need a CUDA GPU
 
 
 # ---------------------------------------------------------------- helpers
-def make_inputs(T, H, topk, dtype, *, block_size=16, n_blocks=None, seed=None, valid_counts=None,
-                mid_padding=False, empty_rows=(), kv_dtype=None, rope=ROPE):
+def make_inputs(
+    T,
+    H,
+    topk,
+    dtype,
+    *,
+    block_size=16,
+    n_blocks=None,
+    seed=None,
+    valid_counts=None,
+    mid_padding=False,
+    empty_rows=(),
+    kv_dtype=None,
+    rope=ROPE,
+):
     """Random q / paged kv cache / top-k indices; rows DV + rope wide (rope 0: rope-free MLA).
 
     valid_counts[t] valid (unique) slots per row; the rest is -1. With
@@ -169,12 +183,12 @@ CFGS = {"auto": None, "nosplit": {"num_splits": 1}, "split": {"num_splits": 64}}
 # ---------------------------------------------------------------- small (CPU interpreter or GPU)
 # heads 64 skips "auto" (on CPU it is the split path again) to keep the CPU run short.
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
-@pytest.mark.parametrize("heads,mode", [(8, m) for m in CFGS] + [(64, "nosplit"), (64, "split")] +
-                         ([(64, "auto")] if HAS_CUDA else []))
+@pytest.mark.parametrize(
+    "heads,mode", [(8, m) for m in CFGS] + [(64, "nosplit"), (64, "split")] + ([(64, "auto")] if HAS_CUDA else [])
+)
 def test_ragged_padded_matches_reference(dtype, heads, mode):
     T, topk = 4, 136  # topk not a multiple of the 32/64-row tiles
-    q, kv, idx, _ = make_inputs(T, heads, topk, dtype, valid_counts=[136, 1, 77, 0], empty_rows=(3,),
-                                mid_padding=True)
+    q, kv, idx, _ = make_inputs(T, heads, topk, dtype, valid_counts=[136, 1, 77, 0], empty_rows=(3,), mid_padding=True)
     idx[0, 5] = -1  # a hole in an otherwise full row
     sm_scale = 1.0 / (D**0.5)
     out = torch.empty(T, heads, DV, dtype=dtype, device=DEV)
@@ -192,21 +206,20 @@ def test_noncontiguous_out_and_q(dtype):
     q0, kv, idx, _ = make_inputs(T, H, topk, dtype)
     # q as a strided view (heads interleaved with other data)
     qbig = torch.randn(T, 2 * H, D + 8, device=DEV).to(dtype)
-    q = qbig[:, 1::2, 4:4 + D]
+    q = qbig[:, 1::2, 4 : 4 + D]
     q.copy_(q0)
     # out: heads-major slice of a larger buffer with a stride-2 last dim
     big = torch.full((H + 2, T, 2 * DV), float("nan"), dtype=dtype, device=DEV)
-    out = big[1:H + 1, :, ::2].transpose(0, 1)
+    out = big[1 : H + 1, :, ::2].transpose(0, 1)
     assert not out.is_contiguous()
     for mode in ("nosplit", "split"):
         big.fill_(7.0)  # sentinel outside the view
-        o, lse = sparse_mla_attention(q, kv, idx, 0.1, DV, out=out.fill_(float("nan")), return_lse=True,
-                                      _config=CFGS[mode])
+        o, lse = sparse_mla_attention(q, kv, idx, 0.1, DV, out=out.fill_(float("nan")), return_lse=True, _config=CFGS[mode])
         ref, ref_lse = reference(q, kv, idx, 0.1)
         assert_close(o, ref, dtype, mode)
         assert_lse(lse, ref_lse, mode)
         assert torch.all(big[0] == 7.0) and torch.all(big[H + 1] == 7.0), "wrote outside the out view"
-        assert torch.all(big[1:H + 1, :, 1::2] == 7.0), "wrote into the gaps of the out view"
+        assert torch.all(big[1 : H + 1, :, 1::2] == 7.0), "wrote into the gaps of the out view"
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
@@ -293,9 +306,17 @@ def test_fp8_kv_cache_word_kernel(dtype, gapped):
     16-bit words (even/odd dims as separate fp16 dots) -- ragged rows, holes, an empty
     row, split and single-kernel paths, and a cache whose blocks are not adjacent."""
     T, H, topk, bs = 9, 8, 80, 16
-    q, kv0, idx, kv_scale = make_inputs(T, H, topk, dtype, block_size=bs, kv_dtype=torch.float8_e4m3fn,
-                                        valid_counts=[80, 1, 33, 0, 80, 79, 2, 64, 40], empty_rows=(3,),
-                                        mid_padding=True)
+    q, kv0, idx, kv_scale = make_inputs(
+        T,
+        H,
+        topk,
+        dtype,
+        block_size=bs,
+        kv_dtype=torch.float8_e4m3fn,
+        valid_counts=[80, 1, 33, 0, 80, 79, 2, 64, 40],
+        empty_rows=(3,),
+        mid_padding=True,
+    )
     kv = kv0
     if gapped:
         big = torch.zeros((kv0.shape[0], bs + 2, D), dtype=kv0.dtype, device=DEV)
@@ -356,8 +377,17 @@ def test_glm5_full_shapes(dtype, heads, T):
     counts = torch.randint(1, GLM5_TOPK + 1, (T,), generator=g).tolist()
     counts[0] = GLM5_TOPK
     empty = (T - 1,) if T > 1 else ()
-    q, kv, idx, _ = make_inputs(T, heads, GLM5_TOPK, dtype, block_size=64, n_blocks=T * 40 + 64,
-                                valid_counts=counts, mid_padding=(T % 2 == 1), empty_rows=empty)
+    q, kv, idx, _ = make_inputs(
+        T,
+        heads,
+        GLM5_TOPK,
+        dtype,
+        block_size=64,
+        n_blocks=T * 40 + 64,
+        valid_counts=counts,
+        mid_padding=(T % 2 == 1),
+        empty_rows=empty,
+    )
     sm_scale = 1.0 / (D**0.5)
     # out is a slice of a larger buffer (e.g. a [T, H, 2*DV] workspace)
     big = torch.empty(T, heads, 2 * DV, dtype=dtype, device=DEV)
@@ -369,8 +399,9 @@ def test_glm5_full_shapes(dtype, heads, T):
         assert_close(o, ref, dtype, f"T={T} H={heads} {mode}")
         assert_lse(lse, ref_lse, mode)
     # reuse: same out, new inputs with shorter/empty rows, no poisoning
-    q2, kv2, idx2, _ = make_inputs(T, heads, GLM5_TOPK, dtype, block_size=64, n_blocks=T * 40 + 64,
-                                   valid_counts=[c // 3 for c in counts], empty_rows=(0,))
+    q2, kv2, idx2, _ = make_inputs(
+        T, heads, GLM5_TOPK, dtype, block_size=64, n_blocks=T * 40 + 64, valid_counts=[c // 3 for c in counts], empty_rows=(0,)
+    )
     o2 = sparse_mla_attention(q2, kv2, idx2, sm_scale, DV, out=out)
     assert_close(o2, reference(q2, kv2, idx2, sm_scale)[0], dtype, "reuse")
     assert torch.all(o2[0] == 0)
@@ -382,8 +413,17 @@ def test_glm5_full_shapes(dtype, heads, T):
 @pytest.mark.parametrize("heads", [8, 64])
 def test_glm5_fp8_full_shapes(heads):
     T, dtype = 33, torch.bfloat16
-    q, kv, idx, kv_scale = make_inputs(T, heads, GLM5_TOPK, dtype, block_size=64, n_blocks=T * 40 + 64,
-                                       kv_dtype=torch.float8_e4m3fn, mid_padding=True, empty_rows=(5,))
+    q, kv, idx, kv_scale = make_inputs(
+        T,
+        heads,
+        GLM5_TOPK,
+        dtype,
+        block_size=64,
+        n_blocks=T * 40 + 64,
+        kv_dtype=torch.float8_e4m3fn,
+        mid_padding=True,
+        empty_rows=(5,),
+    )
     o, lse = run(q, kv, idx, 0.04, out=torch.empty(T, heads, DV, dtype=dtype, device=DEV), kv_scale=kv_scale)
     ref, ref_lse = reference(q, kv, idx, 0.04, kv_scale=kv_scale)
     assert_close(o, ref, dtype, "fp8")
@@ -402,8 +442,7 @@ def test_cuda_graph_capture():
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         sparse_mla_attention(q, kv, idx, 0.05, DV, out=out)
-    q2, kv2, idx2, _ = make_inputs(T, H, GLM5_TOPK, dtype, block_size=64, n_blocks=T * 40 + 64,
-                                   empty_rows=(2,))
+    q2, kv2, idx2, _ = make_inputs(T, H, GLM5_TOPK, dtype, block_size=64, n_blocks=T * 40 + 64, empty_rows=(2,))
     q.copy_(q2)
     kv.copy_(kv2)
     idx.copy_(idx2)
@@ -421,9 +460,17 @@ def test_every_named_config(name, heads):
     """Every launch configuration the defaults or the benchmark sweep can pick, on
     ragged rows with holes and an empty row, with its own split rule and one split."""
     T, dtype = 6, torch.bfloat16
-    q, kv, idx, _ = make_inputs(T, heads, GLM5_TOPK, dtype, block_size=64, n_blocks=T * 40 + 64,
-                                valid_counts=[GLM5_TOPK, 1, 700, 2047, 33, 0], mid_padding=True,
-                                empty_rows=(5,))
+    q, kv, idx, _ = make_inputs(
+        T,
+        heads,
+        GLM5_TOPK,
+        dtype,
+        block_size=64,
+        n_blocks=T * 40 + 64,
+        valid_counts=[GLM5_TOPK, 1, 700, 2047, 33, 0],
+        mid_padding=True,
+        empty_rows=(5,),
+    )
     ref, ref_lse = reference(q, kv, idx, 0.04)
     cfg = kmod._config_dict(name, T, heads, GLM5_TOPK, q.device)
     for c in (cfg, dict(cfg, num_splits=1)):
@@ -460,20 +507,26 @@ def test_large_head_blocks_only_where_they_fit():
         for heads in (32, 64):
             assert kmod._pick_config(rows, heads, GLM5_TOPK, SM120)["block_h"] == 16
     # Fewer programs per SM where an SM has less shared memory: fewer splits.
-    assert (kmod._pick_config(32, 8, GLM5_TOPK, SM120)["num_splits"]
-            < kmod._pick_config(32, 8, GLM5_TOPK, H200)["num_splits"])
+    assert kmod._pick_config(32, 8, GLM5_TOPK, SM120)["num_splits"] < kmod._pick_config(32, 8, GLM5_TOPK, H200)["num_splits"]
 
 
-@pytest.mark.parametrize("name", sorted({kmod._pick_config(r, h, GLM5_TOPK, SM120)["name"]
-                                         for r in ROWS for h in (8, 32, 64)} | set(kmod._SMALL_FALLBACKS)))
+@pytest.mark.parametrize(
+    "name",
+    sorted({kmod._pick_config(r, h, GLM5_TOPK, SM120)["name"] for r in ROWS for h in (8, 32, 64)} | set(kmod._SMALL_FALLBACKS)),
+)
 def test_sm120_configs_compile_within_99kb(name):
     """What the SM120 choice relies on, checked with the compiler: each config it
     can pick compiles for sm_120 within 99 KB and within its recorded size.
     (A separate process: the interpreter switch, set for this module on CPU, is
     also read while compiling.)"""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, str(Path(__file__).with_name("compile_sizes.py")), str(_KERNEL), name, "120"],
-                          capture_output=True, text=True, env=env, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("compile_sizes.py")), str(_KERNEL), name, "120"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     if proc.returncode == 3:  # the script's "cannot compile for this target here"
         pytest.skip(f"cannot compile for sm_120 here: {proc.stdout.strip()[-200:]}")
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -496,7 +549,7 @@ def test_rope_free_matches_reference(dtype, heads, mode):
     T = 5
     q, kv, idx, _ = make_inputs(T, heads, 96, dtype, rope=0, mid_padding=True, empty_rows=(3,))
     assert q.shape[-1] == DV and kv.shape[-1] == DV
-    sm_scale = 256 ** -0.5  # glm5_next: 1/sqrt(qk_nope_head_dim + qk_rope_head_dim)
+    sm_scale = 256**-0.5  # glm5_next: 1/sqrt(qk_nope_head_dim + qk_rope_head_dim)
     o, lse = run(q, kv, idx, sm_scale, out=torch.empty(T, heads, DV, dtype=dtype, device=DEV), cfg=CFGS[mode])
     ref, ref_lse = reference(q, kv, idx, sm_scale)
     assert_close(o, ref, dtype, f"rope-free H={heads} {mode}")
@@ -529,9 +582,19 @@ def test_rope_free_full_shapes(dtype, heads, T):
     counts = torch.randint(1, GLM5_TOPK + 1, (T,), generator=g).tolist()
     counts[0] = GLM5_TOPK
     empty = (T - 1,) if T > 1 else ()
-    q, kv, idx, _ = make_inputs(T, heads, GLM5_TOPK, dtype, block_size=64, n_blocks=T * 40 + 64, rope=0,
-                                valid_counts=counts, mid_padding=(T % 2 == 1), empty_rows=empty)
-    sm_scale = 256 ** -0.5
+    q, kv, idx, _ = make_inputs(
+        T,
+        heads,
+        GLM5_TOPK,
+        dtype,
+        block_size=64,
+        n_blocks=T * 40 + 64,
+        rope=0,
+        valid_counts=counts,
+        mid_padding=(T % 2 == 1),
+        empty_rows=empty,
+    )
+    sm_scale = 256**-0.5
     ref, ref_lse = reference(q, kv, idx, sm_scale)
     sm120 = kmod._pick_config(T, heads, GLM5_TOPK, SM120)
     assert kmod._CONFIGS[sm120["name"]].smem <= SM120.smem_per_block
@@ -558,8 +621,7 @@ def test_rope_free_cuda_graph_replay(heads, sm120_config):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         sparse_mla_attention(q, kv, idx, 0.0625, DV, out=out, **kw)
-    q2, kv2, idx2, _ = make_inputs(T, heads, GLM5_TOPK, dtype, block_size=64, n_blocks=T * 40 + 64, rope=0,
-                                   empty_rows=(2,))
+    q2, kv2, idx2, _ = make_inputs(T, heads, GLM5_TOPK, dtype, block_size=64, n_blocks=T * 40 + 64, rope=0, empty_rows=(2,))
     q.copy_(q2)
     kv.copy_(kv2)
     idx.copy_(idx2)

@@ -25,8 +25,7 @@ pytestmark = pytest.mark.skipif(not base.HAS_FP8, reason="this torch has no floa
 
 def ds_inputs(T, H, topk, dtype, rope, seed, *, block_size=16, tile_spread=True, **kw):
     """q, the fp8_ds_mla cache, indices, and the float values the cache holds."""
-    q, kv, idx, _ = base.make_inputs(T, H, topk, dtype, block_size=block_size,
-                                     seed=seed, rope=rope, **kw)
+    q, kv, idx, _ = base.make_inputs(T, H, topk, dtype, block_size=block_size, seed=seed, rope=rope, **kw)
     rows = kv.float()
     if tile_spread:
         # Each 128-value latent tile of each row scaled by its own power of two in
@@ -42,8 +41,7 @@ def ds_inputs(T, H, topk, dtype, rope, seed, *, block_size=16, tile_spread=True,
 def run_ds(q, cache, idx, sm_scale, cfg=None):
     out = torch.full((q.shape[0], q.shape[1], DV), float("nan"), dtype=q.dtype, device=DEV)
     kw = {"_config": cfg} if cfg else {}
-    return kmod.sparse_mla_attention(q, cache, idx, sm_scale, DV, out=out, return_lse=True,
-                                     kv_format="fp8_ds_mla", **kw)
+    return kmod.sparse_mla_attention(q, cache, idx, sm_scale, DV, out=out, return_lse=True, kv_format="fp8_ds_mla", **kw)
 
 
 @pytest.mark.parametrize("seed", [1, 2])
@@ -99,8 +97,8 @@ def test_ds_mla_tolerance_catches_a_wrong_scale():
     up the tiles would compute): the reference of that cache differs beyond them."""
     q, cache, idx, vals = ds_inputs(3, 8, 64, torch.bfloat16, 64, 3)
     wrong = cache.clone()
-    sc = wrong[..., DV:DV + 16].clone().view(torch.float32)
-    wrong[..., DV:DV + 16] = sc.roll(1, -1).contiguous().view(torch.uint8)
+    sc = wrong[..., DV : DV + 16].clone().view(torch.float32)
+    wrong[..., DV : DV + 16] = sc.roll(1, -1).contiguous().view(torch.uint8)
     ref, _ = base.reference(q, vals, idx, 0.05)
     o, _ = run_ds(q, wrong, idx, 0.05)
     with pytest.raises(AssertionError):
@@ -111,12 +109,9 @@ BAD = {
     "float_cache": lambda c: c.float(),
     "row_655_bytes": lambda c: c[..., :655],
     "row_657_bytes": lambda c: torch.nn.functional.pad(c, (0, 1)),
-    "row_bytes_strided": lambda c: torch.zeros(c.shape[0], c.shape[1], 2 * 656, dtype=torch.uint8,
-                                               device=c.device)[..., ::2],
-    "start_not_16_aligned": lambda c: torch.zeros(c.numel() + 8, dtype=torch.uint8, device=c.device)[8:].view(
-        c.shape),
-    "misaligned_row_stride": lambda c: torch.zeros(c.shape[0], c.shape[1], 657, dtype=torch.uint8,
-                                                   device=c.device)[..., :656],
+    "row_bytes_strided": lambda c: torch.zeros(c.shape[0], c.shape[1], 2 * 656, dtype=torch.uint8, device=c.device)[..., ::2],
+    "start_not_16_aligned": lambda c: torch.zeros(c.numel() + 8, dtype=torch.uint8, device=c.device)[8:].view(c.shape),
+    "misaligned_row_stride": lambda c: torch.zeros(c.shape[0], c.shape[1], 657, dtype=torch.uint8, device=c.device)[..., :656],
 }
 
 
@@ -132,8 +127,9 @@ def test_ds_mla_rejects_other_geometries(kv_lora_rank, rope_cols):
     q = torch.zeros(2, 8, kv_lora_rank + rope_cols, dtype=torch.bfloat16, device=DEV)
     cache = torch.zeros(4, 16, kmod._fp8.ds_mla_row_bytes(kv_lora_rank, rope_cols), dtype=torch.uint8, device=DEV)
     with pytest.raises(ValueError, match="fp8_ds_mla needs kv_lora_rank 512"):
-        kmod.sparse_mla_attention(q, cache, torch.zeros(2, 4, dtype=torch.int32, device=DEV), 0.1, kv_lora_rank,
-                                  kv_format="fp8_ds_mla")
+        kmod.sparse_mla_attention(
+            q, cache, torch.zeros(2, 4, dtype=torch.int32, device=DEV), 0.1, kv_lora_rank, kv_format="fp8_ds_mla"
+        )
 
 
 def test_unknown_kv_format_is_rejected():
@@ -149,8 +145,7 @@ def test_unknown_kv_format_is_rejected():
 @pytest.mark.parametrize("heads", [8, 16])
 @pytest.mark.parametrize("T", [1, 37, 128])
 def test_ds_mla_glm5_shapes(T, heads, rope):
-    q, cache, idx, vals = ds_inputs(T, heads, base.GLM5_TOPK, torch.bfloat16, rope, T, block_size=64,
-                                    n_blocks=T * 40 + 64)
+    q, cache, idx, vals = ds_inputs(T, heads, base.GLM5_TOPK, torch.bfloat16, rope, T, block_size=64, n_blocks=T * 40 + 64)
     ref, ref_lse = base.reference(q, vals, idx, 0.05)
     for cfg in (None, kmod.pick_launch(T, heads, base.GLM5_TOPK, base.SM120, "fp8_ds_mla", rope)):
         o, lse = run_ds(q, cache, idx, 0.05, cfg)
@@ -169,8 +164,9 @@ def test_8bit_cuda_graph_replay(kv, sm120_config):
 
     def draw(seed, **kw):
         if kv == "fp8":
-            q, c, i, s = base.make_inputs(T, H, topk, dtype, block_size=64, n_blocks=nb, seed=seed,
-                                          kv_dtype=torch.float8_e4m3fn, **kw)
+            q, c, i, s = base.make_inputs(
+                T, H, topk, dtype, block_size=64, n_blocks=nb, seed=seed, kv_dtype=torch.float8_e4m3fn, **kw
+            )
             return q, c, i, c.float() * s, {"kv_scale": s}
         q, c, i, v = ds_inputs(T, H, topk, dtype, 64, seed, block_size=64, n_blocks=nb, **kw)
         return q, c, i, v, {"kv_format": "fp8_ds_mla"}

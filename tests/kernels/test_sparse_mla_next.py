@@ -79,9 +79,17 @@ def test_fp8_kv_cache_8bit_kernel(dtype, gapped, name):
     128-wide latent tiles) under each of its configs -- ragged rows, holes, an empty row,
     split and single-kernel paths, and a cache whose blocks are not adjacent."""
     T, H, topk, bs = 9, 8, 80, 16
-    q, kv0, idx, kv_scale = make_inputs(T, H, topk, dtype, block_size=bs, kv_dtype=torch.float8_e4m3fn,
-                                        valid_counts=[80, 1, 33, 0, 80, 79, 2, 64, 40], empty_rows=(3,),
-                                        mid_padding=True)
+    q, kv0, idx, kv_scale = make_inputs(
+        T,
+        H,
+        topk,
+        dtype,
+        block_size=bs,
+        kv_dtype=torch.float8_e4m3fn,
+        valid_counts=[80, 1, 33, 0, 80, 79, 2, 64, 40],
+        empty_rows=(3,),
+        mid_padding=True,
+    )
     kv = kv0
     if gapped:
         big = torch.zeros((kv0.shape[0], bs + 2, D), dtype=kv0.dtype, device=DEV)
@@ -146,19 +154,33 @@ def test_8bit_launch_fits_sm120(kv, heads):
             assert cfg["num_splits"] >= 1 and cfg["block_h"] == 16
 
 
-@pytest.mark.parametrize("name", sorted({nmod._pick_config(r, h, GLM5_TOPK, SM120)["name"]
-                                         for r in ROWS for h in (8, 32, 64)} | set(nmod._SMALL_FALLBACKS)
-                                        | {nmod.pick_launch(r, h, GLM5_TOPK, SM120, kv, rope)["name"]
-                                           for r in ROWS for h in (8, 16) for kv in ("fp8", "fp8_ds_mla")
-                                           for rope in (0, 64)} | set(nmod._fp8.FP8_PREFERRED)))
+@pytest.mark.parametrize(
+    "name",
+    sorted(
+        {nmod._pick_config(r, h, GLM5_TOPK, SM120)["name"] for r in ROWS for h in (8, 32, 64)}
+        | set(nmod._SMALL_FALLBACKS)
+        | {
+            nmod.pick_launch(r, h, GLM5_TOPK, SM120, kv, rope)["name"]
+            for r in ROWS
+            for h in (8, 16)
+            for kv in ("fp8", "fp8_ds_mla")
+            for rope in (0, 64)
+        }
+        | set(nmod._fp8.FP8_PREFERRED)
+    ),
+)
 def test_sm120_configs_compile_within_99kb(name):
     """What next/'s SM120 choice relies on, checked with the compiler: each config it can pick
     (bf16 and 8-bit) compiles for sm_120 within 99 KB and within its recorded size.
     (A separate process: the interpreter switch, set on CPU, is also read while compiling.)"""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, str(Path(__file__).with_name("compile_sizes.py")),
-                           str(next_kernel.NEXT_KERNEL), name, "120"],
-                          capture_output=True, text=True, env=env, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("compile_sizes.py")), str(next_kernel.NEXT_KERNEL), name, "120"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     if proc.returncode == 3:  # the script's "cannot compile for this target here"
         pytest.skip(f"cannot compile for sm_120 here: {proc.stdout.strip()[-200:]}")
     assert proc.returncode == 0, proc.stderr[-2000:]

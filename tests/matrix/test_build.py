@@ -42,8 +42,16 @@ def test_matrix_outcomes_shards_and_diff(index, tmp_path, fresh_cache):
     previous["engines"]["vllm"]["versions"]["1.2"]["patches"]["loader"]["outcome"] = "clean"
     (tmp_path / "prev.yaml").write_text(yaml.safe_dump(previous))
     diff = run("matrix", "diff", str(tmp_path / "prev.yaml"), str(full), expect=1)["diff"]
-    assert diff["regressions"] == [{"engine": "vllm", "version": "1.2", "patch": "loader", "before": "clean",
-                                    "after": "conflict", "first_bad_version": "1.2"}]
+    assert diff["regressions"] == [
+        {
+            "engine": "vllm",
+            "version": "1.2",
+            "patch": "loader",
+            "before": "clean",
+            "after": "conflict",
+            "first_bad_version": "1.2",
+        }
+    ]
     assert run("matrix", "diff", str(full), str(full), expect=0)["diff"]["regressions"] == []
     # the nightly case: the previous run did not know 1.2 at all; a new release that breaks the
     # patch is still a regression (compared with the newest release the previous run knew)
@@ -60,16 +68,33 @@ def test_matrix_with_smoke_records_results_and_evidence(tmp_path, builder, fresh
     files = tmp_path / "files"
     files.mkdir()
     variant = builder.variant(PRISTINE, {"vllm/loader.py": loader_with({10: "ten\n"})})
-    folder = builder.add("vllm", "loader", variants={"1.0": variant},
-                         extra_meta={"smoke": {"env": "test"}, "evidence": {"proven": ["x"], "not_proven": ["SM120 itself"]}})
+    folder = builder.add(
+        "vllm",
+        "loader",
+        variants={"1.0": variant},
+        extra_meta={"smoke": {"env": "test"}, "evidence": {"proven": ["x"], "not_proven": ["SM120 itself"]}},
+    )
     (folder / "checks").mkdir()
     (folder / "checks" / "test_it.py").write_text(
-        "def test_it(patched_tree):\n    assert 'ten' in (patched_tree / 'vllm/loader.py').read_text()\n")
+        "def test_it(patched_tree):\n    assert 'ten' in (patched_tree / 'vllm/loader.py').read_text()\n"
+    )
     with IndexServer(files) as server:
         server.add("vllm", build_wheel(files, "vllm", "1.0", PRISTINE))
         out = tmp_path / "m.yaml"
-        run("matrix", "--smoke", "--python", sys.executable, "--no-nightly", "-o", str(out),
-            "--index-url", server.url, "--store", str(builder.root), expect=0)
+        run(
+            "matrix",
+            "--smoke",
+            "--python",
+            sys.executable,
+            "--no-nightly",
+            "-o",
+            str(out),
+            "--index-url",
+            server.url,
+            "--store",
+            str(builder.root),
+            expect=0,
+        )
     doc = yaml.safe_load(out.read_text())
     cell = doc["engines"]["vllm"]["versions"]["1.0"]["patches"]["loader"]
     assert cell["smoke"]["status"] == "passed" and cell["evidence"] == "applies + CPU checks passed"
@@ -88,8 +113,20 @@ def test_unreachable_nightly_is_a_failed_row_and_exit_1(index, tmp_path, fresh_c
     server, store = index
     out = tmp_path / "m.yaml"
     nightly = f"http://127.0.0.1:{closed_port()}/simple"
-    doc = run("matrix", "-o", str(out), "--index-url", server.url, "--store", str(store),
-              "--nightly-source", nightly, "--markdown", str(tmp_path / "m.md"), expect=1)
+    doc = run(
+        "matrix",
+        "-o",
+        str(out),
+        "--index-url",
+        server.url,
+        "--store",
+        str(store),
+        "--nightly-source",
+        nightly,
+        "--markdown",
+        str(tmp_path / "m.md"),
+        expect=1,
+    )
     assert doc["nightly_failed"] == ["vllm"] and "nightly FAILED" in doc["message"]
     data = yaml.safe_load(out.read_text())["engines"]["vllm"]
     row = data["versions"]["nightly"]
@@ -98,7 +135,11 @@ def test_unreachable_nightly_is_a_failed_row_and_exit_1(index, tmp_path, fresh_c
     assert data["nightly"].startswith("failed: ") and "unreachable" in data["nightly"]
     assert list(data["versions"])[-1] == "nightly"  # still sorted last, and the releases are all there
     assert {v: r["patches"]["loader"]["outcome"] for v, r in data["versions"].items() if v != "nightly"} == {
-        "1.0": "clean", "1.1": "offset", "1.2": "conflict", "1.3": "upstreamed"}
+        "1.0": "clean",
+        "1.1": "offset",
+        "1.2": "conflict",
+        "1.3": "upstreamed",
+    }
     from patchctl.matrix import build as matrix
 
     matrix.load(out)  # the failed row is a valid document
@@ -110,8 +151,16 @@ def test_disabled_nightly_is_skipped_not_failed(index, tmp_path, fresh_cache, mo
     common = ["--index-url", server.url, "--store", str(store)]
     out = tmp_path / "m.yaml"
     # --no-nightly, even with an unreachable source named
-    doc = run("matrix", "-o", str(out), *common, "--no-nightly",
-              "--nightly-source", f"http://127.0.0.1:{closed_port()}/simple", expect=0)
+    doc = run(
+        "matrix",
+        "-o",
+        str(out),
+        *common,
+        "--no-nightly",
+        "--nightly-source",
+        f"http://127.0.0.1:{closed_port()}/simple",
+        expect=0,
+    )
     assert "nightly_failed" not in doc
     data = yaml.safe_load(out.read_text())["engines"]["vllm"]
     assert data["nightly"] == "skipped: disabled" and "nightly" not in data["versions"]

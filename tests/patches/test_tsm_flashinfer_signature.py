@@ -4,6 +4,7 @@ FlashInfer's MLA decode does not take the `kv_scale_format=` that backend passes
 FlashInfer releases the vLLM releases pin: 0.6.12 (vLLM 0.24.0) and 0.6.13 (0.25.x) lack it,
 0.6.14 (0.26.0) has it. The wheels come from the package index; the function's signature is
 rebuilt from its source (FlashInfer itself needs CUDA libraries to import)."""
+
 from __future__ import annotations
 
 import ast
@@ -50,8 +51,12 @@ def wheels(tmp_path_factory):
 
 
 def _decode_fn(version: str, folder: Path):
-    proc = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(folder),
-                           f"flashinfer-python=={version}"], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(folder), f"flashinfer-python=={version}"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     if proc.returncode != 0:
         pytest.skip(f"flashinfer-python=={version} could not be downloaded: {proc.stderr[-500:]}")
     wheel = next(folder.glob(f"flashinfer_python-{version}-*.whl"))

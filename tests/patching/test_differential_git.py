@@ -6,6 +6,7 @@ refusal must be one of the deliberate ones listed in docs/patch-format.md (CARVE
 StoreError. Any other exception fails the test.
 
 `pytest --hypothesis-show-statistics` prints how many examples fell in each class."""
+
 from __future__ import annotations
 
 import os
@@ -25,21 +26,35 @@ CARVE_OUTS = {
     "inconsistent hunk headers": ("line numbers disagree", "hunk header number too large"),
     "context-free insertion": ("only adds lines and has no context",),
     "a file twice": ("diffed twice",),
-    "header structure": ("the --- / +++ lines name", "inconsistent file names", "names two different files",
-                         "without its header", "lacks a file name", "/dev/null", "renames are not supported",
-                         "no file name after", "both created and deleted", "epoch timestamp"),
-    "modes": ("mode changes are not supported", "unsupported file mode", "executable files", "symlinks",
-              "submodules"),
-    "names": ("refusing file name", "refusing path", "refusing absolute", "quoted file names",
-              "a file name that is not UTF-8"),
+    "header structure": (
+        "the --- / +++ lines name",
+        "inconsistent file names",
+        "names two different files",
+        "without its header",
+        "lacks a file name",
+        "/dev/null",
+        "renames are not supported",
+        "no file name after",
+        "both created and deleted",
+        "epoch timestamp",
+    ),
+    "modes": ("mode changes are not supported", "unsupported file mode", "executable files", "symlinks", "submodules"),
+    "names": ("refusing file name", "refusing path", "refusing absolute", "quoted file names", "a file name that is not UTF-8"),
     "encoding": ("CRLF", "not UTF-8"),
 }
 
-GIT_ENV = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "HOME": tempfile.gettempdir(),
-           "LC_ALL": "C", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@localhost", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@localhost"}
-LINES = ["a\n", "b\n", "c\n", "", "\n", "    pass\n", "x = 1\n", "\x0cpage\n", "tab\there\n", "a\rb\n",
-         "é\n", "return x\n"]
+GIT_ENV = {
+    **os.environ,
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "HOME": tempfile.gettempdir(),
+    "LC_ALL": "C",
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@localhost",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@localhost",
+}
+LINES = ["a\n", "b\n", "c\n", "", "\n", "    pass\n", "x = 1\n", "\x0cpage\n", "tab\there\n", "a\rb\n", "é\n", "return x\n"]
 
 
 def git(cwd: Path, *args: str, data: bytes | None = None) -> subprocess.CompletedProcess:
@@ -54,18 +69,21 @@ def write(root: Path, files: dict[str, bytes]) -> None:
 
 
 def read(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and ".git" not in p.parts}
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and ".git" not in p.parts
+    }
 
 
-file_text = st.lists(st.sampled_from(LINES), min_size=0, max_size=14).map("".join).flatmap(
-    lambda text: st.sampled_from([text, text.rstrip("\n")]) if text else st.just(text))
+file_text = (
+    st.lists(st.sampled_from(LINES), min_size=0, max_size=14)
+    .map("".join)
+    .flatmap(lambda text: st.sampled_from([text, text.rstrip("\n")]) if text else st.just(text))
+)
 
 
 @st.composite
 def base_and_edit(draw) -> tuple[dict[str, bytes], dict[str, bytes | None]]:
-    names = draw(st.lists(st.sampled_from(["vllm/f0.py", "vllm/f1.py", "vllm/sub/f2.py"]), min_size=1, max_size=3,
-                          unique=True))
+    names = draw(st.lists(st.sampled_from(["vllm/f0.py", "vllm/f1.py", "vllm/sub/f2.py"]), min_size=1, max_size=3, unique=True))
     base = {name: draw(file_text).encode() for name in names}
     edit: dict[str, bytes | None] = {}
     for name in names:
@@ -167,8 +185,13 @@ def compare(base: dict[str, bytes], data: bytes, label: str) -> None:
 
 
 def fast(examples: int) -> settings:
-    return settings(max_examples=examples, deadline=None, derandomize=True, database=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    return settings(
+        max_examples=examples,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
 
 
 @fast(40)
@@ -186,11 +209,26 @@ def test_generated_variants_apply_as_git_applies_them(case):
     compare(base, data, "generated")
 
 
-MUTATION_LINES = [b"+x\n", b"-a\n", b" a\n", b"\n", b"\\ No newline at end of file\n", b"@@ -1 +1 @@\n",
-                  b"@@ -1,2 +1,2 @@\n", b"--- a/vllm/f0.py\n", b"+++ b/vllm/f0.py\n",
-                  b"diff --git a/vllm/f0.py b/vllm/f0.py\n", b"old mode 100644\n", b"new file mode 100644\n",
-                  b"deleted file mode 100644\n", b"index 0000000..1111111 100644\n", b"garbage\n", b"-- \n",
-                  b"rename from vllm/f0.py\n", b"new file mode 120000\n"]
+MUTATION_LINES = [
+    b"+x\n",
+    b"-a\n",
+    b" a\n",
+    b"\n",
+    b"\\ No newline at end of file\n",
+    b"@@ -1 +1 @@\n",
+    b"@@ -1,2 +1,2 @@\n",
+    b"--- a/vllm/f0.py\n",
+    b"+++ b/vllm/f0.py\n",
+    b"diff --git a/vllm/f0.py b/vllm/f0.py\n",
+    b"old mode 100644\n",
+    b"new file mode 100644\n",
+    b"deleted file mode 100644\n",
+    b"index 0000000..1111111 100644\n",
+    b"garbage\n",
+    b"-- \n",
+    b"rename from vllm/f0.py\n",
+    b"new file mode 120000\n",
+]
 
 
 @st.composite
@@ -201,14 +239,13 @@ def mutated(draw) -> tuple[dict[str, bytes], bytes]:
     lines = data.split(b"\n")
     for _ in range(draw(st.integers(1, 3))):
         i = draw(st.integers(0, max(len(lines) - 1, 0)))
-        op = draw(st.sampled_from(["number", "number", "delete", "duplicate", "insert", "insert", "prefix", "byte",
-                                   "truncate"]))
+        op = draw(st.sampled_from(["number", "number", "delete", "duplicate", "insert", "insert", "prefix", "byte", "truncate"]))
         line = lines[i] if lines else b""
         if op == "number" and line.startswith(b"@@"):
             digits = [k for k, c in enumerate(line) if 0x30 <= c <= 0x39]
             if digits:
                 k = draw(st.sampled_from(digits))
-                line = line[:k] + draw(st.sampled_from([b"0", b"1", b"2", b"5", b"9", b"12", b""])) + line[k + 1:]
+                line = line[:k] + draw(st.sampled_from([b"0", b"1", b"2", b"5", b"9", b"12", b""])) + line[k + 1 :]
                 lines[i] = line
         elif op == "delete" and lines:
             del lines[i]
@@ -220,7 +257,7 @@ def mutated(draw) -> tuple[dict[str, bytes], bytes]:
             lines[i] = draw(st.sampled_from([b" ", b"+", b"-", b"\\", b"@"])) + line[1:]
         elif op == "byte" and line:
             k = draw(st.integers(0, len(line) - 1))
-            lines[i] = line[:k] + draw(st.sampled_from([b"a", b" ", b"/", b"\t", b"\x00", b"0", b"."])) + line[k + 1:]
+            lines[i] = line[:k] + draw(st.sampled_from([b"a", b" ", b"/", b"\t", b"\x00", b"0", b"."])) + line[k + 1 :]
         elif op == "truncate":
             lines = lines[: i + 1]
     return base, b"\n".join(lines)

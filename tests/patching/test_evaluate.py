@@ -1,4 +1,5 @@
 """Outcomes of the in-memory engine on small real trees and real format-patch variants."""
+
 import json
 
 import pytest
@@ -24,8 +25,12 @@ def test_clean_then_dependent_patch_sees_first_result(builder, tree):
     first = loader_with({10: "ten\n"})
     builder.add("vllm", "one", variants={"1.0": builder.variant(PRISTINE, {"vllm/loader.py": first})})
     base2 = dict(PRISTINE, **{"vllm/loader.py": first})
-    builder.add("vllm", "two", depends_on=("one",),
-                variants={"1.0": builder.variant(base2, {"vllm/loader.py": loader_with({11: "eleven\n"}, first)})})
+    builder.add(
+        "vllm",
+        "two",
+        depends_on=("one",),
+        variants={"1.0": builder.variant(base2, {"vllm/loader.py": loader_with({11: "eleven\n"}, first)})},
+    )
     result = run(builder, tree)
     assert [o.outcome for o in result.outcomes] == [O.CLEAN, O.CLEAN]
     (change,) = result.changes
@@ -54,11 +59,19 @@ def test_upstreamed_needs_reverse_apply_proof(builder, tmp_path):
 
 
 def test_obsolete_by_range_and_by_missing_target(builder, tmp_path):
-    builder.add("vllm", "ranged", applies_to="<0.5",
-                variants={"0.1": builder.variant(PRISTINE, {"vllm/loader.py": loader_with({2: "y\n"})})})
+    builder.add(
+        "vllm",
+        "ranged",
+        applies_to="<0.5",
+        variants={"0.1": builder.variant(PRISTINE, {"vllm/loader.py": loader_with({2: "y\n"})})},
+    )
     builder.add("vllm", "gone", variants={"1.0": builder.variant(PRISTINE, {"vllm/utils.py": "changed\n"})})
-    builder.add("vllm", "after-gone", depends_on=("gone",),
-                variants={"1.0": builder.variant(PRISTINE, {"vllm/loader.py": loader_with({30: "z\n"})})})
+    builder.add(
+        "vllm",
+        "after-gone",
+        depends_on=("gone",),
+        variants={"1.0": builder.variant(PRISTINE, {"vllm/loader.py": loader_with({30: "z\n"})})},
+    )
     no_utils = dict(PRISTINE)
     del no_utils["vllm/utils.py"]
     tree = write_tree(tmp_path / "t", no_utils)
@@ -114,12 +127,13 @@ def test_a_patch_may_only_touch_its_engines_package(builder, tmp_path, path):
 
     from patchctl.cli.main import main
 
-    builder.add("vllm", "pth", applies_to=">=1.0",
-                variants={"1.0": builder.variant(PRISTINE, {path: "import os\n"})})
+    builder.add("vllm", "pth", applies_to=">=1.0", variants={"1.0": builder.variant(PRISTINE, {path: "import os\n"})})
     target = write_tree(tmp_path / "t", PRISTINE)
     before = {p: p.read_bytes() for p in target.rglob("*") if p.is_file()}
-    for command in (["check", f"vllm@{target}", "--as-version", "1.0"],
-                    ["apply", "vllm", "--target", str(target), "--as-version", "1.0"]):
+    for command in (
+        ["check", f"vllm@{target}", "--as-version", "1.0"],
+        ["apply", "vllm", "--target", str(target), "--as-version", "1.0"],
+    ):
         result = CliRunner().invoke(main, [*command, "--store", str(builder.root), "--json"])
         doc = json.loads(result.stdout)
         assert result.exit_code == 2 and doc["error"]["kind"] == "store", result.stdout

@@ -2,6 +2,7 @@
 0.20 -> 0.23 triton-sparse-mla case: rebase used to replay the old variant and call it a conflict), and
 that the relocation search runs only for hunks that lost their place, reading only what it needs.
 Synthetic wheels on a local index for the mechanics; the real vLLM releases for the regression."""
+
 from __future__ import annotations
 
 import random
@@ -22,18 +23,29 @@ REPO = Path(__file__).resolve().parents[2]
 HEADER = "# a header upstream added\n"
 ON_11 = loader_with({20: "upstream twenty\n"})  # upstream's own edit of the line the patches change
 FAR = "def unrelated_helper_function():\n    return 'nothing like the moved code'\n"
-SERVER = "def pick_backend(capability):\n    major = capability[0]\n    if major == 9:\n" \
-         "        return 'flashmla_sparse'\n    return 'triton_mla_dense'\n"
-NEAR = "class Overrides:\n    def pick_backend(self, capability):\n        major = capability[0]\n" \
-       "        if major == 9:\n            return 'flashmla_sparse'\n        return 'triton_mla_dense'\n"
+SERVER = (
+    "def pick_backend(capability):\n    major = capability[0]\n    if major == 9:\n"
+    "        return 'flashmla_sparse'\n    return 'triton_mla_dense'\n"
+)
+NEAR = (
+    "class Overrides:\n    def pick_backend(self, capability):\n        major = capability[0]\n"
+    "        if major == 9:\n            return 'flashmla_sparse'\n        return 'triton_mla_dense'\n"
+)
 TREES = {
     "1.0": dict(PRISTINE, **{"vllm/server.py": SERVER}),
     "1.1": dict(PRISTINE, **{"vllm/loader.py": ON_11, "vllm/server.py": SERVER}),
     "1.2": dict(PRISTINE, **{"vllm/loader.py": HEADER + ON_11, "vllm/server.py": SERVER}),
     # server.py's code moved one directory down; an unrelated file sits three steps away; and a
     # wheel big enough to be read by range reads, as vLLM's are
-    "1.3": dict(PRISTINE, **{"vllm/loader.py": ON_11, "vllm/groups/overrides.py": NEAR,
-                             "vllm/a/b/c/far.py": FAR, "vllm/_blob.bin": random.Random(0).randbytes(3 << 20)}),
+    "1.3": dict(
+        PRISTINE,
+        **{
+            "vllm/loader.py": ON_11,
+            "vllm/groups/overrides.py": NEAR,
+            "vllm/a/b/c/far.py": FAR,
+            "vllm/_blob.bin": random.Random(0).randbytes(3 << 20),
+        },
+    ),
 }
 
 
@@ -46,8 +58,12 @@ class Spy:
         self.prefetched: list[str] = []
         self.sources: list[ReleaseSource] = []
         spy = self
-        init, full, under, prefetch = (ReleaseSource.__init__, ReleaseSource.download_full,
-                                       ReleaseSource.files_under, ReleaseSource.prefetch)
+        init, full, under, prefetch = (
+            ReleaseSource.__init__,
+            ReleaseSource.download_full,
+            ReleaseSource.files_under,
+            ReleaseSource.prefetch,
+        )
         topen = tarfile.open
 
         def _init(self, *a, **k):
@@ -88,20 +104,39 @@ def index(tmp_path, builder):
     files.mkdir()
     v10, v11 = TREES["1.0"], TREES["1.1"]
     # a person already made the 1.1 variant (the 1.0 one conflicts with upstream's line 20 there)
-    builder.add("vllm", "rewritten", variants={
-        "1.0": builder.variant(v10, {"vllm/loader.py": loader_with({20: "our twenty\n"})}),
-        "1.1": builder.variant(v11, {"vllm/loader.py": loader_with({20: "our twenty, as on 1.1\n"})})})
-    builder.add("vllm", "dependent", depends_on=("rewritten",), variants={
-        "1.0": builder.variant(v10, {"vllm/utils.py": PRISTINE["vllm/utils.py"].replace("return 2", "return 3")})})
+    builder.add(
+        "vllm",
+        "rewritten",
+        variants={
+            "1.0": builder.variant(v10, {"vllm/loader.py": loader_with({20: "our twenty\n"})}),
+            "1.1": builder.variant(v11, {"vllm/loader.py": loader_with({20: "our twenty, as on 1.1\n"})}),
+        },
+    )
+    builder.add(
+        "vllm",
+        "dependent",
+        depends_on=("rewritten",),
+        variants={"1.0": builder.variant(v10, {"vllm/utils.py": PRISTINE["vllm/utils.py"].replace("return 2", "return 3")})},
+    )
     # only a 1.0 variant, conflicting with upstream's line 20 on 1.1: a conflict for a person, its
     # context still in loader.py, so no other file is searched
-    builder.add("vllm", "clash", variants={
-        "1.0": builder.variant(v10, {"vllm/loader.py": loader_with({19: "our nineteen\n", 20: "our twenty!\n"})})})
+    builder.add(
+        "vllm",
+        "clash",
+        variants={"1.0": builder.variant(v10, {"vllm/loader.py": loader_with({19: "our nineteen\n", 20: "our twenty!\n"})})},
+    )
     # its variants are a script's output: refreshed, but never written by rebase
-    builder.add("vllm", "made", extra_meta={"generated_by": {"generator": "scripts/gen.py", "sources": ["k.py"]}},
-                variants={"1.0": builder.variant(v10, {"vllm/loader.py": loader_with({30: "thirty made\n"})})})
-    builder.add("vllm", "moved", variants={
-        "1.0": builder.variant(v10, {"vllm/server.py": SERVER.replace("'triton_mla_dense'", "'triton_mla_sparse'")})})
+    builder.add(
+        "vllm",
+        "made",
+        extra_meta={"generated_by": {"generator": "scripts/gen.py", "sources": ["k.py"]}},
+        variants={"1.0": builder.variant(v10, {"vllm/loader.py": loader_with({30: "thirty made\n"})})},
+    )
+    builder.add(
+        "vllm",
+        "moved",
+        variants={"1.0": builder.variant(v10, {"vllm/server.py": SERVER.replace("'triton_mla_dense'", "'triton_mla_sparse'")})},
+    )
     with IndexServer(files) as server:
         for version, tree in TREES.items():
             server.add("vllm", build_wheel(files, "vllm", version, tree))
@@ -109,8 +144,7 @@ def index(tmp_path, builder):
 
 
 def rebase(server, store, *args, expect):
-    doc = run_json("rebase", "vllm", *args, "--no-write", "--index-url", server.url, "--store", str(store),
-                   expect=expect)
+    doc = run_json("rebase", "vllm", *args, "--no-write", "--index-url", server.url, "--store", str(store), expect=expect)
     return {i["name"]: i for i in doc["items"]}
 
 
@@ -119,8 +153,12 @@ def test_a_variant_the_new_version_already_gets_is_unchanged_not_replayed(index,
     spy = Spy(monkeypatch)
     items = rebase(server, store, "--onto", "1.1", "--from", "1.0", expect=1)
     assert {n: i["classification"] for n, i in items.items()} == {
-        "rewritten": "unchanged", "dependent": "unchanged", "clash": "conflict", "made": "unchanged",
-        "moved": "unchanged"}
+        "rewritten": "unchanged",
+        "dependent": "unchanged",
+        "clash": "conflict",
+        "made": "unchanged",
+        "moved": "unchanged",
+    }
     rewritten = items["rewritten"]
     assert rewritten["old_variant"] == rewritten["new_variant"] == "1.1.patch"
     assert "1.0.patch is not replayed" in rewritten["reason"]
@@ -142,8 +180,7 @@ def test_a_variant_the_new_version_already_gets_is_unchanged_not_replayed(index,
 
 def test_a_newer_variant_with_moved_lines_is_refreshed_from_itself(index, fresh_cache, tmp_path):
     server, store = index
-    doc = run_json("rebase", "vllm", "--onto", "1.2", "--from", "1.0", "--index-url", server.url,
-                   "--store", str(store), expect=1)
+    doc = run_json("rebase", "vllm", "--onto", "1.2", "--from", "1.0", "--index-url", server.url, "--store", str(store), expect=1)
     rewritten = next(i for i in doc["items"] if i["name"] == "rewritten")
     assert rewritten["classification"] == "refreshed" and rewritten["old_variant"] == "1.1.patch"
     assert "applies with moved lines" in rewritten["reason"]
@@ -157,8 +194,7 @@ def test_a_newer_variant_with_moved_lines_is_refreshed_from_itself(index, fresh_
     assert next(o for o in check["patches"] if o["name"] == "rewritten")["outcome"] == "clean"
 
 
-def test_relocation_reads_outward_from_the_lost_file_and_stops_where_it_found_a_home(index, fresh_cache,
-                                                                                       monkeypatch):
+def test_relocation_reads_outward_from_the_lost_file_and_stops_where_it_found_a_home(index, fresh_cache, monkeypatch):
     server, store = index
     spy = Spy(monkeypatch)
     items = rebase(server, store, "--onto", "1.3", "--from", "1.0", expect=1)
@@ -182,17 +218,38 @@ def ranged(tmp_path, builder):
     files.mkdir()
     v10 = TREES["1.0"]
     utils = PRISTINE["vllm/utils.py"]
-    builder.add("vllm", "fixed-upstream", applies_to="<1.1", extra_meta={"upstreamed_in": ">=1.1"},
-                variants={"1.0": builder.variant(v10, {"vllm/utils.py": utils.replace("return 1", "return 10")})})
-    builder.add("vllm", "ends", applies_to=">=1.0,<1.1",
-                variants={"1.0": builder.variant(v10, {"vllm/utils.py": utils.replace("return 2", "return 20")})})
-    builder.add("vllm", "ends-clash", applies_to="<1.1",
-                variants={"1.0": builder.variant(v10, {"vllm/loader.py": loader_with({20: "our twenty\n"})})})
-    builder.add("vllm", "on-top", depends_on=("ends",),
-                variants={"1.0": builder.variant(v10, {"vllm/loader.py": loader_with({5: "our five\n"})})})
+    builder.add(
+        "vllm",
+        "fixed-upstream",
+        applies_to="<1.1",
+        extra_meta={"upstreamed_in": ">=1.1"},
+        variants={"1.0": builder.variant(v10, {"vllm/utils.py": utils.replace("return 1", "return 10")})},
+    )
+    builder.add(
+        "vllm",
+        "ends",
+        applies_to=">=1.0,<1.1",
+        variants={"1.0": builder.variant(v10, {"vllm/utils.py": utils.replace("return 2", "return 20")})},
+    )
+    builder.add(
+        "vllm",
+        "ends-clash",
+        applies_to="<1.1",
+        variants={"1.0": builder.variant(v10, {"vllm/loader.py": loader_with({20: "our twenty\n"})})},
+    )
+    builder.add(
+        "vllm",
+        "on-top",
+        depends_on=("ends",),
+        variants={"1.0": builder.variant(v10, {"vllm/loader.py": loader_with({5: "our five\n"})})},
+    )
     # its context takes in upstream's line 20: a refresh, were it written
-    builder.add("vllm", "ends-near", applies_to="<1.1",
-                variants={"1.0": builder.variant(v10, {"vllm/loader.py": loader_with({23: "our twenty-three\n"})})})
+    builder.add(
+        "vllm",
+        "ends-near",
+        applies_to="<1.1",
+        variants={"1.0": builder.variant(v10, {"vllm/loader.py": loader_with({23: "our twenty-three\n"})})},
+    )
     with IndexServer(files) as server:
         for version in ("1.0", "1.1"):
             server.add("vllm", build_wheel(files, "vllm", version, TREES[version]))
@@ -204,21 +261,40 @@ def test_patches_without_a_variant_for_the_new_version_are_classified_as_check_s
     items = rebase(server, store, "--onto", "1.1", "--from", "1.0", expect=0)
     check = run_json("check", "vllm@1.1", "--index-url", server.url, "--store", str(store), expect=0)
     assert {n: i["classification"] for n, i in items.items()} == {
-        "fixed-upstream": "upstreamed", "ends": "obsolete", "ends-clash": "obsolete", "on-top": "obsolete",
-        "ends-near": "obsolete"}
+        "fixed-upstream": "upstreamed",
+        "ends": "obsolete",
+        "ends-clash": "obsolete",
+        "on-top": "obsolete",
+        "ends-near": "obsolete",
+    }
     assert "which is obsolete on 1.1" in items["on-top"]["reason"]
-    assert {o["name"]: o["outcome"] for o in check["patches"]} == {
-        n: i["classification"] for n, i in items.items()}
+    assert {o["name"]: o["outcome"] for o in check["patches"]} == {n: i["classification"] for n, i in items.items()}
 
 
 def test_past_applies_to_shows_whether_the_code_would_carry_and_writes_nothing(ranged, fresh_cache):
     server, store = ranged
-    doc = run_json("rebase", "vllm", "--onto", "1.1", "--from", "1.0", "--past-applies-to",
-                   "--index-url", server.url, "--store", str(store), expect=1)
+    doc = run_json(
+        "rebase",
+        "vllm",
+        "--onto",
+        "1.1",
+        "--from",
+        "1.0",
+        "--past-applies-to",
+        "--index-url",
+        server.url,
+        "--store",
+        str(store),
+        expect=1,
+    )
     items = {i["name"]: i for i in doc["items"]}
     assert {n: i["classification"] for n, i in items.items()} == {
-        "fixed-upstream": "upstreamed", "ends": "unchanged", "ends-clash": "conflict", "on-top": "unchanged",
-        "ends-near": "refreshed"}
+        "fixed-upstream": "upstreamed",
+        "ends": "unchanged",
+        "ends-clash": "conflict",
+        "on-top": "unchanged",
+        "ends-near": "refreshed",
+    }
     assert items["ends-near"]["reason"].startswith("1.1 is outside applies_to <1.1; as if it were not: would write")
     assert items["ends"]["outside_applies_to"] == "<1.1,>=1.0" and "outside applies_to" in items["ends"]["reason"]
     assert items["on-top"]["outside_applies_to"] is None and items["fixed-upstream"]["outside_applies_to"] is None
@@ -242,11 +318,22 @@ def test_only_hunks_that_lost_their_place_are_searched_for(builder):
 
 
 def test_candidate_rings_go_outward_from_the_lost_file():
-    names = ["pkg/a/b/c.py", "pkg/a/b/d/e.py", "pkg/a/f.py", "pkg/g/h.py", "pkg/top.py", "pkg/v2/a/b/lost.py",
-             "pkg/g/__init__.py"]
+    names = [
+        "pkg/a/b/c.py",
+        "pkg/a/b/d/e.py",
+        "pkg/a/f.py",
+        "pkg/g/h.py",
+        "pkg/top.py",
+        "pkg/v2/a/b/lost.py",
+        "pkg/g/__init__.py",
+    ]
     assert relocate.candidate_rings(names, ["pkg/a/b/lost.py"]) == [
-        ["pkg/v2/a/b/lost.py"], ["pkg/a/b/c.py"], ["pkg/a/b/d/e.py", "pkg/a/f.py"], ["pkg/top.py"],
-        ["pkg/g/__init__.py", "pkg/g/h.py"]]
+        ["pkg/v2/a/b/lost.py"],
+        ["pkg/a/b/c.py"],
+        ["pkg/a/b/d/e.py", "pkg/a/f.py"],
+        ["pkg/top.py"],
+        ["pkg/g/__init__.py", "pkg/g/h.py"],
+    ]
     # __init__.py is everywhere: it is no hint where a module went
     assert relocate.candidate_rings(["pkg/x/__init__.py"], ["pkg/a/__init__.py"]) == [["pkg/x/__init__.py"]]
 
@@ -273,11 +360,16 @@ def test_vllm_020_to_023_recognises_triton_sparse_mla_023_and_fetches_no_sdist(t
 
 def test_resolve_refuses_a_generated_patch(builder, tmp_path):
     """A person's resolution of a generated patch belongs in its recipe: resolve writes no variant."""
-    builder.add("vllm", "made", extra_meta={"generated_by": {"generator": "scripts/gen.py", "sources": ["k.py"]}},
-                variants={"1.0": builder.variant(PRISTINE, {"vllm/loader.py": loader_with({30: "thirty made\n"})})})
+    builder.add(
+        "vllm",
+        "made",
+        extra_meta={"generated_by": {"generator": "scripts/gen.py", "sources": ["k.py"]}},
+        variants={"1.0": builder.variant(PRISTINE, {"vllm/loader.py": loader_with({30: "thirty made\n"})})},
+    )
     (tmp_path / "work" / "conflicts" / "made").mkdir(parents=True)
     before = sorted(p.name for p in (builder.root / "vllm" / "made").iterdir())
-    doc = run_json("resolve", "vllm", str(tmp_path / "work"), "--patch", "made", "--onto", "1.1",
-                   "--store", str(builder.root), expect=2)
+    doc = run_json(
+        "resolve", "vllm", str(tmp_path / "work"), "--patch", "made", "--onto", "1.1", "--store", str(builder.root), expect=2
+    )
     assert "made by scripts/gen.py" in doc["error"]["message"]
     assert sorted(p.name for p in (builder.root / "vllm" / "made").iterdir()) == before

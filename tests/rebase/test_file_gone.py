@@ -3,6 +3,7 @@ the V1 runner's block_table.py, not the V2 one slot-mapping-bounds also fixes): 
 conflict, not obsolete (the fix is still needed in the files that stay), `rebase` leaves a
 modify/delete conflict to resolve, and `resolve` refuses a resolution that would create the gone
 file whole. A release that removes every file a patch edits is still obsolete."""
+
 import subprocess
 
 import pytest
@@ -19,8 +20,15 @@ NO_UTILS = {k: v for k, v in PRISTINE.items() if k != "vllm/utils.py"}
 def index(tmp_path, builder, fresh_cache):
     files = tmp_path / "files"
     files.mkdir()
-    builder.add("vllm", "both", variants={"1.0": builder.variant(
-        PRISTINE, {"vllm/loader.py": loader_with({20: "twenty fixed\n"}), "vllm/utils.py": UTILS_FIXED})})
+    builder.add(
+        "vllm",
+        "both",
+        variants={
+            "1.0": builder.variant(
+                PRISTINE, {"vllm/loader.py": loader_with({20: "twenty fixed\n"}), "vllm/utils.py": UTILS_FIXED}
+            )
+        },
+    )
     builder.add("vllm", "only-utils", variants={"1.0": builder.variant(PRISTINE, {"vllm/utils.py": UTILS_FIXED})})
     with IndexServer(files) as server:
         server.add("vllm", build_wheel(files, "vllm", "1.0", PRISTINE))

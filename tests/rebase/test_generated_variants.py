@@ -4,6 +4,7 @@ series.yaml pins. A kernel edit committed without regenerating and re-pinning fa
 shape of `generated_by` that the store accepts.) The releases are the committed compat_matrix.yaml's
 rows (support.releases), not the index's listing: a new upstream release reaches these tests
 through the nightly's pull request, never by itself."""
+
 from __future__ import annotations
 
 import hashlib
@@ -57,13 +58,16 @@ def differences(patch, variants: dict[str, bytes]) -> list[str]:
 GOOD = {"generator": "scripts/gen.py", "sources": ["kernels/k.py"]}
 
 
-@pytest.mark.parametrize("value, complaint", [
-    ("scripts/gen.py", "must be a mapping"),
-    ({"sources": ["kernels/k.py"]}, "generated_by.generator"),
-    ({"generator": "scripts/gen.py", "sources": []}, "generated_by.sources"),
-    ({"generator": "scripts/gen.py", "sources": "kernels/k.py"}, "generated_by.sources"),
-    (dict(GOOD, source=["typo.py"]), "unknown key(s) source"),
-])
+@pytest.mark.parametrize(
+    "value, complaint",
+    [
+        ("scripts/gen.py", "must be a mapping"),
+        ({"sources": ["kernels/k.py"]}, "generated_by.generator"),
+        ({"generator": "scripts/gen.py", "sources": []}, "generated_by.sources"),
+        ({"generator": "scripts/gen.py", "sources": "kernels/k.py"}, "generated_by.sources"),
+        (dict(GOOD, source=["typo.py"]), "unknown key(s) source"),
+    ],
+)
 def test_generated_by_of_another_shape_is_a_store_error_naming_the_file(builder, value, complaint):
     builder.add("vllm", "p", variants={}, extra_meta={"generated_by": value})
     with pytest.raises(StoreError) as raised:
@@ -92,7 +96,8 @@ def test_committed_variants_and_pins_are_what_the_sources_give(patch):
     assert generated.variants, "the generator made no variant"
     assert not differences(patch, generated.variants), (
         "regenerate (python3 scripts/generate_variants.py), review, then `patchctl pin`:\n"
-        + "\n".join(differences(patch, generated.variants)))
+        + "\n".join(differences(patch, generated.variants))
+    )
     assert not generator.differences(generated)  # what --check reports agrees
 
 
@@ -116,10 +121,21 @@ def test_a_changed_kernel_line_is_reported(tmp_path):
     assert {p.split(":")[0] for p in problems} == committed, problems
     assert all(any(n in p for p in generator.differences(generated)) for n in committed)
 
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "generate_variants.py"), "--check",
-                           "--only", "triton-sparse-mla", "--kernel", str(kernel),
-                           *(f"--release={v}" for v in releases(patch.engine))],
-                          capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "scripts" / "generate_variants.py"),
+            "--check",
+            "--only",
+            "triton-sparse-mla",
+            "--kernel",
+            str(kernel),
+            *(f"--release={v}" for v in releases(patch.engine)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     for name in committed:
         assert f"out of date: vllm/triton-sparse-mla/{name}: differs" in proc.stdout, proc.stdout
@@ -138,14 +154,16 @@ def test_each_release_family_ships_its_own_backend_source(tmp_path):
     assert v24 in patch.generated_by["sources"]
     text = (REPO / v24).read_text()
     changed = tmp_path / "triton_mla_sparse_v24.py"
-    changed.write_text(text.replace("\nlogger = init_logger(__name__)\n",
-                                    "\nlogger = init_logger(__name__)\n# one changed line\n", 1))
+    changed.write_text(
+        text.replace("\nlogger = init_logger(__name__)\n", "\nlogger = init_logger(__name__)\n# one changed line\n", 1)
+    )
     assert changed.read_text() != text
 
     generator = _generator(patch.generated_by["generator"])
     base = generator.generate(patch, repo=REPO, releases=releases(patch.engine))
     other = generator.generate(patch, repo=REPO, sources={v24: changed}, releases=releases(patch.engine))
     from packaging.version import Version
+
     new_family = {n for v, n in base.chosen.items() if Version(v) >= Version("0.24")}
     old_family = {n for v, n in base.chosen.items() if Version(v) < Version("0.24")}
     assert new_family and old_family and not new_family & old_family, base.chosen

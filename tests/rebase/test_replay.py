@@ -1,5 +1,6 @@
 """rebase on a local index of real wheels: every classification, relocation, deterministic
 refresh, recorded resolutions reused only when the smoke checks pass; bisect; droppable."""
+
 import sys
 
 import pytest
@@ -63,8 +64,11 @@ def setup(tmp_path, builder):
     clash = add("clash", {"vllm/loader.py": loader_with({20: "our twenty\n"})}, extra_meta={"smoke": {"env": "test"}})
     (clash / "checks").mkdir()
     (clash / "checks/test_clash.py").write_text(CHECK)
-    add("moved", {"vllm/server.py": SERVER.replace('return "triton"', 'return "trtllm" if major == 12 else "triton"')},
-        drop_when="vllm>=1.2")
+    add(
+        "moved",
+        {"vllm/server.py": SERVER.replace('return "triton"', 'return "trtllm" if major == 12 else "triton"')},
+        drop_when="vllm>=1.2",
+    )
     with IndexServer(files) as server:
         for version in ("1.0", "1.1", "1.2"):
             server.add("vllm", build_wheel(files, "vllm", version, release(version)))
@@ -81,7 +85,11 @@ def test_rebase_classifies_relocates_and_reuses_reviewed_resolutions(setup, tmp_
     doc = run("rebase", "vllm", "--onto", "1.1", "--workdir", str(tmp_path / "w1"), *common, expect=1)
     items = {i["name"]: i for i in doc["items"]}
     assert {n: i["classification"] for n, i in items.items()} == {
-        "shift": "refreshed", "upstream": "upstreamed", "clash": "conflict", "moved": "obsolete"}
+        "shift": "refreshed",
+        "upstream": "upstreamed",
+        "clash": "conflict",
+        "moved": "obsolete",
+    }
     refreshed = (store / "vllm/shift/1.1.patch").read_bytes()
     assert b"+ten patched" in refreshed and b"@@ -8," in refreshed  # moved down one line by the header
     assert yaml.safe_load((store / "vllm/series.yaml").read_text())["patches"][0]["variants"]["1.1.patch"]
@@ -132,11 +140,13 @@ def test_rebase_classifies_relocates_and_reuses_reviewed_resolutions(setup, tmp_
 
 def test_bisect_finds_first_bad_release(setup, fresh_cache):
     server, store = setup
-    doc = run("bisect", "vllm", "clash", "--from", "1.0", "--to", "1.2",
-              "--index-url", server.url, "--store", str(store), expect=0)
+    doc = run(
+        "bisect", "vllm", "clash", "--from", "1.0", "--to", "1.2", "--index-url", server.url, "--store", str(store), expect=0
+    )
     assert doc["first_bad"] == "1.1" and doc["last_good"] == "1.0"
-    bad = run("bisect", "vllm", "clash", "--from", "1.1", "--to", "1.2",
-              "--index-url", server.url, "--store", str(store), expect=2)
+    bad = run(
+        "bisect", "vllm", "clash", "--from", "1.1", "--to", "1.2", "--index-url", server.url, "--store", str(store), expect=2
+    )
     assert "expected good" in bad["error"]["message"]
 
 

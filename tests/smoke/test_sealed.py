@@ -2,6 +2,7 @@
 `.complete`, a tampered file, an entry another uid owns or others may write is rebuilt (the reason
 said in one line), and a folder above it that others control is refused (exit 3). The venvs here
 are real (`python -m venv --without-pip`); pip's step is left out (it would download)."""
+
 from __future__ import annotations
 
 import os
@@ -93,7 +94,7 @@ def _group_writable_file(venv: Path, marker: Path) -> None:
 def _relinked_python(venv: Path, marker: Path) -> None:
     python = venv / "bin" / "python"
     script = venv / "bin" / "evil"
-    script.write_text(f"#!/bin/sh\necho ran > {marker}\nexec {sys.executable} \"$@\"\n")
+    script.write_text(f'#!/bin/sh\necho ran > {marker}\nexec {sys.executable} "$@"\n')
     script.chmod(0o755)
     python.unlink()
     python.symlink_to("evil")
@@ -106,8 +107,16 @@ def _planted_bytecode(venv: Path, marker: Path) -> None:
     (site / "__pycache__" / "sitecustomize.cpython-311.pyc").write_bytes(b"\0" * 16)
 
 
-PLANTS = [_copied_marker, _extra_pth, _tampered_file, _foreign_owner, _world_writable_env, _group_writable_file,
-          _relinked_python, _planted_bytecode]
+PLANTS = [
+    _copied_marker,
+    _extra_pth,
+    _tampered_file,
+    _foreign_owner,
+    _world_writable_env,
+    _group_writable_file,
+    _relinked_python,
+    _planted_bytecode,
+]
 
 
 @root_only
@@ -126,8 +135,10 @@ def test_a_smoke_env_not_as_built_is_rebuilt_with_the_reason(profile, tmp_path, 
     said = [line for line in capsys.readouterr().err.splitlines() if "rebuilding" in line]
     assert len(builds) == 2 and len(said) == 1, said
     _runs_clean(python, marker)
-    assert os.lstat(python).st_uid == 0 and sealed.untrusted(ArtifactCache(Path(os.environ["PATCHCTL_CACHE_DIR"])),
-                                                             Path(python).parent.parent, "") is None
+    assert (
+        os.lstat(python).st_uid == 0
+        and sealed.untrusted(ArtifactCache(Path(os.environ["PATCHCTL_CACHE_DIR"])), Path(python).parent.parent, "") is None
+    )
 
 
 def _foreign_cache_root(cache: Path) -> None:
@@ -258,8 +269,22 @@ def _folder_writable(root):
     (root / "vllm" / "sub").chmod(0o777)
 
 
-TAMPER = [_edit, _same_size_edit, _same_size_edit_mtime_kept, _added, _added_folder, _removed, _chmod, _relinked,
-          _file_for_link, _fifo, _seal_dropped, _seal_damaged, _marker_writable, _folder_writable]
+TAMPER = [
+    _edit,
+    _same_size_edit,
+    _same_size_edit_mtime_kept,
+    _added,
+    _added_folder,
+    _removed,
+    _chmod,
+    _relinked,
+    _file_for_link,
+    _fifo,
+    _seal_dropped,
+    _seal_damaged,
+    _marker_writable,
+    _folder_writable,
+]
 
 
 @pytest.mark.parametrize("tamper", TAMPER, ids=[t.__name__.strip("_") for t in TAMPER])
@@ -280,8 +305,13 @@ def test_a_tree_not_as_built_is_not_used(tmp_path, tamper):
 @pytest.mark.parametrize("who", ["file", "folder", "marker", "root", "link"])
 def test_a_tree_another_uid_owns_is_not_used(tmp_path, who):
     cache, root = _built(tmp_path)
-    target = {"file": root / "vllm" / "__init__.py", "folder": root / "vllm" / "sub", "marker": root / ".complete",
-              "root": root, "link": root / "vllm" / "alias.py"}[who]
+    target = {
+        "file": root / "vllm" / "__init__.py",
+        "folder": root / "vllm" / "sub",
+        "marker": root / ".complete",
+        "root": root,
+        "link": root / "vllm" / "alias.py",
+    }[who]
     os.chown(target, SERVICE_UID, SERVICE_UID, follow_symlinks=False)
     why = sealed.untrusted(cache, root, "format 2\n")
     assert why and "4001" in why, why
@@ -321,12 +351,12 @@ def test_seal_cost_is_measured(tmp_path, capsys):
     assert stamps < 10 and hashed < 10
 
 
-TREE_CHECK = '''
+TREE_CHECK = """
 def test_patched(patched_tree, pristine_tree):
     assert "ten" in (patched_tree / "vllm/loader.py").read_text()
     assert "ten" not in (pristine_tree / "vllm/loader.py").read_text()
     assert not (patched_tree / "vllm/planted.py").exists() and not (pristine_tree / "vllm/planted.py").exists()
-'''
+"""
 
 
 def _untouched(trees_dir: Path) -> None:
@@ -354,8 +384,11 @@ def _pristine_marker_only(trees_dir: Path) -> None:
     _pristine_edited(trees_dir)
 
 
-@pytest.mark.parametrize("tamper", [_untouched, _patched_edited, _pristine_edited, _planted_in_patched,
-                                    _pristine_marker_only], ids=lambda t: t.__name__.strip("_"))
+@pytest.mark.parametrize(
+    "tamper",
+    [_untouched, _patched_edited, _pristine_edited, _planted_in_patched, _pristine_marker_only],
+    ids=lambda t: t.__name__.strip("_"),
+)
 def test_smoke_rebuilds_a_tampered_tree(tmp_path, builder, fresh_cache, tamper):
     """The real `patchctl smoke` twice on a local index; between them the cached trees are changed."""
     import json
@@ -370,14 +403,24 @@ def test_smoke_rebuilds_a_tampered_tree(tmp_path, builder, fresh_cache, tamper):
     files = tmp_path / "files"
     files.mkdir()
     wheel = build_wheel(files, "vllm", "1.0", PRISTINE)
-    good = builder.add("vllm", "good", variants={"1.0": builder.variant(PRISTINE, {"vllm/loader.py":
-                                                                                    loader_with({10: "ten\n"})})})
+    good = builder.add(
+        "vllm", "good", variants={"1.0": builder.variant(PRISTINE, {"vllm/loader.py": loader_with({10: "ten\n"})})}
+    )
     (good / "checks").mkdir()
     (good / "checks" / "test_good.py").write_text(TREE_CHECK)
     with IndexServer(files) as server:
         server.add("vllm", wheel)
-        args = ["smoke", "vllm@1.0", "--index-url", server.url, "--store", str(builder.root), "--python",
-                sys.executable, "--json"]
+        args = [
+            "smoke",
+            "vllm@1.0",
+            "--index-url",
+            server.url,
+            "--store",
+            str(builder.root),
+            "--python",
+            sys.executable,
+            "--json",
+        ]
         first = CliRunner().invoke(main, args, catch_exceptions=False)
         assert first.exit_code == 0, first.stdout
         tamper(fresh_cache / "trees")
@@ -389,14 +432,14 @@ def test_smoke_rebuilds_a_tampered_tree(tmp_path, builder, fresh_cache, tamper):
     assert len(said) == (0 if tamper is _untouched else 1), second.stderr
 
 
-HANGING_CHECK = '''
+HANGING_CHECK = """
 import subprocess, time
 
 def test_hangs(patched_tree):
     child = subprocess.Popen(["sh", "-c", {script!r}])
     open({pids!r}, "w").write(str(child.pid))
     time.sleep(1000)
-'''
+"""
 CHILDREN = {
     "sleeps": "exec sleep 1000",
     "ignores SIGTERM": "trap '' TERM; while :; do sleep 1; done",
@@ -424,15 +467,23 @@ def test_a_hanging_check_is_stopped_with_its_children(tmp_path, builder, child):
     (patch_dir / "checks" / "test_hang.py").write_text(HANGING_CHECK.format(script=CHILDREN[child], pids=str(pids)))
     patch = Store.open(builder.root).series("vllm").get("hang")
     start = time.monotonic()
-    result = run_checks(patch, "cpu", sys.executable, engine="vllm", version="1.0", patched=tmp_path,
-                        pristine=tmp_path, timeout=DEADLINE)
+    result = run_checks(
+        patch, "cpu", sys.executable, engine="vllm", version="1.0", patched=tmp_path, pristine=tmp_path, timeout=DEADLINE
+    )
     assert result.status == "error" and result.reason == f"timed out after {DEADLINE} s", result
     assert time.monotonic() - start < DEADLINE + 5
     time.sleep(0.2)
     leader = int(pids.read_text())
     group = os.getpgid(leader) if Path(f"/proc/{leader}").exists() else None
-    alive = [p for p in os.listdir("/proc") if p.isdigit() and Path(f"/proc/{p}/stat").exists()
-             and _pgid_state(int(p)) == (group, "alive")] if group else []
+    alive = (
+        [
+            p
+            for p in os.listdir("/proc")
+            if p.isdigit() and Path(f"/proc/{p}/stat").exists() and _pgid_state(int(p)) == (group, "alive")
+        ]
+        if group
+        else []
+    )
     state = _pgid_state(leader)[1]
     assert state in ("gone", "zombie") and not alive, (state, alive)
 

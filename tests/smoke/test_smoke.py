@@ -1,4 +1,5 @@
 """The smoke runner's check tiers on a real wheel served by a local index, with real pytest runs."""
+
 import json
 import sys
 
@@ -10,7 +11,7 @@ from support.index_server import IndexServer
 
 from patchctl.cli.main import main
 
-CHECK = '''
+CHECK = """
 import pytest
 
 def test_patched_tree_has_the_change(patched_tree, pristine_tree, engine_version, engine_name):
@@ -22,12 +23,12 @@ def test_patched_tree_has_the_change(patched_tree, pristine_tree, engine_version
 def test_needs_a_gpu(patched_tree):
     import torch
     assert torch.cuda.is_available()
-'''
+"""
 
-FAILING = '''
+FAILING = """
 def test_wrong_expectation(patched_tree):
     assert "eleven" in (patched_tree / "vllm/loader.py").read_text()
-'''
+"""
 
 
 @pytest.fixture
@@ -63,8 +64,19 @@ def test_cpu_tier_runs_checks_and_reports_failures(setup, fresh_cache):
 
 def test_gpu_tier_says_not_run_without_gpu(setup, fresh_cache):
     server, store = setup
-    code, doc = smoke("vllm@1.0", "--patch", "good", "--tier", "gpu", "--index-url", server.url,
-                      "--store", str(store), "--python", sys.executable)
+    code, doc = smoke(
+        "vllm@1.0",
+        "--patch",
+        "good",
+        "--tier",
+        "gpu",
+        "--index-url",
+        server.url,
+        "--store",
+        str(store),
+        "--python",
+        sys.executable,
+    )
     (result,) = doc["results"]
     assert result["status"] == "not-run" and result["reason"] == "not run: no GPU"
     assert code == 0
@@ -76,7 +88,7 @@ def test_unknown_patch_name_is_usage_error(setup, fresh_cache):
     assert code == 2 and "nope" in doc["error"]["message"]
 
 
-PROOF_CHECK = '''
+PROOF_CHECK = """
 import pytest
 
 def test_behaves_as_patched(patched_tree):
@@ -86,7 +98,7 @@ def test_behaves_as_patched(patched_tree):
 @pytest.mark.pristine_fails
 def test_pristine_lacks_it(pristine_tree):
     assert "ten" not in (pristine_tree / "vllm/loader.py").read_text()
-'''
+"""
 
 
 def test_upstreamed_in_is_proven_on_the_pristine_tree(tmp_path, builder, fresh_cache):
@@ -98,8 +110,9 @@ def test_upstreamed_in_is_proven_on_the_pristine_tree(tmp_path, builder, fresh_c
     del moved["vllm/loader.py"]
     moved["vllm/loader.py"] = "# the loader moved to moved.py\n"
     variant = builder.variant(PRISTINE, {"vllm/loader.py": loader_with({10: "ten\n"})})
-    folder = builder.add("vllm", "p", applies_to="<1.1", variants={"1.0": variant},
-                         extra_meta={"upstreamed_in": ">=1.1", "smoke": {"env": "test"}})
+    folder = builder.add(
+        "vllm", "p", applies_to="<1.1", variants={"1.0": variant}, extra_meta={"upstreamed_in": ">=1.1", "smoke": {"env": "test"}}
+    )
     (folder / "checks").mkdir()
     (folder / "checks" / "test_p.py").write_text(PROOF_CHECK)
     with IndexServer(files) as server:
@@ -125,8 +138,9 @@ def test_a_long_failure_keeps_its_end(tmp_path):
 
     message = "probe exited 1:\n" + "The vLLM package was not found.\n" * 200 + "AttributeError: the cause"
     junit = tmp_path / "junit.xml"
-    junit.write_text(f'<testsuite><testcase classname="test_x" name="test_y">'
-                     f'<failure message={quoteattr(message)}/></testcase></testsuite>')
+    junit.write_text(
+        f'<testsuite><testcase classname="test_x" name="test_y"><failure message={quoteattr(message)}/></testcase></testsuite>'
+    )
     _, failed, _, failures, _ = _parse_junit(junit)
     assert failed == 1
     (failure,) = failures

@@ -1,5 +1,6 @@
 """Smoke checks of builds that are not releases: a nightly wheel from a per-commit wheel index laid
 out like vLLM's (no index hashes), a git ref, and the nightly row of the matrix with its CPU smoke."""
+
 import hashlib
 import json
 import sys
@@ -14,12 +15,12 @@ from support.nightly_index import NightlyIndex, build_dev_wheel
 from patchctl.cli.main import main
 
 DEV = "1.1.dev3+gabc1234"
-CHECK = '''
+CHECK = """
 def test_patched_tree_has_the_change(patched_tree, pristine_tree, engine_version):
     assert str(engine_version) == "{version}"
     assert "ten" in (patched_tree / "vllm/loader.py").read_text()
     assert "ten" not in (pristine_tree / "vllm/loader.py").read_text()
-'''
+"""
 
 
 def invoke(*args):
@@ -35,6 +36,7 @@ def store(builder):
         (patch / "checks").mkdir()
         (patch / "checks" / "test_good.py").write_text(CHECK.format(version=version))
         return builder.root
+
     return make
 
 
@@ -50,8 +52,9 @@ def nightly(tmp_path):
 
 def test_smoke_runs_on_the_nightly_wheel(nightly, store, fresh_cache):
     server, wheel = nightly
-    code, doc = invoke("smoke", "vllm@nightly", "--nightly-source", server.url, "--store", str(store(DEV)),
-                       "--python", sys.executable)
+    code, doc = invoke(
+        "smoke", "vllm@nightly", "--nightly-source", server.url, "--store", str(store(DEV)), "--python", sys.executable
+    )
     assert code == 0, doc
     assert doc["version"] == DEV
     (result,) = doc["results"]
@@ -69,8 +72,7 @@ def test_smoke_runs_on_a_git_ref(tmp_path, store, fresh_cache):
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "release")
     git(repo, "tag", "v1.1")
-    code, doc = invoke("smoke", "vllm@git:v1.1", "--repo", str(repo), "--store", str(store("1.1")),
-                       "--python", sys.executable)
+    code, doc = invoke("smoke", "vllm@git:v1.1", "--repo", str(repo), "--store", str(store("1.1")), "--python", sys.executable)
     assert code == 0, doc
     (result,) = doc["results"]
     assert result["status"] == "passed"
@@ -86,8 +88,22 @@ def test_smoke_of_a_directory_says_what_it_needs(tmp_path, store):
 def test_matrix_nightly_row_carries_its_smoke(nightly, store, tmp_path, fresh_cache):
     server, _ = nightly
     out = tmp_path / "nightly.yaml"
-    code, doc = invoke("matrix", "--engine", "vllm", "--version", "nightly", "--smoke", "--nightly-source", server.url,
-                       "--store", str(store(DEV)), "--python", sys.executable, "-o", str(out))
+    code, doc = invoke(
+        "matrix",
+        "--engine",
+        "vllm",
+        "--version",
+        "nightly",
+        "--smoke",
+        "--nightly-source",
+        server.url,
+        "--store",
+        str(store(DEV)),
+        "--python",
+        sys.executable,
+        "-o",
+        str(out),
+    )
     assert code == 0, doc
     data = yaml.safe_load(out.read_text())["engines"]["vllm"]
     assert list(data["versions"]) == ["nightly"]  # --version nightly: no release rows

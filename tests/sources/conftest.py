@@ -1,5 +1,6 @@
 """What the sources tests share: a store of one patch, `loader`, clean on the synthetic vllm 1.0 (a
 module that needs another store defines its own `store`)."""
+
 import pytest
 from support.fixtures import PRISTINE, loader_with
 

@@ -3,6 +3,7 @@ trip, conditional index requests and the freshness window, streaming `export --f
 name list of a whole artifact and one hash per cached read. Counted on a real HTTP index on
 127.0.0.1 (requests and their answers), and on real releases where the choice is about them.
 No timings here: benchmarks/throttled_check.py measures those."""
+
 import hashlib
 import io
 import json
@@ -59,6 +60,7 @@ def file_gets(server) -> list[tuple[str, str | None]]:
 
 
 # the artifact, by bytes ------------------------------------------------------------------------
+
 
 def test_a_small_sdist_is_read_whole_instead_of_ranges_of_a_big_wheel(files, store, fresh_cache):
     wheel = build_wheel(files, "vllm", "1.0", dict(PRISTINE, **BIG))
@@ -124,6 +126,7 @@ def test_the_choice_does_not_depend_on_the_cache_but_offline_serves_what_it_hold
 
 # the central directory in one round trip ---------------------------------------------------------
 
+
 def many_members(count: int) -> dict[str, str]:
     return {f"vllm/pkg{i // 500}/m{i}.py": f"X = {i}\n" for i in range(count)}
 
@@ -184,6 +187,7 @@ def test_a_tail_that_falls_short_costs_one_more_read_and_the_next_release_none(f
 
 
 # conditional index requests -------------------------------------------------------------------------
+
 
 def page_answers(server) -> list[int]:
     return [status for path, status in server.answers if path.startswith("/simple/")]
@@ -249,6 +253,7 @@ def test_the_freshness_window_from_the_config_file(files, store, fresh_cache, mo
 
 # streaming exports ------------------------------------------------------------------------------
 
+
 def with_modes(wheel, modes: dict[str, int]) -> None:
     """Rewrite the wheel with these members' Unix modes (RECORD unchanged: the bytes are the same)."""
     with zipfile.ZipFile(wheel) as zf:
@@ -304,13 +309,15 @@ def test_a_failed_export_leaves_nothing_at_the_destination(files, store, fresh_c
     with IndexServer(files) as server:
         server.add("vllm", wheel)
         fetch._index.cache_clear()
-        doc = run_json("export", "vllm@1.0", str(tmp_path / "out"), "--full", "--index-url", server.url,
-                       "--store", str(store), expect=3)
+        doc = run_json(
+            "export", "vllm@1.0", str(tmp_path / "out"), "--full", "--index-url", server.url, "--store", str(store), expect=3
+        )
     assert "vllm/utils.py does not match the sha256 in RECORD" in doc["error"]["message"]
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.patchctl-*"))
 
 
 # cached name lists, one hash per read ----------------------------------------------------------------
+
 
 def sdist_source(server, cache):
     from patchctl.core.engines import get_engine

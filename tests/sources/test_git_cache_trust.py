@@ -1,6 +1,7 @@
 """A clone in the download cache is run by git, and git runs what a repository's config names
 (here `remote.origin.uploadpack`, run on every fetch): a clone whose config another user owns or may
 write is cloned again, never fetched into (issue 33, item 2: nothing another user wrote runs as root)."""
+
 from __future__ import annotations
 
 import os
@@ -34,7 +35,7 @@ def _plant(cache_root, url, marker):
     """What a hostile writer of the clone's config does: an upload-pack that leaves a mark first."""
     clone = ArtifactCache(cache_root).git_clone(url)
     script = clone.parent / "evil.sh"
-    script.write_text(f"#!/bin/sh\ntouch {marker}\nexec git-upload-pack \"$@\"\n")
+    script.write_text(f'#!/bin/sh\ntouch {marker}\nexec git-upload-pack "$@"\n')
     script.chmod(0o755)
     _git("--git-dir", str(clone), "config", "remote.origin.uploadpack", str(script))
     return clone

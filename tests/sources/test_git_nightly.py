@@ -1,4 +1,5 @@
 """git:REF, local directories, nightly sources and --install, on real repos, venvs and a local index."""
+
 import subprocess
 import sys
 
@@ -14,8 +15,15 @@ run = run_json
 @pytest.fixture
 def store(builder):
     builder.add("vllm", "loader", variants={"1.0": builder.variant(PRISTINE, {"vllm/loader.py": loader_with({10: "ten\n"})})})
-    builder.add("sglang", "args", variants={"0.5.9": builder.variant(
-        {"sglang/srt/server_args.py": "A = 1\nB = 2\nC = 3\n"}, {"sglang/srt/server_args.py": "A = 1\nB = 20\nC = 3\n"})})
+    builder.add(
+        "sglang",
+        "args",
+        variants={
+            "0.5.9": builder.variant(
+                {"sglang/srt/server_args.py": "A = 1\nB = 2\nC = 3\n"}, {"sglang/srt/server_args.py": "A = 1\nB = 20\nC = 3\n"}
+            )
+        },
+    )
     return builder.root
 
 
@@ -24,8 +32,9 @@ def test_git_ref_with_layout_prefix(store, tmp_path):
     repo = tmp_path / "sglang-repo"
     repo.mkdir()
     git(repo, "init", "-q", "-b", "main")
-    write_tree(repo, {"python/sglang/srt/server_args.py": "A = 1\nB = 2\nC = 3\n",
-                      "python/sglang/version.py": '__version__ = "0.5.9"\n'})
+    write_tree(
+        repo, {"python/sglang/srt/server_args.py": "A = 1\nB = 2\nC = 3\n", "python/sglang/version.py": '__version__ = "0.5.9"\n'}
+    )
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "base")
     git(repo, "tag", "v0.5.9")
@@ -59,8 +68,10 @@ def test_nightly_source_is_named_when_down(store, tmp_path, monkeypatch):
     assert "nightly.vllm.url" in doc["error"]["hint"]
     doc = run("check", "vllm@nightly", "--nightly-source", "http://127.0.0.1:9/nightly", "--store", str(store), expect=3)
     assert "nightly source for vllm (http://127.0.0.1:9/nightly) is unreachable" in doc["error"]["message"]
-    assert run("check", "vllm-gguf-plugin@nightly", "--store", str(store), expect=2)["error"]["message"] == \
-        "vllm-gguf-plugin publishes no nightly builds"
+    assert (
+        run("check", "vllm-gguf-plugin@nightly", "--store", str(store), expect=2)["error"]["message"]
+        == "vllm-gguf-plugin publishes no nightly builds"
+    )
 
 
 def test_nightly_wheel_index_from_config_file(store, tmp_path, monkeypatch):
@@ -84,21 +95,34 @@ def test_install_then_apply_in_a_real_venv(store, tmp_path):
     python = str(venv / "bin/python")
     with IndexServer(files) as server:
         server.add("vllm", build_wheel(files, "vllm", "1.0", PRISTINE))
-        doc = run("apply", "vllm@1.0", "--install", "--python", python, "--index-url", server.url,
-                  "--store", str(store), expect=0)
+        doc = run(
+            "apply", "vllm@1.0", "--install", "--python", python, "--index-url", server.url, "--store", str(store), expect=0
+        )
     assert doc["patches"][0]["outcome"] == "clean" and "site-packages" in doc["target"]
-    out = subprocess.run([python, "-c", "import importlib.util, pathlib; "
-                          "p = pathlib.Path(importlib.util.find_spec('vllm').origin).parent; "
-                          "print((p / 'loader.py').read_text())"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [
+            python,
+            "-c",
+            "import importlib.util, pathlib; "
+            "p = pathlib.Path(importlib.util.find_spec('vllm').origin).parent; "
+            "print((p / 'loader.py').read_text())",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "ten\n" in out
 
 
 def test_vllm_24_points_to_the_plugin_and_patches_it(builder, tmp_path, monkeypatch):
     plugin_file = "vllm_gguf_plugin/loader.py"
     builder.add("vllm", "gguf", applies_to="<0.24", variants={"0.23.0": builder.variant(PRISTINE, {"vllm/loader.py": "x\n"})})
-    builder.add("vllm-gguf-plugin", "gguf", requires=("gguf>=0.18",), variants={"0.0.5": builder.variant(
-        {plugin_file: "a\nb\nc\n"}, {plugin_file: "a\nB\nc\n"})})
+    builder.add(
+        "vllm-gguf-plugin",
+        "gguf",
+        requires=("gguf>=0.18",),
+        variants={"0.0.5": builder.variant({plugin_file: "a\nb\nc\n"}, {plugin_file: "a\nB\nc\n"})},
+    )
     site = tmp_path / "site"
     install_fake_dist(site, "vllm", "0.24.0", PRISTINE)
     monkeypatch.setenv("PYTHONPATH", str(site))

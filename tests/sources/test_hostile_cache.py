@@ -1,6 +1,7 @@
 """A cache that someone else wrote (issue 23: the cache is not trusted): a symlink in place of a cache
 file or folder, a FIFO, a huge file, bytes read from another URL; and the cache's format version and
 its migration from older layouts. Each hostile case fails on a patchctl before sources/cache.py."""
+
 from __future__ import annotations
 
 import hashlib
@@ -159,6 +160,7 @@ def test_verified_says_whether_the_bytes_were_checked_against_the_index_hash(ind
 
 
 # The format and its migration -----------------------------------------------------------------
+
 
 def test_an_older_cache_is_migrated(index, store, fresh_cache):
     from patchctl.sources.cache import FORMAT

@@ -1,4 +1,4 @@
-""""Verified" means verified on every read (issue 33, item 3): what the download cache holds under
+""" "Verified" means verified on every read (issue 33, item 3): what the download cache holds under
 `verified/` and its index pages are written by whoever shares the cache, so neither a sha256 stored
 beside a member's bytes nor an index page's ETag proves anything by itself.
 
@@ -9,6 +9,7 @@ the way an attacker could (this suite runs as root, so "another user" is an os.c
 - a poisoned 304: a liar's page carrying the honest index's ETag, kept in the honest URL's cache file.
 Each must be refused (offline: exit 3 naming the file) or read again: never the planted bytes, never
 `verified: true` over them."""
+
 from __future__ import annotations
 
 import hashlib
@@ -50,6 +51,7 @@ def assert_honest(doc: dict, honest_sha: str) -> None:
 
 
 # (a) members and artifacts under verified/ ---------------------------------------------------------
+
 
 @pytest.fixture
 def wheels(tmp_path):
@@ -98,6 +100,7 @@ def another_users_member(uid: int) -> Callable[[Path, Path], None]:
         path.unlink()
         path.write_bytes(framed(EVIL_LOADER.encode()))
         os.chown(path, uid, uid)
+
     plant.__name__ = f"member_of_uid_{uid}"
     return plant
 
@@ -120,8 +123,7 @@ def record_and_member_of_another_user(folder: Path, evil: Path) -> None:
 def record_of_another_artifact(folder: Path, evil: Path) -> None:
     """A RECORD this user wrote, for another artifact (the evil wheel's verified folder), moved here."""
     record = folder / "RECORD"
-    record.write_bytes(framed(verified_dir(folder.parent.parent, evil).name.encode() + b"\n"
-                              + _record_of(evil)))
+    record.write_bytes(framed(verified_dir(folder.parent.parent, evil).name.encode() + b"\n" + _record_of(evil)))
     edit_in_place(folder, evil)
 
 
@@ -148,9 +150,15 @@ def artifact_of_another_user(folder: Path, evil: Path) -> None:
         m.unlink()
 
 
-PLANTS = [edit_in_place, *(another_users_member(u) for u in OTHER_UIDS), absent_planted,
-          record_and_member_of_another_user, record_of_another_artifact, world_writable_record,
-          artifact_of_another_user]
+PLANTS = [
+    edit_in_place,
+    *(another_users_member(u) for u in OTHER_UIDS),
+    absent_planted,
+    record_and_member_of_another_user,
+    record_of_another_artifact,
+    world_writable_record,
+    artifact_of_another_user,
+]
 
 
 @pytest.mark.parametrize("plant", PLANTS, ids=lambda p: p.__name__)
@@ -176,8 +184,7 @@ def test_a_planted_verified_entry_is_never_served(plant, wheels, store, fresh_ca
         assert EVIL_LINE not in text and "ten\n" in text
 
 
-@pytest.mark.parametrize("plant", [edit_in_place, another_users_member(4242), absent_planted],
-                         ids=lambda p: p.__name__)
+@pytest.mark.parametrize("plant", [edit_in_place, another_users_member(4242), absent_planted], ids=lambda p: p.__name__)
 def test_a_planted_member_is_read_again_and_the_document_says_so(plant, wheels, store, fresh_cache):
     wheel, evil = wheels
     with IndexServer(wheel.parent) as server:
@@ -191,8 +198,9 @@ def test_a_planted_member_is_read_again_and_the_document_says_so(plant, wheels, 
     assert said[0] in doc["warnings"]
 
 
-@pytest.mark.parametrize("plant", [edit_in_place, *(another_users_member(u) for u in OTHER_UIDS), absent_planted],
-                         ids=lambda p: p.__name__)
+@pytest.mark.parametrize(
+    "plant", [edit_in_place, *(another_users_member(u) for u in OTHER_UIDS), absent_planted], ids=lambda p: p.__name__
+)
 def test_a_planted_member_offline_is_a_named_error(plant, wheels, store, fresh_cache):
     wheel, evil = wheels
     with IndexServer(wheel.parent) as server:
@@ -218,6 +226,7 @@ def test_a_planted_artifact_offline_is_a_named_error(wheels, store, fresh_cache)
 
 
 # (b) index pages: planted, and the poisoned 304 --------------------------------------------------
+
 
 @pytest.fixture
 def indexes(tmp_path):
@@ -273,6 +282,7 @@ def _foreign(uid: int) -> Callable[[Path, dict, str], None]:
     def make(path: Path, data: dict, page: str) -> None:
         path.write_text(json.dumps(_with_url(data, page)))  # everything right but its owner
         os.chown(path, uid, uid)
+
     make.__name__ = f"owned_by_uid_{uid}"
     return make
 
@@ -281,6 +291,7 @@ def _writable(mode: int) -> Callable[[Path, dict, str], None]:
     def make(path: Path, data: dict, page: str) -> None:
         path.write_text(json.dumps(_with_url(data, page)))
         os.chmod(path, mode)
+
     make.__name__ = f"mode_{mode:o}"
     return make
 
@@ -291,14 +302,19 @@ def _from_url(url: str | None) -> Callable[[Path, dict, str], None]:
         if url is not None:
             data["url"] = url
         path.write_text(json.dumps(data))
+
     make.__name__ = f"from_url_{url}"
     return make
 
 
 PLANTED_PAGES = [*(_foreign(u) for u in OTHER_UIDS), _writable(0o664), _writable(0o646)]
-POISONED_PAGES = [_from_url(None), _from_url("http://127.0.0.1:1/simple/vllm/"),
-                  _from_url("http://127.0.0.1/simple/vllm/"), _from_url("https://mirror.invalid/simple/vllm/"),
-                  _from_url("")]
+POISONED_PAGES = [
+    _from_url(None),
+    _from_url("http://127.0.0.1:1/simple/vllm/"),
+    _from_url("http://127.0.0.1/simple/vllm/"),
+    _from_url("https://mirror.invalid/simple/vllm/"),
+    _from_url(""),
+]
 
 
 @pytest.mark.parametrize("forge", PLANTED_PAGES + POISONED_PAGES, ids=lambda f: f.__name__)
@@ -343,8 +359,7 @@ def test_a_page_not_proven_ours_offline_is_a_named_error(forge, indexes, store, 
     assert str(target) in doc["error"]["message"]
 
 
-def test_an_artifact_is_hashed_again_unless_this_user_wrote_it_and_its_mark_holds(wheels, store, fresh_cache,
-                                                                                  monkeypatch):
+def test_an_artifact_is_hashed_again_unless_this_user_wrote_it_and_its_mark_holds(wheels, store, fresh_cache, monkeypatch):
     """The mark (size, mtime, inode when it was hashed) spares this user's own artifact a second
     hash; another user's file, which they may rewrite at will, is hashed on every read."""
     from patchctl.sources import release

@@ -11,6 +11,7 @@ in a fresh interpreter:
 - numbers out of range in an index answer (a PEP 691 size of 10**400: exit 4, OverflowError).
 
 Each case is tallied with its class in $NETLIMITS_TALLY when set (test_http_limits.run_case)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -43,14 +44,17 @@ def page_json(wheel: bytes, size: str | None = None, extra: str = "") -> bytes:
 
 def page_html(wheel: bytes) -> bytes:
     sha = hashlib.sha256(wheel).hexdigest()
-    return (f'<!DOCTYPE html>\n<html><body>\n<a href="/files/{WHEEL}#sha256={sha}">{WHEEL}</a><br/>\n'
-            + "".join(f'<a href="/files/vllm-1.{n}-py3-none-any.whl">vllm-1.{n}</a><br/>\n' for n in range(1, 40))
-            + "</body></html>\n").encode()
+    return (
+        f'<!DOCTYPE html>\n<html><body>\n<a href="/files/{WHEEL}#sha256={sha}">{WHEEL}</a><br/>\n'
+        + "".join(f'<a href="/files/vllm-1.{n}-py3-none-any.whl">vllm-1.{n}</a><br/>\n' for n in range(1, 40))
+        + "</body></html>\n"
+    ).encode()
 
 
 def serve_page(server: Hostile, body: bytes, ctype: str = PEP691) -> None:
     server.routes["/simple/vllm/"] = lambda r: server.write(
-        raw_head("200 OK", {"Content-Type": ctype, "Content-Length": str(len(body))}) + body)
+        raw_head("200 OK", {"Content-Type": ctype, "Content-Length": str(len(body))}) + body
+    )
 
 
 def endless(server: Hostile, headers: dict[str, str], cap: int = 64 * MB, rate: int | None = None) -> Reply:
@@ -150,11 +154,14 @@ def test_an_endless_download_stops_at_the_cap_with_nothing_left(cap, rate, liste
     with Hostile(wheel, list_size=False) as server:
         # Listed: the index states the cap exactly, the server sends on without end.
         serve_page(server, page_json(wheel, str(limit) if listed else None))
-        server.routes[f"/files/{WHEEL}"] = lambda r: endless(server, {"Content-Type": "application/octet-stream"},
-                                                             rate=bps)
+        server.routes[f"/files/{WHEEL}"] = lambda r: endless(server, {"Content-Type": "application/octet-stream"}, rate=bps)
         with CachePeak(fresh_cache) as written:
-            result = run_case("download cap", f"{cap}-{rate}-{listed}",
-                              check_args(server, store, "--verify", "--timeout", "2", "--max-download", cap), wait=90)
+            result = run_case(
+                "download cap",
+                f"{cap}-{rate}-{listed}",
+                check_args(server, store, "--verify", "--timeout", "2", "--max-download", cap),
+                wait=90,
+            )
         sent = server.sent
     message = assert_clean(result, f"/files/{WHEEL}")
     allowance = 2 + limit / MIN_RATE
@@ -169,22 +176,24 @@ def test_an_endless_download_stops_at_the_cap_with_nothing_left(cap, rate, liste
 
 # --- 3. answers cut short: pages and downloads ----------------------------------------------------
 
+
 def _cut_cases() -> dict[str, tuple[str, bytes, str]]:
     """name: (what is cut: page-json / page-html / download, the whole body, how it is cut)."""
     wheel = _honest()
     cases = {}
-    for kind, body in (("page-json", page_json(wheel, str(len(wheel)))), ("page-html", page_html(wheel)),
-                       ("download", wheel)):
-        for how in ("length-1", "length-half", "length-after-first", "chunked-no-end", "chunked-bad-size",
-                    "chunked-mid-chunk"):
+    for kind, body in (("page-json", page_json(wheel, str(len(wheel)))), ("page-html", page_html(wheel)), ("download", wheel)):
+        for how in ("length-1", "length-half", "length-after-first", "chunked-no-end", "chunked-bad-size", "chunked-mid-chunk"):
             cases[f"{kind}-{how}"] = (kind, body, how)
     return cases
 
 
 def _cut_reply(body: bytes, how: str, ctype: str) -> bytes:
     if how.startswith("length"):
-        keep = {"length-1": len(body) - 1, "length-half": len(body) // 2,
-                "length-after-first": body.find(b"<br/>") + 5 if b"<br/>" in body else 40}[how]
+        keep = {
+            "length-1": len(body) - 1,
+            "length-half": len(body) // 2,
+            "length-after-first": body.find(b"<br/>") + 5 if b"<br/>" in body else 40,
+        }[how]
         return raw_head("200 OK", {"Content-Type": ctype, "Content-Length": str(len(body))}) + body[:keep]
     head = raw_head("200 OK", {"Content-Type": ctype, "Transfer-Encoding": "chunked"})
     half = len(body) // 2
@@ -274,11 +283,20 @@ def test_a_byte_count_out_of_range_in_a_header_is_a_bad_answer(name, store, fres
     header, value = HEADER_NUMBERS[name]
     wheel = _honest()
     with Hostile(wheel, list_size=False) as server:
+
         def respond(r: Request) -> Reply:
-            headers = {"Content-Type": "application/octet-stream", "Content-Range": f"bytes 0-9/{len(wheel)}",
-                       "Content-Length": "10", header: value}
-            return Reply(body=raw_head("206 Partial Content", headers).replace(
-                value.encode("utf-8"), value.encode("latin-1")) + wheel[:10], framing=RAW)
+            headers = {
+                "Content-Type": "application/octet-stream",
+                "Content-Range": f"bytes 0-9/{len(wheel)}",
+                "Content-Length": "10",
+                header: value,
+            }
+            return Reply(
+                body=raw_head("206 Partial Content", headers).replace(value.encode("utf-8"), value.encode("latin-1"))
+                + wheel[:10],
+                framing=RAW,
+            )
+
         server.routes[f"/files/{WHEEL}"] = respond
         result = run_case("header numbers", name, check_args(server, store), wait=60)
     assert_clean(result, f"/files/{WHEEL}")
@@ -286,8 +304,19 @@ def test_a_byte_count_out_of_range_in_a_header_is_a_bad_answer(name, store, fres
 
 # --- 5. the option --------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("text,size", [("1073741824", 1 << 30), ("512M", 512 << 20), ("512MiB", 512 << 20),
-                                       ("2g", 2 << 30), ("64K", 64 << 10), (" 3 GiB ", 3 << 30), ("1T", 1 << 40)])
+
+@pytest.mark.parametrize(
+    "text,size",
+    [
+        ("1073741824", 1 << 30),
+        ("512M", 512 << 20),
+        ("512MiB", 512 << 20),
+        ("2g", 2 << 30),
+        ("64K", 64 << 10),
+        (" 3 GiB ", 3 << 30),
+        ("1T", 1 << 40),
+    ],
+)
 def test_max_download_reads_sizes(text, size):
     from patchctl.cli.options import parse_size
 
@@ -325,8 +354,11 @@ def test_the_default_cap_holds_twice_the_largest_engine_wheel():
 
 # --- 6. the deadline's allowance, in process: fixed once, whatever arrives -----------------------
 
-@pytest.mark.parametrize("framing,listed", [("close", None), ("chunked", None), ("close", 3 * MB // 2),
-                                            ("chunked", 3 * MB // 2), ("close", 10**12), ("length", None)])
+
+@pytest.mark.parametrize(
+    "framing,listed",
+    [("close", None), ("chunked", None), ("close", 3 * MB // 2), ("chunked", 3 * MB // 2), ("close", 10**12), ("length", None)],
+)
 def test_the_deadline_does_not_follow_the_bytes_received(framing, listed, monkeypatch):
     """The allowance is the --timeout plus what the answer may carry (its Content-Length, else the
     size the index lists, within the download cap) at MIN_RATE, fixed when the headers are in: the
@@ -388,11 +420,14 @@ def test_a_number_out_of_range_in_a_cached_page_is_a_damaged_entry(name, offline
         page = ArtifactCache(fresh_cache).index_page(server.url, "vllm")
         page.parent.mkdir(parents=True)
         sha = hashlib.sha256(wheel).hexdigest()
-        page.write_text(f'{{"name": "vllm", "fetched_at": {fetched_at}, "files": '
-                        f'[["{WHEEL}", "{server.url.rsplit("/", 1)[0]}/files/{WHEEL}", "{sha}", {size}, false]]}}')
+        page.write_text(
+            f'{{"name": "vllm", "fetched_at": {fetched_at}, "files": '
+            f'[["{WHEEL}", "{server.url.rsplit("/", 1)[0]}/files/{WHEEL}", "{sha}", {size}, false]]}}'
+        )
         argv = check_args(server, store) + (["--offline"] if offline else [])
-        result = run_case("cached index numbers", f"{name}-{'offline' if offline else 'online'}", argv, wait=60,
-                          ok_exit=3 if offline else 0)
+        result = run_case(
+            "cached index numbers", f"{name}-{'offline' if offline else 'online'}", argv, wait=60, ok_exit=3 if offline else 0
+        )
     assert result["outcome"] == "clean", {k: v for k, v in result.items() if k != "doc"}
     if offline:
         assert str(page) in result["doc"]["error"]["message"]
@@ -402,8 +437,14 @@ def test_a_number_out_of_range_in_a_cached_page_is_a_damaged_entry(name, offline
 
 # --- 8. any header text: a byte count in range or a NetworkError, nothing else --------------------
 
-@given(st.one_of(st.text(max_size=60), st.integers(min_value=-(10**30), max_value=10**30).map(str),
-                 st.from_regex(r"\s*[0-9\u00b2\u0660-\u0669]{1,40}\s*", fullmatch=True)))
+
+@given(
+    st.one_of(
+        st.text(max_size=60),
+        st.integers(min_value=-(10**30), max_value=10**30).map(str),
+        st.from_regex(r"\s*[0-9\u00b2\u0660-\u0669]{1,40}\s*", fullmatch=True),
+    )
+)
 @settings(max_examples=300, deadline=None)
 def test_byte_count_takes_only_ascii_counts_in_range(text):
     from patchctl.core.errors import NetworkError

@@ -8,6 +8,7 @@ peak RSS under 100 MB.
 The hostile index is the one test server (patches/checklib/testserver.py) with responders whose raw
 replies write status lines, headers and framing by hand. With $NETLIMITS_TALLY set, every case
 appends its class and outcome (clean / traceback / hang / memory / wrong) to that file."""
+
 from __future__ import annotations
 
 import base64
@@ -65,6 +66,7 @@ sys.stderr.write("\nPROBE " + json.dumps({"exit": code, "rss_mb": rss, "seconds"
 
 # --- a zip written by hand, so that a member's stated sizes can lie --------------------------
 
+
 def deflate(data: bytes) -> bytes:
     c = zlib.compressobj(9, zlib.DEFLATED, -15)
     return c.compress(data) + c.flush()
@@ -106,8 +108,12 @@ def raw_zip(members: list[tuple[str, bytes, int, int]]) -> bytes:
         offset = len(out)
         out += struct.pack("<4sHHHHHIIIHH", b"PK\x03\x04", 20, 0, 8, 0, 0, crc, len(payload), size, len(n), 0)
         out += n + payload
-        cd += struct.pack("<4sHHHHHHIIIHHHHHII", b"PK\x01\x02", 20, 20, 0, 8, 0, 0, crc, len(payload), size,
-                          len(n), 0, 0, 0, 0, 0, offset) + n
+        cd += (
+            struct.pack(
+                "<4sHHHHHHIIIHHHHHII", b"PK\x01\x02", 20, 20, 0, 8, 0, 0, crc, len(payload), size, len(n), 0, 0, 0, 0, 0, offset
+            )
+            + n
+        )
     out_len = len(out)
     eocd = struct.pack("<4sHHHHIIH", b"PK\x05\x06", 0, 0, len(members), len(members), len(cd), out_len, 0)
     return bytes(out + cd + eocd)
@@ -190,8 +196,12 @@ class Hostile:
                 self.ranges_only = False
                 return self._reply(200, self.wheel, "application/octet-stream")
             start, end = span
-            return self._reply(206, self.wheel[start:end + 1], "application/octet-stream",
-                               {"Content-Range": f"bytes {start}-{end}/{len(self.wheel)}"})
+            return self._reply(
+                206,
+                self.wheel[start : end + 1],
+                "application/octet-stream",
+                {"Content-Range": f"bytes {start}-{end}/{len(self.wheel)}"},
+            )
         return self._reply(404, b"not found", "text/plain")
 
     @staticmethod
@@ -199,8 +209,7 @@ class Hostile:
         return Reply(status, body, {"Content-Type": ctype, "Content-Length": str(len(body)), **(extra or {})})
 
     def page(self) -> bytes:
-        entry: dict = {"filename": WHEEL, "url": f"/files/{WHEEL}",
-                       "hashes": {"sha256": hashlib.sha256(self.wheel).hexdigest()}}
+        entry: dict = {"filename": WHEEL, "url": f"/files/{WHEEL}", "hashes": {"sha256": hashlib.sha256(self.wheel).hexdigest()}}
         if self.list_size:
             entry["size"] = len(self.wheel)
         return json.dumps({"meta": {"api-version": "1.0"}, "name": "vllm", "files": [entry]}).encode()
@@ -218,8 +227,11 @@ class Hostile:
 
     def stream(self, start: bytes, total: int | None, chunked: bool = False) -> Reply:
         """`start`, then zeros, `total` bytes (None: until SERVER_CAP or the client leaves)."""
-        return Reply(body=start, framing=RAW,
-                     events=testserver.zero_stream(total, cap=SERVER_CAP, chunked=chunked, piece=MB, on_sent=self._count))
+        return Reply(
+            body=start,
+            framing=RAW,
+            events=testserver.zero_stream(total, cap=SERVER_CAP, chunked=chunked, piece=MB, on_sent=self._count),
+        )
 
     def drip(self, start: bytes, data: bytes, every: float = 0.5) -> Reply:
         """`start`, then `data` a byte every `every` seconds."""
@@ -231,8 +243,8 @@ class Hostile:
 
 # --- running a case ----------------------------------------------------------------------------
 
-def run_case(klass: str, case: str, argv: list[str], settings: dict | None = None, wait: float = 60.0,
-             ok_exit: int = 3) -> dict:
+
+def run_case(klass: str, case: str, argv: list[str], settings: dict | None = None, wait: float = 60.0, ok_exit: int = 3) -> dict:
     """patchctl ARGV in a fresh interpreter; its exit code, document, peak RSS, time, and the outcome
     (clean / traceback / hang / memory), also appended to $NETLIMITS_TALLY."""
     env = dict(os.environ)
@@ -260,8 +272,18 @@ def run_case(klass: str, case: str, argv: list[str], settings: dict | None = Non
     tally = os.environ.get("NETLIMITS_TALLY")
     if tally:
         with open(tally, "a") as f:
-            f.write(json.dumps({"class": klass, "case": case, "outcome": result["outcome"],
-                                "rss_mb": result.get("rss_mb"), "seconds": round(result["seconds"], 1)}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "class": klass,
+                        "case": case,
+                        "outcome": result["outcome"],
+                        "rss_mb": result.get("rss_mb"),
+                        "seconds": round(result["seconds"], 1),
+                    }
+                )
+                + "\n"
+            )
     return result
 
 
@@ -283,11 +305,14 @@ def assert_clean(result: dict, *words: str) -> str:
 
 BOMBS = [
     # (inflated bytes, stated size: None = the truth, "pristine" = the real loader's size and CRC)
-    (64 * MB, "pristine"), (256 * MB, "pristine"), (1400 * MB, "pristine"),  # the central directory lies
-    (40 * MB, None), (400 * MB, None),  # honest, larger than a member may be
-    (4 * MB, None), (20 * MB, None),  # honest, within the size cap, inflating ~1000:1
+    (64 * MB, "pristine"),
+    (256 * MB, "pristine"),
+    (1400 * MB, "pristine"),  # the central directory lies
+    (40 * MB, None),
+    (400 * MB, None),  # honest, larger than a member may be
+    (4 * MB, None),
+    (20 * MB, None),  # honest, within the size cap, inflating ~1000:1
 ]
-
 
 
 @pytest.mark.parametrize("read", ["ranges", "whole"])
@@ -310,6 +335,7 @@ def test_a_zip_bomb_member_is_refused_within_the_memory_limit(inflated, stated, 
 
 # --- 2. index pages: gzip bombs, pages over the limit sent or decompressed ----------------------
 
+
 def gzip_of(parts: list[bytes], repeat: int) -> bytes:
     c = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
     head_, body, tail = parts
@@ -321,13 +347,18 @@ def gzip_of(parts: list[bytes], repeat: int) -> bytes:
 PAGES = {
     # name: (the page as sent, Content-Encoding, Content-Type)
     "gzip-1.5GB-spaces": (lambda: gzip_of([b"", b" " * MB, b""], 1500), "gzip", "application/vnd.pypi.simple.v1+json"),
-    "gzip-100MB-json-padded": (lambda: gzip_of([b'{"meta": {"api-version": "1.0"}, "name": "vllm", "files": [',
-                                               b" " * MB, b"]}"], 100), "gzip", "application/vnd.pypi.simple.v1+json"),
-    "gzip-9MB-empty-objects": (lambda: gzip_of([b'{"files": [', b"{}," * (MB // 3), b"{}]}"], 27), "gzip",
-                               "application/vnd.pypi.simple.v1+json"),
+    "gzip-100MB-json-padded": (
+        lambda: gzip_of([b'{"meta": {"api-version": "1.0"}, "name": "vllm", "files": [', b" " * MB, b"]}"], 100),
+        "gzip",
+        "application/vnd.pypi.simple.v1+json",
+    ),
+    "gzip-9MB-empty-objects": (
+        lambda: gzip_of([b'{"files": [', b"{}," * (MB // 3), b"{}]}"], 27),
+        "gzip",
+        "application/vnd.pypi.simple.v1+json",
+    ),
     "gzip-9MB-html-anchors": (lambda: gzip_of([b"<html>", b"<a>" * (MB // 3), b"</html>"], 27), "gzip", "text/html"),
-    "gzip-html-700MB-anchors": (lambda: gzip_of([b"<html>", b"<a href=x>" * (MB // 10), b"</html>"], 700), "gzip",
-                              "text/html"),
+    "gzip-html-700MB-anchors": (lambda: gzip_of([b"<html>", b"<a href=x>" * (MB // 10), b"</html>"], 700), "gzip", "text/html"),
     "identity-300MB": (None, "", "application/vnd.pypi.simple.v1+json"),
 }
 
@@ -337,16 +368,19 @@ def test_an_index_page_over_the_limit_is_refused_within_the_memory_limit(name, s
     make, encoding, ctype = PAGES[name]
     with Hostile(_honest()) as server:
         if make is None:
+
             def respond(r: Request) -> Reply:
-                return server.stream(raw_head("200 OK", {"Content-Type": ctype, "Content-Length": str(300 * MB)}),
-                                     300 * MB)
+                return server.stream(raw_head("200 OK", {"Content-Type": ctype, "Content-Length": str(300 * MB)}), 300 * MB)
         else:
             body = make()
             assert len(body) < 1.5 * MB
 
             def respond(r: Request) -> Reply:
-                return server.write(raw_head("200 OK", {"Content-Type": ctype, "Content-Encoding": encoding,
-                                                        "Content-Length": str(len(body))}) + body)
+                return server.write(
+                    raw_head("200 OK", {"Content-Type": ctype, "Content-Encoding": encoding, "Content-Length": str(len(body))})
+                    + body
+                )
+
         server.routes["/simple/vllm/"] = respond
         result = run_case("index page", name, check_args(server, store))
     message = assert_clean(result, "/simple/vllm/")
@@ -358,11 +392,13 @@ def test_an_index_page_over_the_limit_is_refused_within_the_memory_limit(name, s
 RANGE_ANSWERS = [(framing, total) for framing in ("length", "close", "chunked") for total in (300 * MB, None)]
 
 
-@pytest.mark.parametrize("framing,total", RANGE_ANSWERS,
-                         ids=[f"{f}-{'endless' if t is None else f'{t // MB}MB'}" for f, t in RANGE_ANSWERS])
+@pytest.mark.parametrize(
+    "framing,total", RANGE_ANSWERS, ids=[f"{f}-{'endless' if t is None else f'{t // MB}MB'}" for f, t in RANGE_ANSWERS]
+)
 def test_a_range_answer_longer_than_asked_is_refused(framing, total, store, fresh_cache):
     wheel = _honest()
     with Hostile(wheel, list_size=False) as server:  # (no size listed: read by ranges, not whole)
+
         def respond(r: Request) -> Reply:
             headers = {"Content-Range": f"bytes 0-{len(wheel) - 1}/{len(wheel)}"}
             if framing == "length":
@@ -370,6 +406,7 @@ def test_a_range_answer_longer_than_asked_is_refused(framing, total, store, fres
             elif framing == "chunked":
                 headers["Transfer-Encoding"] = "chunked"
             return server.stream(raw_head("206 Partial Content", headers), total, chunked=framing == "chunked")
+
         server.routes[f"/files/{WHEEL}"] = respond
         result = run_case("range answer", f"{framing}-{total}", check_args(server, store))
     message = assert_clean(result, WHEEL)
@@ -387,6 +424,7 @@ def test_an_endless_answer_to_a_range_request_is_cut_at_the_size_it_may_have(fra
     index lists (unlisted: at DOWNLOAD_MAX_BYTES, set to 16 MiB here), and nothing is left on disk."""
     wheel = _honest()
     with Hostile(wheel, list_size=listed) as server:
+
         def respond(r: Request) -> Reply:
             headers = {"Content-Type": "application/octet-stream"}
             if framing == "chunked":
@@ -394,9 +432,11 @@ def test_an_endless_answer_to_a_range_request_is_cut_at_the_size_it_may_have(fra
             elif framing == "length-over-index":
                 headers["Content-Length"] = str(SERVER_CAP)
             return server.stream(raw_head("200 OK", headers), None, chunked=framing == "chunked")
+
         server.routes[f"/files/{WHEEL}"] = respond
-        result = run_case("whole download", f"{framing}-{listed}", check_args(server, store),
-                          settings={"DOWNLOAD_MAX_BYTES": 16 * MB})
+        result = run_case(
+            "whole download", f"{framing}-{listed}", check_args(server, store), settings={"DOWNLOAD_MAX_BYTES": 16 * MB}
+        )
         sent = server.sent
     assert_clean(result, WHEEL)
     assert sent < 64 * MB, f"the server sent {sent} bytes before patchctl stopped"
@@ -404,6 +444,7 @@ def test_an_endless_answer_to_a_range_request_is_cut_at_the_size_it_may_have(fra
 
 
 # --- 5. a server that drips a byte at a time: one deadline per request ---------------------------
+
 
 def _drip_cases() -> dict[str, tuple[str, Callable[[Hostile, Request], Reply]]]:
     wheel = _honest()
@@ -416,23 +457,37 @@ def _drip_cases() -> dict[str, tuple[str, Callable[[Hostile, Request], Reply]]]:
 
     def page_body(s: Hostile, r: Request) -> Reply:
         body = s.page()
-        return s.drip(raw_head("200 OK", {"Content-Type": "application/vnd.pypi.simple.v1+json",
-                                          "Content-Length": str(len(body) + 4000)}), b" " * 4000 + body)
+        return s.drip(
+            raw_head("200 OK", {"Content-Type": "application/vnd.pypi.simple.v1+json", "Content-Length": str(len(body) + 4000)}),
+            b" " * 4000 + body,
+        )
 
     def page_chunked(s: Hostile, r: Request) -> Reply:
-        return s.drip(raw_head("200 OK", {"Content-Type": "application/vnd.pypi.simple.v1+json",
-                                          "Transfer-Encoding": "chunked"}), b"1\r\n \r\n" * 4000)
+        return s.drip(
+            raw_head("200 OK", {"Content-Type": "application/vnd.pypi.simple.v1+json", "Transfer-Encoding": "chunked"}),
+            b"1\r\n \r\n" * 4000,
+        )
 
     def range_body(s: Hostile, r: Request) -> Reply:
-        return s.drip(raw_head("206 Partial Content", {"Content-Range": f"bytes 0-{len(wheel) - 1}/{len(wheel)}",
-                                                       "Content-Length": str(len(wheel))}), wheel)
+        return s.drip(
+            raw_head(
+                "206 Partial Content",
+                {"Content-Range": f"bytes 0-{len(wheel) - 1}/{len(wheel)}", "Content-Length": str(len(wheel))},
+            ),
+            wheel,
+        )
 
     def download_body(s: Hostile, r: Request) -> Reply:  # (Range ignored: a whole download)
         return s.drip(raw_head("200 OK", {"Content-Length": str(len(wheel))}), wheel)
 
-    return {"page-status-line": ("/simple/vllm/", page_status), "page-headers": ("/simple/vllm/", page_headers),
-            "page-body": ("/simple/vllm/", page_body), "page-chunked": ("/simple/vllm/", page_chunked),
-            "range-body": (f"/files/{WHEEL}", range_body), "download-body": (f"/files/{WHEEL}", download_body)}
+    return {
+        "page-status-line": ("/simple/vllm/", page_status),
+        "page-headers": ("/simple/vllm/", page_headers),
+        "page-body": ("/simple/vllm/", page_body),
+        "page-chunked": ("/simple/vllm/", page_chunked),
+        "range-body": (f"/files/{WHEEL}", range_body),
+        "download-body": (f"/files/{WHEEL}", download_body),
+    }
 
 
 DRIPS = list(_drip_cases())
@@ -473,20 +528,27 @@ def test_the_timeout_option_is_the_commands_not_the_processes(tmp_path):
 
 # --- 6. an index page in a charset no codec knows ------------------------------------------------
 
-CHARSETS = ["x-unknown", "utf-99", "utf8mb4", "latin-9000", "no-such-codec-" + hashlib.sha256(b"6").hexdigest()[:8],
-            "iso-8859-99"]
+CHARSETS = [
+    "x-unknown",
+    "utf-99",
+    "utf8mb4",
+    "latin-9000",
+    "no-such-codec-" + hashlib.sha256(b"6").hexdigest()[:8],
+    "iso-8859-99",
+]
 
 
 @pytest.mark.parametrize("charset", CHARSETS)
 def test_an_index_page_in_an_unknown_charset_is_read_as_utf8(charset, store, fresh_cache):
     wheel = _honest()
     with Hostile(wheel) as server:
-        page = (f'<html><a href="/files/{WHEEL}#sha256={hashlib.sha256(wheel).hexdigest()}">{WHEEL}</a>'
-                "</html>").encode()
+        page = (f'<html><a href="/files/{WHEEL}#sha256={hashlib.sha256(wheel).hexdigest()}">{WHEEL}</a></html>').encode()
 
         def respond(r: Request) -> Reply:
-            return server.write(raw_head("200 OK", {"Content-Type": f"text/html; charset={charset}",
-                                                    "Content-Length": str(len(page))}) + page)
+            return server.write(
+                raw_head("200 OK", {"Content-Type": f"text/html; charset={charset}", "Content-Length": str(len(page))}) + page
+            )
+
         server.routes["/simple/vllm/"] = respond
         result = run_case("page charset", charset, check_args(server, store), ok_exit=0)
     assert result["outcome"] == "clean", {k: v for k, v in result.items() if k != "doc"}
@@ -494,6 +556,7 @@ def test_an_index_page_in_an_unknown_charset_is_read_as_utf8(charset, store, fre
 
 
 # --- the zip limits themselves -------------------------------------------------------------------
+
 
 def test_read_zip_member_holds_a_whole_archive_to_the_same_limits(tmp_path):
     """What release.py's whole-archive path should call: a lying member stops at its stated size
@@ -530,8 +593,14 @@ def test_the_readme_states_the_defaults():
     from patchctl.sources import http, zipread
 
     section = (Path(__file__).parents[2] / "docs/limits.md").read_text()
-    stated = [f"(default {http.TIMEOUT:g})", f"{http.MIN_RATE >> 10} KiB/s", f"{http.PAGE_MAX_BYTES >> 20} MiB as sent",
-              f"{http.DOWNLOAD_MAX_BYTES >> 30} GiB", f"at most {zipread.MAX_MEMBER_BYTES >> 20} MiB",
-              f"{zipread.MAX_RATIO}:1", f"above {zipread.RATIO_GRACE >> 20} MiB",
-              f"{zipread.MAX_CENTRAL_DIRECTORY_BYTES >> 20} MiB"]
+    stated = [
+        f"(default {http.TIMEOUT:g})",
+        f"{http.MIN_RATE >> 10} KiB/s",
+        f"{http.PAGE_MAX_BYTES >> 20} MiB as sent",
+        f"{http.DOWNLOAD_MAX_BYTES >> 30} GiB",
+        f"at most {zipread.MAX_MEMBER_BYTES >> 20} MiB",
+        f"{zipread.MAX_RATIO}:1",
+        f"above {zipread.RATIO_GRACE >> 20} MiB",
+        f"{zipread.MAX_CENTRAL_DIRECTORY_BYTES >> 20} MiB",
+    ]
     assert [s for s in stated if s not in section] == []

@@ -1,6 +1,7 @@
 """The one client reaches the index as pip does: through pip's `proxy` and with pip's `cert` ($PIP_PROXY,
 $PIP_CERT, or pip's configuration files), not only through the environment's proxies and requests'
 CA bundle variables."""
+
 from __future__ import annotations
 
 import ssl
@@ -16,8 +17,18 @@ from tests.image.test_login import tls  # noqa: F401  (the fixture: a certificat
 @pytest.fixture
 def fresh(monkeypatch, tmp_path):
     """No setting of this machine's pip or environment, and none read yet."""
-    for name in ("PIP_CERT", "PIP_PROXY", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "HTTP_PROXY", "HTTPS_PROXY",
-                 "http_proxy", "https_proxy", "NO_PROXY", "no_proxy"):
+    for name in (
+        "PIP_CERT",
+        "PIP_PROXY",
+        "REQUESTS_CA_BUNDLE",
+        "CURL_CA_BUNDLE",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "NO_PROXY",
+        "no_proxy",
+    ):
         monkeypatch.delenv(name, raising=False)
     empty = tmp_path / "pip.conf"
     empty.write_text("")

@@ -1,4 +1,5 @@
 """The connection pool's plumbing: the host looked up once per process, warming that returns at once."""
+
 import socket
 import time
 
@@ -15,8 +16,11 @@ def test_a_hostname_is_resolved_once(monkeypatch):
         return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port))]
 
     monkeypatch.setattr(connection, "_addresses", {})
-    monkeypatch.setattr(socket, "getaddrinfo", lambda host, *a, **k: fake(host, *a, **k) if host == "index.test"
-                        else socket_getaddrinfo(host, *a, **k))
+    monkeypatch.setattr(
+        socket,
+        "getaddrinfo",
+        lambda host, *a, **k: fake(host, *a, **k) if host == "index.test" else socket_getaddrinfo(host, *a, **k),
+    )
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(8)

@@ -1,6 +1,7 @@
 """The one client's request path (http.send) as the registries and validate use it: a login is for
 the origin it was meant for, never for the host a redirect names (a registry's blob redirected to a
 storage host), and a file body is streamed, sent again whole when a kept-alive connection had closed."""
+
 from __future__ import annotations
 
 import io
@@ -21,6 +22,7 @@ def test_a_redirect_to_another_origin_drops_the_login():
         return Reply(200, b"blob")
 
     with TestServer([storage]) as other:
+
         def registry(request: Request) -> Reply:
             seen.setdefault(request.path, request.headers.get("Authorization"))
             if request.path == "/same":
@@ -74,8 +76,7 @@ def test_a_file_body_is_sent_whole_on_a_fresh_connection_after_a_stale_one():
         time.sleep(0.5)  # the server has closed it
         data = io.BytesIO(b"x" * 100_000)
         data.seek(50)
-        answer = http.send("PUT", url, Deadline("put", "", 10), body=data, headers={"Content-Length": "100000"},
-                           retries=0)
+        answer = http.send("PUT", url, Deadline("put", "", 10), body=data, headers={"Content-Length": "100000"}, retries=0)
         assert answer.status_code == 201
     finally:
         listener.close()

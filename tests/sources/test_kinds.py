@@ -1,6 +1,7 @@
 """The registry of upstream kinds (patchctl/sources/registry.py), and the kind that proves the seam:
 `ENGINE@file:PATH`, a wheel or sdist on disk (vLLM built from source), for check, export, smoke and
 apply --install, built here as real archives."""
+
 from __future__ import annotations
 
 import hashlib
@@ -21,12 +22,12 @@ from support.fixtures import PRISTINE, loader_with
 from patchctl.cli.main import main
 from patchctl.core.errors import UsageError
 
-CHECK = '''
+CHECK = """
 def test_patched_tree_has_the_change(patched_tree, pristine_tree, engine_version):
     assert str(engine_version) == "1.1"
     assert "ten" in (patched_tree / "vllm/loader.py").read_text()
     assert "ten" not in (pristine_tree / "vllm/loader.py").read_text()
-'''
+"""
 
 
 def invoke(*args: str) -> tuple[int, dict]:
@@ -40,8 +41,10 @@ def build_sdist(dest: Path, dist: str, version: str, files: dict[str, str]) -> P
     top = f"{dist.replace('-', '_')}-{version}"
     members = dict(files)
     members["PKG-INFO"] = f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n"
-    members["pyproject.toml"] = ('[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
-                                 f'[project]\nname = "{dist}"\nversion = "{version}"\n')
+    members["pyproject.toml"] = (
+        '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
+        f'[project]\nname = "{dist}"\nversion = "{version}"\n'
+    )
     dest.mkdir(parents=True, exist_ok=True)
     path = dest / f"{top}.tar.gz"
     with tarfile.open(path, "w:gz") as tf:
@@ -74,9 +77,18 @@ def sdist(tmp_path) -> Path:
 
 # --- the registry --------------------------------------------------------------------------------
 
-SPECS = ["vllm", "vllm@0.23.0", "vllm@latest", "vllm@nightly", "sglang@git:main", "vllm@commit:2f3f441f8",
-         "vllm@./tree", "vllm@/abs/tree", "vllm@file:/abs/vllm-1.0-py3-none-any.whl",
-         "vllm@file:./vllm-1.0.tar.gz"]
+SPECS = [
+    "vllm",
+    "vllm@0.23.0",
+    "vllm@latest",
+    "vllm@nightly",
+    "sglang@git:main",
+    "vllm@commit:2f3f441f8",
+    "vllm@./tree",
+    "vllm@/abs/tree",
+    "vllm@file:/abs/vllm-1.0-py3-none-any.whl",
+    "vllm@file:./vllm-1.0.tar.gz",
+]
 
 
 @pytest.mark.parametrize("text", SPECS)
@@ -159,6 +171,7 @@ def test_engines_yaml_is_checked_by_its_schema():
 
 # --- ENGINE@file:PATH ----------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("artifact", ["wheel", "sdist"])
 def test_check_reads_a_file_on_disk_as_the_release_it_holds(artifact, request, store, tmp_path, fresh_cache):
     path = request.getfixturevalue(artifact)
@@ -222,8 +235,7 @@ def test_smoke_builds_its_trees_from_the_file(wheel, store, fresh_cache):
     assert code == 0, doc
     (result,) = doc["results"]
     assert result["status"] == "passed" and result["passed"] == 1
-    assert doc["source"] == {"kind": "file", "description": wheel.name,
-                             "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest()}
+    assert doc["source"] == {"kind": "file", "description": wheel.name, "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest()}
 
 
 def test_install_plan_names_the_file(wheel, sdist):
@@ -235,27 +247,33 @@ def test_install_plan_names_the_file(wheel, sdist):
         plan = plan_install(parse_spec(f"vllm@file:{path}"), sys.executable, SourceContext(index_url="http://127.0.0.1:9/simple"))
         assert plan.requirement == str(path) and str(plan.version) == "1.1"
         build = plan.build
-        assert (build.kind, build.url, build.artifact, build.spec) == ("file", path.as_uri(), path.name,
-                                                                       f"vllm@file:{path}")
+        assert (build.kind, build.url, build.artifact, build.spec) == ("file", path.as_uri(), path.name, f"vllm@file:{path}")
         assert build.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
         assert plan.index_url == "http://127.0.0.1:9/simple"
 
 
 @pytest.mark.slow  # a fresh venv with pip: ~2 min on a shared machine
 def test_apply_install_installs_the_wheel_into_a_fresh_venv(wheel, store, tmp_path, monkeypatch, fresh_cache):
-    monkeypatch.setenv("PATH", os.pathsep.join(d for d in os.environ.get("PATH", "").split(os.pathsep)
-                                               if d and not (Path(d) / "uv").exists()))
+    monkeypatch.setenv(
+        "PATH", os.pathsep.join(d for d in os.environ.get("PATH", "").split(os.pathsep) if d and not (Path(d) / "uv").exists())
+    )
     monkeypatch.setenv("PIP_NO_CACHE_DIR", "1")
     venv.EnvBuilder(with_pip=True, clear=True).create(tmp_path / "venv")
     python = str(tmp_path / "venv" / "bin" / "python")
-    code, doc = invoke("apply", f"vllm@file:{wheel}", "--install", "--no-deps", "--python", python,
-                       "--store", str(store))
+    code, doc = invoke("apply", f"vllm@file:{wheel}", "--install", "--no-deps", "--python", python, "--store", str(store))
     assert code == 0, doc
     assert doc["build"]["kind"] == "file" and doc["build"]["installer"] == "pip"
     assert doc["build"]["url"] == wheel.as_uri() and doc["build"]["spec"] == f"vllm@file:{wheel}"
-    loader = subprocess.run([python, "-c", "import sysconfig, pathlib; "
-                             "print((pathlib.Path(sysconfig.get_paths()['purelib']) / 'vllm/loader.py').read_text())"],
-                            capture_output=True, text=True, check=True).stdout
+    loader = subprocess.run(
+        [
+            python,
+            "-c",
+            "import sysconfig, pathlib; print((pathlib.Path(sysconfig.get_paths()['purelib']) / 'vllm/loader.py').read_text())",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "ten" in loader
     code, status = invoke("status", "vllm", "--python", python)
     assert code == 0 and status["state"] == "intact"

@@ -1,5 +1,6 @@
 """Nightly for real: vLLM's per-commit wheel repository (laid out exactly as wheels.vllm.ai, serving a
 real 0.23.0 wheel's files repackaged as a dev build) and SGLang's main versioned like setuptools-scm."""
+
 from __future__ import annotations
 
 import re
@@ -126,6 +127,7 @@ def test_vllm_nightly_defaults_to_wheels_vllm_ai(monkeypatch):
 
 # SGLang: main versioned like setuptools-scm -----------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def sglang_repo(tmp_path_factory) -> tuple[Path, str]:
     files = release_files("sglang", "0.5.9", touched("sglang"))
@@ -140,8 +142,10 @@ def test_sglang_main_is_versioned_from_tags(sglang_repo):
     doc = run("check", "sglang@git:main", "--repo", str(repo), "--store", str(STORE))
     assert doc["version"] == f"0.5.10.dev2+g{sha}"
     assert doc["patches"] and outcomes(doc) == outcomes(run("check", "sglang@0.5.9", "--store", str(STORE)))
-    assert run("check", "sglang@git:main", "--repo", str(repo), "--as-version", "0.5.12",
-               "--store", str(STORE))["version"] == "0.5.12"
+    assert (
+        run("check", "sglang@git:main", "--repo", str(repo), "--as-version", "0.5.12", "--store", str(STORE))["version"]
+        == "0.5.12"
+    )
 
 
 def test_sglang_version_py_fallback_is_never_a_version(tmp_path):

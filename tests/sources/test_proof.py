@@ -1,6 +1,7 @@
 """proof.Record finds one row of a RECORD without parsing the rest (a warm read of a few members of
 vLLM's ~5800-row RECORD): it must say what a whole parse says, for every name, on generated RECORDs
 (duplicates, rows without a hash, names that need csv quoting, a CR, names that are prefixes of others)."""
+
 from __future__ import annotations
 
 import base64
@@ -21,8 +22,9 @@ def _record(rows: list[tuple[str, bytes | None]], crlf: bool) -> bytes:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\r\n" if crlf else "\n")
     for name, content in rows:
-        digest = "" if content is None else "sha256=" + base64.urlsafe_b64encode(
-            hashlib.sha256(content).digest()).decode().rstrip("=")
+        digest = (
+            "" if content is None else "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(content).digest()).decode().rstrip("=")
+        )
         writer.writerow([name, digest, "" if content is None else len(content)])
     return out.getvalue().encode()
 

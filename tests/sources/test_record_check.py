@@ -2,6 +2,7 @@
 whole-artifact download alike (a server without Range support, `export --full`). The wheels are real
 (`build_wheel`), re-zipped with one member's bytes changed after RECORD was written, so that the
 zip's own CRC-32s are right and only RECORD can tell."""
+
 import zipfile
 
 import pytest
@@ -74,8 +75,9 @@ def test_export_full_downloads_the_wheel_and_checks_every_member(files, store, f
     tampered = b"def helper():\n    return 2\n"
     with serve(files, "vllm/utils.py", tampered, ranges=True) as server:
         run_json("check", "vllm@1.0", "--index-url", server.url, "--store", str(store), expect=0)
-        doc = run_json("export", "vllm@1.0", str(tmp_path / "out"), "--full", "--index-url", server.url,
-                       "--store", str(store), expect=3)
+        doc = run_json(
+            "export", "vllm@1.0", str(tmp_path / "out"), "--full", "--index-url", server.url, "--store", str(store), expect=3
+        )
     assert "vllm/utils.py does not match the sha256 in RECORD" in doc["error"]["message"]
 
 

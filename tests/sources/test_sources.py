@@ -1,5 +1,6 @@
 """Sparse wheel reads, whole-artifact fallback, cache, offline and failure modes, against a real
 HTTP index on 127.0.0.1 serving real wheels and sdists."""
+
 import io
 import tarfile
 

@@ -1,4 +1,5 @@
 """The zip reading behind sparse wheel reads, on bytes alone (no server): real zips made by zipfile."""
+
 import base64
 import hashlib
 import io
@@ -43,7 +44,7 @@ def test_a_flipped_byte_fails_the_crc():
     archive = bytearray(make_zip({"a.py": b"x = 1\n" * 100}))
     where = zipread.locate_central_directory(bytes(archive), 0)
     (entry,) = zipread.parse_central_directory(bytes(archive[where.offset : where.offset + where.size])).values()
-    start = entry.header_offset + zipread.payload_start(bytes(archive[entry.header_offset:]), entry)
+    start = entry.header_offset + zipread.payload_start(bytes(archive[entry.header_offset :]), entry)
     archive[start + 2] ^= 0xFF
     with pytest.raises(zipread.ZipFormatError):
         read_member(bytes(archive), entry)

@@ -1,4 +1,5 @@
 """Real files, real git: a store with variants made by `git format-patch`, and engine trees."""
+
 from __future__ import annotations
 
 import base64
@@ -25,8 +26,9 @@ def write_tree(root: Path, files: Mapping[str, str | bytes]) -> Path:
     return root
 
 
-def make_variant(workdir: Path, pristine: dict[str, str], patched: dict[str, str | None], subject: str,
-                 body: str = "Why: a test.") -> bytes:
+def make_variant(
+    workdir: Path, pristine: dict[str, str], patched: dict[str, str | None], subject: str, body: str = "Why: a test."
+) -> bytes:
     """A git format-patch mail turning `pristine` into `patched` (None deletes a file)."""
     repo = workdir
     repo.mkdir(parents=True, exist_ok=True)
@@ -53,13 +55,28 @@ class StoreBuilder:
         self._series: dict[str, list[dict]] = {}
         self._scratch = 0
 
-    def add(self, engine: str, name: str, *, applies_to: str = ">=0", variants: dict[str, bytes],
-            depends_on: tuple[str, ...] = (), requires: tuple[str, ...] = (), drop_when: str | None = None,
-            pin: bool = True, extra_meta: dict | None = None) -> Path:
+    def add(
+        self,
+        engine: str,
+        name: str,
+        *,
+        applies_to: str = ">=0",
+        variants: dict[str, bytes],
+        depends_on: tuple[str, ...] = (),
+        requires: tuple[str, ...] = (),
+        drop_when: str | None = None,
+        pin: bool = True,
+        extra_meta: dict | None = None,
+    ) -> Path:
         folder = self.root / engine / name
         folder.mkdir(parents=True, exist_ok=True)
-        meta = {"title": f"Test patch {name}", "why": "tests", "applies_to": applies_to,
-                "depends_on": list(depends_on), "requires": list(requires)}
+        meta = {
+            "title": f"Test patch {name}",
+            "why": "tests",
+            "applies_to": applies_to,
+            "depends_on": list(depends_on),
+            "requires": list(requires),
+        }
         if drop_when:
             meta["drop_when"] = drop_when
         meta.update(extra_meta or {})
@@ -70,7 +87,8 @@ class StoreBuilder:
             pins[f"{base}.patch"] = hashlib.sha256(data).hexdigest()
         self._series.setdefault(engine, []).append({"name": name, "variants": pins if pin else {}})
         (self.root / engine / "series.yaml").write_text(
-            yaml.safe_dump({"engine": engine, "patches": self._series[engine]}, sort_keys=False))
+            yaml.safe_dump({"engine": engine, "patches": self._series[engine]}, sort_keys=False)
+        )
         return folder
 
     def variant(self, pristine: dict[str, str], patched: dict[str, str | None], subject: str = "test change") -> bytes:
@@ -122,8 +140,9 @@ def filler_blobs(count: int, size: int = 150_000) -> dict[str, bytes]:
     return {f"vllm/filler/blob{i}.bin": random.Random(i).randbytes(size) for i in range(count)}
 
 
-def fake_venv(prefix: Path, *, cfg_version: str | None = "version", system_site: bool = False,
-              interpreter: str | None = None) -> Path:
+def fake_venv(
+    prefix: Path, *, cfg_version: str | None = "version", system_site: bool = False, interpreter: str | None = None
+) -> Path:
     """A venv as `python -m venv` lays it out, without running anything: bin/python a link to this
     interpreter (or, interpreter: a script with that text), pyvenv.cfg, lib/pythonX.Y/site-packages.
     cfg_version: the key naming the version ("version", uv's "version_info") or None (none named).
@@ -142,8 +161,7 @@ def fake_venv(prefix: Path, *, cfg_version: str | None = "version", system_site:
     else:
         python.write_text(interpreter)
         python.chmod(0o755)
-    lines = [f"home = {Path(sys.executable).parent}",
-             f"include-system-site-packages = {'true' if system_site else 'false'}"]
+    lines = [f"home = {Path(sys.executable).parent}", f"include-system-site-packages = {'true' if system_site else 'false'}"]
     if cfg_version == "version":
         lines.append(f"version = {full}")
     elif cfg_version == "version_info":

@@ -6,6 +6,7 @@ OOM kill would stop it there. The kill is a hook this module installs in the sea
   python -m support.crash_at STEP ARGS...     # patchctl ARGS, killed once STEP is reached
   run("file:1", ["apply", "vllm", ...])       # the same, from a test (subprocess.run's keywords)
 """
+
 from __future__ import annotations
 
 import os

@@ -1,5 +1,6 @@
 """A tiny synthetic vLLM tree and the four-release index built from it: engine mechanics (offsets,
 conflicts, upstreamed patches) tested against real wheels on a real local index, in milliseconds."""
+
 from __future__ import annotations
 
 import contextlib
@@ -35,8 +36,12 @@ def four_release_index(tmp_path: Path, builder: StoreBuilder) -> Iterator[IndexS
         "1.2": dict(PRISTINE, **{"vllm/loader.py": loader_with({9: "nine!\n", 10: "TEN\n", 11: "eleven!\n"})}),
         "1.3": dict(PRISTINE, **{"vllm/loader.py": loader_with({10: "ten\n"})}),
     }
-    builder.add("vllm", "loader", applies_to=">=1.0",
-                variants={"1.0": builder.variant(PRISTINE, {"vllm/loader.py": loader_with({10: "ten\n"})})})
+    builder.add(
+        "vllm",
+        "loader",
+        applies_to=">=1.0",
+        variants={"1.0": builder.variant(PRISTINE, {"vllm/loader.py": loader_with({10: "ten\n"})})},
+    )
     with IndexServer(files) as server:
         for version, files_of_tree in trees.items():
             server.add("vllm", build_wheel(files, "vllm", version, files_of_tree))

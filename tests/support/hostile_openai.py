@@ -7,6 +7,7 @@ raw stream (`raw_posts`: endless content, keep-alive comments only, a line with 
 replies by silence (`silent`). They run on the one test server (patches/checklib/testserver.py); a raw
 reply stops when the server stops, so a test never waits on a client that has stopped reading.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -44,8 +45,9 @@ class BadEvent(Reasoner):
         super().__init__()
         self.payload, self.at, self.whole = payload, at, whole
 
-    def _chat_events(self, pieces: list[tuple[str, str]], body: dict[str, Any], finish: str,
-                     delay: float) -> Iterator[tuple[float, str | dict[str, Any]]]:
+    def _chat_events(
+        self, pieces: list[tuple[str, str]], body: dict[str, Any], finish: str, delay: float
+    ) -> Iterator[tuple[float, str | dict[str, Any]]]:
         for i, (wait, event) in enumerate(super()._chat_events(pieces, body, finish, delay)):
             yield (wait, self.payload) if i == self.at else (wait, event)
 
@@ -84,7 +86,7 @@ def silent(drip: bytes = b"") -> Responder:
     the start of a status line that never ends), until the server stops."""
 
     def respond(request: Request) -> Reply:
-        events = ((0.3, drip[i:i + 1]) for i in range(len(drip))) if drip else iter([(3600.0, b"")])
+        events = ((0.3, drip[i : i + 1]) for i in range(len(drip))) if drip else iter([(3600.0, b"")])
         return Reply(200, b"", events=events, framing=RAW)
 
     return respond
@@ -98,8 +100,7 @@ def no_newline(prefix: bytes, *, chunked: bool, cap: int = 64 << 20) -> Iterator
 
 
 def content_event(text: str, finish: str | None = None) -> bytes:
-    obj = {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": text},
-                                                            "finish_reason": finish}]}
+    obj = {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": finish}]}
     return f"data: {json.dumps(obj)}\n\n".encode()
 
 
@@ -126,8 +127,14 @@ def probe(argv: list[str], wait: float) -> dict[str, Any]:
     past `wait` (then killed), "traceback" when it crashed or printed no document, else "done"."""
     start = time.monotonic()
     try:
-        proc = subprocess.run([sys.executable, "-c", PROBE, json.dumps(argv)], capture_output=True, text=True,
-                              timeout=wait, env=dict(os.environ), cwd=tempfile.gettempdir())
+        proc = subprocess.run(
+            [sys.executable, "-c", PROBE, json.dumps(argv)],
+            capture_output=True,
+            text=True,
+            timeout=wait,
+            env=dict(os.environ),
+            cwd=tempfile.gettempdir(),
+        )
     except subprocess.TimeoutExpired:
         return {"outcome": "hang", "seconds": time.monotonic() - start}
     found = next((json.loads(line[6:]) for line in proc.stderr.splitlines() if line.startswith("PROBE ")), None)

@@ -2,6 +2,7 @@
 PEP 503 HTML) project pages, files with Range support, pages with an ETag and Last-Modified
 answered 304 when they did not change (as a real index's CDN does), with switches to simulate a
 server that ignores Range or validators, or that is down."""
+
 from __future__ import annotations
 
 import hashlib
@@ -49,8 +50,7 @@ class IndexServer:
         self.server.start()
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.server.stop()
 
     def _respond(self, request: Request) -> Reply | None:
@@ -78,8 +78,18 @@ class IndexServer:
             return None
         digests = {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
         if self.json_api:
-            reply = pep691_page(project, [{"filename": f.name, "url": f"/files/{f.name}", "size": f.stat().st_size,
-                                           "hashes": {"sha256": digests[f.name]}} for f in files])
+            reply = pep691_page(
+                project,
+                [
+                    {
+                        "filename": f.name,
+                        "url": f"/files/{f.name}",
+                        "size": f.stat().st_size,
+                        "hashes": {"sha256": digests[f.name]},
+                    }
+                    for f in files
+                ],
+            )
         else:
             reply = pep503_page(project, ((f"/files/{f.name}#sha256={digests[f.name]}", f.name) for f in files))
         if not self.validators:

@@ -1,4 +1,5 @@
 """Run a patchctl command in-process and read its --json document."""
+
 from __future__ import annotations
 
 import json
@@ -40,8 +41,9 @@ def heavy_imports_run(argv: tuple[str, ...] | list[str], watched: tuple[str, ...
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-c", _HEAVY_PROBE, json.dumps(list(argv)), json.dumps(list(watched))],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", _HEAVY_PROBE, json.dumps(list(argv)), json.dumps(list(watched))], capture_output=True, text=True
+    )
     for line in proc.stderr.splitlines():
         if line.startswith("HEAVY "):
             result: dict = json.loads(line[6:])
@@ -74,11 +76,14 @@ def as_nobody(*args: str, home: Path, warm: bool = True) -> tuple[int, dict]:
             os.setgroups([])
             os.setgid(65534)
             os.setuid(65534)
-            os.environ.update(PATCHCTL_DATA_DIR=str(home / "data"), PATCHCTL_CONFIG=str(home / "config.yaml"),
-                              PATCHCTL_CACHE_DIR=str(home / "cache"), HOME=str(home))
+            os.environ.update(
+                PATCHCTL_DATA_DIR=str(home / "data"),
+                PATCHCTL_CONFIG=str(home / "config.yaml"),
+                PATCHCTL_CACHE_DIR=str(home / "cache"),
+                HOME=str(home),
+            )
             result = CliRunner().invoke(main, [*args, "--json"], catch_exceptions=True)
-            os.write(write, json.dumps({"code": result.exit_code, "stdout": result.stdout,
-                                        "stderr": result.stderr}).encode())
+            os.write(write, json.dumps({"code": result.exit_code, "stdout": result.stdout, "stderr": result.stderr}).encode())
             code = 0
         finally:
             os._exit(code)

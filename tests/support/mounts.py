@@ -1,5 +1,6 @@
 """A small real tmpfs for tests that need a full disk (ENOSPC where it really happens): mounted on a
 folder of the test's, skipped (saying why) where this machine cannot mount one."""
+
 from __future__ import annotations
 
 import subprocess
@@ -15,8 +16,12 @@ def small_tmpfs(mnt: Path, size: int) -> Iterator[Path]:
 
     mnt.mkdir(parents=True, exist_ok=True)
     try:
-        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={max(4, size // 1024)}k", "tmpfs", str(mnt)],
-                              capture_output=True, text=True, timeout=30)
+        proc = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={max(4, size // 1024)}k", "tmpfs", str(mnt)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
     except FileNotFoundError:
         pytest.skip("no mount command on this machine: cannot make a small tmpfs")
     if proc.returncode != 0:

@@ -3,6 +3,7 @@ PEP 503 HTML only, `/nightly/vllm/` for main, `/nightly/<variant>/vllm/` per bui
 per commit, wheels under `/<commit>/`, relative links (`../../<commit>/vllm-…%2Bg….whl`), the local version's
 `+` percent-encoded, and no `#sha256=`. A switch makes it ignore Range, as some mirrors do. Responders on
 the one test server (checklib.testserver)."""
+
 from __future__ import annotations
 
 import base64
@@ -20,8 +21,9 @@ WHEEL_TAG = "cp38-abi3-manylinux_2_31_x86_64"
 
 def touched_paths(store: Path, engine: str) -> list[str]:
     """Every file the store's variants of `engine` write (`+++ b/PATH`), import-root relative."""
-    return sorted({m.group(1) for p in (store / engine).glob("*/*.patch")
-                   for m in re.finditer(r"^\+\+\+ b/(\S+)", p.read_text(), re.M)})
+    return sorted(
+        {m.group(1) for p in (store / engine).glob("*/*.patch") for m in re.finditer(r"^\+\+\+ b/(\S+)", p.read_text(), re.M)}
+    )
 
 
 def release_files(engine: str, version: str, paths: list[str]) -> dict[str, bytes]:
@@ -58,8 +60,15 @@ def sglang_layout_repo(repo: Path, files: dict[str, bytes], *, tag: str, commits
     return repo
 
 
-def build_dev_wheel(dest: Path, version: str, files: dict[str, bytes], *, dist: str = "vllm",
-                    tamper: dict[str, bytes] | None = None, tag: str = WHEEL_TAG) -> Path:
+def build_dev_wheel(
+    dest: Path,
+    version: str,
+    files: dict[str, bytes],
+    *,
+    dist: str = "vllm",
+    tamper: dict[str, bytes] | None = None,
+    tag: str = WHEEL_TAG,
+) -> Path:
     """A wheel named like vLLM's nightlies, METADATA and RECORD written for `version`; `tamper` replaces
     members after RECORD was computed (CRC-32 stays right: only RECORD can tell)."""
     norm = dist.replace("-", "_")
@@ -67,8 +76,7 @@ def build_dev_wheel(dest: Path, version: str, files: dict[str, bytes], *, dist: 
     info = f"{norm}-{version}.dist-info"
     entries = dict(files)
     entries[f"{info}/METADATA"] = f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n".encode()
-    entries[f"{info}/WHEEL"] = (f"Wheel-Version: 1.0\nGenerator: patchctl-tests\nRoot-Is-Purelib: false\n"
-                                f"Tag: {tag}\n").encode()
+    entries[f"{info}/WHEEL"] = (f"Wheel-Version: 1.0\nGenerator: patchctl-tests\nRoot-Is-Purelib: false\nTag: {tag}\n").encode()
     rows = []
     for name, data in entries.items():
         digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
@@ -114,8 +122,7 @@ class NightlyIndex:
         self.server.start()
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.server.stop()
 
     def range_requests(self) -> int:
@@ -144,8 +151,7 @@ class NightlyIndex:
         return next((w for w in self.builds.get(m.group(1), []) if w.name == name), None)
 
     def _respond(self, request: Request) -> Reply | None:
-        self.requests.append((request.path + (f"?{request.query}" if request.query else ""),
-                              request.headers.get("Range")))
+        self.requests.append((request.path + (f"?{request.query}" if request.query else ""), request.headers.get("Range")))
         path = request.path
         if not path.endswith("/") and not path.endswith(".whl"):
             return redirect(path + "/")  # as a static server does for a folder without its slash

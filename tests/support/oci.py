@@ -3,6 +3,7 @@ makes on purpose (a FIFO or a device where a module belongs, a whiteout of the e
 file of GiB of zeros, many large files under a `.patchctl/` folder), and a layout on disk needs no
 registry and no tool. Layers are written to their blob file as they are made (a file of zeros is
 never held in memory), with the digest of the blob and the diff_id of the tar."""
+
 from __future__ import annotations
 
 import hashlib
@@ -55,8 +56,9 @@ def engine_files(site: str, dist: str, version: str, files: Mapping[str, str | b
     """What pip leaves under an import root `site`: the package's files and the dist-info METADATA."""
     site = site.rstrip("/") + "/"
     info = f"{site}{dist.replace('-', '_')}-{version}.dist-info/METADATA"
-    return [file(info, f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")] + \
-        [file(site + rel, data) for rel, data in files.items()]
+    return [file(info, f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")] + [
+        file(site + rel, data) for rel, data in files.items()
+    ]
 
 
 @dataclass(frozen=True)
@@ -126,9 +128,15 @@ def _info(entry: TarEntry) -> tarfile.TarInfo:
     info = tarfile.TarInfo(entry.name)
     info.mode = 0o755 if entry.kind == "dir" else 0o644
     info.mtime = 1_700_000_000
-    info.type = {"file": tarfile.REGTYPE, "dir": tarfile.DIRTYPE, "fifo": tarfile.FIFOTYPE,
-                 "chr": tarfile.CHRTYPE, "blk": tarfile.BLKTYPE, "symlink": tarfile.SYMTYPE,
-                 "hardlink": tarfile.LNKTYPE}[entry.kind]
+    info.type = {
+        "file": tarfile.REGTYPE,
+        "dir": tarfile.DIRTYPE,
+        "fifo": tarfile.FIFOTYPE,
+        "chr": tarfile.CHRTYPE,
+        "blk": tarfile.BLKTYPE,
+        "symlink": tarfile.SYMTYPE,
+        "hardlink": tarfile.LNKTYPE,
+    }[entry.kind]
     info.linkname = entry.link
     if entry.kind == "file":
         info.size = entry.zeros or len(entry.data)
@@ -169,23 +177,32 @@ def put_json(root: Path, doc: dict) -> tuple[str, int]:
     return digest, len(data)
 
 
-def write_image(root: Path, layers: Sequence[BuiltLayer], *, tag: str = "base", history: list[dict] | None = None,
-                arch: str = "amd64") -> dict:
+def write_image(
+    root: Path, layers: Sequence[BuiltLayer], *, tag: str = "base", history: list[dict] | None = None, arch: str = "amd64"
+) -> dict:
     """Config, manifest and the index.json entry tagging it (index.json made or extended);
     returns the manifest's descriptor."""
     root.mkdir(parents=True, exist_ok=True)
     write_atomic(root / "oci-layout", b'{"imageLayoutVersion": "1.0.0"}')
-    config = {"architecture": arch, "os": "linux", "config": {},
-              "rootfs": {"type": "layers", "diff_ids": [layer.diff_id for layer in layers]},
-              "history": history if history is not None else [{"created_by": f"layer {i}"} for i in range(len(layers))]}
+    config = {
+        "architecture": arch,
+        "os": "linux",
+        "config": {},
+        "rootfs": {"type": "layers", "diff_ids": [layer.diff_id for layer in layers]},
+        "history": history if history is not None else [{"created_by": f"layer {i}"} for i in range(len(layers))],
+    }
     config_digest, config_size = put_json(root, config)
-    manifest = {"schemaVersion": 2, "mediaType": MANIFEST,
-                "config": {"mediaType": CONFIG, "digest": config_digest, "size": config_size},
-                "layers": [layer.descriptor() for layer in layers]}
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": MANIFEST,
+        "config": {"mediaType": CONFIG, "digest": config_digest, "size": config_size},
+        "layers": [layer.descriptor() for layer in layers],
+    }
     digest, size = put_json(root, manifest)
     index_path = root / "index.json"
-    index: dict = json.loads(index_path.read_text()) if index_path.is_file() else \
-        {"schemaVersion": 2, "mediaType": INDEX, "manifests": []}
+    index: dict = (
+        json.loads(index_path.read_text()) if index_path.is_file() else {"schemaVersion": 2, "mediaType": INDEX, "manifests": []}
+    )
     descriptor = {"mediaType": MANIFEST, "digest": digest, "size": size, "annotations": {REF_NAME: tag}}
     manifests: list[dict] = [m for m in index["manifests"] if (m.get("annotations") or {}).get(REF_NAME) != tag]
     index["manifests"] = manifests + [descriptor]
@@ -218,8 +235,13 @@ def flip_byte(path: Path, at: int) -> None:
 SITE = "usr/lib/python3/site-packages/"
 A_PY = "".join(f"def a{i}():\n    return {i}\n\n\n" for i in range(8))
 B_PY = "".join(f"def b{i}():\n    return {i}\n\n\n" for i in range(8))
-ENGINE = {"sglang/__init__.py": "", "sglang/srt/__init__.py": "", "sglang/srt/a.py": A_PY,
-          "sglang/srt/b.py": B_PY, "sglang/srt/c.py": "C = 1\n"}
+ENGINE = {
+    "sglang/__init__.py": "",
+    "sglang/srt/__init__.py": "",
+    "sglang/srt/a.py": A_PY,
+    "sglang/srt/b.py": B_PY,
+    "sglang/srt/c.py": "C = 1\n",
+}
 PATCHED = ("sglang/srt/a.py", "sglang/srt/b.py")  # the files the store's patches edit
 
 
@@ -233,10 +255,20 @@ def two_patch_store(root: Path, *, delete: str | None = None) -> Path:
     from support.builders import StoreBuilder
 
     builder = StoreBuilder(root)
-    builder.add("sglang", "pa", variants={"0.5.0": builder.variant(
-        {"sglang/srt/a.py": A_PY}, {"sglang/srt/a.py": A_PY.replace("return 3", "return 30")})})
-    builder.add("sglang", "pb", variants={"0.5.0": builder.variant(
-        {"sglang/srt/b.py": B_PY}, {"sglang/srt/b.py": B_PY.replace("return 5", "return 50")})})
+    builder.add(
+        "sglang",
+        "pa",
+        variants={
+            "0.5.0": builder.variant({"sglang/srt/a.py": A_PY}, {"sglang/srt/a.py": A_PY.replace("return 3", "return 30")})
+        },
+    )
+    builder.add(
+        "sglang",
+        "pb",
+        variants={
+            "0.5.0": builder.variant({"sglang/srt/b.py": B_PY}, {"sglang/srt/b.py": B_PY.replace("return 5", "return 50")})
+        },
+    )
     if delete is not None:
         content = ENGINE[delete]
         builder.add("sglang", "pd", variants={"0.5.0": builder.variant({delete: content}, {delete: None})})

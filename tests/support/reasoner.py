@@ -13,6 +13,7 @@ close-delimited or buffered (as a buffering proxy delivers it).
 of the process manager (`--delay`, `--exit`, `--child`, `--ignore-term` make it slow, broken or
 stubborn on demand).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -126,30 +127,37 @@ class Reasoner:
         content = "".join(t for k, t in pieces if k == "content")
         msg = {"role": "assistant", "content": content or None, "reasoning_content": reasoning or None}
         reply: dict[str, Any] = {
-            "id": "x", "object": "chat.completion", "model": MODEL,
+            "id": "x",
+            "object": "chat.completion",
+            "model": MODEL,
             "choices": [{"index": 0, "message": msg, "finish_reason": finish}],
         }
         if s["usage"]:
             reply["usage"] = self._usage(len(pieces))
         return json_reply(reply)
 
-    def _chat_events(self, pieces: list[tuple[str, str]], body: dict[str, Any], finish: str,
-                     delay: float) -> Iterator[tuple[float, str | dict[str, Any]]]:
+    def _chat_events(
+        self, pieces: list[tuple[str, str]], body: dict[str, Any], finish: str, delay: float
+    ) -> Iterator[tuple[float, str | dict[str, Any]]]:
         chunk = "chat.completion.chunk"
         # vLLM's first chunk: the role, no output yet. Sent at once, or (role_at_first_token) when
         # prefill is done, right before the first token, as vLLM's and SGLang's servers send it: a
         # client that starts TTFT at the first chunk of any kind (vLLM's `bench serve`) then agrees.
         late = bool(self.settings["role_at_first_token"]) and bool(pieces)
-        yield (self._delay(0, delay) if late else 0.0), {"object": chunk, "choices": [
-            {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
+        yield (
+            (self._delay(0, delay) if late else 0.0),
+            {"object": chunk, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]},
+        )
         for i, (kind, text) in enumerate(pieces):
             if self.settings["truncate_after"] == i:
                 # As llama-cpp-python ends a stream it interrupts: [DONE], never a finish_reason.
                 yield 0.0, "[DONE]"
                 return
             delta = {"content": None, "reasoning_content": text} if kind == "reasoning" else {"content": text}
-            yield (0.0 if late and i == 0 else self._delay(i, delay)), {"object": chunk, "choices": [
-                {"index": 0, "delta": delta, "finish_reason": None}]}
+            yield (
+                (0.0 if late and i == 0 else self._delay(i, delay)),
+                {"object": chunk, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
+            )
         yield 0.0, {"object": chunk, "choices": [{"index": 0, "delta": {"content": None}, "finish_reason": finish}]}
         yield from self._end(len(pieces), body, chunk)
 
@@ -174,11 +182,17 @@ class Reasoner:
             reply["usage"] = self._usage(len(toks))
         return json_reply(reply)
 
-    def _completion_events(self, toks: list[str], body: dict[str, Any],
-                           delay: float) -> Iterator[tuple[float, str | dict[str, Any]]]:
+    def _completion_events(
+        self, toks: list[str], body: dict[str, Any], delay: float
+    ) -> Iterator[tuple[float, str | dict[str, Any]]]:
         for i, t in enumerate(toks):
-            yield self._delay(i, delay), {"object": "text_completion", "choices": [
-                {"index": 0, "text": t, "finish_reason": "length" if i == len(toks) - 1 else None}]}
+            yield (
+                self._delay(i, delay),
+                {
+                    "object": "text_completion",
+                    "choices": [{"index": 0, "text": t, "finish_reason": "length" if i == len(toks) - 1 else None}],
+                },
+            )
         yield from self._end(len(toks), body, "text_completion")
 
 
@@ -206,8 +220,7 @@ class ReasonerServer:
         self.server.start()
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.server.stop()
 
 
@@ -227,8 +240,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--ttft", type=float, default=0.0, help="seconds before the first token (settings ttft_s)")
     p.add_argument("--itl", type=float, default=None, help="seconds between tokens (settings delay_s)")
     p.add_argument("--no-reasoning", action="store_true", help="answer without thinking first")
-    p.add_argument("--role-at-first-token", action="store_true",
-                   help="send the role chunk when prefill is done, not at once (settings role_at_first_token)")
+    p.add_argument(
+        "--role-at-first-token",
+        action="store_true",
+        help="send the role chunk when prefill is done, not at once (settings role_at_first_token)",
+    )
     args = p.parse_args(argv)
     print("starting", flush=True)
     if args.exit is not None:
@@ -237,14 +253,14 @@ def main(argv: list[str] | None = None) -> None:
     if args.ignore_term:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if args.child:
-        child = subprocess.Popen([sys.executable, "-c",
-                                  "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"])
+        child = subprocess.Popen(
+            [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"]
+        )
         with open(args.child, "w") as f:
             f.write(str(child.pid))
     time.sleep(args.delay)
     model = Reasoner()
-    model.settings.update(ttft_s=args.ttft, reasoning=not args.no_reasoning,
-                          role_at_first_token=args.role_at_first_token)
+    model.settings.update(ttft_s=args.ttft, reasoning=not args.no_reasoning, role_at_first_token=args.role_at_first_token)
     if args.itl is not None:
         model.settings["delay_s"] = args.itl
     TestServer([model], port=args.port).serve_forever()

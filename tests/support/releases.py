@@ -2,6 +2,7 @@
 package index's listing. A new upstream release then cannot turn an unrelated change red; the
 nightly workflow notices it and proposes the matrix row that carries it, and from that pull
 request on the tests iterate it too (issue 34, item 7; vLLM 0.34.0 did, on 2026-12-02)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -18,6 +19,9 @@ def committed_releases(engine: str | None = None, matrix: Path = MATRIX) -> list
     from patchctl.matrix.build import load
 
     doc = load(matrix)
-    return [(name, version)
-            for name, data in doc["engines"].items() if engine in (None, name)
-            for version in sorted(Version(v) for v in data["versions"] if v != "nightly")]
+    return [
+        (name, version)
+        for name, data in doc["engines"].items()
+        if engine in (None, name)
+        for version in sorted(Version(v) for v in data["versions"] if v != "nightly")
+    ]

@@ -2,6 +2,7 @@
 store of the user's (`new --store mine`), `apply` with none of --store/--patch/--exclude re-applies
 what the record names, as `ensure` does; and when the command line does change the set, every patch
 that leaves the tree is named (--json `removed`, a warning in the text), --dry-run included."""
+
 from __future__ import annotations
 
 from click.testing import CliRunner
@@ -20,8 +21,7 @@ def _text(*args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
-def test_apply_without_store_keeps_a_captured_patch_and_a_change_of_set_names_what_leaves(
-        tmp_path, builder, monkeypatch):
+def test_apply_without_store_keeps_a_captured_patch_and_a_change_of_set_names_what_leaves(tmp_path, builder, monkeypatch):
     with four_release_index(tmp_path, builder) as server:
         site, mine = tmp_path / "site", tmp_path / "mine"
         install_fake_dist(site, "vllm", "1.0", PRISTINE)
@@ -59,8 +59,7 @@ def test_apply_without_store_keeps_a_captured_patch_and_a_change_of_set_names_wh
         assert {p["name"] for p in status["applied"]} == {"loader"}
 
 
-def test_a_recorded_store_that_is_gone_stops_ensure_and_apply_names_what_leaves_with_it(
-        tmp_path, builder, monkeypatch):
+def test_a_recorded_store_that_is_gone_stops_ensure_and_apply_names_what_leaves_with_it(tmp_path, builder, monkeypatch):
     """ensure refuses (exit 3); apply, the explicit way to change the set, takes the patch out and says
     why, in the dry run first."""
     import shutil
@@ -89,8 +88,11 @@ def test_a_smaller_choice_names_the_patches_it_takes_out(tmp_path, builder):
     from support.builders import write_tree
 
     builder.add("vllm", "loader", variants={"1.0": builder.variant(PRISTINE, {"vllm/loader.py": LOADER})})
-    builder.add("vllm", "utils", variants={"1.0": builder.variant(
-        PRISTINE, {"vllm/utils.py": PRISTINE["vllm/utils.py"].replace("return 2", "return 3")})})
+    builder.add(
+        "vllm",
+        "utils",
+        variants={"1.0": builder.variant(PRISTINE, {"vllm/utils.py": PRISTINE["vllm/utils.py"].replace("return 2", "return 3")})},
+    )
     tree = write_tree(tmp_path / "tree", PRISTINE)
     common = ["vllm@1.0", "--target", str(tree), "--store", str(builder.root)]
     assert run_json("apply", *common, expect=0)["removed"] == []

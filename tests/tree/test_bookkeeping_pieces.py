@@ -2,6 +2,7 @@
 (tree/bookkeeping/upgrade.py), the lock's holder keeps the folders open instead of reopening them by
 name, and no environment variable can make patchctl kill itself (the kill -9 tests install their
 hook through test support: support.crash_at)."""
+
 from __future__ import annotations
 
 import json
@@ -45,6 +46,7 @@ def retagged(path: Path, kind: str, tag: str) -> bytes:
 
 
 # --- upgrade.py: the one reader of format versions ---------------------------------------------
+
 
 def test_a_record_from_a_newer_patchctl_is_refused_by_name_and_left_alone(store, tree):
     books = applied(tree, store)
@@ -100,8 +102,17 @@ def test_an_older_version_goes_through_every_step_up_to_today_before_it_is_valid
         return {**body, "stores": [], "selection": None}
 
     fmt = upgrade.RECORD._replace(steps={1: one_to_two, 2: two_to_three})
-    old = {"schema": "patchctl-state/1", "engine_name": "vllm", "root": "/t", "version": "1.0", "applied_at": 0.0,
-           "store_fingerprint": None, "build": None, "patches": [], "files": []}
+    old = {
+        "schema": "patchctl-state/1",
+        "engine_name": "vllm",
+        "root": "/t",
+        "version": "1.0",
+        "applied_at": 0.0,
+        "store_fingerprint": None,
+        "build": None,
+        "patches": [],
+        "files": [],
+    }
     body = upgrade.current(fmt, old, Path("/t/state.json"), "hint")
     assert seen == [("1->2", "patchctl-state/1"), ("2->3", "patchctl-state/2")]
     assert body["schema"] == "patchctl-state/3" and body["engine"] == "vllm" and body["stores"] == []
@@ -120,11 +131,14 @@ def test_a_newer_version_is_an_environment_problem_not_damage():
 def test_what_patchctl_writes_is_todays_version(store, tree):
     books = applied(tree, store)
     assert json.loads((books / "state.json").read_text())["record"]["schema"] == upgrade.RECORD.tag
-    assert upgrade.read_journal(upgrade.write_journal({"entries": [], "previous_state": None, "pid": 1}),
-                                Path("j"), "h")["schema"] == upgrade.JOURNAL.tag
+    assert (
+        upgrade.read_journal(upgrade.write_journal({"entries": [], "previous_state": None, "pid": 1}), Path("j"), "h")["schema"]
+        == upgrade.JOURNAL.tag
+    )
 
 
 # --- the session: the lock's folders serve every access under it -----------------------------
+
 
 def opens_of_the_bookkeeping(monkeypatch, *args: str) -> int:
     """How often `patchctl ARGS` opens `.patchctl` by its name (each open of the folders starts there)."""
@@ -158,12 +172,17 @@ def test_under_the_lock_the_folders_are_opened_once(store, tree, monkeypatch):
 
 # --- the fault seam --------------------------------------------------------------------------
 
+
 def test_no_environment_variable_kills_patchctl(store, tree):
     """The kill -9 tests' hook lives in test support (support.crash_at), not in patchctl: the
     variable the old seam read is nothing to it now."""
     env = dict(os.environ, PATCHCTL_CRASH_AT="file:1")
-    proc = subprocess.run([sys.executable, "-m", "patchctl.cli.main", "apply", SPEC, "--target", str(tree),
-                           "--store", str(store), "--json"], env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "patchctl.cli.main", "apply", SPEC, "--target", str(tree), "--store", str(store), "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     assert (tree / "vllm/loader.py").read_text() == PATCHED
 

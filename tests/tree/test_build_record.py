@@ -1,6 +1,7 @@
 """The state record names the build it patched (version, commit, where it came from), `status` says it,
 and a record that knows no build (a tree with no dist-info to read it from) still reads: `build` is null
 until the next write."""
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,18 @@ def test_a_record_without_build_still_reads(store, tree):
     cli("apply", "vllm@1.0", "--target", str(tree), "--store", str(store), expect=0)
     raw = json.loads(state_file(tree).read_text())
     body = raw["record"]
-    assert body["build"] == {"kind": "installed", "version": "1.0", "commit": None, "url": None, "artifact": None,
-                             "sha256": None, "record_sha256": None, "index_url": None, "spec": None, "installer": None}
+    assert body["build"] == {
+        "kind": "installed",
+        "version": "1.0",
+        "commit": None,
+        "url": None,
+        "artifact": None,
+        "sha256": None,
+        "record_sha256": None,
+        "index_url": None,
+        "spec": None,
+        "installer": None,
+    }
     # A record that knows no build.
     body["build"] = None
     state_file(tree).write_bytes(seal("record", body))
@@ -57,14 +68,25 @@ def test_a_nightly_installed_elsewhere_is_named_from_its_dist_info(store, tmp_pa
     monkeypatch.setenv("PYTHONPATH", str(site))
     py = ["--python", sys.executable]
     doc = cli("apply", "vllm", *py, "--store", str(store), expect=0)
-    assert doc["build"] == {"kind": "installed", "version": NIGHTLY, "commit": "abc123def", "url": url, "artifact": None,
-                            "sha256": None, "record_sha256": None, "index_url": None, "spec": None, "installer": None}
+    assert doc["build"] == {
+        "kind": "installed",
+        "version": NIGHTLY,
+        "commit": "abc123def",
+        "url": url,
+        "artifact": None,
+        "sha256": None,
+        "record_sha256": None,
+        "index_url": None,
+        "spec": None,
+        "installer": None,
+    }
     status = cli("status", "vllm", *py, expect=0)
     assert status["build"]["commit"] == "abc123def" and status["build"]["url"] == url
     # A git install: the commit comes from vcs_info, the URL is pip's git+URL@SHA.
     sha = "abc123def" + "0" * 31
-    (site / f"vllm-{NIGHTLY}.dist-info" / "direct_url.json").write_text(json.dumps(
-        {"url": "https://git.example/vllm.git", "vcs_info": {"vcs": "git", "commit_id": sha}}))
+    (site / f"vllm-{NIGHTLY}.dist-info" / "direct_url.json").write_text(
+        json.dumps({"url": "https://git.example/vllm.git", "vcs_info": {"vcs": "git", "commit_id": sha}})
+    )
     install_fake_dist(site, "vllm", NIGHTLY, PRISTINE)  # reinstalled: the patches are wiped
     assert cli("status", "vllm", *py, expect=1)["state"] == "wiped"
     doc = cli("ensure", "vllm", *py, "--store", str(store), expect=0)

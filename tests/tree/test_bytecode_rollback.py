@@ -7,6 +7,7 @@ bytes and skipped the file, so the bytecode stayed stale for good; and the hint 
 for a permission error.
 
 Real permissions: the command runs as uid 65534 (support.invoke.as_nobody), root only."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -25,13 +26,17 @@ from support.invoke import as_nobody, run_json
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: a switch to another user")
 
-PATCHED = {"vllm/loader.py": loader_with({10: "ten\n"}),
-           "vllm/utils.py": PRISTINE["vllm/utils.py"].replace("return 2", "return 3")}
+PATCHED = {
+    "vllm/loader.py": loader_with({10: "ten\n"}),
+    "vllm/utils.py": PRISTINE["vllm/utils.py"].replace("return 2", "return 3"),
+}
 OLD_MTIME = 1_600_000_000  # the sources' mtime before the command: any rewrite gives a new one
 # (the modules that have bytecode, its optimisation levels)
-BYTECODE = {"loader": (("vllm/loader.py",), ("",)),
-            "loader+utils": (("vllm/loader.py", "vllm/utils.py"), ("",)),
-            "loader+utils,opt-1": (("vllm/loader.py", "vllm/utils.py"), ("", 1))}
+BYTECODE = {
+    "loader": (("vllm/loader.py",), ("",)),
+    "loader+utils": (("vllm/loader.py", "vllm/utils.py"), ("",)),
+    "loader+utils,opt-1": (("vllm/loader.py", "vllm/utils.py"), ("", 1)),
+}
 CASES = [(command, which) for command in ("apply", "revert") for which in BYTECODE]
 
 
@@ -94,8 +99,15 @@ def test_a_permission_error_in_pycache_leaves_the_source_with_its_mtime(shared, 
     subprocess.run(["chown", "-R", "65534:65534", str(tree)], check=True)
     os.chown(tree / "vllm/__pycache__", 0, 0)  # root's, 0755: the service user cannot change it
 
-    code, doc = as_nobody(command, "vllm@1.0", "--target", str(tree), *(["--store", str(store)]
-                          if command == "apply" else []), home=home, warm=False)
+    code, doc = as_nobody(
+        command,
+        "vllm@1.0",
+        "--target",
+        str(tree),
+        *(["--store", str(store)] if command == "apply" else []),
+        home=home,
+        warm=False,
+    )
     assert code == 3 and "Permission denied" in doc["error"]["message"], doc
     hint = doc["error"]["hint"] or ""
     assert "permission" in hint and "free space" not in hint, hint

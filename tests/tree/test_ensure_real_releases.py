@@ -5,6 +5,7 @@ SGLang finding lived (every 0.5.4-0.5.16 tree gained a second guard block on eac
 
 The releases are the committed compat_matrix.yaml's rows, not the index's listing: a new upstream
 release reaches this test through the nightly's pull request, never by itself."""
+
 from __future__ import annotations
 
 import pytest

@@ -30,6 +30,7 @@ The table of results (k, what that write was, and the outcome per fault) is prin
 the module's run (visible without -s). Also here: a rollback that itself fails (the fault stays on),
 a real full tmpfs, and processes killed with SIGKILL in the middle of a write (the temp-file sweep).
 """
+
 from __future__ import annotations
 
 import errno
@@ -53,8 +54,7 @@ from support.fixtures import PRISTINE, loader_with
 
 from patchctl.core import atomic
 
-pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/fd"),
-                                reason="needs /proc to tell which file each write goes to")
+pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc to tell which file each write goes to")
 
 BASE = dict(PRISTINE, **{"vllm/config.py": "".join(f"option_{i} = {i}\n" for i in range(1, 31))})
 PATCHED = {
@@ -82,6 +82,7 @@ MAX_WRITES = {"apply": 14, "revert": 4, "ensure": 6}
 
 # --- the target ------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def tree(tmp_path) -> Path:
     return write_tree(tmp_path / "tree", BASE)
@@ -90,8 +91,13 @@ def tree(tmp_path) -> Path:
 @pytest.fixture
 def store(builder):
     builder.add("vllm", "loader", variants={"1.0": builder.variant(BASE, {"vllm/loader.py": PATCHED["vllm/loader.py"]})})
-    builder.add("vllm", "utils", variants={"1.0": builder.variant(BASE, {"vllm/utils.py": PATCHED["vllm/utils.py"],
-                                                                         "vllm/added.py": PATCHED["vllm/added.py"]})})
+    builder.add(
+        "vllm",
+        "utils",
+        variants={
+            "1.0": builder.variant(BASE, {"vllm/utils.py": PATCHED["vllm/utils.py"], "vllm/added.py": PATCHED["vllm/added.py"]})
+        },
+    )
     builder.add("vllm", "config", variants={"1.0": builder.variant(BASE, {"vllm/config.py": PATCHED["vllm/config.py"]})})
     return builder.root
 
@@ -155,6 +161,7 @@ def command_args(command: str, tree: Path, store: Path) -> list[str]:
 
 # --- the seam --------------------------------------------------------------------------------
 
+
 class Disk:
     """Replaces atomic._os_write: counts its calls, names what each one writes, injects a fault.
 
@@ -210,7 +217,7 @@ class Disk:
         label = self.label(fd)
         self.labels.append(label)
         if self.fault == "short":
-            return self.real(fd, data[:max(1, len(data) // 2)])
+            return self.real(fd, data[: max(1, len(data) // 2)])
         if self._dead(fd) or (self.fault is not None and self._fires(n, label)):
             self.raised.append((n, label))
             if self.fault == "zero":
@@ -219,7 +226,7 @@ class Disk:
                 # file opened later (even under the same fd number) starts healthy.
                 fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_NONBLOCK)
                 return 0
-            self.real(fd, data[:len(data) // 2])  # part of it reached the temp file first
+            self.real(fd, data[: len(data) // 2])  # part of it reached the temp file first
             raise OSError(ERRNO[self.fault], os.strerror(ERRNO[self.fault]))
         return self.real(fd, data)
 
@@ -256,8 +263,9 @@ def expected_file_status(path: str, data: bytes | None, applied: dict[str, str],
     return "missing" if data is None else "changed"
 
 
-def assert_status_agrees(tree: Path, state: str, *, recovered: bool | None = False,
-                         applied: dict[str, str] = APPLIED, base: dict[str, str] = BASE) -> dict:
+def assert_status_agrees(
+    tree: Path, state: str, *, recovered: bool | None = False, applied: dict[str, str] = APPLIED, base: dict[str, str] = BASE
+) -> dict:
     """`status` reports `state` and every file as the tree holds it. recovered: True, it must say it
     recovered an interrupted run; False, it must not, and must leave the tree as it is; None, it
     must leave the tree as it is (whatever it says about sweeping)."""
@@ -350,6 +358,7 @@ class record:
 
 # --- the matrix ------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("command", COMMANDS)
 def test_short_writes_still_write_whole_files(store, tree, monkeypatch, command):
     with record("short", command, "every", "every write") as rec:
@@ -363,8 +372,7 @@ def test_short_writes_still_write_whole_files(store, tree, monkeypatch, command)
         rec.result = "exit 0, whole files"
 
 
-MATRIX = [pytest.param(f, c, k, id=f"{f}-{c}-k{k:02d}")
-          for f in FAULTS for c in COMMANDS for k in range(1, MAX_WRITES[c] + 1)]
+MATRIX = [pytest.param(f, c, k, id=f"{f}-{c}-k{k:02d}") for f in FAULTS for c in COMMANDS for k in range(1, MAX_WRITES[c] + 1)]
 
 
 @pytest.mark.parametrize("fault,command,k", MATRIX)
@@ -402,6 +410,7 @@ def test_matrix_covers_every_write(store, tree, monkeypatch, command):
 
 
 # --- a rollback that cannot complete -----------------------------------------------------------
+
 
 def second_target_write(n: int, label: str, labels: list[str]) -> bool:
     """The second write of a target file: one file is already replaced, so undoing needs a write."""
@@ -470,7 +479,7 @@ def fill(mnt: Path, leave: int) -> None:
         chunk = b"\0" * 4096
         try:
             while want > 0:
-                want -= f.write(chunk[:min(want, 4096)])
+                want -= f.write(chunk[: min(want, 4096)])
                 f.flush()
         except OSError:
             pass
@@ -542,13 +551,17 @@ def test_real_full_tmpfs_midway(builder, tmp_path, small_tmpfs, monkeypatch):
         levels.append((free_kib, first and first[1], replaced, outcome, problem))
         if code == 0:
             break
-    table = "\n".join(f"  {kib:>3} KiB free: first ENOSPC at {str(ff):<16} after {len(rep)} file(s) replaced → "
-                      f"{res}{'  FAIL: ' + why if why else ''}" for kib, ff, rep, res, why in levels)
+    table = "\n".join(
+        f"  {kib:>3} KiB free: first ENOSPC at {str(ff):<16} after {len(rep)} file(s) replaced → "
+        f"{res}{'  FAIL: ' + why if why else ''}"
+        for kib, ff, rep, res, why in levels
+    )
     print("\ntmpfs levels:\n" + table)
     assert not [lv for lv in levels if lv[4]], f"levels that did not end whole:\n{table}"
     assert levels[-1][3] == "applied", f"apply never succeeded on the tmpfs:\n{table}"
-    assert any(ff and ff.startswith("vllm/") and rep and res == "rolled back" for _, ff, rep, res, _ in levels), \
+    assert any(ff and ff.startswith("vllm/") and rep and res == "rolled back" for _, ff, rep, res, _ in levels), (
         f"no level ran out of space midway and rolled back cleanly:\n{table}"
+    )
 
 
 # --- killed in the middle of a write: the temp-file sweep ------------------------------------
@@ -587,14 +600,26 @@ KILLER = textwrap.dedent(r"""
     main()
 """)
 
-KILL_POINTS = [("apply", "blob"), ("apply", "journal"), ("apply", "file:1"), ("apply", "file:2"),
-               ("apply", "file:4"), ("apply", "state"), ("revert", "journal"), ("revert", "file:1"),
-               ("revert", "file:2")]
+KILL_POINTS = [
+    ("apply", "blob"),
+    ("apply", "journal"),
+    ("apply", "file:1"),
+    ("apply", "file:2"),
+    ("apply", "file:4"),
+    ("apply", "state"),
+    ("revert", "journal"),
+    ("revert", "file:1"),
+    ("revert", "file:2"),
+]
 
 
 def kill_mid_write(command: str, point: str, tree: Path, store: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", KILLER, point, str(tree), *command_args(command, tree, store)],
-                          capture_output=True, text=True, env=dict(os.environ))
+    return subprocess.run(
+        [sys.executable, "-c", KILLER, point, str(tree), *command_args(command, tree, store)],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+    )
 
 
 @pytest.mark.parametrize("command,point", [pytest.param(c, p, id=f"{c}-{p}") for c, p in KILL_POINTS])

@@ -1,6 +1,7 @@
 """The promises of docs/guarantees.md, one regression test per finding of the trustworthy-writes
 issue (reproduced on the old code first), on real trees: a fake pip install with a real RECORD, real
 processes killed with SIGKILL, real file ownership and bytecode."""
+
 import json
 import os
 import py_compile
@@ -21,7 +22,6 @@ PATCHED_UTILS = PRISTINE["vllm/utils.py"].replace("return 2", "return 3")
 cli = run_json
 
 
-
 @pytest.fixture
 def site(tmp_path):
     """vllm 1.0 as pip leaves it: the files and a dist-info whose RECORD hashes them."""
@@ -32,8 +32,9 @@ def site(tmp_path):
 
 def files(root: Path) -> dict:
     """The tree's files, without patchctl's bookkeeping."""
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and ".patchctl" not in p.parts}
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and ".patchctl" not in p.parts
+    }
 
 
 def state_dir(root: Path) -> Path:
@@ -41,6 +42,7 @@ def state_dir(root: Path) -> Path:
 
 
 # 1. ensure re-applied an intact series on every run ------------------------------------------
+
 
 def test_ensure_on_an_intact_target_writes_nothing_however_often(store, site):
     cli("apply", "vllm", "--target", str(site), "--store", str(store), expect=0)
@@ -67,12 +69,12 @@ def every_path(root: Path) -> dict[str, tuple]:
 
 
 # (the command, the tree's owner: root or a service user with root running patchctl, bytecode present)
-INTACT_RUNS = [(command, owner, pyc) for command in ("ensure", "status") for owner in ("root", "service")
-               for pyc in (False, True)]
+INTACT_RUNS = [
+    (command, owner, pyc) for command in ("ensure", "status") for owner in ("root", "service") for pyc in (False, True)
+]
 
 
-@pytest.mark.parametrize("command,owner,pyc", INTACT_RUNS,
-                         ids=[f"{c}-{o}-{'pyc' if y else 'nopyc'}" for c, o, y in INTACT_RUNS])
+@pytest.mark.parametrize("command,owner,pyc", INTACT_RUNS, ids=[f"{c}-{o}-{'pyc' if y else 'nopyc'}" for c, o, y in INTACT_RUNS])
 def test_ensure_on_an_intact_target_changes_no_byte_and_no_mtime(store, site, command, owner, pyc):
     """Issue 33 item 9: ensure rewrote .patchctl/<engine>/lock with its pid on every run. On an intact
     tree `ensure` and `status` now change nothing at all under it, the bookkeeping included: every
@@ -100,8 +102,11 @@ def test_a_second_similar_site_is_not_patched_twice(builder, tmp_path):
     """The SGLang finding: a forward apply with fuzz found a second, similar site in the patched file."""
     block = "def check():\n    a = 1\n    b = 2\n    return a\n\n\n"
     pristine = {"vllm/__init__.py": "", "vllm/server_args.py": "# top\n" + block + "# middle\n" + block}
-    patched = {"vllm/server_args.py": pristine["vllm/server_args.py"].replace(
-        "# middle\n" + block, "# middle\n" + block.replace("    return a\n", "    guard()\n    return a\n"))}
+    patched = {
+        "vllm/server_args.py": pristine["vllm/server_args.py"].replace(
+            "# middle\n" + block, "# middle\n" + block.replace("    return a\n", "    guard()\n    return a\n")
+        )
+    }
     builder.add("vllm", "guard", variants={"1.0": builder.variant(pristine, patched)})
     site = tmp_path / "site"
     install_fake_dist(site, "vllm", "1.0", pristine)
@@ -114,6 +119,7 @@ def test_a_second_similar_site_is_not_patched_twice(builder, tmp_path):
 
 
 # strict by default ------------------------------------------------------------------------------
+
 
 def test_apply_refuses_fuzz_unless_allowed_and_check_warns(builder, tmp_path):
     builder.add("vllm", "loader", variants={"1.0": builder.variant(PRISTINE, {"vllm/loader.py": PATCHED_LOADER})})
@@ -132,6 +138,7 @@ def test_apply_refuses_fuzz_unless_allowed_and_check_warns(builder, tmp_path):
 
 # 3. ensure read the state without the lock and without recovering -----------------------------
 
+
 def test_ensure_after_a_killed_revert_recovers_first(store, site):
     cli("apply", "vllm", "--target", str(site), "--store", str(store), expect=0)
     applied = files(site)
@@ -143,6 +150,7 @@ def test_ensure_after_a_killed_revert_recovers_first(store, site):
 
 
 # 4. two dist-info folders after pip install --upgrade --target ---------------------------------
+
 
 def test_two_dist_infos_the_one_matching_the_files_wins(store, tmp_path):
     site = tmp_path / "site"
@@ -158,6 +166,7 @@ def test_two_dist_infos_the_one_matching_the_files_wins(store, tmp_path):
 
 # 5. ENGINE@VERSION over the tree's own metadata --------------------------------------------------
 
+
 def test_the_trees_own_version_wins_over_the_spec(store, site):
     before = files(site)
     doc = cli("ensure", "vllm@2.0", "--target", str(site), "--store", str(store), expect=2)
@@ -168,6 +177,7 @@ def test_the_trees_own_version_wins_over_the_spec(store, site):
 
 
 # 6. temp files of a killed write are swept --------------------------------------------------------
+
 
 def test_recovery_sweeps_temp_files_of_dead_processes(store, site):
     proc = crash_at.run("file:1", ["apply", "vllm", "--target", str(site), "--store", str(store)])
@@ -191,13 +201,18 @@ def test_recovery_sweeps_temp_files_of_dead_processes(store, site):
 
 # 7. a corrupt or tricky record is never trusted -----------------------------------------------
 
+
 @pytest.mark.parametrize("content", [b"", b"garbage", b"{}", b"[]", b'{"sha256": "00", "record": {}}'])
 def test_a_damaged_record_is_an_error_naming_it(store, site, content):
     cli("apply", "vllm", "--target", str(site), "--store", str(store), expect=0)
     (state_dir(site) / "state.json").write_bytes(content)
     applied = files(site)
-    for command in (["status", "vllm"], ["revert", "vllm"], ["apply", "vllm", "--store", str(store)],
-                    ["ensure", "vllm", "--store", str(store)]):
+    for command in (
+        ["status", "vllm"],
+        ["revert", "vllm"],
+        ["apply", "vllm", "--store", str(store)],
+        ["ensure", "vllm", "--store", str(store)],
+    ):
         doc = cli(*command, "--target", str(site), expect=3)
         assert doc["error"]["kind"] == "state-damaged" and "state.json" in doc["error"]["message"]
         assert "--from-release" in doc["error"]["hint"]
@@ -219,9 +234,21 @@ def test_a_path_outside_the_target_is_refused_even_with_a_valid_checksum(store, 
     cli("apply", "vllm", "--target", str(site), "--store", str(store), expect=0)
     outside = tmp_path / "outside.py"
     for path in (str(outside), "../outside.py", "vllm/../../outside.py"):
-        journal = {"pid": 1, "previous_state": None, "entries": [
-            {"path": path, "before": "0" * 64, "after": None, "before_mtime_ns": None, "before_bytecode": [],
-             "after_mtime_ns": None, "after_bytecode": []}]}
+        journal = {
+            "pid": 1,
+            "previous_state": None,
+            "entries": [
+                {
+                    "path": path,
+                    "before": "0" * 64,
+                    "after": None,
+                    "before_mtime_ns": None,
+                    "before_bytecode": [],
+                    "after_mtime_ns": None,
+                    "after_bytecode": [],
+                }
+            ],
+        }
         (state_dir(site) / "journal.json").write_bytes(write_journal(journal))
         doc = cli("status", "vllm", "--target", str(site), expect=3)
         assert "leaves the engine root" in doc["error"]["message"] or "outside" in doc["error"]["message"]
@@ -277,11 +304,13 @@ def test_randomly_damaged_records_and_journals_give_a_patchctl_error(store, site
         pass
     finally:
         (state_dir(site) / "journal.json").unlink(missing_ok=True)
-        (state_dir(site) / "state.json").write_bytes(raw if which == "state.json" else
-                                                     (state_dir(site) / "state.json").read_bytes())
+        (state_dir(site) / "state.json").write_bytes(
+            raw if which == "state.json" else (state_dir(site) / "state.json").read_bytes()
+        )
 
 
 # 8. a file the patches created is tracked for life --------------------------------------------
+
 
 def test_created_files_survive_an_upgrade_in_the_record_and_revert_removes_them(store, site):
     cli("apply", "vllm", "--target", str(site), "--store", str(store), expect=0)
@@ -299,6 +328,7 @@ def test_created_files_survive_an_upgrade_in_the_record_and_revert_removes_them(
 
 
 # 9. one state per tree, whoever asks -------------------------------------------------------
+
 
 def test_another_data_dir_or_path_finds_the_same_record_and_lock(store, site, tmp_path, monkeypatch):
     cli("apply", "vllm", "--target", str(site), "--store", str(store), expect=0)
@@ -344,6 +374,7 @@ def test_a_bind_mount_of_the_tree_sees_the_same_record_and_lock(store, site, tmp
 
 
 # 11. ownership, mode, symlinks, bytecode ----------------------------------------------------
+
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="giving files to another user needs root (CI runs as root)")
 def test_owner_and_mode_are_kept_through_apply_and_revert(store, site):

@@ -5,6 +5,7 @@ repackaged as a dev build; installed with uv (when it can be installed here) and
 --no-deps so no index is asked for vLLM's dependencies. SGLang: a local git repository holding the
 real 0.5.9 files, built from its pinned commit by setuptools-scm (whose build requirements come from
 the package index)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -72,8 +73,7 @@ def uv_bin(tmp_path_factory) -> Path:
 
 
 def path_without_uv() -> str:
-    return os.pathsep.join(d for d in os.environ.get("PATH", "").split(os.pathsep)
-                           if d and not (Path(d) / "uv").exists())
+    return os.pathsep.join(d for d in os.environ.get("PATH", "").split(os.pathsep) if d and not (Path(d) / "uv").exists())
 
 
 @pytest.fixture
@@ -94,22 +94,50 @@ def fresh_venv(path: Path, *, with_pip: bool) -> str:
 
 
 def installed_file(python: str, rel: str) -> str:
-    return subprocess.run([python, "-c", "import sys, sysconfig, pathlib; "
-                           "print((pathlib.Path(sysconfig.get_paths()['purelib']) / sys.argv[1]).read_text())", rel],
-                          capture_output=True, text=True, check=True).stdout
+    return subprocess.run(
+        [
+            python,
+            "-c",
+            "import sys, sysconfig, pathlib; print((pathlib.Path(sysconfig.get_paths()['purelib']) / sys.argv[1]).read_text())",
+            rel,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
 
 
 def dist_info(python: str, dist: str) -> tuple[str, dict | None]:
-    out = subprocess.run([python, "-c", "import importlib.metadata as m, json, sys; d = m.distribution(sys.argv[1]); "
-                          "print(json.dumps([d.version, d.read_text('direct_url.json')]))", dist],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [
+            python,
+            "-c",
+            "import importlib.metadata as m, json, sys; d = m.distribution(sys.argv[1]); "
+            "print(json.dumps([d.version, d.read_text('direct_url.json')]))",
+            dist,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     version, direct = json.loads(out)
     return version, json.loads(direct) if direct else None
 
 
 def apply_and_status(index: NightlyIndex, python: str, release_outcomes: dict[str, str], installer: str) -> dict:
-    doc = run("apply", "vllm@nightly", "--install", "--no-deps", "--python", python,
-              "--nightly-source", index.url, "--store", str(STORE), expect=0)
+    doc = run(
+        "apply",
+        "vllm@nightly",
+        "--install",
+        "--no-deps",
+        "--python",
+        python,
+        "--nightly-source",
+        index.url,
+        "--store",
+        str(STORE),
+        expect=0,
+    )
     assert {p["name"]: p["outcome"] for p in doc["patches"]} == release_outcomes
     assert doc["written"], "the series writes files at 0.23.0, so it must at the dev build of the same files"
     build = doc["build"]
@@ -129,11 +157,13 @@ def apply_and_status(index: NightlyIndex, python: str, release_outcomes: dict[st
     assert status["build"]["version"] == DEV and status["build"]["commit"] == COMMIT
     assert status["build"]["url"] == index.root + wheel and status["build"]["installer"] == installer
     assert status["installed_build"]["version"] == DEV and status["installed_build"]["url"] == index.root + wheel
-    text = subprocess.run([sys.executable, "-m", "patchctl.cli.main", "status", "vllm", "--python", python],
-                          capture_output=True, text=True)
+    text = subprocess.run(
+        [sys.executable, "-m", "patchctl.cli.main", "status", "vllm", "--python", python], capture_output=True, text=True
+    )
     sha = f", sha256 {build['sha256']}" if build["sha256"] else ""
-    assert f"patched build: vllm {DEV} (commit {COMMIT}) from {index.root}{wheel}{sha}, installed with {installer}" \
-        in text.stdout, text.stdout + text.stderr
+    assert (
+        f"patched build: vllm {DEV} (commit {COMMIT}) from {index.root}{wheel}{sha}, installed with {installer}" in text.stdout
+    ), text.stdout + text.stderr
     return doc
 
 
@@ -158,17 +188,40 @@ def test_install_the_nightly_with_pip_into_a_fresh_venv(index, tmp_path, use_pip
     assert doc["build"]["sha256"] is None  # nothing fetched whole, and the index publishes no hash
     # A newer nightly appears: --install moves to it (and not to whatever else the index lists).
     newer = "0.23.1.dev13+gfeedbeef0"
-    index.publish("feedbeef0", build_dev_wheel(tmp_path / "newer", newer, release_files(
-        "vllm", "0.23.0", touched_paths(STORE, "vllm"))))
-    doc = run("apply", "vllm@nightly", "--install", "--no-deps", "--python", python,
-              "--nightly-source", index.url, "--store", str(STORE), expect=0)
+    index.publish(
+        "feedbeef0", build_dev_wheel(tmp_path / "newer", newer, release_files("vllm", "0.23.0", touched_paths(STORE, "vllm")))
+    )
+    doc = run(
+        "apply",
+        "vllm@nightly",
+        "--install",
+        "--no-deps",
+        "--python",
+        python,
+        "--nightly-source",
+        index.url,
+        "--store",
+        str(STORE),
+        expect=0,
+    )
     assert doc["build"]["version"] == newer and doc["build"]["commit"] == "feedbeef0"
     assert doc["state_before"] == "version-changed"
     status = run("status", "vllm", "--python", python, expect=0)
     assert status["build"]["commit"] == "feedbeef0" and status["state"] == "intact"
     # ... and vllm@commit:SHA installs that older commit's build exactly.
-    doc = run("apply", f"vllm@commit:{COMMIT}", "--install", "--no-deps", "--python", python,
-              "--nightly-source", index.url, "--store", str(STORE), expect=0)
+    doc = run(
+        "apply",
+        f"vllm@commit:{COMMIT}",
+        "--install",
+        "--no-deps",
+        "--python",
+        python,
+        "--nightly-source",
+        index.url,
+        "--store",
+        str(STORE),
+        expect=0,
+    )
     assert doc["build"]["version"] == DEV and doc["build"]["index_url"] == f"{index.root}/{COMMIT}"
     assert dist_info(python, "vllm")[0] == DEV
     assert run("status", "vllm", "--python", python, expect=0)["build"]["spec"] == f"vllm@commit:{COMMIT}"
@@ -194,8 +247,11 @@ def test_the_installed_version_must_be_the_resolved_one(index, tmp_path, monkeyp
     site = tmp_path / "site"
     monkeypatch.setenv("PYTHONPATH", str(site))
     install_fake_dist(site, "vllm", "0.23.1.dev13+gfeedbeef0", {"vllm/envs.py": "x = 1\n"})
-    with pytest.raises(EnvironmentProblem, match=r"vllm 0\.23\.1\.dev13\+gfeedbeef0 is installed in .*, not the "
-                                                 r"resolved build 0\.23\.1\.dev12\+g1234abcd5 .*nothing was patched"):
+    with pytest.raises(
+        EnvironmentProblem,
+        match=r"vllm 0\.23\.1\.dev13\+gfeedbeef0 is installed in .*, not the "
+        r"resolved build 0\.23\.1\.dev12\+g1234abcd5 .*nothing was patched",
+    ):
         check_installed(plan, get_engine("vllm"), sys.executable)
     (site / "vllm-0.23.1.dev13+gfeedbeef0.dist-info").rename(site / "gone")
     install_fake_dist(site, "vllm", "0.23.1.dev12+g1234abcd5f", {"vllm/envs.py": "x = 1\n"})  # one more sha digit
@@ -204,11 +260,23 @@ def test_the_installed_version_must_be_the_resolved_one(index, tmp_path, monkeyp
 
 def test_an_unreachable_nightly_installs_nothing(tmp_path, use_pip):
     python = fresh_venv(tmp_path / "venv", with_pip=False)
-    doc = run("apply", "vllm@nightly", "--install", "--python", python, "--nightly-source", "http://127.0.0.1:9/nightly",
-              "--store", str(STORE), expect=3)
+    doc = run(
+        "apply",
+        "vllm@nightly",
+        "--install",
+        "--python",
+        python,
+        "--nightly-source",
+        "http://127.0.0.1:9/nightly",
+        "--store",
+        str(STORE),
+        expect=3,
+    )
     assert "nightly source for vllm (http://127.0.0.1:9/nightly) is unreachable" in doc["error"]["message"]
-    assert run("apply", "vllm", "--no-deps", "--python", python, "--store", str(STORE), expect=2)["error"]["message"] \
+    assert (
+        run("apply", "vllm", "--no-deps", "--python", python, "--store", str(STORE), expect=2)["error"]["message"]
         == "--no-deps only means something with --install"
+    )
 
 
 # SGLang: main built from its pinned commit ------------------------------------------------------
@@ -250,8 +318,19 @@ def test_install_sglang_main_from_its_pinned_commit(sglang_repo, tmp_path, reque
     check = run("check", "sglang@git:main", "--strict", "--repo", str(repo), "--store", str(STORE), expect=0)
     assert check["version"] == expected
     # The installer gets the commit patchctl resolved main to (git+URL@SHA), never the branch name.
-    doc = run("apply", "sglang@git:main", "--install", "--no-deps", "--repo", str(repo), "--python", python,
-              "--store", str(STORE), expect=0)
+    doc = run(
+        "apply",
+        "sglang@git:main",
+        "--install",
+        "--no-deps",
+        "--repo",
+        str(repo),
+        "--python",
+        python,
+        "--store",
+        str(STORE),
+        expect=0,
+    )
     build = doc["build"]
     assert (build["kind"], build["version"], build["commit"], build["installer"]) == ("git", expected, head, installer)
     assert build["url"] == f"git+file://localhost{repo.resolve()}@{head}"
@@ -290,8 +369,7 @@ def test_the_wheel_for_the_targets_machine(tmp_path, vllm_files):
     other = "aarch64" if machine != "aarch64" else "x86_64"
     with NightlyIndex(tmp_path / "served") as server:
         for arch in (other, machine):
-            server.publish(COMMIT, build_dev_wheel(tmp_path / arch, DEV, vllm_files,
-                                                   tag=f"cp38-abi3-manylinux_2_31_{arch}"))
+            server.publish(COMMIT, build_dev_wheel(tmp_path / arch, DEV, vllm_files, tag=f"cp38-abi3-manylinux_2_31_{arch}"))
         plan = plan_install(parse_spec("vllm@nightly"), sys.executable, SourceContext(nightly_source=server.url))
     assert plan.build.artifact == f"vllm-{DEV}-cp38-abi3-manylinux_2_31_{machine}.whl"
     doc = run("apply", "vllm@nightly", "--install", "--target", str(tmp_path), "--store", str(STORE), expect=2)

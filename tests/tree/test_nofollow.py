@@ -2,6 +2,7 @@
 while they stay inside it (relative, absolute, through `..`, chained), one that leads out anywhere
 on the path is refused by name, a loop is refused, a FIFO is refused without blocking, and a
 missing file, a folder or a path under a file is None."""
+
 import os
 
 import pytest
@@ -17,17 +18,27 @@ def root(tmp_path):
     (root / "a/b/f").write_text("hi\n")
     (tmp_path / "out").mkdir()
     (tmp_path / "out/s").write_text("secret\n")
-    links = {"a/rel": "../a/b/f", "abs": str(root / "a/b/f"), "a/dirlink": "b/../../a/b", "a/b/side": "../../a/b",
-             "a/bad": str(tmp_path / "out/s"), "a/b/up": "../../../out", "slash": "/", "loop": "loop",
-             "a/dotdot": "..", "a/b/rootlink": "../.."}
+    links = {
+        "a/rel": "../a/b/f",
+        "abs": str(root / "a/b/f"),
+        "a/dirlink": "b/../../a/b",
+        "a/b/side": "../../a/b",
+        "a/bad": str(tmp_path / "out/s"),
+        "a/b/up": "../../../out",
+        "slash": "/",
+        "loop": "loop",
+        "a/dotdot": "..",
+        "a/b/rootlink": "../..",
+    }
     for rel, to in links.items():
         (root / rel).symlink_to(to)
     os.mkfifo(root / "a/fifo")
     return root
 
 
-@pytest.mark.parametrize("rel", ["a/b/f", "a/rel", "abs", "a/dirlink/f", "a/b/side/f", "a/b/side/side/side/f",
-                                 "a/dotdot/a/b/f", "a/b/rootlink/a/b/f"])
+@pytest.mark.parametrize(
+    "rel", ["a/b/f", "a/rel", "abs", "a/dirlink/f", "a/b/side/f", "a/b/side/side/side/f", "a/dotdot/a/b/f", "a/b/rootlink/a/b/f"]
+)
 def test_links_inside_the_tree_are_followed(root, rel):
     assert read_beneath(root, rel) == b"hi\n"
 

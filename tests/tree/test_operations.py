@@ -1,5 +1,6 @@
 """Apply / status / revert / ensure on real trees: all-or-nothing, kill -9 at every write step,
 locks, hardlinks, bytecode, permissions, escaping symlinks, tampered patches."""
+
 import os
 import sys
 from pathlib import Path
@@ -12,7 +13,6 @@ from support.invoke import run_json
 
 PATCHED_LOADER = loader_with({10: "ten\n"})
 PATCHED_UTILS = PRISTINE["vllm/utils.py"].replace("return 2", "return 3")
-
 
 
 cli = run_json
@@ -212,8 +212,12 @@ def test_leftover_corrupt_journal_is_never_trusted(store, tree):
         return {k: v for k, v in snapshot(tree).items() if not k.endswith("/lock")}
 
     before = files()
-    for command in (["apply", "vllm@1.0", "--store", str(store)], ["status", "vllm@1.0"], ["revert", "vllm@1.0"],
-                    ["ensure", "vllm@1.0", "--store", str(store)]):
+    for command in (
+        ["apply", "vllm@1.0", "--store", str(store)],
+        ["status", "vllm@1.0"],
+        ["revert", "vllm@1.0"],
+        ["ensure", "vllm@1.0", "--store", str(store)],
+    ):
         doc = cli(*command, "--target", str(tree), expect=3)
         assert doc["error"]["kind"] == "state-damaged" and str(st.journal_file) in doc["error"]["message"]
         assert "--from-release" in doc["error"]["hint"]

@@ -3,6 +3,7 @@ into — a real read-only bind mount, a user without write permission — exit 0
 the tree is intact by the record's fingerprints and no interrupted write waits in it, saying so on
 stderr (and in --json warnings); with a journal present, or work needed, exit 3 with the cause and the
 fix. Root only (mounts, setuid); each mount is undone in a finally."""
+
 from __future__ import annotations
 
 import os
@@ -39,8 +40,7 @@ def read_only(folder: Path) -> Iterator[None]:
 
 def snapshot(tree: Path) -> dict[str, tuple[int, int]]:
     """Every file's mtime and size, the lock's included (nothing writes into it)."""
-    return {str(p.relative_to(tree)): (p.stat().st_mtime_ns, p.stat().st_size)
-            for p in sorted(tree.rglob("*")) if p.is_file()}
+    return {str(p.relative_to(tree)): (p.stat().st_mtime_ns, p.stat().st_size) for p in sorted(tree.rglob("*")) if p.is_file()}
 
 
 def text_run(*args: str) -> tuple[int, str, str]:
@@ -83,8 +83,11 @@ def test_a_journal_on_a_read_only_mount_is_exit_3_naming_it(store, tree):
     assert proc.returncode == -9 and (tree / ".patchctl/vllm/journal.json").exists()
     with read_only(tree):
         for command in (["ensure", "vllm@1.0"], ["status", "vllm", "--as-version", "1.0"]):
-            doc = run_json(*command, "--target", str(tree), "--store", str(store), expect=3) if command[0] == "ensure" \
+            doc = (
+                run_json(*command, "--target", str(tree), "--store", str(store), expect=3)
+                if command[0] == "ensure"
                 else run_json(*command, "--target", str(tree), expect=3)
+            )
             assert "journal.json" in doc["error"]["message"] and "patchctl status" in doc["error"]["hint"]
     assert run_json("status", "vllm", "--target", str(tree), "--as-version", "1.0", expect=0)["state"] == "not-applied"
 

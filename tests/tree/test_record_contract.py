@@ -1,6 +1,7 @@
 """The record is the contract (issue 24, item 1): state.json names each applied patch, the store it
 came from and the sha256 of its variant; `ensure` re-applies the recorded set from the recorded
 stores with no --store, and a recorded patch or store that is gone is exit 3 naming both."""
+
 from __future__ import annotations
 
 import hashlib
@@ -33,8 +34,9 @@ def test_ensure_brings_back_a_captured_patch_from_its_recorded_store(tmp_path, b
         index = ["--index-url", server.url]
         run_json("apply", "vllm", "--target", str(site), "--store", str(store_a), *index, expect=0)
         (site / "vllm/utils.py").write_text(EDIT2)
-        run_json("new", "vllm", "edit2", "--target", str(site), "--store", str(mine), "--title", "t", "--why", "w",
-                 *index, expect=0)
+        run_json(
+            "new", "vllm", "edit2", "--target", str(site), "--store", str(mine), "--title", "t", "--why", "w", *index, expect=0
+        )
         record = _record(site)
         assert record.build is not None and record.build.version == "1.0"  # new keeps the build (item 5)
         by_name = {p.name: p for p in record.patches}

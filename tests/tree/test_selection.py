@@ -1,6 +1,7 @@
 """Choosing patches (issue 24, item 2): `apply --patch/--exclude` checked against the series and its
 `depends_on`, recorded, kept by `ensure` after a wipe and shown by `status`; `revert --patch` takes one
 patch out and leaves the others applied, refused while an applied patch depends on it."""
+
 from __future__ import annotations
 
 import pytest
@@ -15,8 +16,12 @@ PATCHED_UTILS = PRISTINE["vllm/utils.py"].replace("return 2", "return 3")
 @pytest.fixture
 def chained(store, builder):
     """loader, utils, and loader2 (line 30 of loader.py) that depends on loader."""
-    builder.add("vllm", "loader2", depends_on=("loader",),
-                variants={"1.0": builder.variant(PRISTINE, {"vllm/loader.py": loader_with({30: "thirty\n"})})})
+    builder.add(
+        "vllm",
+        "loader2",
+        depends_on=("loader",),
+        variants={"1.0": builder.variant(PRISTINE, {"vllm/loader.py": loader_with({30: "thirty\n"})})},
+    )
     return store
 
 

@@ -1,5 +1,6 @@
 """tree/service.py, the one service under apply, ensure, revert and status (issue 34, item 2): it reads
 the tree's record once, under the lock, and returns typed results."""
+
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -46,11 +47,13 @@ def test_apply_ensure_and_revert_read_the_record_once_under_the_lock(store, tree
     reads.clear()
     assert run_json("ensure", *target, expect=0)["written"]
     assert reads == [True], reads
-    for args in (["ensure", *target, "--store", str(store)],  # intact: nothing to do
-                 ["apply", *target],  # the record's stores and choice
-                 ["apply", *target, "--exclude", "utils", "--dry-run"],
-                 ["apply", *target, "--store", str(store), "--exclude", "utils"],
-                 ["revert", *target, "--patch", "loader"]):
+    for args in (
+        ["ensure", *target, "--store", str(store)],  # intact: nothing to do
+        ["apply", *target],  # the record's stores and choice
+        ["apply", *target, "--exclude", "utils", "--dry-run"],
+        ["apply", *target, "--store", str(store), "--exclude", "utils"],
+        ["revert", *target, "--patch", "loader"],
+    ):
         reads.clear()
         run_json(*args, expect=0)
         assert reads == [True], (args, reads)

@@ -5,6 +5,7 @@ follow-up that agrees with the tree; and the kills must really land inside the w
 
 The soak's table is printed (`-s`) and is part of every assertion message.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,22 +27,28 @@ COMMANDS = ("apply", "revert")
 def test_kill_9_soak_ends_pristine_or_applied_without_temp_files(tmp_path, capsys):
     env = {k: v for k, v in os.environ.items() if k != "PATCHCTL_STORE"}
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "ci" / "soak.py"), "--trials", str(TRIALS), "--max-seconds", str(MAX_SECONDS),
-         "--json"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=MAX_SECONDS + 90,
+        [sys.executable, str(ROOT / "ci" / "soak.py"), "--trials", str(TRIALS), "--max-seconds", str(MAX_SECONDS), "--json"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=MAX_SECONDS + 90,
     )
     try:
         doc = json.loads(proc.stdout)
     except json.JSONDecodeError:
-        pytest.fail(f"ci/soak.py printed no JSON document (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n"
-                    f"{proc.stderr[-3000:]}")
+        pytest.fail(
+            f"ci/soak.py printed no JSON document (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        )
     counts = doc["counts"]
     table = render(doc)
     with capsys.disabled():  # the counts go into CI's log, also when the soak passes
         print("\n" + table)
-    failures = "\n".join(f"  {f['command']}:{f['trial']} kill at +{f['delay_ms']} ms (exit {f['exit']}), then "
-                         f"{f['follow_up']}: ended {f['end']}; temp files {f['temp_files']}; {'; '.join(f['wrong'])}"
-                         for f in doc.get("failures", []))
+    failures = "\n".join(
+        f"  {f['command']}:{f['trial']} kill at +{f['delay_ms']} ms (exit {f['exit']}), then "
+        f"{f['follow_up']}: ended {f['end']}; temp files {f['temp_files']}; {'; '.join(f['wrong'])}"
+        for f in doc.get("failures", [])
+    )
     message = f"{table}\n{failures}\n{proc.stderr[-2000:]}"
     assert proc.returncode == 0, message
     assert doc["ok"] and not doc["stopped_early"], message
@@ -53,8 +60,7 @@ def test_kill_9_soak_ends_pristine_or_applied_without_temp_files(tmp_path, capsy
         # The kills must land in the window, not after it: else the soak proves nothing. The phase
         # lasts ~10–100 ms on /dev/shm (by the machine's speed and load) and the kill comes 0–20 ms
         # after the journal appears: 65–90% of the kills hit it here (2 cores, idle to loaded).
-        assert c["in_window"] >= TRIALS // 4, \
-            f"only {c['in_window']} of {TRIALS} {command} kills hit the write phase\n{message}"
+        assert c["in_window"] >= TRIALS // 4, f"only {c['in_window']} of {TRIALS} {command} kills hit the write phase\n{message}"
         # some kills land inside a write (a temp file for the follow-up's sweep), and both ends are
         # reached: recovery (to where the killed command started) and re-application
         assert c["temp_after_kill"] > 0, f"no {command} kill landed inside a write\n{message}"
@@ -63,13 +69,22 @@ def test_kill_9_soak_ends_pristine_or_applied_without_temp_files(tmp_path, capsy
 
 def render(doc: dict) -> str:
     counts = doc["counts"]
-    rows = [("trials", "trials"), ("killed", "killed"), ("in_window", "killed inside the window"),
-            ("temp_after_kill", "killed mid-write (temp file)"),
-            ("pristine", "ended pristine"), ("applied", "ended applied"), ("neither", "neither"),
-            ("temp_files", "temp files left"), ("wrong", "follow-up wrong")]
+    rows = [
+        ("trials", "trials"),
+        ("killed", "killed"),
+        ("in_window", "killed inside the window"),
+        ("temp_after_kill", "killed mid-write (temp file)"),
+        ("pristine", "ended pristine"),
+        ("applied", "ended applied"),
+        ("neither", "neither"),
+        ("temp_files", "temp files left"),
+        ("wrong", "follow-up wrong"),
+    ]
     width = max(len(h) for _, h in rows)
-    lines = [f"kill -9 soak: {doc['elapsed_s']} s, write window {doc.get('write_window_ms')} ms"
-             + (" (stopped early)" if doc.get("stopped_early") else ""),
-             f"{'':<{width}}  " + "  ".join(f"{c:>8}" for c in counts)]
+    lines = [
+        f"kill -9 soak: {doc['elapsed_s']} s, write window {doc.get('write_window_ms')} ms"
+        + (" (stopped early)" if doc.get("stopped_early") else ""),
+        f"{'':<{width}}  " + "  ".join(f"{c:>8}" for c in counts),
+    ]
     lines += [f"{head:<{width}}  " + "  ".join(f"{counts[c][key]:>8}" for c in counts) for key, head in rows]
     return "\n".join(lines)

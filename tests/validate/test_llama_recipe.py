@@ -1,5 +1,6 @@
 """scripts/serve/setup_llama_server.sh prints the llama.cpp server command with the flags validate
 needs (the ones test_serve_llama starts it with) and the validate command, and says each stage."""
+
 from __future__ import annotations
 
 import os
@@ -21,11 +22,18 @@ def test_a_set_up_cache_prints_the_server_command_validate_needs(tmp_path):
     python.chmod(0o755)
     (cache / "gemma-3-270m-q4_k_m.gguf").write_bytes(b"GGUF")
     (cache / ".llama-cpp-python-0.3.36").touch()
-    proc = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "PATCHCTL_LLAMA_CACHE": str(cache), "PATCHCTL_LLAMA_PORT": "8123"})
+    proc = subprocess.run(
+        ["bash", str(SCRIPT)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PATCHCTL_LLAMA_CACHE": str(cache), "PATCHCTL_LLAMA_PORT": "8123"},
+    )
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines() == [f"PATCHCTL_LLAMA_PYTHON={python}",
-                                        f"PATCHCTL_LLAMA_MODEL={cache / 'gemma-3-270m-q4_k_m.gguf'}"]
+    assert proc.stdout.splitlines() == [
+        f"PATCHCTL_LLAMA_PYTHON={python}",
+        f"PATCHCTL_LLAMA_MODEL={cache / 'gemma-3-270m-q4_k_m.gguf'}",
+    ]
     validate = next(line for line in proc.stderr.splitlines() if "patchctl validate" in line)
     words = shlex.split(validate.split(": ", 1)[1])
     server = shlex.split(words[words.index("--start") + 1])

@@ -5,14 +5,12 @@ from patchctl.validate.answers import check_arithmetic, check_code, check_counti
 COUNT_OK = "\n".join(str(i) for i in range(1, 51))
 
 
-@pytest.mark.parametrize("reply,ok", [("Paris", True), ("The capital is paris.", True), ("Lyon", False),
-                                      ("Parisian", False)])
+@pytest.mark.parametrize("reply,ok", [("Paris", True), ("The capital is paris.", True), ("Lyon", False), ("Parisian", False)])
 def test_fact(reply, ok):
     assert check_fact(reply).passed is ok
 
 
-@pytest.mark.parametrize("reply,ok", [("391", True), ("17 * 23 = 391", True), ("392", False), ("3910", False),
-                                      ("", False)])
+@pytest.mark.parametrize("reply,ok", [("391", True), ("17 * 23 = 391", True), ("392", False), ("3910", False), ("", False)])
 def test_arithmetic(reply, ok):
     assert check_arithmetic(reply).passed is ok
 
@@ -54,10 +52,14 @@ def test_judge_a_reply_that_stayed_in_reasoning_content():
     assert verdict.reason == (
         "the answer is only in reasoning_content (36 chars, cut off at max_tokens 32): raise --reasoning-budget "
         "(it adds tokens to every answers prompt's max_tokens) or cap the server's reasoning budget; "
-        "the reasoning reached the right answer, the reply did not")
+        "the reasoning reached the right answer, the reply did not"
+    )
     # Stopped on its own with the reply in the reasoning channel: the parser is the first suspect.
     verdict, right = judge(fact, "  ", "Lyon, I think.", 32, "stop")
-    assert right is False and "finish_reason stop within max_tokens 32): check the server's reasoning parser" in (
-        verdict.reason) and "reached the right answer" not in verdict.reason
+    assert (
+        right is False
+        and "finish_reason stop within max_tokens 32): check the server's reasoning parser" in (verdict.reason)
+        and "reached the right answer" not in verdict.reason
+    )
     assert judge(fact, "", "", 32, "stop") == ((False, "empty content"), None)
     assert judge(fact, "Paris", "Paris, surely.", 32, "stop") == ((True, "names Paris"), True)

@@ -55,12 +55,15 @@ def test_only_levels_measured_in_both_runs_are_compared():
     (check,) = compare(current, baseline, metrics=only)
     assert (check.concurrency, check.current, check.regressed) == (1, 49.0, False)
     assert not_compared(current, baseline, metrics=only) == (
-        NotCompared(4, "only in this run"), NotCompared(8, "only in the baseline"),
-        NotCompared(32, "only in the baseline"))
+        NotCompared(4, "only in this run"),
+        NotCompared(8, "only in the baseline"),
+        NotCompared(32, "only in the baseline"),
+    )
     # A level run now whose tok/s could not be measured (no usage, not streamed) is not a regression either.
     assert compare({1: {}}, baseline) == ()
     assert not_compared({1: {}}, base({1: {"output_tok_s": 50.0}}), metrics=only) == (
-        NotCompared(1, "output_tok_s not measured in this run"),)
+        NotCompared(1, "output_tok_s not measured in this run"),
+    )
 
 
 def test_the_decode_rate_is_compared_by_default():
@@ -70,7 +73,8 @@ def test_the_decode_rate_is_compared_by_default():
     assert [(c.metric, c.regressed) for c in checks] == [("output_tok_s", False), ("decode_tok_s_p50", True)]
     # An older baseline without it says so instead of passing silently.
     assert not_compared({1: {"output_tok_s": 50.0, "decode_tok_s_p50": 60.0}}, base({1: {"output_tok_s": 50.0}})) == (
-        NotCompared(1, "decode_tok_s_p50 not in the baseline"),)
+        NotCompared(1, "decode_tok_s_p50 not in the baseline"),
+    )
 
 
 def test_workload_differences_name_what_changed():

@@ -1,5 +1,6 @@
 """`patchctl validate` through the real entry point: options, the document, errors -> exit codes and
 documents, the patch set of the baseline key, the optional plot, and the deprecated `smoke --serve`."""
+
 import json
 import os
 import socket
@@ -33,8 +34,21 @@ def test_start_runs_stops_and_writes_json_and_png(tmp_path):
     out = tmp_path / "r" / "serve.json"
     result = validate(
         # No --url: the URL comes from the command's --port.
-        "vllm", "--start", f"{sys.executable} {SHAPE} --port {port}", "--patch-set", "digest1",
-        "--concurrency", "1,2", "--requests", "2", "--max-tokens", "12", "--out", str(out), "--ready-timeout", "20",
+        "vllm",
+        "--start",
+        f"{sys.executable} {SHAPE} --port {port}",
+        "--patch-set",
+        "digest1",
+        "--concurrency",
+        "1,2",
+        "--requests",
+        "2",
+        "--max-tokens",
+        "12",
+        "--out",
+        str(out),
+        "--ready-timeout",
+        "20",
     )
     assert result.exit_code == 0, result.output
     assert "throughput" in result.stdout and "OK" in result.stdout and f"wrote {out}" in result.stdout
@@ -99,8 +113,7 @@ def test_environment_problems_exit_3(tmp_path):
     port = free_port()
     dead = validate("vllm", "--url", f"http://127.0.0.1:{port}")
     assert dead.exit_code == 3 and "no OpenAI-compatible server answers" in dead.stderr
-    broken = validate("vllm", "--start", f"{sys.executable} -c 'raise SystemExit(7)'",
-                      "--url", f"http://127.0.0.1:{port}")
+    broken = validate("vllm", "--start", f"{sys.executable} -c 'raise SystemExit(7)'", "--url", f"http://127.0.0.1:{port}")
     assert broken.exit_code == 3 and "exited with 7" in broken.stderr
     doc = run_json("validate", "vllm", "--url", f"http://127.0.0.1:{port}", expect=3)
     assert doc["error"]["kind"] == "network"
@@ -109,8 +122,9 @@ def test_environment_problems_exit_3(tmp_path):
 
 
 def test_patch_set_of_a_pristine_tree_is_none(shape_server, tree):
-    doc = run_json("validate", "vllm@1.0", "--url", shape_server.base_url, "--target", str(tree),
-                   "--no-answers", "--no-throughput", expect=0)
+    doc = run_json(
+        "validate", "vllm@1.0", "--url", shape_server.base_url, "--target", str(tree), "--no-answers", "--no-throughput", expect=0
+    )
     assert (doc["patch_set_from"], doc["target"]) == ("target", str(tree))
     assert doc["report"]["deployment"]["patch_set"] == "none"
 
@@ -145,6 +159,8 @@ def test_out_without_matplotlib_writes_the_json_and_warns(shape_server, tmp_path
 def test_help_and_no_heavy_imports():
     help_text = validate("--help")
     assert help_text.exit_code == 0 and "--url URL" in help_text.output and "Examples:" in help_text.output
-    code = ("import patchctl.cli.commands.validate, sys; "
-            "print([m for m in ('requests', 'git', 'rich', 'matplotlib') if m in sys.modules])")
+    code = (
+        "import patchctl.cli.commands.validate, sys; "
+        "print([m for m in ('requests', 'git', 'rich', 'matplotlib') if m in sys.modules])"
+    )
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "[]\n"

@@ -1,6 +1,7 @@
 """`patchctl validate` fitted to how servers are measured in the field, through the real entry point
 against the shape server: answers that stay in reasoning_content, the throughput prompt and the
 single-request figure, enough requests and their spread, baselines compared on shared levels only."""
+
 import json
 import re
 
@@ -29,6 +30,7 @@ def throughput_posts(server) -> list[dict]:
 
 # --- 1. an answer that stays in reasoning_content ------------------------------------------------
 
+
 def test_an_answer_only_in_reasoning_content_says_so_and_what_to_raise(shape_server):
     # A model that thinks for 400 tokens: no answers prompt's own max_tokens (32..320) reaches content.
     shape_server.settings["think_tokens"] = 400
@@ -55,8 +57,7 @@ def test_when_the_reasoning_reached_the_right_answer_it_is_said(shape_server):
         assert a["reasoning_passed"] is True, a
         assert a["reason"].endswith("the reasoning reached the right answer, the reply did not")
     # The budget the reason names is the way out: with room to answer, every check passes.
-    doc = validate_json("vllm", "--url", shape_server.base_url, "--no-throughput", "--reasoning-budget", "500",
-                        expect=0)
+    doc = validate_json("vllm", "--url", shape_server.base_url, "--no-throughput", "--reasoning-budget", "500", expect=0)
     assert [(a["passed"], a["finish_reason"]) for a in doc["report"]["answers"]] == [(True, "stop")] * 4
     assert [a["max_tokens"] for a in doc["report"]["answers"]] == [532, 532, 820, 628]
 
@@ -76,10 +77,12 @@ def test_a_wrong_reply_whose_reasoning_was_right_says_so(shape_server):
 
 # --- 2. the throughput prompt and the single-request figure ---------------------------------------
 
+
 def test_the_default_prompt_is_the_fields_counting_prompt_at_temperature_0(shape_server):
     assert COUNTING_PROMPT == COUNTING
-    doc = validate_json("vllm", "--url", shape_server.base_url, "--no-answers", "--concurrency", "1,2",
-                        "--requests", "2", expect=0)
+    doc = validate_json(
+        "vllm", "--url", shape_server.base_url, "--no-answers", "--concurrency", "1,2", "--requests", "2", expect=0
+    )
     posts = throughput_posts(shape_server)
     assert len(posts) == 4
     # Each request's prompt is the counting prompt behind a tag of its own: no two share a prefix.
@@ -93,10 +96,19 @@ def test_the_default_prompt_is_the_fields_counting_prompt_at_temperature_0(shape
     one, two = tp["levels"]
     single = tp["single_request"]
     # Led by TTFT and the decode rate (issue 25); output tok/s over E2E follows.
-    assert single == {"concurrency": 1, "requests": 2, "ttft_ms": one["ttft_ms"], "decode_tok_s": one["decode_tok_s"],
-                      "tpot_ms": one["tpot_ms"], "itl_ms": one["itl_ms"], "e2e_ms": one["e2e_ms"],
-                      "output_tok_s": one["output_tok_s"], "stream": "streamed", "latency_not_measured": None,
-                      "token_count_method": "usage"}
+    assert single == {
+        "concurrency": 1,
+        "requests": 2,
+        "ttft_ms": one["ttft_ms"],
+        "decode_tok_s": one["decode_tok_s"],
+        "tpot_ms": one["tpot_ms"],
+        "itl_ms": one["itl_ms"],
+        "e2e_ms": one["e2e_ms"],
+        "output_tok_s": one["output_tok_s"],
+        "stream": "streamed",
+        "latency_not_measured": None,
+        "token_count_method": "usage",
+    }
     assert list(single)[2:4] == ["ttft_ms", "decode_tok_s"]
     assert single["output_tok_s"] > 0 and single["ttft_ms"]["p50"] > 0 and single["decode_tok_s"]["p50"] > 0
     # Counting at temperature 0: every request decodes the same tokens (4 thinking + 50 lines).
@@ -114,11 +126,9 @@ def test_the_single_request_figure_comes_first_in_the_text(shape_server):
     assert "tokens by server usage" in lines[first]  # how its tokens were counted (issue 25, item 7)
     assert result.stdout.index("coherence: answers") > result.stdout.index("single request: ")
 
-    no_single = validate("vllm", "--url", shape_server.base_url, "--no-answers", "--concurrency", "2",
-                         "--requests", "2")
+    no_single = validate("vllm", "--url", shape_server.base_url, "--no-answers", "--concurrency", "2", "--requests", "2")
     assert "single request: not measured (--concurrency has no 1)" in no_single.stdout
-    doc = validate_json("vllm", "--url", shape_server.base_url, "--no-answers", "--concurrency", "2",
-                        "--requests", "2", expect=0)
+    doc = validate_json("vllm", "--url", shape_server.base_url, "--no-answers", "--concurrency", "2", "--requests", "2", expect=0)
     assert doc["report"]["throughput"]["single_request"] is None
 
 
@@ -138,8 +148,17 @@ def test_prompt_essay_and_a_prompt_file(shape_server, tmp_path):
 def test_shared_prompt_sends_the_same_text_and_says_so(shape_server, tmp_path):
     """--shared-prompt: every throughput request the same untagged text (the prefix-cache hit path),
     said in the JSON, the text and the baseline's workload (a baseline of unique prompts then warns)."""
-    common = ("--url", shape_server.base_url, "--no-answers", "--concurrency", "1", "--requests", "3",
-              "--baseline-dir", str(tmp_path / "b"))
+    common = (
+        "--url",
+        shape_server.base_url,
+        "--no-answers",
+        "--concurrency",
+        "1",
+        "--requests",
+        "3",
+        "--baseline-dir",
+        str(tmp_path / "b"),
+    )
     validate_json("vllm", *common, "--update-baseline", expect=0)  # a baseline of unique prompts
     before = len(throughput_posts(shape_server))
     doc = validate_json("vllm", *common, "--shared-prompt", expect=0)
@@ -166,10 +185,12 @@ def test_a_prompt_that_is_no_file_is_a_usage_error_before_any_request(shape_serv
 
 # --- 3. enough requests, and their spread -------------------------------------------------------
 
+
 def test_default_requests_give_a_median_and_its_spread(shape_server):
     shape_server.settings["delay_s"] = 0.0005
-    doc = validate_json("vllm", "--url", shape_server.base_url, "--no-answers", "--concurrency", "1,2,9",
-                        "--max-tokens", "12", expect=0)
+    doc = validate_json(
+        "vllm", "--url", shape_server.base_url, "--no-answers", "--concurrency", "1,2,9", "--max-tokens", "12", expect=0
+    )
     levels = doc["report"]["throughput"]["levels"]
     # At least 16 per level; two waves (2 x concurrency) where that is more.
     assert [lv["requests"] for lv in levels] == [16, 16, 18]
@@ -178,8 +199,7 @@ def test_default_requests_give_a_median_and_its_spread(shape_server):
         assert spread["n"] == lv["requests"]
         assert spread["p10"] <= spread["p25"] <= spread["p50"] <= spread["p75"] <= spread["p90"]
         assert spread["iqr_pct"] >= 0 and spread["median_ci_pct"] >= 0
-    text = validate("vllm", "--url", shape_server.base_url, "--no-answers", "--concurrency", "1",
-                    "--max-tokens", "12")
+    text = validate("vllm", "--url", shape_server.base_url, "--no-answers", "--concurrency", "1", "--max-tokens", "12")
     assert "spread" in text.stdout and "%" in text.stdout
 
 
@@ -187,12 +207,23 @@ def test_a_spread_wider_than_the_threshold_warns_that_the_comparison_means_nothi
     # Every other request is about twice as slow: 16 requests do not pin the median down to 5%
     # (it lands anywhere between the two speeds), though well within 99%.
     shape_server.settings["delay_cycle"] = [0.001, 0.003]
-    args = ("vllm", "--url", shape_server.base_url, "--no-answers", "--concurrency", "1", "--max-tokens", "12",
-            "--baseline-dir", str(tmp_path / "b"))
+    args = (
+        "vllm",
+        "--url",
+        shape_server.base_url,
+        "--no-answers",
+        "--concurrency",
+        "1",
+        "--max-tokens",
+        "12",
+        "--baseline-dir",
+        str(tmp_path / "b"),
+    )
     recorded = validate_json(*args, "--update-baseline", expect=0)
     assert recorded["report"]["baseline"]["status"] == "recorded"
-    assert any("c=1: median per-request tok/s known only to" in w and "too noisy" in w
-               for w in recorded["warnings"]), recorded["warnings"]
+    assert any("c=1: median per-request tok/s known only to" in w and "too noisy" in w for w in recorded["warnings"]), recorded[
+        "warnings"
+    ]
 
     doc = validate_json(*args, "--threshold", "0.99", expect=0)
     spread = doc["report"]["throughput"]["levels"][0]["request_tok_s"]
@@ -216,16 +247,40 @@ def test_a_spread_wider_than_the_threshold_warns_that_the_comparison_means_nothi
 
 
 def test_a_steady_level_has_no_spread_warning(shape_server, tmp_path):
-    args = ("vllm", "--url", shape_server.base_url, "--no-answers", "--concurrency", "1", "--max-tokens", "12",
-            "--baseline-dir", str(tmp_path / "b"), "--threshold", "0.5")
+    args = (
+        "vllm",
+        "--url",
+        shape_server.base_url,
+        "--no-answers",
+        "--concurrency",
+        "1",
+        "--max-tokens",
+        "12",
+        "--baseline-dir",
+        str(tmp_path / "b"),
+        "--threshold",
+        "0.5",
+    )
     validate_json(*args, "--update-baseline", expect=0)
     doc = validate_json(*args, expect=0)
     assert doc["report"]["baseline"]["status"] == "compared" and doc["warnings"] == []
 
 
 def test_a_single_request_against_a_baseline_warns_that_its_noise_is_unknown(shape_server, tmp_path):
-    args = ("vllm", "--url", shape_server.base_url, "--no-answers", "--concurrency", "1", "--requests", "1",
-            "--baseline-dir", str(tmp_path / "b"), "--threshold", "0.99")
+    args = (
+        "vllm",
+        "--url",
+        shape_server.base_url,
+        "--no-answers",
+        "--concurrency",
+        "1",
+        "--requests",
+        "1",
+        "--baseline-dir",
+        str(tmp_path / "b"),
+        "--threshold",
+        "0.99",
+    )
     validate_json(*args, "--update-baseline", expect=0)
     doc = validate_json(*args, expect=0)
     assert any("c=1: 1 request, so its noise is unknown" in w and "--requests 16" in w for w in doc["warnings"])
@@ -233,10 +288,23 @@ def test_a_single_request_against_a_baseline_warns_that_its_noise_is_unknown(sha
 
 # --- 4. a baseline is compared on the levels both runs measured --------------------------------
 
+
 def test_a_baseline_is_compared_only_on_levels_measured_in_both_runs(shape_server, tmp_path):
     shape_server.settings["delay_s"] = 0.001  # not 0: the decode rate (compared too) needs a TPOT
-    common = ("vllm", "--url", shape_server.base_url, "--no-answers", "--requests", "2", "--max-tokens", "12",
-              "--baseline-dir", str(tmp_path / "b"), "--threshold", "0.99")
+    common = (
+        "vllm",
+        "--url",
+        shape_server.base_url,
+        "--no-answers",
+        "--requests",
+        "2",
+        "--max-tokens",
+        "12",
+        "--baseline-dir",
+        str(tmp_path / "b"),
+        "--threshold",
+        "0.99",
+    )
     validate_json(*common, "--concurrency", "1,8,32", "--update-baseline", expect=0)
 
     doc = validate_json(*common, "--concurrency", "1", expect=0)
@@ -244,16 +312,20 @@ def test_a_baseline_is_compared_only_on_levels_measured_in_both_runs(shape_serve
     assert b["status"] == "compared"
     assert [(c["concurrency"], c["metric"]) for c in b["checks"]] == [(1, "output_tok_s"), (1, "decode_tok_s_p50")]
     assert all(c["current"] is not None for c in b["checks"])
-    assert b["not_compared"] == [{"concurrency": 8, "reason": "only in the baseline"},
-                                 {"concurrency": 32, "reason": "only in the baseline"}]
+    assert b["not_compared"] == [
+        {"concurrency": 8, "reason": "only in the baseline"},
+        {"concurrency": 32, "reason": "only in the baseline"},
+    ]
     assert "baseline: c=8, c=32 not compared: measured only in the baseline" in doc["report"]["notes"]
     assert not doc["report"]["failures"]
 
     # A level only this run measured is not compared either, and said so.
     doc = validate_json(*common, "--concurrency", "1,4", expect=0)
     assert doc["report"]["baseline"]["not_compared"] == [
-        {"concurrency": 4, "reason": "only in this run"}, {"concurrency": 8, "reason": "only in the baseline"},
-        {"concurrency": 32, "reason": "only in the baseline"}]
+        {"concurrency": 4, "reason": "only in this run"},
+        {"concurrency": 8, "reason": "only in the baseline"},
+        {"concurrency": 32, "reason": "only in the baseline"},
+    ]
     assert any(n.startswith("baseline: c=4 not compared: measured only in this run") for n in doc["report"]["notes"])
 
     # Nothing in common: nothing compared, nothing failed, and the note says so.
@@ -266,8 +338,20 @@ def test_a_baseline_is_compared_only_on_levels_measured_in_both_runs(shape_serve
 
 def test_a_baseline_measured_with_another_prompt_is_said_to_be_unlike(shape_server, tmp_path):
     shape_server.settings["delay_s"] = 0
-    common = ("vllm", "--url", shape_server.base_url, "--no-answers", "--concurrency", "1", "--requests", "2",
-              "--baseline-dir", str(tmp_path / "b"), "--threshold", "0.99")
+    common = (
+        "vllm",
+        "--url",
+        shape_server.base_url,
+        "--no-answers",
+        "--concurrency",
+        "1",
+        "--requests",
+        "2",
+        "--baseline-dir",
+        str(tmp_path / "b"),
+        "--threshold",
+        "0.99",
+    )
     validate_json(*common, "--prompt", "essay", "--max-tokens", "12", "--update-baseline", expect=0)
     stored = json.loads(next((tmp_path / "b").glob("*.json")).read_text())
     assert stored["workload"]["prompt"] == "essay" and stored["workload"]["max_tokens"] == 12

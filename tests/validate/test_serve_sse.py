@@ -6,7 +6,7 @@ from patchctl.validate.sse import ServerError, delta_from_object, iter_sse_data,
 
 
 def test_events_split_anywhere_are_reassembled():
-    stream = b'data: {"a": 1}\n\ndata: {"b"' + b': 2}\r\n\r\n: keep-alive comment\n\ndata: [DONE]\n\n'
+    stream = b'data: {"a": 1}\n\ndata: {"b"' + b": 2}\r\n\r\n: keep-alive comment\n\ndata: [DONE]\n\n"
     # Feed it one byte at a time: TCP may cut anywhere.
     chunks = [stream[i : i + 1] for i in range(len(stream))]
     assert list(iter_sse_data(chunks)) == ['{"a": 1}', '{"b": 2}', "[DONE]"]

@@ -2,6 +2,7 @@
 close-delimited streams timed chunk by chunk, a buffered stream reported as not measured (and a fast
 honest one never flagged), reasoning that runs out of max_tokens counted and warned about, and a
 server that reports no usage."""
+
 import json
 
 import pytest
@@ -29,8 +30,15 @@ def known(server, framing: str, **settings) -> None:
 
 
 def config(server, tmp_path, **kw) -> ServeConfig:
-    base = dict(base_url=server.base_url, answers=False, concurrency=(1,), requests_per_level=2, max_tokens=16,
-                baseline_dir=tmp_path / "b", warmup_requests=0)
+    base = dict(
+        base_url=server.base_url,
+        answers=False,
+        concurrency=(1,),
+        requests_per_level=2,
+        max_tokens=16,
+        baseline_dir=tmp_path / "b",
+        warmup_requests=0,
+    )
     return ServeConfig(**{**base, **kw})
 
 
@@ -90,8 +98,10 @@ def test_a_fast_honest_stream_is_never_flagged(shape_server, tmp_path):
 def test_reasoning_that_runs_out_of_max_tokens_is_counted_and_warned(shape_server):
     # The issue's case: answers start after 200 reasoning tokens; every request has max_tokens 128.
     shape_server.settings.update(think_tokens=200)
-    result = CliRunner().invoke(main, ["validate", "sglang", "--url", shape_server.base_url, "--no-answers",
-                                       "--concurrency", "1", "--requests", "4", "--json"])
+    result = CliRunner().invoke(
+        main,
+        ["validate", "sglang", "--url", shape_server.base_url, "--no-answers", "--concurrency", "1", "--requests", "4", "--json"],
+    )
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     (lv,) = doc["report"]["throughput"]["levels"]
@@ -101,8 +111,25 @@ def test_reasoning_that_runs_out_of_max_tokens_is_counted_and_warned(shape_serve
     assert "4/4 requests" in warning and "max_tokens (128)" in warning and "--max-tokens" in warning
 
     shape_server.settings.update(think_tokens=0)  # thinking that fits: answers follow, nothing to warn
-    doc = json.loads(CliRunner().invoke(main, ["validate", "sglang", "--url", shape_server.base_url, "--no-answers",
-                                               "--concurrency", "1", "--requests", "2", "--json"]).stdout)
+    doc = json.loads(
+        CliRunner()
+        .invoke(
+            main,
+            [
+                "validate",
+                "sglang",
+                "--url",
+                shape_server.base_url,
+                "--no-answers",
+                "--concurrency",
+                "1",
+                "--requests",
+                "2",
+                "--json",
+            ],
+        )
+        .stdout
+    )
     (lv,) = doc["report"]["throughput"]["levels"]
     assert lv["ended_in_reasoning"] == 0 and (lv["reasoning_tokens"], lv["content_tokens"]) == (2 * 4, 2 * 50)
     assert not [w for w in doc["warnings"] if "reasoning" in w]
@@ -124,11 +151,23 @@ def test_without_usage_the_level_says_tokens_came_from_chunks_and_warns(shape_se
 def test_every_level_says_how_its_tokens_were_counted_in_json_and_text(shape_server):
     """Issue 25, item 7: the JSON's every level and its single-request block, and the text's table and
     first line, say chunks when the server sent no usage (and usage when it did), with a warning."""
-    for usage, method, words in ((False, "chunks", "tokens by chunks (no server usage)"),
-                                 (True, "usage", "tokens by server usage")):
+    for usage, method, words in (
+        (False, "chunks", "tokens by chunks (no server usage)"),
+        (True, "usage", "tokens by server usage"),
+    ):
         shape_server.settings.update(usage=usage, reasoning=False)
-        args = ["vllm", "--url", shape_server.base_url, "--no-answers", "--concurrency", "1,2", "--requests", "2",
-                "--max-tokens", "8"]
+        args = [
+            "vllm",
+            "--url",
+            shape_server.base_url,
+            "--no-answers",
+            "--concurrency",
+            "1,2",
+            "--requests",
+            "2",
+            "--max-tokens",
+            "8",
+        ]
         doc = json.loads(CliRunner().invoke(main, ["validate", *args, "--json"]).stdout)
         tp = doc["report"]["throughput"]
         assert [lv["token_count_method"] for lv in tp["levels"]] == [method, method]

@@ -1,5 +1,6 @@
 """The one test server's own mechanics: responders in turn, Range, validators, and the four ways a
 body is framed (what the stream tests rely on)."""
+
 import http.client
 import time
 
@@ -56,7 +57,9 @@ def test_responders_are_asked_in_turn_and_files_honour_range():
         assert get(server, "/j/abc")[1] == b'{"name": "abc"}'
         assert get(server, "/nothing")[0].status == 404
         assert [(e.method, e.path, e.range, e.status) for e in server.log][:2] == [
-            ("GET", "/f", "bytes=-10", 206), ("HEAD", "/f", None, 200)]
+            ("GET", "/f", "bytes=-10", 206),
+            ("HEAD", "/f", None, 200),
+        ]
 
 
 def test_validators_answer_304_when_nothing_changed():

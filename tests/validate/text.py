@@ -1,4 +1,5 @@
 """The text a person sees for a serve report: validate's renderer on patchctl's console, captured."""
+
 from __future__ import annotations
 
 import contextlib

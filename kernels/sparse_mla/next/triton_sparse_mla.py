@@ -43,7 +43,8 @@ except ImportError:  # loaded by path (tests, benchmark): load the sibling file 
     import os as _os
 
     _spec = _ilu.spec_from_file_location(
-        __name__ + "_fp8", _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "triton_sparse_mla_fp8.py"))
+        __name__ + "_fp8", _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "triton_sparse_mla_fp8.py")
+    )
     _fp8 = _ilu.module_from_spec(_spec)
     _spec.loader.exec_module(_fp8)
 
@@ -197,13 +198,7 @@ def _sparse_mla_stage1(
     res = tl.where(has[:, None], acc / l_safe[:, None], 0.0)
     lse2 = tl.where(has, m_i + tl.log2(l_safe), float("-inf"))
 
-    o_ptr = (
-        O
-        + t.to(tl.int64) * stride_ot
-        + offs_h[:, None] * stride_oh
-        + split * stride_os
-        + offs_dv[None, :] * stride_od
-    )
+    o_ptr = O + t.to(tl.int64) * stride_ot + offs_h[:, None] * stride_oh + split * stride_os + offs_dv[None, :] * stride_od
     l_ptr = LSE + t.to(tl.int64) * stride_lt + offs_h * stride_lh + split * stride_ls
     if IS_FINAL:
         tl.store(o_ptr, (res * out_scale).to(O.dtype.element_ty), mask=mask_h[:, None])
@@ -437,12 +432,18 @@ def _pick_fp8_config(num_rows: int, num_heads: int, topk: int, limits: _Limits) 
     per_sm = max(1, min(c.per_sm, limits.smem_per_sm // (c.smem + 1024)))
     work = num_rows * triton.cdiv(num_heads, c.block_h)
     n_tiles = max(1, triton.cdiv(topk, c.block_n))
-    return dict(block_h=c.block_h, block_n=c.block_n, num_warps=c.num_warps, num_stages=c.num_stages,
-                pv_reload=c.pv_reload, num_splits=_num_splits(work, n_tiles, per_sm, limits.sms), name=name)
+    return dict(
+        block_h=c.block_h,
+        block_n=c.block_n,
+        num_warps=c.num_warps,
+        num_stages=c.num_stages,
+        pv_reload=c.pv_reload,
+        num_splits=_num_splits(work, n_tiles, per_sm, limits.sms),
+        name=name,
+    )
 
 
-def _uses_8bit_kernel(kv_format: str, num_rows: int, num_heads: int, limits: _Limits, rope_dim: int,
-                      dpe: int, dv: int) -> bool:
+def _uses_8bit_kernel(kv_format: str, num_rows: int, num_heads: int, limits: _Limits, rope_dim: int, dpe: int, dv: int) -> bool:
     """Whether the 8-bit kernel serves a call: always for fp8_ds_mla; for a per-tensor e4m3
     cache where the bf16 choice is a 16-head block (every SM120 pick; on Hopper the 64-head
     wgmma configs stay generic), from _FP8_KERNEL_MIN_ROWS rows on, with an unpadded rope."""
@@ -450,12 +451,23 @@ def _uses_8bit_kernel(kv_format: str, num_rows: int, num_heads: int, limits: _Li
         return True
     if kv_format != "fp8":
         return False
-    return (_pick_config(num_rows, num_heads, 2048, limits)["block_h"] <= 16 and num_rows >= _FP8_KERNEL_MIN_ROWS
-            and (rope_dim == 0 or rope_dim == dpe) and dv >= 64)
+    return (
+        _pick_config(num_rows, num_heads, 2048, limits)["block_h"] <= 16
+        and num_rows >= _FP8_KERNEL_MIN_ROWS
+        and (rope_dim == 0 or rope_dim == dpe)
+        and dv >= 64
+    )
 
 
-def pick_launch(num_rows: int, num_heads: int, topk: int, limits: _Limits, kv_format: str = "bf16",
-                rope_dim: int = 64, kv_lora_rank: int = 512) -> dict:
+def pick_launch(
+    num_rows: int,
+    num_heads: int,
+    topk: int,
+    limits: _Limits,
+    kv_format: str = "bf16",
+    rope_dim: int = 64,
+    kv_lora_rank: int = 512,
+) -> dict:
     """The launch parameters a call would get on a device with these limits; name: the config,
     kernel: "8bit" or "generic". kv_format: "bf16" (or "fp16"), "fp8" or "fp8_ds_mla"."""
     dpe = max(16, triton.next_power_of_2(max(rope_dim, 1)))
@@ -515,12 +527,12 @@ def sparse_mla_attention(
         if dv != 4 * _fp8.DS_MLA_TILE or rope_dim not in (0, 64):
             raise ValueError(f"fp8_ds_mla needs kv_lora_rank 512 and rope 0 or 64, got {dv} and {rope_dim}")
         if kv_cache.dtype != torch.uint8 or kv_cache.shape[-1] != row:
-            raise ValueError(f"an fp8_ds_mla cache is uint8 [blocks, block_size, {row}], got {kv_cache.dtype} "
-                             f"{tuple(kv_cache.shape)}")
+            raise ValueError(
+                f"an fp8_ds_mla cache is uint8 [blocks, block_size, {row}], got {kv_cache.dtype} {tuple(kv_cache.shape)}"
+            )
         if kv_cache.stride(2) != 1 or kv_cache.stride(1) % 16 or kv_cache.stride(0) % 16 or kv_cache.data_ptr() % 16:
             # the fp32 scales and 16-bit rope values are read in place: rows must start 16-byte aligned
-            raise ValueError("an fp8_ds_mla cache needs contiguous rows, 16-byte aligned row strides and a "
-                             "16-byte aligned start")
+            raise ValueError("an fp8_ds_mla cache needs contiguous rows, 16-byte aligned row strides and a 16-byte aligned start")
         kv_fp8, fmt = True, "fp8_ds_mla"
     else:
         if kv_cache.shape[-1] != D:
@@ -551,8 +563,7 @@ def sparse_mla_attention(
     dpe = max(16, triton.next_power_of_2(max(rope_dim, 1)))
     limits = _device_limits(q.device)
     # The 8-bit kernel reads the cache as bytes and needs a contiguous row (even strides).
-    eight_bit = _uses_8bit_kernel(fmt, T, H, limits, rope_dim, dpe, dv) and (
-        fmt == "fp8_ds_mla" or kv_cache.stride(2) == 1)
+    eight_bit = _uses_8bit_kernel(fmt, T, H, limits, rope_dim, dpe, dv) and (fmt == "fp8_ds_mla" or kv_cache.stride(2) == 1)
     if _config and _config.get("kernel") in ("8bit", "generic") and fmt == "fp8":
         # a launch picked for other limits (pick_launch(..., SM120)): its kernel too
         eight_bit = _config["kernel"] == "8bit" and kv_cache.stride(2) == 1 and rope_dim in (0, dpe) and dv >= 64
@@ -584,19 +595,43 @@ def sparse_mla_attention(
         common.update(HAS_PE=rope_dim > 0, DS_MLA=fmt == "fp8_ds_mla", PV_RELOAD=bool(cfg.get("pv_reload", True)))
     else:
         stage1 = _sparse_mla_stage1
-        common.update(PE_MASKED=rope_dim != dpe, HAS_PE=rope_dim > 0, KV_FP8=kv_fp8,
-                      DOT_F32=q.device.type == "cpu" and q.dtype == torch.bfloat16)
+        common.update(
+            PE_MASKED=rope_dim != dpe,
+            HAS_PE=rope_dim > 0,
+            KV_FP8=kv_fp8,
+            DOT_F32=q.device.type == "cpu" and q.dtype == torch.bfloat16,
+        )
     if num_splits == 1:
         lse_arg = lse if return_lse else out  # dummy pointer when unused
         stage1[grid](
-            q, kv_cache, indices, out, lse_arg,
-            scale_log2, scale, H, topk, rope_dim,
-            tiles_per_split, num_splits, head_blocks,
-            q.stride(0), q.stride(1), q.stride(2),
-            kv_cache.stride(0), kv_cache.stride(1), kv_cache.stride(2),
-            indices.stride(0), indices.stride(1),
-            out.stride(0), out.stride(1), 0, out.stride(2),
-            lse.stride(0) if return_lse else 0, lse.stride(1) if return_lse else 0, 0,
+            q,
+            kv_cache,
+            indices,
+            out,
+            lse_arg,
+            scale_log2,
+            scale,
+            H,
+            topk,
+            rope_dim,
+            tiles_per_split,
+            num_splits,
+            head_blocks,
+            q.stride(0),
+            q.stride(1),
+            q.stride(2),
+            kv_cache.stride(0),
+            kv_cache.stride(1),
+            kv_cache.stride(2),
+            indices.stride(0),
+            indices.stride(1),
+            out.stride(0),
+            out.stride(1),
+            0,
+            out.stride(2),
+            lse.stride(0) if return_lse else 0,
+            lse.stride(1) if return_lse else 0,
+            0,
             IS_FINAL=True,
             WRITE_LSE=return_lse,
             **common,
@@ -605,14 +640,34 @@ def sparse_mla_attention(
         mid_o = torch.empty((T, H, num_splits, dv), dtype=torch.float32, device=q.device)
         mid_l = torch.empty((T, H, num_splits), dtype=torch.float32, device=q.device)
         stage1[grid](
-            q, kv_cache, indices, mid_o, mid_l,
-            scale_log2, scale, H, topk, rope_dim,
-            tiles_per_split, num_splits, head_blocks,
-            q.stride(0), q.stride(1), q.stride(2),
-            kv_cache.stride(0), kv_cache.stride(1), kv_cache.stride(2),
-            indices.stride(0), indices.stride(1),
-            mid_o.stride(0), mid_o.stride(1), mid_o.stride(2), mid_o.stride(3),
-            mid_l.stride(0), mid_l.stride(1), mid_l.stride(2),
+            q,
+            kv_cache,
+            indices,
+            mid_o,
+            mid_l,
+            scale_log2,
+            scale,
+            H,
+            topk,
+            rope_dim,
+            tiles_per_split,
+            num_splits,
+            head_blocks,
+            q.stride(0),
+            q.stride(1),
+            q.stride(2),
+            kv_cache.stride(0),
+            kv_cache.stride(1),
+            kv_cache.stride(2),
+            indices.stride(0),
+            indices.stride(1),
+            mid_o.stride(0),
+            mid_o.stride(1),
+            mid_o.stride(2),
+            mid_o.stride(3),
+            mid_l.stride(0),
+            mid_l.stride(1),
+            mid_l.stride(2),
             IS_FINAL=False,
             WRITE_LSE=True,
             **common,
@@ -620,12 +675,23 @@ def sparse_mla_attention(
         lse_arg = lse if return_lse else mid_l
         block_s = min(16, max(2, triton.next_power_of_2(num_splits)))
         _sparse_mla_stage2[(T * H,)](
-            mid_o, mid_l, out, lse_arg,
-            scale, H, num_splits,
-            mid_o.stride(0), mid_o.stride(1), mid_o.stride(2),
-            mid_l.stride(0), mid_l.stride(1),
-            out.stride(0), out.stride(1), out.stride(2),
-            lse.stride(0) if return_lse else 0, lse.stride(1) if return_lse else 0,
+            mid_o,
+            mid_l,
+            out,
+            lse_arg,
+            scale,
+            H,
+            num_splits,
+            mid_o.stride(0),
+            mid_o.stride(1),
+            mid_o.stride(2),
+            mid_l.stride(0),
+            mid_l.stride(1),
+            out.stride(0),
+            out.stride(1),
+            out.stride(2),
+            lse.stride(0) if return_lse else 0,
+            lse.stride(1) if return_lse else 0,
             DV=dv,
             BLOCK_S=block_s,
             ONE_STEP=num_splits <= block_s,

@@ -87,12 +87,45 @@ def _p_scaled(p, s):
 
 @triton.jit
 def _sparse_mla_stage1_8bit(
-    Q, KV, IDX, O, LSE, scale_log2, out_scale, num_heads, topk, rope_dim, tiles_per_split, num_splits,
-    num_head_blocks, stride_qt, stride_qh, stride_qd, stride_kvb, stride_kvs, stride_kvd, stride_it, stride_ik,
-    stride_ot, stride_oh, stride_os, stride_od, stride_lt, stride_lh, stride_ls,
-    DV: tl.constexpr, DPE: tl.constexpr, HAS_PE: tl.constexpr, DS_MLA: tl.constexpr,
-    PAGE: tl.constexpr, FLAT_KV: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-    IS_FINAL: tl.constexpr, WRITE_LSE: tl.constexpr, PV_RELOAD: tl.constexpr,
+    Q,
+    KV,
+    IDX,
+    O,
+    LSE,
+    scale_log2,
+    out_scale,
+    num_heads,
+    topk,
+    rope_dim,
+    tiles_per_split,
+    num_splits,
+    num_head_blocks,
+    stride_qt,
+    stride_qh,
+    stride_qd,
+    stride_kvb,
+    stride_kvs,
+    stride_kvd,
+    stride_it,
+    stride_ik,
+    stride_ot,
+    stride_oh,
+    stride_os,
+    stride_od,
+    stride_lt,
+    stride_lh,
+    stride_ls,
+    DV: tl.constexpr,
+    DPE: tl.constexpr,
+    HAS_PE: tl.constexpr,
+    DS_MLA: tl.constexpr,
+    PAGE: tl.constexpr,
+    FLAT_KV: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    IS_FINAL: tl.constexpr,
+    WRITE_LSE: tl.constexpr,
+    PV_RELOAD: tl.constexpr,
 ):
     """KV: the cache as bytes (strides in bytes; rope_dim and stride_kvd are the generic
     kernel's arguments, unused: the launcher checks a contiguous row). scale_log2: sm_scale * log2(e), times the
@@ -116,8 +149,10 @@ def _sparse_mla_stage1_8bit(
     q1 = tl.load(q_row + (1 * CH + offs_c)[None, :] * stride_qd, mask=mq, other=0.0).to(tl.float32)
     q2 = tl.load(q_row + (2 * CH + offs_c)[None, :] * stride_qd, mask=mq, other=0.0).to(tl.float32)
     q3 = tl.load(q_row + (3 * CH + offs_c)[None, :] * stride_qd, mask=mq, other=0.0).to(tl.float32)
-    q_abs = tl.maximum(tl.maximum(tl.max(tl.max(tl.abs(q0), 1), 0), tl.max(tl.max(tl.abs(q1), 1), 0)),
-                       tl.maximum(tl.max(tl.max(tl.abs(q2), 1), 0), tl.max(tl.max(tl.abs(q3), 1), 0)))
+    q_abs = tl.maximum(
+        tl.maximum(tl.max(tl.max(tl.abs(q0), 1), 0), tl.max(tl.max(tl.abs(q1), 1), 0)),
+        tl.maximum(tl.max(tl.max(tl.abs(q2), 1), 0), tl.max(tl.max(tl.abs(q3), 1), 0)),
+    )
     if HAS_PE:
         q_pe = tl.load(q_row + (DV + offs_pe)[None, :] * stride_qd, mask=mq, other=0.0).to(tl.float32)
         if not DS_MLA:  # e4m3 rope: same fp16 dots, same q scaling

@@ -1,5 +1,6 @@
 """`patchctl bisect`: the first release (or, with --repo, commit) where a patch stops applying or,
 with --smoke, where its CPU checks start failing."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -19,9 +20,17 @@ if TYPE_CHECKING:
     from patchctl.store.layered import Store
 
 
-
-def run(engine: str, patch_name: str, store: Store, ctx: SourceContext, *, good: str, bad: str, smoke: bool = False,
-        python: str | None = None) -> tuple[dict, int]:
+def run(
+    engine: str,
+    patch_name: str,
+    store: Store,
+    ctx: SourceContext,
+    *,
+    good: str,
+    bad: str,
+    smoke: bool = False,
+    python: str | None = None,
+) -> tuple[dict, int]:
     from packaging.version import InvalidVersion, Version
 
     from patchctl.core import config
@@ -44,8 +53,9 @@ def run(engine: str, patch_name: str, store: Store, ctx: SourceContext, *, good:
         try:
             lo, hi = Version(good), Version(bad)
         except InvalidVersion as exc:
-            raise UsageError(f"--good/--bad must be releases (PEP 440 versions): {exc}",
-                             hint="to bisect commits, pass --repo and commits") from None
+            raise UsageError(
+                f"--good/--bad must be releases (PEP 440 versions): {exc}", hint="to bisect commits, pass --repo and commits"
+            ) from None
         points = [str(v) for v in ctx.index_for().project(eng.dist).versions() if lo <= v <= hi]
         gate = None
         if smoke:
@@ -55,25 +65,36 @@ def run(engine: str, patch_name: str, store: Store, ctx: SourceContext, *, good:
 
             def gate(version: Version) -> tuple[bool, str]:
                 return cpu(patch, version)
+
         predicate = first_break.release_predicate(patch, series, ctx, eng, gate)
     result = first_break.bisect(points, predicate)
-    return document("bisect", EXIT_OK, patch=patch_name, engine=engine, first_bad=result.first_bad,
-                    last_good=result.last_good, steps=[s._asdict() for s in result.steps],
-                    message=f"{patch_name} first breaks at {result.first_bad} (last good {result.last_good}, "
-                            f"{len(result.steps)} evaluations of {len(points)} points)"), EXIT_OK
+    return document(
+        "bisect",
+        EXIT_OK,
+        patch=patch_name,
+        engine=engine,
+        first_bad=result.first_bad,
+        last_good=result.last_good,
+        steps=[s._asdict() for s in result.steps],
+        message=f"{patch_name} first breaks at {result.first_bad} (last good {result.last_good}, "
+        f"{len(result.steps)} evaluations of {len(points)} points)",
+    ), EXIT_OK
 
 
 def render(doc: dict, out: Console, err: Console) -> None:
     for step in doc.get("steps", []):
-        out.print(f"  {'good' if step['good'] else 'bad ':<4} {step['point']}  {step['detail']}",
-                  markup=False, highlight=False)
+        out.print(f"  {'good' if step['good'] else 'bad ':<4} {step['point']}  {step['detail']}", markup=False, highlight=False)
 
 
-@patchctl_command("bisect", render=render, example=(
-    "patchctl bisect vllm gguf-glm-dsa --good 0.16.0 --bad 0.23.0",
-    "patchctl bisect vllm gguf-glm-dsa --good 0.20.0 --bad 0.23.0 --smoke",
-    "patchctl bisect sglang bench-native-nonstream-timing --repo ./sglang --good v0.5.9 --bad main --as-version 0.5.9",
-))
+@patchctl_command(
+    "bisect",
+    render=render,
+    example=(
+        "patchctl bisect vllm gguf-glm-dsa --good 0.16.0 --bad 0.23.0",
+        "patchctl bisect vllm gguf-glm-dsa --good 0.20.0 --bad 0.23.0 --smoke",
+        "patchctl bisect sglang bench-native-nonstream-timing --repo ./sglang --good v0.5.9 --bad main --as-version 0.5.9",
+    ),
+)
 @click.argument("names", nargs=-1, metavar="ENGINE PATCH")
 @click.option("--good", "--from", "good", required=True, help="A good release (or commit with --repo).")
 @click.option("--bad", "--to", "bad", required=True, help="A bad release (or commit with --repo).")
@@ -81,8 +102,9 @@ def render(doc: dict, out: Console, err: Console) -> None:
 @checks_python_option
 @store_option
 @source_options
-def command(names: tuple[str, ...], good: str, bad: str, smoke: bool, python: str | None,
-            store: Store, ctx: SourceContext) -> tuple[dict, int]:
+def command(
+    names: tuple[str, ...], good: str, bad: str, smoke: bool, python: str | None, store: Store, ctx: SourceContext
+) -> tuple[dict, int]:
     """Find the first release (or commit) where PATCH stops applying or its smoke fails."""
     if len(names) == 2:
         engine, patch = ENGINE.convert(names[0], None, None), names[1]

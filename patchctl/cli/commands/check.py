@@ -1,4 +1,5 @@
 """`patchctl check`: dry-run the series on the pristine files of one upstream version (nothing installed)."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -13,7 +14,6 @@ from patchctl.core.errors import EXIT_OK, EXIT_PATCH_FAILED
 from patchctl.sources.spec import parse_spec
 
 if TYPE_CHECKING:
-
     from patchctl.cli.commands.text import Console
     from patchctl.patching.evaluate import Options
     from patchctl.sources.fetch import SourceContext
@@ -35,13 +35,18 @@ def run(spec: str, store: Store, ctx: SourceContext, options: Options, *, only: 
     if ref.version is not None:
         needed_paths(patches, ref.version, options.allow_modified)  # parses (and keeps) the variants
     upstream = upstream_when_ready()
-    result = evaluate(patches, upstream.version, upstream.source, options=options,
-                      base_files=fetch.base_files_for(ref.engine, ctx))
+    result = evaluate(
+        patches, upstream.version, upstream.source, options=options, base_files=fetch.base_files_for(ref.engine, ctx)
+    )
     code = EXIT_OK if result.ok else EXIT_PATCH_FAILED
     source = upstream.source.provenance()._asdict()
     return document(
-        "check", code, engine=ref.engine.name, version=str(upstream.version),
-        source=source, patches=series_json(result),
+        "check",
+        code,
+        engine=ref.engine.name,
+        version=str(upstream.version),
+        source=source,
+        patches=series_json(result),
         # cache files that were not what they claimed, read again (source.refetched): said here too
         warnings=moved_warnings(ref.engine, upstream.version) + list(source.get("refetched", [])),
     ), code
@@ -51,19 +56,22 @@ def render(doc: dict, out: Console, err: Console) -> None:
     print_outcomes(out, doc)
 
 
-@patchctl_command("check", render=render, example=(
-    "patchctl check vllm@0.23.0              every vLLM patch against the 0.23.0 release",
-    "patchctl check vllm@latest --patch gguf-glm-dsa",
-    "patchctl check sglang@nightly --json    SGLang's main branch, as one JSON document",
-    "patchctl check vllm@./my-checkout       a local tree",
-))
+@patchctl_command(
+    "check",
+    render=render,
+    example=(
+        "patchctl check vllm@0.23.0              every vLLM patch against the 0.23.0 release",
+        "patchctl check vllm@latest --patch gguf-glm-dsa",
+        "patchctl check sglang@nightly --json    SGLang's main branch, as one JSON document",
+        "patchctl check vllm@./my-checkout       a local tree",
+    ),
+)
 @click.argument("spec", metavar="ENGINE@VERSION")
 @only_option
 @store_option
 @source_options
 @apply_options
-def command(spec: str, only: tuple[str, ...], store: Store, ctx: SourceContext,
-            options: Options) -> tuple[dict, int]:
+def command(spec: str, only: tuple[str, ...], store: Store, ctx: SourceContext, options: Options) -> tuple[dict, int]:
     """Dry-run the patch series on the pristine files of ENGINE@VERSION (no install, no GPU).
 
     VERSION is X.Y.Z, latest, nightly, commit:SHA, git:REF, file:PATH (a wheel or sdist) or a directory.

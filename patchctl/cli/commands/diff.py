@@ -1,5 +1,6 @@
 """`patchctl diff`: the hand edits of an installed engine that belong to no patch, as a unified diff
 against its pristine release (`git diff` form: `git apply` or `patch -p1` in the import root take it)."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -18,7 +19,6 @@ if TYPE_CHECKING:
     from patchctl.tree.find import TargetSpec
 
 
-
 def run(engine: str, where: TargetSpec, ctx: SourceContext, *, files: tuple[str, ...] = ()) -> tuple[dict, int]:
     from patchctl.patching import capture
     from patchctl.sources import fetch
@@ -33,23 +33,36 @@ def run(engine: str, where: TargetSpec, ctx: SourceContext, *, files: tuple[str,
     if scan.edits:
         release = fetch.release(target.engine, target.version, ctx)
         pristine = ed.pristine_bytes(target, release, scan.edits)
-        pairs, warnings = capture.text_only({e.path: (ed.base_bytes(target, e, pristine[e.path]),
-                                                      ed.current_bytes(target, e.path)) for e in scan.edits})
+        pairs, warnings = capture.text_only(
+            {e.path: (ed.base_bytes(target, e, pristine[e.path]), ed.current_bytes(target, e.path)) for e in scan.edits}
+        )
         text = capture.unified_diff(pairs) if pairs else ""
     left = [e.path for e in scan.on_top if e not in scan.edits]
     if left:
-        warnings.append(f"{len(left)} file(s) changed on top of the applied patches are not shown: {', '.join(left)} "
-                        f"(`patchctl refresh {engine} PATCH` takes an edit into its patch; --file PATH shows it)")
+        warnings.append(
+            f"{len(left)} file(s) changed on top of the applied patches are not shown: {', '.join(left)} "
+            f"(`patchctl refresh {engine} PATCH` takes an edit into its patch; --file PATH shows it)"
+        )
     if scan.edits:
         how = "" if scan.how == "record" else " (compared with the release on the index)"
-        summary = (f"{len(scan.edits)} file(s) differ from {label} and belong to no patch{how}; "
-                   f"`patchctl new {engine} NAME` turns them into one")
+        summary = (
+            f"{len(scan.edits)} file(s) differ from {label} and belong to no patch{how}; "
+            f"`patchctl new {engine} NAME` turns them into one"
+        )
     else:
         summary = f"no file of {label} differs from its release"
     return document(
-        "diff", EXIT_OK, engine=target.engine.name, version=str(target.version), target=str(target.root),
-        compared_with=scan.how, files=[e.as_json() for e in scan.edits], on_top=[e.as_json() for e in scan.on_top],
-        diff=text, summary=summary, warnings=warnings,
+        "diff",
+        EXIT_OK,
+        engine=target.engine.name,
+        version=str(target.version),
+        target=str(target.root),
+        compared_with=scan.how,
+        files=[e.as_json() for e in scan.edits],
+        on_top=[e.as_json() for e in scan.on_top],
+        diff=text,
+        summary=summary,
+        warnings=warnings,
     ), EXIT_OK
 
 
@@ -60,15 +73,24 @@ def render(doc: dict, out: Console, err: Console) -> None:
     err.print(doc["summary"], markup=False, highlight=False)
 
 
-@patchctl_command("diff", render=render, example=(
-    "patchctl diff vllm                           hand edits of the vLLM installed for python3",
-    "patchctl diff sglang --target ./site-packages > my-fix.diff",
-    "patchctl diff vllm --json                    which files, with their sha256 and the release's",
-))
+@patchctl_command(
+    "diff",
+    render=render,
+    example=(
+        "patchctl diff vllm                           hand edits of the vLLM installed for python3",
+        "patchctl diff sglang --target ./site-packages > my-fix.diff",
+        "patchctl diff vllm --json                    which files, with their sha256 and the release's",
+    ),
+)
 @click.argument("engine", type=ENGINE, metavar="ENGINE")
 @target_options
-@click.option("--file", "files", multiple=True, metavar="PATH",
-              help="Only this file (relative to the import root, or a path into the tree; repeatable).")
+@click.option(
+    "--file",
+    "files",
+    multiple=True,
+    metavar="PATH",
+    help="Only this file (relative to the import root, or a path into the tree; repeatable).",
+)
 @fetch_options
 def command(engine: str, where: TargetSpec, files: tuple[str, ...], ctx: SourceContext) -> tuple[dict, int]:
     """The hand edits of ENGINE that belong to no patch, as a unified diff against its release.

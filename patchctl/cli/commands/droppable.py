@@ -1,5 +1,6 @@
 """`patchctl droppable`: which patches' drop_when rules hold on the newest release, so they can be
 deleted once no supported deployment runs an older version."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -15,7 +16,6 @@ if TYPE_CHECKING:
     from patchctl.cli.commands.text import Console
     from patchctl.sources.fetch import SourceContext
     from patchctl.store.layered import Store
-
 
 
 def run(store: Store, ctx: SourceContext, engines: tuple[str, ...] = ()) -> tuple[dict, int]:
@@ -40,25 +40,39 @@ def run(store: Store, ctx: SourceContext, engines: tuple[str, ...] = ()) -> tupl
                     outcomes = evaluate(series, latest, fetch.release(eng, latest, ctx))
                 met = outcomes.outcome_of(patch.name).outcome == "upstreamed"
                 why = f"upstreamed in {latest} (reverse-apply proof)" if met else None
-            rows.append({"engine": engine, "patch": patch.name, "drop_when": patch.drop_when,
-                         "latest": str(latest), "droppable": bool(met), "why": why})
+            rows.append(
+                {
+                    "engine": engine,
+                    "patch": patch.name,
+                    "drop_when": patch.drop_when,
+                    "latest": str(latest),
+                    "droppable": bool(met),
+                    "why": why,
+                }
+            )
     names = [f"{r['engine']}/{r['patch']} ({r['why']})" for r in rows if r["droppable"]]
-    message = ("can be deleted once no supported deployment runs an older version: " + "; ".join(names)
-               if names else "no patch can be dropped yet")
+    message = (
+        "can be deleted once no supported deployment runs an older version: " + "; ".join(names)
+        if names
+        else "no patch can be dropped yet"
+    )
     return document("droppable", EXIT_OK, patches=rows, message=message), EXIT_OK
 
 
 def render(doc: dict, out: Console, err: Console) -> None:
     for row in doc.get("patches", []):
         mark = "drop" if row["droppable"] else "keep"
-        out.print(f"  {mark}  {row['engine']}/{row['patch']}  drop_when={row['drop_when']}",
-                  markup=False, highlight=False)
+        out.print(f"  {mark}  {row['engine']}/{row['patch']}  drop_when={row['drop_when']}", markup=False, highlight=False)
 
 
-@patchctl_command("droppable", render=render, example=(
-    "patchctl droppable                every engine in the store",
-    "patchctl droppable vllm --json",
-))
+@patchctl_command(
+    "droppable",
+    render=render,
+    example=(
+        "patchctl droppable                every engine in the store",
+        "patchctl droppable vllm --json",
+    ),
+)
 @click.argument("engines", nargs=-1, type=ENGINE, metavar="[ENGINE]...")
 @store_option
 @source_options

@@ -1,5 +1,6 @@
 """`patchctl ensure`: what systemd runs before every start (ExecStartPre=): nothing when the patches
 are intact, a re-apply after an upgrade wiped them, a failure when someone edited a patched file."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -21,8 +22,16 @@ if TYPE_CHECKING:
     from patchctl.tree.stores import Stores
 
 
-def run(spec: str, stores: Stores, ctx: SourceContext, options: Options, where: TargetSpec, *,
-        wait: float = 0.0, selection: Selection | None = None) -> tuple[dict, int]:
+def run(
+    spec: str,
+    stores: Stores,
+    ctx: SourceContext,
+    options: Options,
+    where: TargetSpec,
+    *,
+    wait: float = 0.0,
+    selection: Selection | None = None,
+) -> tuple[dict, int]:
     """The service's apply in ensure mode (tree.service.Mode.ENSURE): the lock and recovery first,
     nothing read or written when the record is intact and from this series, a hand edit refused
     (exit 1, `state: modified`). The record is the contract: the recorded stores and choice are
@@ -45,14 +54,19 @@ def render(doc: dict, out: Console, err: Console) -> None:
         print_outcomes(out, d)
 
 
-@patchctl_command("ensure", render=render, example=(
-    "patchctl ensure vllm --python /opt/vllm/bin/python     in a unit: ExecStartPre=",
-    "patchctl ensure sglang --target /srv/sglang/site-packages --json",
-))
+@patchctl_command(
+    "ensure",
+    render=render,
+    example=(
+        "patchctl ensure vllm --python /opt/vllm/bin/python     in a unit: ExecStartPre=",
+        "patchctl ensure sglang --target /srv/sglang/site-packages --json",
+    ),
+)
 @click.argument("spec", metavar="ENGINE[@VERSION]")
 @writer_options
-def command(spec: str, where: TargetSpec, ctx: SourceContext, stores: Stores, options: Options,
-            wait: float, selection: Selection | None) -> tuple[dict, int]:
+def command(
+    spec: str, where: TargetSpec, ctx: SourceContext, stores: Stores, options: Options, wait: float, selection: Selection | None
+) -> tuple[dict, int]:
     """Idempotent apply for ExecStartPre=: no-op when intact, re-apply after an upgrade.
 
     Applies what the tree's record names — its patches, from the stores they came from, with the

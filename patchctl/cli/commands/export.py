@@ -1,5 +1,6 @@
 """`patchctl export`: a release's patched files (an overlay for PYTHONPATH) or, with --full, the whole
 patched package, written to a directory — for reading, for a patch's checks, or to copy onto a box."""
+
 from __future__ import annotations
 
 import os
@@ -36,13 +37,18 @@ def run(spec: str, dest: Path, store: Store, ctx: SourceContext, options: Option
     # --full: the ref's kind says what the whole package is copied from (a release's wheel, where
     # `check` would read its sdist; a nightly's wheel; a file on disk; a directory).
     source = registry.kind_named(ref.kind).full_source(upstream, ctx) if full else upstream.source
-    result = evaluate(store.series(ref.engine.name).patches, upstream.version, source,
-                      options=options, base_files=fetch.base_files_for(ref.engine, ctx))
-    fields = dict(engine=ref.engine.name, version=str(upstream.version), patches=series_json(result),
-                  destination=str(dest))
+    result = evaluate(
+        store.series(ref.engine.name).patches,
+        upstream.version,
+        source,
+        options=options,
+        base_files=fetch.base_files_for(ref.engine, ctx),
+    )
+    fields = dict(engine=ref.engine.name, version=str(upstream.version), patches=series_json(result), destination=str(dest))
     if not result.ok:
-        return document("export", EXIT_PATCH_FAILED, written=[], source=source.provenance()._asdict(),
-                        **fields), EXIT_PATCH_FAILED
+        return document(
+            "export", EXIT_PATCH_FAILED, written=[], source=source.provenance()._asdict(), **fields
+        ), EXIT_PATCH_FAILED
     # A full tree is built beside dest and moved there whole: a member that fails its check leaves
     # nothing behind at dest.
     work = dest.with_name(f".{dest.name}.patchctl-{os.getpid()}") if full else dest
@@ -68,12 +74,16 @@ def run(spec: str, dest: Path, store: Store, ctx: SourceContext, options: Option
             shutil.rmtree(work, ignore_errors=True)
     if not full:
         _make_packages_importable(dest, written)
-    note = (f"wrote the whole package ({', '.join(ref.engine.packages)}) to {dest}, {len(written)} of its "
-            "file(s) patched" if full else f"wrote {len(written)} patched file(s) to {dest}")
+    note = (
+        f"wrote the whole package ({', '.join(ref.engine.packages)}) to {dest}, {len(written)} of its file(s) patched"
+        if full
+        else f"wrote {len(written)} patched file(s) to {dest}"
+    )
     # The provenance after the copy: its bytes_fetched counts the download of the whole artifact.
     provenance = source.provenance()._asdict()
-    return document("export", EXIT_OK, written=written, note=note, source=provenance,
-                    warnings=list(provenance.get("refetched", [])), **fields), EXIT_OK
+    return document(
+        "export", EXIT_OK, written=written, note=note, source=provenance, warnings=list(provenance.get("refetched", [])), **fields
+    ), EXIT_OK
 
 
 def _copy_tree(source: FileSource, engine: Engine, dest: Path) -> None:
@@ -103,17 +113,20 @@ def render(doc: dict, out: Console, err: Console) -> None:
     print_outcomes(out, doc)
 
 
-@patchctl_command("export", render=render, example=(
-    "patchctl export vllm@0.23.0 /tmp/overlay          only the patched files",
-    "patchctl export vllm@0.23.0 /tmp/vllm --full      the whole patched package",
-))
+@patchctl_command(
+    "export",
+    render=render,
+    example=(
+        "patchctl export vllm@0.23.0 /tmp/overlay          only the patched files",
+        "patchctl export vllm@0.23.0 /tmp/vllm --full      the whole patched package",
+    ),
+)
 @click.argument("spec", metavar="ENGINE@VERSION")
 @click.argument("dest", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--full", is_flag=True, help="Write the whole patched package, not only the patched files.")
 @store_option
 @source_options
 @apply_options
-def command(spec: str, dest: Path, full: bool, store: Store, ctx: SourceContext,
-            options: Options) -> tuple[dict, int]:
+def command(spec: str, dest: Path, full: bool, store: Store, ctx: SourceContext, options: Options) -> tuple[dict, int]:
     """Write the patched files (or with --full the patched package) of ENGINE@VERSION to DEST."""
     return run(spec, dest, store, ctx, options, full=full)

@@ -8,6 +8,7 @@ where to report it; the user never sees a traceback.
 A command module defines `run(...) -> (document, exit code)`, a `render(doc, out, err)` for people,
 and its click command built with `@patchctl_command(...)`, whose callback returns what `run` returns.
 """
+
 from __future__ import annotations
 
 import functools
@@ -59,8 +60,9 @@ def failure_document(name: str, exc: Exception) -> tuple[dict, int]:
     if isinstance(exc, PatchctlError):
         return error_document(name, exc), exc.exit_code
     if isinstance(exc, OSError):
-        return document(name, EXIT_ENVIRONMENT, error={"kind": "environment", "message": str(exc), "hint": None}), \
-            EXIT_ENVIRONMENT
+        return document(
+            name, EXIT_ENVIRONMENT, error={"kind": "environment", "message": str(exc), "hint": None}
+        ), EXIT_ENVIRONMENT
     return internal_error_document(name, exc), EXIT_INTERNAL
 
 
@@ -75,8 +77,7 @@ def internal_error_document(name: str, exc: BaseException) -> dict:
         where = f"the crash log could not be written ({write_exc})"
     message = f"internal error in patchctl {__version__} ({what}): this is a bug; {where}"
     hint = f"please report it at {ISSUES_URL}" + (", attaching the crash log" if log else "")
-    return document(name, EXIT_INTERNAL, error={"kind": "internal", "message": message, "hint": hint},
-                    crash_log=log)
+    return document(name, EXIT_INTERNAL, error={"kind": "internal", "message": message, "hint": hint}, crash_log=log)
 
 
 def crash_dir() -> Path:
@@ -91,14 +92,16 @@ def write_crash_log(exc: BaseException) -> Path:
 
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     path = crash_dir() / f"{stamp}-{os.getpid()}.log"
-    body = "\n".join([
-        f"patchctl {__version__} crashed at {stamp}",
-        f"command: {' '.join(_redact(a) for a in sys.argv)}",
-        f"python: {sys.version.split()[0]} ({sys.executable}) on {platform.platform()}",
-        f"report: {ISSUES_URL}",
-        "",
-        "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
-    ])
+    body = "\n".join(
+        [
+            f"patchctl {__version__} crashed at {stamp}",
+            f"command: {' '.join(_redact(a) for a in sys.argv)}",
+            f"python: {sys.version.split()[0]} ({sys.executable}) on {platform.platform()}",
+            f"report: {ISSUES_URL}",
+            "",
+            "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+        ]
+    )
     write_atomic(path, body.encode("utf-8", "backslashreplace"))
     return path
 
@@ -131,8 +134,14 @@ def examples(*lines: str) -> str:
     return f"\b\nExamples:\n{body}"
 
 
-def patchctl_command(name: str, *, render: Renderer | None = None, example: tuple[str, ...] = (),
-            document_name: str | None = None, **click_kwargs: Any) -> Callable[[Callable[..., tuple[dict, int]]], click.Command]:
+def patchctl_command(
+    name: str,
+    *,
+    render: Renderer | None = None,
+    example: tuple[str, ...] = (),
+    document_name: str | None = None,
+    **click_kwargs: Any,
+) -> Callable[[Callable[..., tuple[dict, int]]], click.Command]:
     """A click command whose callback returns (document, exit code); adds --json and the examples.
     document_name: the `command` field of its documents, where it differs (`matrix merge` → matrix-merge)."""
 
@@ -142,7 +151,6 @@ def patchctl_command(name: str, *, render: Renderer | None = None, example: tupl
             run_and_exit(document_name or name, as_json, lambda: f(*args, **kwargs), render)
 
         click_kwargs.setdefault("context_settings", {"help_option_names": ["-h", "--help"]})
-        return click.command(name=name, epilog=examples(*example) if example else None,
-                             **click_kwargs)(json_option(callback))
+        return click.command(name=name, epilog=examples(*example) if example else None, **click_kwargs)(json_option(callback))
 
     return decorate

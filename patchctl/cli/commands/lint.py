@@ -1,4 +1,5 @@
 """`patchctl lint`: validate the store: schema, pinned hashes, that every variant parses, sane ranges."""
+
 from __future__ import annotations
 
 import hashlib
@@ -34,8 +35,9 @@ def run(store: Store) -> tuple[dict, int]:
             except StoreError as exc:
                 problems.append({"where": f"{engine_name} (layered stores)", "message": exc.message})
     code = EXIT_OK if not problems else EXIT_USAGE
-    return document("lint", code, problems=problems, checked=checked,
-                    message=f"{checked} variant(s) checked, {len(problems)} problem(s)"), code
+    return document(
+        "lint", code, problems=problems, checked=checked, message=f"{checked} variant(s) checked, {len(problems)} problem(s)"
+    ), code
 
 
 def _lint_one(store: Store, envs: set[str]) -> tuple[dict, int]:
@@ -102,7 +104,6 @@ def _lint_one(store: Store, envs: set[str]) -> tuple[dict, int]:
     return {"problems": problems, "checked": checked}, code
 
 
-
 def _unfinished(patch: Patch, where: str, problem: Callable[[str, str], None]) -> None:
     """The placeholders `patchctl new` writes without --title / --why ("TODO: ..."), in patch.yaml and in
     the variants' subjects: a patch nobody can review yet."""
@@ -118,8 +119,11 @@ def _unfinished(patch: Patch, where: str, problem: Callable[[str, str], None]) -
         except StoreError:
             continue  # reported above
         if is_placeholder(subject):
-            problem(f"{where}/{variant.filename}", "its subject is a placeholder: unfinished (after writing the "
-                                                   f"title, `patchctl refresh {patch.engine} {patch.name}` rewrites it)")
+            problem(
+                f"{where}/{variant.filename}",
+                "its subject is a placeholder: unfinished (after writing the "
+                f"title, `patchctl refresh {patch.engine} {patch.name}` rewrites it)",
+            )
 
 
 def render(doc: dict, out: Console, err: Console) -> None:
@@ -127,10 +131,14 @@ def render(doc: dict, out: Console, err: Console) -> None:
         out.print(f"  {p['where']}: {p['message']}", markup=False, highlight=False)
 
 
-@patchctl_command("lint", render=render, example=(
-    "patchctl lint                       the bundled store",
-    "patchctl lint --store ./my-patches --json",
-))
+@patchctl_command(
+    "lint",
+    render=render,
+    example=(
+        "patchctl lint                       the bundled store",
+        "patchctl lint --store ./my-patches --json",
+    ),
+)
 @store_option
 def command(store: Store) -> tuple[dict, int]:
     """Validate the store: schema, pinned hashes, that every variant parses, sane ranges.

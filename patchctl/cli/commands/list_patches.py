@@ -1,4 +1,5 @@
 """`patchctl list`: the series of each engine, and which variant a given version would get and why."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -15,7 +16,6 @@ if TYPE_CHECKING:
     from patchctl.cli.commands.text import Console
     from patchctl.sources.fetch import SourceContext
     from patchctl.store.layered import Store
-
 
 
 def run(store: Store, spec: str | None = None, ctx: SourceContext | None = None) -> tuple[dict, int]:
@@ -41,9 +41,14 @@ def run(store: Store, spec: str | None = None, ctx: SourceContext | None = None)
         dist = ref.engine.dist if ref else _dist(name)
         for position, patch in enumerate(store.series(name).patches, start=1):
             row = {
-                "engine": name, "position": position, "name": patch.name, "title": patch.title,
-                "applies_to": str(patch.applies_to), "drop_when": patch.drop_when,
-                "requires": list(patch.requires), "depends_on": list(patch.depends_on),
+                "engine": name,
+                "position": position,
+                "name": patch.name,
+                "title": patch.title,
+                "applies_to": str(patch.applies_to),
+                "drop_when": patch.drop_when,
+                "requires": list(patch.requires),
+                "depends_on": list(patch.depends_on),
                 "upstream": list(patch.upstream),
                 "variants": [v.filename for v in patch.variants],
                 "store": str(store.store_of(patch)),
@@ -54,8 +59,7 @@ def run(store: Store, spec: str | None = None, ctx: SourceContext | None = None)
                 row["why"] = choice.reason
                 row["drop_rule_met"] = drop_rule_met(patch, dist, version)
             rows.append(row)
-    return document("list", EXIT_OK, engine=engine, version=str(version) if version else None,
-                    series=rows), EXIT_OK
+    return document("list", EXIT_OK, engine=engine, version=str(version) if version else None, series=rows), EXIT_OK
 
 
 def _dist(engine: str) -> str:
@@ -76,11 +80,15 @@ def render(doc: dict, out: Console, err: Console) -> None:
     out.print(t)
 
 
-@patchctl_command("list", render=render, example=(
-    "patchctl list                     every engine's series",
-    "patchctl list vllm@0.23.0         which variant each vLLM patch uses on 0.23.0, and why",
-    "patchctl list sglang@latest       the same for the newest release on the index",
-))
+@patchctl_command(
+    "list",
+    render=render,
+    example=(
+        "patchctl list                     every engine's series",
+        "patchctl list vllm@0.23.0         which variant each vLLM patch uses on 0.23.0, and why",
+        "patchctl list sglang@latest       the same for the newest release on the index",
+    ),
+)
 @click.argument("spec", metavar="[ENGINE[@VERSION]]", required=False)
 @store_option
 @source_options

@@ -1,6 +1,7 @@
 """`patchctl refresh`: rewrite a patch's variant for the installed version from the edited tree (quilt's
 refresh): the files its chosen variant touches, plus --file extras, diffed against the pristine
 release → `<installed version>.patch`, pinned. The loop is edit → refresh → check → commit."""
+
 from __future__ import annotations
 
 import hashlib
@@ -28,8 +29,16 @@ if TYPE_CHECKING:
 REFRESHED, ADDED, UNCHANGED = "refreshed", "added", "unchanged"
 
 
-def run(engine: str, name: str, where: TargetSpec, store_dir: str | None, ctx: SourceContext, *, files: tuple[str, ...] = (),
-        wait: float = 0.0) -> tuple[dict, int]:
+def run(
+    engine: str,
+    name: str,
+    where: TargetSpec,
+    store_dir: str | None,
+    ctx: SourceContext,
+    *,
+    files: tuple[str, ...] = (),
+    wait: float = 0.0,
+) -> tuple[dict, int]:
     from patchctl.patching import capture
     from patchctl.patching.evaluate import load_variant
     from patchctl.sources import fetch
@@ -48,8 +57,7 @@ def run(engine: str, name: str, where: TargetSpec, store_dir: str | None, ctx: S
     version = target.version
     choice = choose_variant(patch, version)
     if choice.variant is None:
-        raise UsageError(f"{engine}/{name}: {choice.reason}",
-                         hint=f"widen applies_to in {patch.directory / 'patch.yaml'} first")
+        raise UsageError(f"{engine}/{name}: {choice.reason}", hint=f"widen applies_to in {patch.directory / 'patch.yaml'} first")
     old = load_variant(choice.variant, allow_modified=True)
     extras = [ed.inside_engine(target, f) for f in files]
     paths = list(dict.fromkeys([*old.paths, *extras]))
@@ -61,9 +69,11 @@ def run(engine: str, name: str, where: TargetSpec, store_dir: str | None, ctx: S
     changed = {p: (base[p], now[p]) for p in paths if base[p] != now[p]}
     warnings = [f"{p} does not differ from {engine} {version}: left out" for p in extras if p not in changed]
     if not changed:
-        raise UsageError(f"the tree holds none of {name}'s changes: {', '.join(old.paths)} are {engine} {version}'s own",
-                         hint=f"apply it first (`patchctl apply {engine} --store {store_root}`) or edit the files; "
-                              f"--file PATH adds another file")
+        raise UsageError(
+            f"the tree holds none of {name}'s changes: {', '.join(old.paths)} are {engine} {version}'s own",
+            hint=f"apply it first (`patchctl apply {engine} --store {store_root}`) or edit the files; "
+            f"--file PATH adds another file",
+        )
     dropped = [p for p in old.paths if p not in changed]
     if dropped:
         warnings.append(f"{', '.join(dropped)} no longer differ(s) from the release: left out of the variant")
@@ -76,19 +86,28 @@ def run(engine: str, name: str, where: TargetSpec, store_dir: str | None, ctx: S
     else:
         # An older base whose variant still gives exactly these files stays the one variant: the store
         # holds as few variants as the code's history needs (docs/patch-format.md).
-        same = (not dropped and set(changed) == set(old.paths) and old.subject == " ".join(patch.title.split())
-                and _gives(old, changed))
+        same = (
+            not dropped
+            and set(changed) == set(old.paths)
+            and old.subject == " ".join(patch.title.split())
+            and _gives(old, changed)
+        )
         outcome = UNCHANGED if same else ADDED
     stale_pin = choice.variant.pinned_sha256 != choice.variant.actual_sha256()
     if outcome != UNCHANGED or (stale_pin and choice.variant.base == version):
         capture.write_refreshed(store_root, patch, version, data)
     variant = filename if outcome != UNCHANGED else choice.variant.filename
     for path in unmanaged_besides(target, paths):
-        warnings.append(f"{path} also differs from the release and belongs to no patch: "
-                        f"`--file {path}` takes it into {name}")
-    refused = ed.adopt(target, name, variant, {p: (pristine[p], now[p]) for p in paths}, wait=wait,
-                       store=store_root, variant_sha256=hashlib.sha256(data).hexdigest() if outcome != UNCHANGED
-                       else choice.variant.actual_sha256())
+        warnings.append(f"{path} also differs from the release and belongs to no patch: `--file {path}` takes it into {name}")
+    refused = ed.adopt(
+        target,
+        name,
+        variant,
+        {p: (pristine[p], now[p]) for p in paths},
+        wait=wait,
+        store=store_root,
+        variant_sha256=hashlib.sha256(data).hexdigest() if outcome != UNCHANGED else choice.variant.actual_sha256(),
+    )
     if refused:
         warnings.append(refused)
     where_to = patch.directory / variant
@@ -98,15 +117,34 @@ def run(engine: str, name: str, where: TargetSpec, store_dir: str | None, ctx: S
         UNCHANGED: f"{where_to} already gives these files on {version}: nothing to write",
     }[outcome] + f"; next: `patchctl check {engine}@{version} --store {store_root}`"
     return document(
-        "refresh", EXIT_OK, engine=target.engine.name, version=str(version), target=str(target.root),
-        store=str(store_root), patch=name, outcome=outcome, variant=variant,
-        previous_variant=choice.variant.filename, sha256=sha256(where_to.read_bytes()),
-        files=sorted(changed), dropped=dropped, recorded=refused is None, message=message, warnings=warnings,
+        "refresh",
+        EXIT_OK,
+        engine=target.engine.name,
+        version=str(version),
+        target=str(target.root),
+        store=str(store_root),
+        patch=name,
+        outcome=outcome,
+        variant=variant,
+        previous_variant=choice.variant.filename,
+        sha256=sha256(where_to.read_bytes()),
+        files=sorted(changed),
+        dropped=dropped,
+        recorded=refused is None,
+        message=message,
+        warnings=warnings,
     ), EXIT_OK
 
 
-def _base_files(target: Target, series: Series, patch: Patch, version: Version, release: ReleaseSource,
-                paths: list[str], pristine: dict[str, bytes | None]) -> dict[str, bytes | None]:
+def _base_files(
+    target: Target,
+    series: Series,
+    patch: Patch,
+    version: Version,
+    release: ReleaseSource,
+    paths: list[str],
+    pristine: dict[str, bytes | None],
+) -> dict[str, bytes | None]:
     """What the patch's change is the difference from: the release's files with the applied patches
     that come before it in the series (the tree's record says which). A later applied patch touching
     the same file is refused: only the topmost patch of a file can be refreshed (quilt's rule)."""
@@ -129,9 +167,11 @@ def _base_files(target: Target, series: Series, patch: Patch, version: Version, 
         if not shared:
             continue
         if names.index(other.name) > names.index(patch.name):
-            raise UsageError(f"{', '.join(shared)} is also changed by {other.name}, which comes after {patch.name} "
-                             f"in the series: refresh cannot tell their changes apart",
-                             hint=f"revert, apply the series up to {patch.name}, edit and refresh, then apply the rest")
+            raise UsageError(
+                f"{', '.join(shared)} is also changed by {other.name}, which comes after {patch.name} "
+                f"in the series: refresh cannot tell their changes apart",
+                hint=f"revert, apply the series up to {patch.name}, edit and refresh, then apply the rest",
+            )
         earlier.append(other)
     base = dict(pristine)
     if earlier:
@@ -168,24 +208,36 @@ def render(doc: dict, out: Console, err: Console) -> None:
         out.print(f"  {doc['outcome']:<9} {path}", markup=False, highlight=False)
 
 
-@patchctl_command("refresh", render=render, example=(
-    "patchctl refresh vllm glm5-rope-fix --store ~/patches     after editing the installed files again",
-    "patchctl refresh sglang my-fix --target ./site-packages --store ./patches --file sglang/srt/utils.py",
-    "patchctl refresh vllm my-fix --store ~/patches && patchctl check vllm@0.23.0 --store ~/patches",
-))
+@patchctl_command(
+    "refresh",
+    render=render,
+    example=(
+        "patchctl refresh vllm glm5-rope-fix --store ~/patches     after editing the installed files again",
+        "patchctl refresh sglang my-fix --target ./site-packages --store ./patches --file sglang/srt/utils.py",
+        "patchctl refresh vllm my-fix --store ~/patches && patchctl check vllm@0.23.0 --store ~/patches",
+    ),
+)
 @click.argument("engine", type=ENGINE, metavar="ENGINE")
 @click.argument("name", metavar="PATCH")
 @target_options
-@click.option("--store", "store_dir", type=click.Path(file_okay=False),
-              help="Store holding PATCH (default: $PATCHCTL_STORE). The bundled patch set is written only when named "
-                   "here.")
-@click.option("--file", "files", multiple=True, metavar="PATH",
-              help="Also take this file into the patch (relative to the import root, or a path into the tree; "
-                   "repeatable).")
+@click.option(
+    "--store",
+    "store_dir",
+    type=click.Path(file_okay=False),
+    help="Store holding PATCH (default: $PATCHCTL_STORE). The bundled patch set is written only when named here.",
+)
+@click.option(
+    "--file",
+    "files",
+    multiple=True,
+    metavar="PATH",
+    help="Also take this file into the patch (relative to the import root, or a path into the tree; repeatable).",
+)
 @wait_option
 @fetch_options
-def command(engine: str, name: str, where: TargetSpec, store_dir: str | None, files: tuple[str, ...], wait: float,
-            ctx: SourceContext) -> tuple[dict, int]:
+def command(
+    engine: str, name: str, where: TargetSpec, store_dir: str | None, files: tuple[str, ...], wait: float, ctx: SourceContext
+) -> tuple[dict, int]:
     """Rewrite PATCH's variant for the installed ENGINE version from the edited tree.
 
     The files the chosen variant touches (and --file extras) are diffed against the pristine release

@@ -1,6 +1,7 @@
 """`patchctl show`: one patch whole — what it fixes and why, where upstream tracks it, the versions it
 claims, the variant a version gets and why, what its evidence proves and does not, and its store.
 Everything a user would otherwise read from the YAML inside site-packages."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -31,16 +32,23 @@ def run(store: Store, name: str, spec: str | None, ctx: SourceContext) -> tuple[
     patch = _find(store, name, ref.engine.name if ref else None)
     version = _version_of(ref, ctx) if ref else None
     info: dict = {
-        "engine": patch.engine, "name": patch.name, "title": patch.title, "why": patch.why.strip(),
-        "upstream": list(patch.upstream), "applies_to": str(patch.applies_to),
+        "engine": patch.engine,
+        "name": patch.name,
+        "title": patch.title,
+        "why": patch.why.strip(),
+        "upstream": list(patch.upstream),
+        "applies_to": str(patch.applies_to),
         "upstreamed_in": str(patch.upstreamed_in) if patch.upstreamed_in is not None else None,
-        "drop_when": patch.drop_when, "requires": list(patch.requires), "depends_on": list(patch.depends_on),
+        "drop_when": patch.drop_when,
+        "requires": list(patch.requires),
+        "depends_on": list(patch.depends_on),
         "variants": [v.filename for v in patch.variants],
-        "evidence": {"proven": _strings(patch.evidence.get("proven")),
-                     "not_proven": _strings(patch.evidence.get("not_proven"))},
+        "evidence": {"proven": _strings(patch.evidence.get("proven")), "not_proven": _strings(patch.evidence.get("not_proven"))},
         "store": str(store.store_of(patch)),
         "version": str(version) if version is not None else None,
-        "chosen_variant": None, "chosen_why": None, "drop_rule_met": None,
+        "chosen_variant": None,
+        "chosen_why": None,
+        "drop_rule_met": None,
     }
     if version is not None:
         from patchctl.core.engines import get_engine
@@ -57,11 +65,15 @@ def _find(store: Store, name: str, engine: str | None) -> Patch:
     found = [p for e in engines for p in store.series(e).patches if p.name == name]
     if not found:
         known = sorted(p.name for e in engines for p in store.series(e).patches)
-        raise UsageError(f"no patch named {name!r}" + (f" for {engine}" if engine else ""),
-                         hint=f"patchctl list{' ' + engine if engine else ''} names them: {', '.join(known)}")
+        raise UsageError(
+            f"no patch named {name!r}" + (f" for {engine}" if engine else ""),
+            hint=f"patchctl list{' ' + engine if engine else ''} names them: {', '.join(known)}",
+        )
     if len(found) > 1:
-        raise UsageError(f"{name!r} names a patch of {' and '.join(p.engine for p in found)}",
-                         hint=f"name the engine: patchctl show {name} {found[0].engine}@VERSION")
+        raise UsageError(
+            f"{name!r} names a patch of {' and '.join(p.engine for p in found)}",
+            hint=f"name the engine: patchctl show {name} {found[0].engine}@VERSION",
+        )
     return found[0]
 
 
@@ -74,8 +86,10 @@ def _version_of(ref: EngineRef, ctx: SourceContext) -> Version | None:
         from patchctl.sources.fetch import latest_release
 
         return latest_release(ref.engine, ctx)
-    raise UsageError(f"show takes ENGINE, ENGINE@VERSION or ENGINE@latest, not {ref}",
-                     hint=f"patchctl check {ref} says which variant that upstream gets")
+    raise UsageError(
+        f"show takes ENGINE, ENGINE@VERSION or ENGINE@latest, not {ref}",
+        hint=f"patchctl check {ref} says which variant that upstream gets",
+    )
 
 
 def _strings(value: object) -> list[str]:
@@ -90,9 +104,15 @@ def render(doc: dict, out: Console, err: Console) -> None:
     p = doc["patch"]
     out.print(f"[bold]{p['engine']}/{p['name']}[/]: {Literal(p['title'])}", markup=True)
     out.print(p["why"], markup=False)
-    rows = [("applies to", p["applies_to"]), ("upstreamed in", p["upstreamed_in"]), ("drop when", p["drop_when"]),
-            ("upstream", " ".join(p["upstream"]) or "-"), ("depends on", " ".join(p["depends_on"]) or "-"),
-            ("variants", " ".join(p["variants"])), ("store", p["store"])]
+    rows = [
+        ("applies to", p["applies_to"]),
+        ("upstreamed in", p["upstreamed_in"]),
+        ("drop when", p["drop_when"]),
+        ("upstream", " ".join(p["upstream"]) or "-"),
+        ("depends on", " ".join(p["depends_on"]) or "-"),
+        ("variants", " ".join(p["variants"])),
+        ("store", p["store"]),
+    ]
     if p["version"]:
         rows.append((f"on {p['version']}", f"{p['chosen_variant'] or 'no variant'} ({p['chosen_why']})"))
     width = max(len(k) for k, _ in rows)
@@ -105,11 +125,15 @@ def render(doc: dict, out: Console, err: Console) -> None:
             out.print(f"  - {line}", markup=False)
 
 
-@patchctl_command("show", render=render, example=(
-    "patchctl show bench-chat-content-null               the patch whole: why, links, evidence",
-    "patchctl show triton-sparse-mla vllm@0.23.0         and which variant 0.23.0 gets, and why",
-    "patchctl show nsa-sm120-trtllm-default sglang@latest --json",
-))
+@patchctl_command(
+    "show",
+    render=render,
+    example=(
+        "patchctl show bench-chat-content-null               the patch whole: why, links, evidence",
+        "patchctl show triton-sparse-mla vllm@0.23.0         and which variant 0.23.0 gets, and why",
+        "patchctl show nsa-sm120-trtllm-default sglang@latest --json",
+    ),
+)
 @click.argument("name", metavar="PATCH")
 @click.argument("spec", metavar="[ENGINE[@VERSION]]", required=False)
 @store_option

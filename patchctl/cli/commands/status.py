@@ -1,4 +1,5 @@
 """`patchctl status`: what is applied to a target, and whether its patched files changed since."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -46,8 +47,11 @@ def render(doc: dict, out: Console, err: Console) -> None:
         out.print(f"chosen: {chosen}", markup=False, highlight=False)
     for p in doc.get("applied", []):
         if p.get("store"):
-            out.print(f"  {p['name']}: {p['variant'] or '-'} from {p['store']['path']} ({p['store']['kind']})",
-                      markup=False, highlight=False)
+            out.print(
+                f"  {p['name']}: {p['variant'] or '-'} from {p['store']['path']} ({p['store']['kind']})",
+                markup=False,
+                highlight=False,
+            )
     for f in doc.get("files", []):
         out.print(f"  {f['status']:<9} {f['path']}", markup=False, highlight=False)
 
@@ -60,14 +64,19 @@ def selection_line(selection: dict | None) -> str | None:
     return text + (f" except {', '.join(selection['exclude'])}" if selection["exclude"] else "")
 
 
-@patchctl_command("status", render=render, example=(
-    "patchctl status vllm                         the vLLM installed for python3",
-    "patchctl status sglang --target ./site-packages --json",
-))
+@patchctl_command(
+    "status",
+    render=render,
+    example=(
+        "patchctl status vllm                         the vLLM installed for python3",
+        "patchctl status sglang --target ./site-packages --json",
+    ),
+)
 @click.argument("spec", metavar="ENGINE")
 @target_options
-@click.option("--wait", type=WAIT, default=30.0, show_default=True,
-              help="Seconds to wait for another patchctl working on the same target.")
+@click.option(
+    "--wait", type=WAIT, default=30.0, show_default=True, help="Seconds to wait for another patchctl working on the same target."
+)
 @image_options(writes=False)
 def command(spec: str, where: TargetSpec, wait: float, image: ImageOptions | None) -> tuple[dict, int]:
     """What is applied, and whether patched files changed since (e.g. wiped by pip).

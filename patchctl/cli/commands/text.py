@@ -3,6 +3,7 @@
 On a terminal the output is rich's (colour, boxed tables); anywhere else — a pipe, a log, systemd's
 journal for `ensure` in ExecStartPre= — it is plain aligned text, and rich is never imported.
 """
+
 from __future__ import annotations
 
 import re
@@ -21,8 +22,14 @@ if TYPE_CHECKING:
 _MARKUP = re.compile(r"\[(?:/|bold red|bold|green|yellow|cyan|dim)\]")
 
 STYLE = {
-    O.CLEAN: "green", O.OFFSET: "green", O.FUZZ: "yellow", O.THREE_WAY: "yellow",
-    O.ALREADY_APPLIED: "cyan", O.UPSTREAMED: "cyan", O.OBSOLETE: "dim", O.CONFLICT: "bold red",
+    O.CLEAN: "green",
+    O.OFFSET: "green",
+    O.FUZZ: "yellow",
+    O.THREE_WAY: "yellow",
+    O.ALREADY_APPLIED: "cyan",
+    O.UPSTREAMED: "cyan",
+    O.OBSOLETE: "dim",
+    O.CONFLICT: "bold red",
 }
 
 
@@ -54,8 +61,7 @@ class Console:
 
     def print(self, obj: Any, *, markup: bool = True, highlight: bool = False, end: str = "\n") -> None:
         if self._rich is not None:
-            self._rich.print(_rich_table(obj) if isinstance(obj, Table) else obj, markup=markup,
-                             highlight=highlight, end=end)
+            self._rich.print(_rich_table(obj) if isinstance(obj, Table) else obj, markup=markup, highlight=highlight, end=end)
             return
         text = _plain_table(obj) if isinstance(obj, Table) else str(obj)
         self.stream.write((_MARKUP.sub("", text) if markup else text) + end)
@@ -79,8 +85,7 @@ def _rich_text(cell: str) -> Any:
 
 
 def _plain_table(t: Table) -> str:
-    rows = [list(t.columns)] + [[cell if isinstance(cell, Literal) else _MARKUP.sub("", cell) for cell in row]
-                                for row in t.rows]
+    rows = [list(t.columns)] + [[cell if isinstance(cell, Literal) else _MARKUP.sub("", cell) for cell in row] for row in t.rows]
     widths = [max(len(r[i]) for r in rows) for i in range(len(t.columns))]
     lines = [t.title] + ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=False)).rstrip() for r in rows]
     return "\n".join(lines)
@@ -101,8 +106,11 @@ def coloured(text: str, style: str | None) -> str:
 def moved_warnings(engine: Engine, version: Version) -> list[str]:
     """Code that moved to another distribution at this version (vLLM's GGUF → vllm-gguf-plugin):
     said by check, apply and ensure (here, so that ensure does not import the check command)."""
-    return [f"from {m.since} {engine.name}'s {m.what} lives in {m.engine}; its patches are in the "
-            f"{m.engine} series (`patchctl check {m.engine}@VERSION`)" for m in engine.moves_at(version)]
+    return [
+        f"from {m.since} {engine.name}'s {m.what} lives in {m.engine}; its patches are in the "
+        f"{m.engine} series (`patchctl check {m.engine}@VERSION`)"
+        for m in engine.moves_at(version)
+    ]
 
 
 def print_outcomes(out: Console, doc: dict) -> None:
@@ -139,8 +147,10 @@ def with_moved_hint(context: str, doc: dict) -> str:
     """A failed hunk's context whose "upstream near line N:" has no lines under it (the file is
     shorter there: the code moved) says where to look: `rebase` finds where it went."""
     if context.rstrip("\n").endswith(":") and context.rstrip("\n").rsplit("\n", 1)[-1].startswith("upstream near line"):
-        return (context.rstrip("\n") + f" (no lines there: the file is shorter, the code moved; "
-                f"`patchctl rebase {doc.get('engine')} --onto {doc.get('version')}` finds where it went)\n")
+        return (
+            context.rstrip("\n") + f" (no lines there: the file is shorter, the code moved; "
+            f"`patchctl rebase {doc.get('engine')} --onto {doc.get('version')}` finds where it went)\n"
+        )
     return context
 
 

@@ -4,6 +4,7 @@
 The work is done by the serve tier's core, patchctl/validate/ (imported inside `run`, so that `--help`
 imports neither requests nor matplotlib); this module owns the options, the document and the text.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -85,9 +86,11 @@ def run(
 
     ref = parse_spec(engine)
     if not url and not start:
-        raise UsageError("validate needs a server: --url URL (one that is running) or --start CMD "
-                         "(a server command patchctl starts, validates and stops)",
-                         hint=f"e.g. patchctl validate {ref.engine.name} --url http://127.0.0.1:8000")
+        raise UsageError(
+            "validate needs a server: --url URL (one that is running) or --start CMD "
+            "(a server command patchctl starts, validates and stops)",
+            hint=f"e.g. patchctl validate {ref.engine.name} --url http://127.0.0.1:8000",
+        )
     argv: list[str] = []
     if start is not None:
         try:
@@ -100,8 +103,9 @@ def run(
     if not base_url.startswith(("http://", "https://")):
         raise UsageError(f"--url {base_url!r} is not an http:// or https:// URL", hint="e.g. http://127.0.0.1:8000")
     prompt_name, prompt_text = resolve_prompt(prompt)
-    served, origin, target = served_patch_set(ref, python=python, target_dir=target_dir, as_version=as_version,
-                                              patch_set=patch_set)
+    served, origin, target = served_patch_set(
+        ref, python=python, target_dir=target_dir, as_version=as_version, patch_set=patch_set
+    )
     config = ServeConfig(
         base_url=base_url,
         model=model,
@@ -138,13 +142,28 @@ def run(
         warnings += written.warnings
     # A server whose replies broke the protocol or a limit is the environment's fault, not a check's.
     code = EXIT_ENVIRONMENT if report.bad_reply_count else EXIT_OK if report.ok else EXIT_PATCH_FAILED
-    return document("validate", code, engine=ref.engine.name, url=report.base_url, started=bool(argv),
-                    patch_set_from=origin, target=target, report=report.to_json(), files=files,
-                    warnings=warnings), code
+    return document(
+        "validate",
+        code,
+        engine=ref.engine.name,
+        url=report.base_url,
+        started=bool(argv),
+        patch_set_from=origin,
+        target=target,
+        report=report.to_json(),
+        files=files,
+        warnings=warnings,
+    ), code
 
 
-def served_patch_set(ref: EngineRef, *, python: str | None = None, target_dir: str | None = None,
-                     as_version: Version | None = None, patch_set: str | None = None) -> tuple[str, str, str | None]:
+def served_patch_set(
+    ref: EngineRef,
+    *,
+    python: str | None = None,
+    target_dir: str | None = None,
+    as_version: Version | None = None,
+    patch_set: str | None = None,
+) -> tuple[str, str, str | None]:
     """The patch set the server runs, for the baseline key: (value, where it came from, the tree read).
 
     --patch-set verbatim; else the state record of the engine's tree that --python or --target
@@ -168,6 +187,7 @@ def served_patch_set(ref: EngineRef, *, python: str | None = None, target_dir: s
 
 # --- text -------------------------------------------------------------------------------------
 
+
 def render(doc: dict, out: Console, err: Console) -> None:
     """The report: the single-request figure first, then coherence, throughput, baseline, the
     verdict and what --out wrote (warnings are the document's, on stderr)."""
@@ -178,13 +198,17 @@ def render(doc: dict, out: Console, err: Console) -> None:
     tp = rep.get("throughput")
     if tp is not None:  # the headline first: TTFT and the decode rate of one request at a time
         print_lines(out, [_single_request(tp)])
-    print_lines(out, [f"validate {doc.get('engine')}: {rep['base_url']}",
-                      f"  model {d['model']}  engine {d['engine_version']}  patch set {d['patch_set']}"])
+    print_lines(
+        out,
+        [
+            f"validate {doc.get('engine')}: {rep['base_url']}",
+            f"  model {d['model']}  engine {d['engine_version']}  patch set {d['patch_set']}",
+        ],
+    )
     if rep.get("answers") is not None:
         t = table("coherence: answers", ["check", "result", "why", "reply"])
         for a in rep["answers"]:
-            t.add_row(a["name"], _verdict(a["passed"], "PASS", "FAIL"), Literal(a["reason"]),
-                      Literal(a["reply_excerpt"][:60]))
+            t.add_row(a["name"], _verdict(a["passed"], "PASS", "FAIL"), Literal(a["reason"]), Literal(a["reply_excerpt"][:60]))
         out.print(t)
     g = rep.get("golden")
     if g is not None:
@@ -201,24 +225,54 @@ def render(doc: dict, out: Console, err: Console) -> None:
     if tp is not None:
         how = "streaming" if tp["streamed"] else "non-streaming"
         prompt = f"{_prompt_phrase(tp)}, " if tp.get("prompt") else ""
-        t = table(f"throughput ({how}, {tp['api']}, {prompt}max_tokens {tp['max_tokens']}; latencies are p50 ms; "
-                  "decode: per-request 1/TPOT p50; tok/s: output tokens over the level's wall time; spread: "
-                  "per-request tok/s IQR, ± its median's 95% interval; reasoning/answer: tokens, from chunks)",
-                  ["concurrency", "requests", "failed", "TTFT", "TPOT", "decode tok/s", "ITL", "E2E", "tok/s",
-                   "req/s", "spread", "stream", "reasoning/answer", "tokens by"])
+        t = table(
+            f"throughput ({how}, {tp['api']}, {prompt}max_tokens {tp['max_tokens']}; latencies are p50 ms; "
+            "decode: per-request 1/TPOT p50; tok/s: output tokens over the level's wall time; spread: "
+            "per-request tok/s IQR, ± its median's 95% interval; reasoning/answer: tokens, from chunks)",
+            [
+                "concurrency",
+                "requests",
+                "failed",
+                "TTFT",
+                "TPOT",
+                "decode tok/s",
+                "ITL",
+                "E2E",
+                "tok/s",
+                "req/s",
+                "spread",
+                "stream",
+                "reasoning/answer",
+                "tokens by",
+            ],
+        )
         for lv in tp["levels"]:
-            t.add_row(str(lv["concurrency"]), str(lv["requests"]), str(lv["failed"]), _ms(lv["ttft_ms"]),
-                      _ms(lv["tpot_ms"]), _p50(lv.get("decode_tok_s")), _ms(lv["itl_ms"]), _ms(lv["e2e_ms"]),
-                      _num(lv["output_tok_s"]), _num(lv.get("request_throughput"), 2),
-                      _spread(lv.get("request_tok_s")), lv.get("stream") or "-", _split(lv),
-                      lv["token_count_method"])
+            t.add_row(
+                str(lv["concurrency"]),
+                str(lv["requests"]),
+                str(lv["failed"]),
+                _ms(lv["ttft_ms"]),
+                _ms(lv["tpot_ms"]),
+                _p50(lv.get("decode_tok_s")),
+                _ms(lv["itl_ms"]),
+                _ms(lv["e2e_ms"]),
+                _num(lv["output_tok_s"]),
+                _num(lv.get("request_throughput"), 2),
+                _spread(lv.get("request_tok_s")),
+                lv.get("stream") or "-",
+                _split(lv),
+                lv["token_count_method"],
+            )
         out.print(t)
     b = rep.get("baseline")
     if b is not None:
         from patchctl.validate.baseline import BaselineCheck
 
-        print_lines(out, [f"baseline ({b['status']}, {b['path']})"]
-                    + ["  " + BaselineCheck(**c).describe(b["threshold"]) for c in b["checks"]])
+        print_lines(
+            out,
+            [f"baseline ({b['status']}, {b['path']})"]
+            + ["  " + BaselineCheck(**c).describe(b["threshold"]) for c in b["checks"]],
+        )
     if rep.get("notes"):
         print_lines(out, ["notes:"] + [f"  {n}" for n in rep["notes"]])
     failures = rep.get("failures") or []
@@ -235,8 +289,10 @@ _PROMPTS = {"unique": ", unique per request", "shared": ", shared by every reque
 
 
 def _prompt_phrase(tp: dict) -> str:
-    """"counting prompt, unique per request": the throughput prompt and how it was sent."""
+    """ "counting prompt, unique per request": the throughput prompt and how it was sent."""
     return f"{tp['prompt']} prompt{_PROMPTS.get(tp.get('prompts') or '', '')}"
+
+
 _COUNTED = {"usage": "server usage", "chunks": "chunks (no server usage)", "mixed": "usage and chunks"}
 
 
@@ -251,8 +307,7 @@ def _single_request(tp: dict) -> str:
         where += f", tokens by {_COUNTED.get(one['token_count_method'], one['token_count_method'])}"
     overall = f"{_num(one['output_tok_s'])} output tok/s over E2E"
     if one.get("latency_not_measured"):
-        return (f"single request: TTFT and decode rate not measured: {one['latency_not_measured']}; "
-                f"{overall} {where})")
+        return f"single request: TTFT and decode rate not measured: {one['latency_not_measured']}; {overall} {where})"
     if one["ttft_ms"] is None:  # not streamed
         return f"single request: TTFT and decode rate not measured: not streamed; {overall} {where})"
     parts = [f"TTFT {one['ttft_ms']['p50']:.1f} ms"]
@@ -301,6 +356,7 @@ def _ms(stats: dict | None) -> str:
 
 # --- command line -----------------------------------------------------------------------------
 
+
 def _concurrency(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[int, ...]:
     try:
         return parse_levels(value)
@@ -313,81 +369,157 @@ def _notify(text: str) -> None:
     click.echo(f"patchctl: {text}", err=True)
 
 
-@patchctl_command("validate", render=render, example=(
-    "patchctl validate vllm --url http://127.0.0.1:8000          answers, throughput at 1/8/32, baseline",
-    "patchctl validate vllm --url URL --concurrency 1 --requests 32   the single-request figure, steadier",
-    "patchctl validate vllm --start 'vllm serve MODEL --port 8000' --python /opt/vllm/bin/python",
-    "patchctl validate vllm --url URL --golden g.json --record-golden   record greedy outputs (known-good)",
-    "patchctl validate vllm --url URL --golden g.json --no-throughput   compare with them token by token",
-    "patchctl validate sglang --url http://127.0.0.1:30000 --update-baseline --out runs/today.json --json",
-    "patchctl validate vllm --url URL --timeout 60 --level-timeout 600   no request past 60 s, no level past 10 min",
-))
+@patchctl_command(
+    "validate",
+    render=render,
+    example=(
+        "patchctl validate vllm --url http://127.0.0.1:8000          answers, throughput at 1/8/32, baseline",
+        "patchctl validate vllm --url URL --concurrency 1 --requests 32   the single-request figure, steadier",
+        "patchctl validate vllm --start 'vllm serve MODEL --port 8000' --python /opt/vllm/bin/python",
+        "patchctl validate vllm --url URL --golden g.json --record-golden   record greedy outputs (known-good)",
+        "patchctl validate vllm --url URL --golden g.json --no-throughput   compare with them token by token",
+        "patchctl validate sglang --url http://127.0.0.1:30000 --update-baseline --out runs/today.json --json",
+        "patchctl validate vllm --url URL --timeout 60 --level-timeout 600   no request past 60 s, no level past 10 min",
+    ),
+)
 @click.argument("engine", metavar="ENGINE", required=False)
-@click.option("--demo", is_flag=True,
-              help="Try validate without a GPU: start a tiny OpenAI-compatible demo server in-process (a reasoning "
-                   "model with fixed, right answers), validate it and stop it (ENGINE may be left out).")
+@click.option(
+    "--demo",
+    is_flag=True,
+    help="Try validate without a GPU: start a tiny OpenAI-compatible demo server in-process (a reasoning "
+    "model with fixed, right answers), validate it and stop it (ENGINE may be left out).",
+)
 @click.option("--url", metavar="URL", help="The running OpenAI-compatible server to validate.")
-@click.option("--start", metavar="CMD",
-              help="Start this server command (e.g. \"vllm serve MODEL --port 8000\"), validate it, stop it. "
-                   "Its URL: --url, else the command's --host/--port.")
-@click.option("--ready-timeout", type=float, default=900.0, show_default=True,
-              help="Seconds --start waits for the server to answer.")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
-              metavar="SECONDS",
-              help="Deadline of each request to the server, connect to last byte (a stream that never ends, or "
-                   "only sends keep-alives, fails at it): e.g. --timeout 60. A server that answers no request "
-                   "within it is exit 3.")
-@click.option("--level-timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
-              help="Deadline of each concurrency level: requests in flight then fail, the rest are not sent "
-                   "(default: the level's waves, requests / concurrency rounded up, times --timeout + 1 s), "
-                   "e.g. --level-timeout 600.")
+@click.option(
+    "--start",
+    metavar="CMD",
+    help='Start this server command (e.g. "vllm serve MODEL --port 8000"), validate it, stop it. '
+    "Its URL: --url, else the command's --host/--port.",
+)
+@click.option(
+    "--ready-timeout", type=float, default=900.0, show_default=True, help="Seconds --start waits for the server to answer."
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=300.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Deadline of each request to the server, connect to last byte (a stream that never ends, or "
+    "only sends keep-alives, fails at it): e.g. --timeout 60. A server that answers no request "
+    "within it is exit 3.",
+)
+@click.option(
+    "--level-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="SECONDS",
+    help="Deadline of each concurrency level: requests in flight then fail, the rest are not sent "
+    "(default: the level's waves, requests / concurrency rounded up, times --timeout + 1 s), "
+    "e.g. --level-timeout 600.",
+)
 @click.option("--model", help="Model to request (default: the first of /v1/models).")
 @click.option("--engine-version", help="Engine version for the baseline key (default: the server's /version).")
 @click.option("--api-key", envvar="OPENAI_API_KEY", help="Bearer token, if the server wants one.")
-@click.option("--python", "python", metavar="PATH",
-              help="Interpreter whose environment holds the engine the server runs: what patchctl applied "
-                   "there names the baseline's patch set.")
-@click.option("--target", "target_dir", type=click.Path(file_okay=False),
-              help="Or the engine's tree (a checkout or unpacked tree) the server runs.")
+@click.option(
+    "--python",
+    "python",
+    metavar="PATH",
+    help="Interpreter whose environment holds the engine the server runs: what patchctl applied "
+    "there names the baseline's patch set.",
+)
+@click.option(
+    "--target",
+    "target_dir",
+    type=click.Path(file_okay=False),
+    help="Or the engine's tree (a checkout or unpacked tree) the server runs.",
+)
 @as_version_option
-@click.option("--patch-set", metavar="TEXT",
-              help="Name the patch set the server runs, for the baseline key (default: read from --python/"
-                   "--target; without them \"unknown\").")
-@click.option("--answers/--no-answers", default=True, show_default=True,
-              help="Coherence: prompts with checkable answers (fact, arithmetic, counting, code).")
-@click.option("--reasoning-budget", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Extra max_tokens per answers prompt, for reasoning models that think first.")
-@click.option("--golden", type=click.Path(dir_okay=False, path_type=Path),
-              help="Coherence: compare greedy outputs token by token with this golden file.")
+@click.option(
+    "--patch-set",
+    metavar="TEXT",
+    help="Name the patch set the server runs, for the baseline key (default: read from --python/"
+    '--target; without them "unknown").',
+)
+@click.option(
+    "--answers/--no-answers",
+    default=True,
+    show_default=True,
+    help="Coherence: prompts with checkable answers (fact, arithmetic, counting, code).",
+)
+@click.option(
+    "--reasoning-budget",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Extra max_tokens per answers prompt, for reasoning models that think first.",
+)
+@click.option(
+    "--golden",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Coherence: compare greedy outputs token by token with this golden file.",
+)
 @click.option("--record-golden", is_flag=True, help="Record --golden from this (known-good) server instead.")
-@click.option("--throughput/--no-throughput", default=True, show_default=True,
-              help="Throughput and latency at each concurrency level, and the baseline comparison.")
-@click.option("--concurrency", default="1,8,32", show_default=True, callback=_concurrency,
-              help="Concurrency levels, comma-separated.")
-@click.option("--requests", "requests_per_level", type=click.IntRange(min=1),
-              help="Requests per concurrency level (default: 2 x concurrency, at least 16: enough for a median "
-                   "steady within the 5% threshold).")
-@click.option("--prompt", default="counting", show_default=True, metavar="counting|essay|FILE",
-              help="Throughput prompt: counting (the field's deterministic \"Count from 1 to 50, writing each "
-                   "number on a new line.\"), essay (open-ended, what validate used before), or a text file "
-                   "whose content is the prompt. Every throughput request is at temperature 0, and starts with "
-                   "a tag of its own (\"[3f9a1c-7] \") so a prefix cache cannot skip its prefill.")
-@click.option("--shared-prompt", is_flag=True,
-              help="Send the prompt untagged, the same text in every throughput request: TTFT is then the "
-                   "server's prefix-cache hit (vLLM's prefix caching, SGLang's radix cache and llama.cpp reuse "
-                   "a prompt seen before), not a prefill.")
-@click.option("--max-tokens", type=click.IntRange(min=1), default=128, show_default=True,
-              help="max_tokens of every throughput request.")
-@click.option("--stream/--no-stream", default=True, show_default=True,
-              help="--no-stream measures latency and tok/s only (no TTFT/TPOT/ITL).")
-@click.option("--baseline-dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Where per-deployment baselines live (default: patchctl's data dir).")
+@click.option(
+    "--throughput/--no-throughput",
+    default=True,
+    show_default=True,
+    help="Throughput and latency at each concurrency level, and the baseline comparison.",
+)
+@click.option(
+    "--concurrency", default="1,8,32", show_default=True, callback=_concurrency, help="Concurrency levels, comma-separated."
+)
+@click.option(
+    "--requests",
+    "requests_per_level",
+    type=click.IntRange(min=1),
+    help="Requests per concurrency level (default: 2 x concurrency, at least 16: enough for a median "
+    "steady within the 5% threshold).",
+)
+@click.option(
+    "--prompt",
+    default="counting",
+    show_default=True,
+    metavar="counting|essay|FILE",
+    help="Throughput prompt: counting (the field's deterministic \"Count from 1 to 50, writing each "
+    'number on a new line."), essay (open-ended, what validate used before), or a text file '
+    "whose content is the prompt. Every throughput request is at temperature 0, and starts with "
+    'a tag of its own ("[3f9a1c-7] ") so a prefix cache cannot skip its prefill.',
+)
+@click.option(
+    "--shared-prompt",
+    is_flag=True,
+    help="Send the prompt untagged, the same text in every throughput request: TTFT is then the "
+    "server's prefix-cache hit (vLLM's prefix caching, SGLang's radix cache and llama.cpp reuse "
+    "a prompt seen before), not a prefill.",
+)
+@click.option(
+    "--max-tokens", type=click.IntRange(min=1), default=128, show_default=True, help="max_tokens of every throughput request."
+)
+@click.option(
+    "--stream/--no-stream",
+    default=True,
+    show_default=True,
+    help="--no-stream measures latency and tok/s only (no TTFT/TPOT/ITL).",
+)
+@click.option(
+    "--baseline-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where per-deployment baselines live (default: patchctl's data dir).",
+)
 @click.option("--update-baseline", is_flag=True, help="Record this run as the deployment's baseline.")
-@click.option("--threshold", type=click.FloatRange(min=0), default=DEFAULT_THRESHOLD, show_default=True,
-              help="Relative drop from the baseline that fails (0.05 = 5%).")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE.json",
-              help="Also write the report as JSON here, and its latency/throughput plot next to it (.png; "
-                   "needs the plot extra).")
+@click.option(
+    "--threshold",
+    type=click.FloatRange(min=0),
+    default=DEFAULT_THRESHOLD,
+    show_default=True,
+    help="Relative drop from the baseline that fails (0.05 = 5%).",
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="FILE.json",
+    help="Also write the report as JSON here, and its latency/throughput plot next to it (.png; needs the plot extra).",
+)
 def command(engine: str | None, demo: bool, **options: Any) -> tuple[dict, int]:  # Any: click's values
     """Validate a running OpenAI-compatible server for ENGINE: answers, coherence, throughput.
 
@@ -409,8 +541,7 @@ def run_demo(engine: str | None, progress: Callable[[str], None] | None = None, 
     from patchctl.validate.demo import DemoServer
 
     if options.get("url") or options.get("start"):
-        raise UsageError("--demo starts its own server: leave out --url and --start",
-                         hint="patchctl validate --demo")
+        raise UsageError("--demo starts its own server: leave out --url and --start", hint="patchctl validate --demo")
     with DemoServer() as server:
         if progress is not None:
             progress(f"demo server (no GPU, fixed answers) at {server.base_url}")

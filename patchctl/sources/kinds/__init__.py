@@ -5,6 +5,7 @@ registration line in `patchctl/sources/registry.py`. Nothing else branches on a 
 parses and prints refs through it, `open_upstream` is one lookup, `apply --install` asks it for the
 build to install, `smoke` and `export --full` for the archive or commit to build a tree from.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, NamedTuple, Protocol

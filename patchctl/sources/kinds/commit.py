@@ -1,6 +1,7 @@
 """`ENGINE@commit:SHA` (7 to 40 hex digits): one upstream commit's build. On a wheel index whose
 engine names a `commit_layout` in engines.yaml, that commit's own wheels (vLLM's `<root>/<SHA>/`);
 for a git nightly source (SGLang) the commit itself, as `git:SHA`."""
+
 from __future__ import annotations
 
 import re

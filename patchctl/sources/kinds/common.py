@@ -1,5 +1,6 @@
 """What several kinds share: the refusals of a kind that cannot do something, and the pinning of a
 resolved build (a wheel of a wheel index, a git commit) for `apply --install`."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -16,8 +17,7 @@ if TYPE_CHECKING:
     from patchctl.sources.refs import EngineRef
 
 INSTALL_HINT = "name a version, nightly, commit:SHA, git:REF or file:PATH"
-SMOKE_WHAT = ("smoke checks need a release or a build: ENGINE@X.Y.Z, @latest, @nightly, "
-              "@commit:SHA, @git:REF or @file:PATH")
+SMOKE_WHAT = "smoke checks need a release or a build: ENGINE@X.Y.Z, @latest, @nightly, @commit:SHA, @git:REF or @file:PATH"
 FULL_WHAT = "--full needs a release or a directory as the source"
 
 
@@ -53,9 +53,17 @@ def pin_resolved(upstream: Upstream, python: str) -> PinnedBuild:
     prov = dict(source.provenance()._asdict())
     checked = getattr(source, "artifact", None)
     same = checked is not None and checked.filename == wheel.filename
-    return PinnedBuild(f"{engine.dist} @ {wheel.url}", upstream.version, "wheel", commit_of(upstream.version),
-                       wheel.url, wheel.filename, wheel.sha256 or (prov.get("sha256") if same else None),
-                       prov.get("record_sha256") if same else None, prov.get("index"))
+    return PinnedBuild(
+        f"{engine.dist} @ {wheel.url}",
+        upstream.version,
+        "wheel",
+        commit_of(upstream.version),
+        wheel.url,
+        wheel.filename,
+        wheel.sha256 or (prov.get("sha256") if same else None),
+        prov.get("record_sha256") if same else None,
+        prov.get("index"),
+    )
 
 
 class Build(Refusals):
@@ -103,6 +111,5 @@ def wheel_for_machine(upstream: Upstream, python: str) -> IndexFile:
     machine = machine_of(python)  # its ELF header: the target interpreter is not run
     fitting = [f for f in wheels if "none-any" in f.tags or machine in f.tags]
     if not fitting:
-        raise UsageError(f"{upstream.ref} has no wheel for {machine}: "
-                         + ", ".join(f.filename for f in wheels))
+        raise UsageError(f"{upstream.ref} has no wheel for {machine}: " + ", ".join(f.filename for f in wheels))
     return sorted(fitting, key=lambda f: ("none-any" in f.tags, f.filename))[0]

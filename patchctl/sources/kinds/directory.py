@@ -1,6 +1,7 @@
 """`ENGINE@./tree` (anything with a path separator, or starting with `.` or `~`): a tree on disk,
 a checkout or an unpacked package, read in place. Checked only: it is neither installed nor
 smoke-tested; `export --full` copies its packages."""
+
 from __future__ import annotations
 
 import os

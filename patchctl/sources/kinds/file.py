@@ -1,6 +1,7 @@
 """`ENGINE@file:PATH`: a wheel (.whl) or sdist (.tar.gz) on disk, e.g. vLLM built from source for
 SM120 (`TORCH_CUDA_ARCH_LIST=12.0`). Read like a release's artifact (sources/release.py, each wheel
 member checked against RECORD), never over the network; `apply --install` installs that very file."""
+
 from __future__ import annotations
 
 import hashlib
@@ -53,9 +54,16 @@ class File(Refusals):
 
         assert ref.path is not None  # parse gives every file ref its path
         artifact = local_artifact(ref.engine, Path(ref.path))
-        source = ReleaseSource(ref.engine, artifact, config.cache_dir(), offline=True, progress=ctx.progress,
-                               whole=True, details={"path": str(Path(ref.path).resolve())},
-                               reason=f"{artifact.kind} on disk")
+        source = ReleaseSource(
+            ref.engine,
+            artifact,
+            config.cache_dir(),
+            offline=True,
+            progress=ctx.progress,
+            whole=True,
+            details={"path": str(Path(ref.path).resolve())},
+            reason=f"{artifact.kind} on disk",
+        )
         _adopt(source, Path(ref.path))
         version = ctx.version_override or artifact.version
         return Upstream(ref, version, source, f"{ref.engine.dist} {version} ({Path(ref.path).resolve()})")
@@ -64,8 +72,16 @@ class File(Refusals):
         assert ref.path is not None
         path = Path(ref.path).resolve()
         artifact = local_artifact(ref.engine, path)
-        return PinnedBuild(str(path), artifact.version, "file", commit_of(artifact.version), path.as_uri(),
-                           artifact.filename, artifact.sha256, index_url=installer_index(ctx, ref.engine))
+        return PinnedBuild(
+            str(path),
+            artifact.version,
+            "file",
+            commit_of(artifact.version),
+            path.as_uri(),
+            artifact.filename,
+            artifact.sha256,
+            index_url=installer_index(ctx, ref.engine),
+        )
 
     def tree_source(self, upstream: Upstream, ctx: SourceContext) -> FileSource:
         return upstream.source
@@ -87,8 +103,7 @@ def local_artifact(engine: Engine, path: Path) -> IndexFile:
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             digest.update(chunk)
-    return IndexFile(path.name, path.resolve().as_uri(), digest.hexdigest(), path.stat().st_size, version, kind,
-                     tags, False)
+    return IndexFile(path.name, path.resolve().as_uri(), digest.hexdigest(), path.stat().st_size, version, kind, tags, False)
 
 
 def _parse_name(filename: str) -> tuple[str, Version, str, str]:

@@ -1,5 +1,6 @@
 """`ENGINE@git:REF`: a commit of the engine's repository (--repo, else engines.yaml's git_url), and
 how a checkout's version is told when no metadata says it (setuptools-scm's rules)."""
+
 from __future__ import annotations
 
 import re
@@ -75,8 +76,11 @@ def version_of_checkout(source: GitSource, engine: Engine) -> Version:
                     continue
                 if any(found.release):  # 0.0.0.dev0 is a placeholder, not a version
                     return found
-    raise UsageError(f"cannot tell the version of {source.description} at {source.commit[:12]}: "
-                     "no v* tag before it and no version in its version file", hint="pass --as-version X.Y.Z")
+    raise UsageError(
+        f"cannot tell the version of {source.description} at {source.commit[:12]}: "
+        "no v* tag before it and no version in its version file",
+        hint="pass --as-version X.Y.Z",
+    )
 
 
 def _scm_version(source: GitSource) -> Version | None:

@@ -6,6 +6,7 @@ is checked (`check`, `list`), never installed, smoke-tested or exported whole; w
 Opening it streams the layers once for the engine's dist-info (the version); the files a series
 needs are then read out of the same layers, which are cached by digest, so nothing is downloaded
 twice. An index is read for the first platform whose image holds the engine."""
+
 from __future__ import annotations
 
 import tempfile
@@ -55,8 +56,13 @@ class ImageFiles:
         full = {root + p for p in wanted}
         # Each file asked for is one a patch touches: a whiteout deleting it, or a FIFO, a device or a
         # link in its place, is damage (exit 3), never a file that is not there.
-        L.read_layers(self._repo, self._layers, L.Want(full.__contains__, full.__contains__),
-                      Path(self._folder.name) / "files", own=self._own)
+        L.read_layers(
+            self._repo,
+            self._layers,
+            L.Want(full.__contains__, full.__contains__),
+            Path(self._folder.name) / "files",
+            own=self._own,
+        )
         self._read |= wanted
 
     def read(self, path: str) -> bytes | None:
@@ -83,13 +89,20 @@ def open_image(text: str, engine: Engine, ctx: SourceContext) -> tuple[ImageFile
     if M.media_type_of(top) in M.MANIFESTS:
         candidates = [M.load_image(repo, top)]
     else:
-        candidates = [M.load_image(repo, repo.manifest(e["digest"])) for e in M.platform_manifests(M.parse(top))
-                      if not M.is_attestation(e)]
+        candidates = [
+            M.load_image(repo, repo.manifest(e["digest"])) for e in M.platform_manifests(M.parse(top)) if not M.is_attestation(e)
+        ]
     missing = []
     for image in candidates:
         with tempfile.TemporaryDirectory(prefix="patchctl-image-") as folder:
-            staged = L.read_layers(repo, M.layers_of(image.doc), L.engine_filter(engine, lambda rel: False),
-                                   Path(folder), ctx.progress, own=M.patchctl_layers(image.config))
+            staged = L.read_layers(
+                repo,
+                M.layers_of(image.doc),
+                L.engine_filter(engine, lambda rel: False),
+                Path(folder),
+                ctx.progress,
+                own=M.patchctl_layers(image.config),
+            )
             try:
                 found = L.find_engine(staged, engine)
             except ImageContentError as exc:
@@ -108,7 +121,7 @@ class ImageKind(Refusals):
             return None
         from patchctl.image.reference import parse_reference
 
-        rest = text[len(PREFIX):]
+        rest = text[len(PREFIX) :]
         parse_reference(rest)  # a malformed reference is exit 2 here, before anything is fetched
         return Parsed(path=rest)
 

@@ -1,5 +1,6 @@
 """`ENGINE` with no `@`: the engine installed in an environment. It names no upstream files of its
 own (`apply` and `ensure` patch the installed tree); `apply --install` installs the latest release."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING

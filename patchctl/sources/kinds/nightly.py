@@ -1,6 +1,7 @@
 """`ENGINE@nightly`: the newest build of the engine's main branch, from a wheel index (vLLM's
 nightlies) or a git repository (SGLang's main): engines.yaml's `nightly:`, overridden by the config
 file's `nightly.<engine>` and --nightly-source."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -42,8 +43,10 @@ class Nightly(Build):
         try:
             repo = open_repo(url, config.cache_dir(), offline=ctx.offline)
         except NetworkError as exc:
-            raise NetworkError(f"nightly source for {engine.name} ({url}) is unreachable: "
-                               f"{plain_network_reason(exc.message)}", hint=nightly_hint(engine)) from None
+            raise NetworkError(
+                f"nightly source for {engine.name} ({url}) is unreachable: {plain_network_reason(exc.message)}",
+                hint=nightly_hint(engine),
+            ) from None
         source = GitSource(repo, branch or "main", engine.layout_prefix("git"), url)
         version = ctx.version_override or version_of_checkout(source, engine)
         return Upstream(ref, version, source, f"{engine.name} nightly {branch} ({source.provenance().description})")
@@ -110,11 +113,11 @@ def wheel_index_build(ref: EngineRef, ctx: SourceContext, url: str, what: str, c
     try:
         project = index.project(engine.dist)
     except NetworkError as exc:
-        raise NetworkError(f"{what} for {engine.name} ({url}) is unreachable: {plain_network_reason(exc.message)}",
-                           hint=how) from None
+        raise NetworkError(
+            f"{what} for {engine.name} ({url}) is unreachable: {plain_network_reason(exc.message)}", hint=how
+        ) from None
     except UsageError as exc:  # 404: no such project page (a commit without builds, a wrong URL)
-        raise UsageError(f"{what} for {engine.name} ({url}) has no {engine.dist} builds: {exc.message}",
-                         hint=how) from None
+        raise UsageError(f"{what} for {engine.name} ({url}) has no {engine.dist} builds: {exc.message}", hint=how) from None
     versions = project.versions(include_pre=True)
     if commit:
         versions = [v for v in versions if same_commit(commit_of(v), commit)] or versions
@@ -123,10 +126,10 @@ def wheel_index_build(ref: EngineRef, ctx: SourceContext, url: str, what: str, c
     version = versions[-1]
     artifact = choose_artifact(project, version)
     details = {"version": str(version), "commit": commit_of(version), "index": url}
-    source = ReleaseSource(engine, artifact, config.cache_dir(), offline=ctx.offline, progress=ctx.progress,
-                           details=details)
-    return Upstream(ref, version, source, f"{engine.dist} {what} {version} ({artifact.filename})",
-                    tuple(project.files_for(version)))
+    source = ReleaseSource(engine, artifact, config.cache_dir(), offline=ctx.offline, progress=ctx.progress, details=details)
+    return Upstream(
+        ref, version, source, f"{engine.dist} {what} {version} ({artifact.filename})", tuple(project.files_for(version))
+    )
 
 
 NIGHTLY = Nightly()

@@ -1,4 +1,5 @@
 """`ENGINE@X.Y.Z` and `ENGINE@latest`: a release on the package index (its wheel or sdist)."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -34,8 +35,13 @@ class _Release:
 
     def pin(self, ref: EngineRef, python: str, ctx: SourceContext) -> PinnedBuild:
         version = self.version_of(ref, ctx)
-        return PinnedBuild(f"{ref.engine.dist}=={version}", version, "release", fetch.commit_of(version),
-                           index_url=fetch.installer_index(ctx, ref.engine))
+        return PinnedBuild(
+            f"{ref.engine.dist}=={version}",
+            version,
+            "release",
+            fetch.commit_of(version),
+            index_url=fetch.installer_index(ctx, ref.engine),
+        )
 
     def tree_source(self, upstream: Upstream, ctx: SourceContext) -> FileSource:
         return fetch.release(upstream.ref.engine, upstream.version, ctx, prefer_sdist=True)
@@ -53,8 +59,15 @@ class _Release:
         choice = choose(ctx.index_for(engine).project(engine.dist), upstream.version, installable=True)
         if choice.file.kind != "wheel":
             return chosen
-        return ReleaseSource(engine, choice.file, config.cache_dir(), offline=ctx.offline, progress=ctx.progress,
-                             whole=True, reason=choice.reason + " (--full)")
+        return ReleaseSource(
+            engine,
+            choice.file,
+            config.cache_dir(),
+            offline=ctx.offline,
+            progress=ctx.progress,
+            whole=True,
+            reason=choice.reason + " (--full)",
+        )
 
 
 class Exact(_Release):

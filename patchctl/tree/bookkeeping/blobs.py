@@ -1,6 +1,7 @@
 """File contents by sha256 in `<tree>/.patchctl/<engine>/blobs/`: the pristine backups revert puts
 back, the staged new contents of a journaled write, and stashed bytecode. A blob is checked against
 its name when read: a missing or altered one is damage, never trusted."""
+
 from __future__ import annotations
 
 import hashlib

@@ -8,6 +8,7 @@ back as it was, the old record restored, and temp files of dead processes swept.
 undo is idempotent: an undo that stops is started again by the next command. Every step calls
 steps.reached(), where tests kill the process to prove it.
 """
+
 from __future__ import annotations
 
 import os
@@ -71,13 +72,17 @@ def write_files(place: Place, changes: list[Change], new_record: StateRecord | N
     entries: list[dict[str, Any]] = []  # journal.json entries
     for c in changes:
         mtime, bytecode = capture(place, c.path)
-        entries.append({
-            "path": c.path,
-            "before": None if c.before is None else place.put_blob(c.before),
-            "after": None if c.after is None else place.put_blob(c.after),
-            "before_mtime_ns": mtime, "before_bytecode": [list(b) for b in bytecode],
-            "after_mtime_ns": c.after_mtime_ns, "after_bytecode": [list(b) for b in c.after_bytecode],
-        })
+        entries.append(
+            {
+                "path": c.path,
+                "before": None if c.before is None else place.put_blob(c.before),
+                "after": None if c.after is None else place.put_blob(c.after),
+                "before_mtime_ns": mtime,
+                "before_bytecode": [list(b) for b in bytecode],
+                "after_mtime_ns": c.after_mtime_ns,
+                "after_bytecode": [list(b) for b in c.after_bytecode],
+            }
+        )
     raw = place.read("state.json")
     previous = None if raw is None else raw.decode("utf-8", errors="surrogateescape")
     journal = {"entries": entries, "previous_state": previous, "pid": os.getpid()}
@@ -108,10 +113,11 @@ def _roll_back_after(place: Place, exc: OSError) -> None:
             f"cannot write {failed_at}: {cause}; rolling back failed too ({why}). The journal {place.journal_file} "
             f"is kept: {files} may be patched or pristine",
             hint=f"{write_hint(stopped)}, then run `patchctl status` on this target: it finishes the rollback "
-                 f"to the previous state",
+            f"to the previous state",
         ) from None
-    raise EnvironmentProblem(f"cannot write {failed_at}: {cause}; rolled back, nothing was changed",
-                             hint=write_hint(exc.errno)) from None
+    raise EnvironmentProblem(
+        f"cannot write {failed_at}: {cause}; rolled back, nothing was changed", hint=write_hint(exc.errno)
+    ) from None
 
 
 def _journal_entries(place: Place) -> list[dict[str, Any]]:
@@ -184,7 +190,8 @@ def recover(place: Place) -> bool:
         raise RollbackPending(
             f"an interrupted write to {place.root} cannot be rolled back yet: {exc}; the journal "
             f"{place.journal_file} is kept ({', '.join(e['path'] for e in journal['entries'])})",
-            errno=exc.errno, hint=f"{write_hint(exc.errno)}, then run `patchctl status` on this target",
+            errno=exc.errno,
+            hint=f"{write_hint(exc.errno)}, then run `patchctl status` on this target",
         ) from None
     place.unlink("journal.json")
     return True
@@ -266,7 +273,6 @@ def _finish(place: Place, rel: str, blob: str | None, mtime_ns: int | None, byte
         _put_bytecode(place, rel, wanted.items())
 
 
-
 def _bytecode_of(root: Path, rel: str) -> list[str]:
     """The .pyc files of a module (every interpreter and optimisation level), relative to root; its
     __pycache__ listed through its descriptor (reached as every tree file is: nofollow.folder_beneath)."""
@@ -274,8 +280,11 @@ def _bytecode_of(root: Path, rel: str) -> list[str]:
         return []
     folder, name = os.path.split(rel)
     cache = f"{folder}/__pycache__" if folder else "__pycache__"
-    stem = name[:-len(".py")]
+    stem = name[: -len(".py")]
     with folder_beneath(root, cache) as fd:
         names = [] if fd is None else os.listdir(fd)
-    return sorted(f"{cache}/{n}" for n in names
-                  if n.startswith(stem + ".") and n.endswith(".pyc") and "/" not in n and not TEMP_NAME.match(n))
+    return sorted(
+        f"{cache}/{n}"
+        for n in names
+        if n.startswith(stem + ".") and n.endswith(".pyc") and "/" not in n and not TEMP_NAME.match(n)
+    )

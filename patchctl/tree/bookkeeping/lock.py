@@ -25,6 +25,7 @@ The tree (and so this folder) may belong to another user than the one running pa
   folder with rmdir, which fails once the next patchctl has made its lock (or another engine its
   folder) there. rmtree is never used past the point where someone else may have come in.
 """
+
 from __future__ import annotations
 
 import errno
@@ -151,8 +152,9 @@ def hold(root: Path, engine: str, wait_seconds: float = 0.0, *, read_only_ok: bo
                 if again():
                     time.sleep(0.01)
                     continue
-                raise EnvironmentProblem(f"cannot lock {shown}: it was removed as patchctl made it, "
-                                         f"{_RETRIES} times", hint="pass --wait SECONDS") from None
+                raise EnvironmentProblem(
+                    f"cannot lock {shown}: it was removed as patchctl made it, {_RETRIES} times", hint="pass --wait SECONDS"
+                ) from None
             unwritable = exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT)
             journal = unwritable and _journal_waits(root, engine)
             if read_only_ok and unwritable and not journal:
@@ -163,9 +165,11 @@ def hold(root: Path, engine: str, wait_seconds: float = 0.0, *, read_only_ok: bo
                     f"cannot lock {shown}: {exc.strerror}; an interrupted write ({shown / 'journal.json'}) "
                     f"waits to be undone, and undoing it needs to write the tree",
                     hint=f"run `patchctl status {engine}` once as the tree's owner on a writable mount: it "
-                         f"rolls the interrupted write back") from None
-            raise EnvironmentProblem(f"cannot lock {shown}: {exc.strerror}",
-                                     hint="run as the owner of the environment, on a writable mount") from None
+                    f"rolls the interrupted write back",
+                ) from None
+            raise EnvironmentProblem(
+                f"cannot lock {shown}: {exc.strerror}", hint="run as the owner of the environment, on a writable mount"
+            ) from None
         try:
             _flock(fd, deadline)
             with ExitStack() as session:
@@ -177,8 +181,10 @@ def hold(root: Path, engine: str, wait_seconds: float = 0.0, *, read_only_ok: bo
                     if again():
                         time.sleep(0.01)
                         continue
-                    raise EnvironmentProblem(f"cannot lock {shown / 'lock'}: it was replaced {_RETRIES} times while "
-                                             f"patchctl took it", hint="find who replaces it: patchctl does not")
+                    raise EnvironmentProblem(
+                        f"cannot lock {shown / 'lock'}: it was replaced {_RETRIES} times while patchctl took it",
+                        hint="find who replaces it: patchctl does not",
+                    )
                 try:
                     yield f
                 finally:
@@ -211,18 +217,23 @@ def _open(root: Path, engine: str) -> int:
         except FileNotFoundError:
             before = None
         if before is not None and stat.S_ISLNK(before.st_mode):
-            raise Planted(f"{shown} is a symlink: patchctl locks (and reads and writes) nothing through a link",
-                          hint="remove it: patchctl did not make it")
+            raise Planted(
+                f"{shown} is a symlink: patchctl locks (and reads and writes) nothing through a link",
+                hint="remove it: patchctl did not make it",
+            )
         if before is not None and not stat.S_ISREG(before.st_mode):
             # Not even opened: opening a device can act on it.
-            raise Planted(f"{shown} is not a regular file (a FIFO, a device, a socket or a folder): patchctl locks "
-                          f"nothing else", hint="remove it: patchctl did not make it")
+            raise Planted(
+                f"{shown} is not a regular file (a FIFO, a device, a socket or a folder): patchctl locks nothing else",
+                hint="remove it: patchctl did not make it",
+            )
         try:
             fd = os.open("lock", _OPEN, 0o644, dir_fd=f.dir)
         except OSError as exc:
             if exc.errno == errno.ELOOP:  # swapped for a link since the stat above
-                raise Planted(f"{shown} is a symlink: patchctl locks nothing through a link",
-                              hint="remove it: patchctl did not make it") from None
+                raise Planted(
+                    f"{shown} is a symlink: patchctl locks nothing through a link", hint="remove it: patchctl did not make it"
+                ) from None
             raise
         try:
             try:
@@ -269,8 +280,9 @@ def _flock(fd: int, deadline: float) -> None:
             if exc.errno not in (errno.EAGAIN, errno.EACCES):
                 raise
             if time.monotonic() >= deadline:
-                raise EnvironmentProblem(f"another patchctl{_holder(fd)} is working on this target",
-                                         hint="wait for it, or pass --wait SECONDS") from None
+                raise EnvironmentProblem(
+                    f"another patchctl{_holder(fd)} is working on this target", hint="wait for it, or pass --wait SECONDS"
+                ) from None
             time.sleep(0.2)
 
 

@@ -16,6 +16,7 @@ trusted. Every file of it is read and written relative to the folder's descripto
 link (nofollow.py): whoever can write the tree cannot make a root `patchctl` read or write anywhere
 else. While the lock is held the descriptors are the lock's, opened once (`held`).
 """
+
 from __future__ import annotations
 
 import os
@@ -50,8 +51,10 @@ class Place:
         self.state_file = self.dir / "state.json"
         self.journal_file = self.dir / "journal.json"
         self.blobs = self.dir / "blobs"
-        self.way_out = (f"`patchctl revert {engine} --target {root} --from-release` restores the pristine files "
-                        f"from the release itself (checked against its RECORD) and clears the record")
+        self.way_out = (
+            f"`patchctl revert {engine} --target {root} --from-release` restores the pristine files "
+            f"from the release itself (checked against its RECORD) and clears the record"
+        )
 
     # the folders and their files ---------------------------------------------------------------
     @property
@@ -132,16 +135,20 @@ class Place:
         if os.path.isabs(rel) or ".." in Path(rel).parts or "\0" in rel:
             raise StateDamaged(f"{where} names {rel!r}, which leaves the tree", hint=self.way_out)
         if self.packages is not None and outside_packages([rel], self.packages):
-            raise StateDamaged(f"{where} names {rel!r}, outside the {', '.join(p + '/' for p in self.packages)} "
-                               f"package: patchctl writes nothing else", hint=self.way_out)
+            raise StateDamaged(
+                f"{where} names {rel!r}, outside the {', '.join(p + '/' for p in self.packages)} "
+                f"package: patchctl writes nothing else",
+                hint=self.way_out,
+            )
         try:
             return resolve_inside(self.root, rel)
         except PatchctlError:
             resolved = (self.root / rel).resolve()
-            raise Planted(f"{self.root / rel} is a symlink (or lies under one) to {resolved}, outside the tree: "
-                          f"patchctl reads and writes nothing through it",
-                          hint="replace the link by the file it names (or remove it), then run the command "
-                               "again") from None
+            raise Planted(
+                f"{self.root / rel} is a symlink (or lies under one) to {resolved}, outside the tree: "
+                f"patchctl reads and writes nothing through it",
+                hint="replace the link by the file it names (or remove it), then run the command again",
+            ) from None
 
     def read_tree(self, rel: str, where: Path) -> bytes | None:
         """The bytes of a tree file a record or journal (`where`) names: the path checked by inside(),

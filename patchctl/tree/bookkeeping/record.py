@@ -5,6 +5,7 @@ journal.json are (a sha256 over the canonical content, so truncation or an edit 
 Which on-disk format a document is in (its `schema` tag) is upgrade.py's alone: `to_json` writes the
 body without it, and `from_json` reads a body upgrade.py has checked and brought to today's format.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -48,13 +49,17 @@ class PatchRecord(NamedTuple):
     sha256: str | None = None  # of the variant applied: its fingerprint
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "outcome": self.outcome, "variant": self.variant,
-                "store": self.store._asdict() if self.store else None, "sha256": self.sha256}
+        return {
+            "name": self.name,
+            "outcome": self.outcome,
+            "variant": self.variant,
+            "store": self.store._asdict() if self.store else None,
+            "sha256": self.sha256,
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PatchRecord:
-        return cls(data["name"], data["outcome"], data["variant"], StoreRef.from_json(data["store"]),
-                   data["sha256"])
+        return cls(data["name"], data["outcome"], data["variant"], StoreRef.from_json(data["store"]), data["sha256"])
 
 
 class Selection(NamedTuple):
@@ -140,9 +145,16 @@ class StateRecord(NamedTuple):
             applied_at=data["applied_at"],
             store_fingerprint=data["store_fingerprint"],
             patches=tuple(PatchRecord.from_json(p) for p in data["patches"]),
-            files=tuple(FileRecord(f["path"], f["pristine_sha256"], f["patched_sha256"], f["pristine_mtime_ns"],
-                                   tuple((b[0], b[1]) for b in f["bytecode"]))
-                        for f in data["files"]),
+            files=tuple(
+                FileRecord(
+                    f["path"],
+                    f["pristine_sha256"],
+                    f["patched_sha256"],
+                    f["pristine_mtime_ns"],
+                    tuple((b[0], b[1]) for b in f["bytecode"]),
+                )
+                for f in data["files"]
+            ),
             build=BuildRecord.from_json(data["build"]),
             stores=tuple(StoreRef(s["path"], s["kind"]) for s in data["stores"]),
             selection=Selection.from_json(data["selection"]),

@@ -2,6 +2,7 @@
 tree.edits): a Place (its files, record and blobs) with the lock, the journaled write and recovery.
 Under the lock it is a session: the folders' descriptors the lock opened serve every read and write
 of the target's bookkeeping in this process until it is let go (Place.holding)."""
+
 from __future__ import annotations
 
 import os

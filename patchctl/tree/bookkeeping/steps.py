@@ -7,6 +7,7 @@ support (tests/support/crash_at.py) appends one that kills the process with SIGK
 step, to prove that every step leaves a tree the next command recovers. Nothing read from the
 environment can make patchctl kill itself.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable

@@ -12,6 +12,7 @@ state.json and journal.json each carry a `schema` tag, `<name>/<version>`. Readi
 Writing always stamps today's version. No upgrade step exists yet: 0.1.0, the first release, writes
 patchctl-state/3 and patchctl-journal/2, and what came before it was never released.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
@@ -59,7 +60,8 @@ def current(fmt: Format, body: Body, where: Path, hint: str) -> Body:
         raise EnvironmentProblem(
             f"{where} is in format {tag}, written by a newer patchctl; this one reads {fmt.tag} and older, and "
             f"will not guess at what the newer one recorded",
-            hint="run the patchctl that wrote it (or a newer one): `pip install -U patchctl`")
+            hint="run the patchctl that wrote it (or a newer one): `pip install -U patchctl`",
+        )
     while version < fmt.version:
         step = fmt.steps.get(version)
         if step is None:

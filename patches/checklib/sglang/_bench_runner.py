@@ -1,5 +1,6 @@
 """Run one release's benchmark CLI (`sglang.bench_serving`, or `sglang.benchmark.serving` from
 0.5.15) in this interpreter: `python _bench_runner.py <tree> <cli args...>`."""
+
 import os
 import runpy
 import sys

@@ -8,6 +8,7 @@ WordLevel tokenizer that `make_tokenizer` saves; the server reports its director
 `start(..., ping=True)` puts an SSE comment line before every event of a streamed reply, the
 keep-alive sse-starlette servers (llama.cpp's Python server among them) send every 15 s.
 """
+
 import json
 import time
 
@@ -31,9 +32,7 @@ def make_tokenizer(directory):
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tok.decoder = decoders.WordPiece(prefix="##")
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, unk_token="[UNK]", bos_token="[BOS]", eos_token="[EOS]"
-    )
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", bos_token="[BOS]", eos_token="[EOS]")
     fast.save_pretrained(str(directory))
     (directory / "config.json").write_text(json.dumps({"model_type": "llama", "vocab_size": len(vocab)}))
     return directory
@@ -45,8 +44,9 @@ def _usage(n):
 
 def _get(request, model_path):
     if request.path.startswith("/v1/models"):
-        return json_reply({"object": "list", "data": [
-            {"id": SERVED_NAME, "object": "model", "root": model_path, "owned_by": "test"}]})
+        return json_reply(
+            {"object": "list", "data": [{"id": SERVED_NAME, "object": "model", "root": model_path, "owned_by": "test"}]}
+        )
     if request.path.startswith(("/model_info", "/get_model_info")):
         return json_reply({"model_path": model_path, "tokenizer_path": model_path, "is_generation": True})
     if request.path.startswith(("/get_server_info", "/server_info")):
@@ -65,28 +65,78 @@ def _post(request):
     words = WORDS[:OUTPUT_WORDS]
     if request.path.startswith("/v1/chat/completions"):
         if req.get("stream"):
-            events = [(TOKEN_DELAY_S, {"id": "c", "object": "chat.completion.chunk", "choices": [
-                {"index": 0, "delta": {"role": "assistant", "content": None, "reasoning_content": w + " "},
-                 "finish_reason": None}]}) for w in words]
-            events.append((0.0, {"id": "c", "object": "chat.completion.chunk", "choices": [
-                {"index": 0, "delta": {"content": None}, "finish_reason": "length"}], "usage": _usage(len(words))}))
+            events = [
+                (
+                    TOKEN_DELAY_S,
+                    {
+                        "id": "c",
+                        "object": "chat.completion.chunk",
+                        "choices": [
+                            {
+                                "index": 0,
+                                "delta": {"role": "assistant", "content": None, "reasoning_content": w + " "},
+                                "finish_reason": None,
+                            }
+                        ],
+                    },
+                )
+                for w in words
+            ]
+            events.append(
+                (
+                    0.0,
+                    {
+                        "id": "c",
+                        "object": "chat.completion.chunk",
+                        "choices": [{"index": 0, "delta": {"content": None}, "finish_reason": "length"}],
+                        "usage": _usage(len(words)),
+                    },
+                )
+            )
             events.append((0.0, "[DONE]"))
             return sse_reply(events)
         time.sleep(TOKEN_DELAY_S * len(words))
-        return json_reply({"id": "c", "object": "chat.completion", "model": SERVED_NAME, "choices": [
-            {"index": 0, "finish_reason": "length", "message": {
-                "role": "assistant", "content": None, "reasoning_content": " ".join(words) + " "}}],
-            "usage": _usage(len(words))})
+        return json_reply(
+            {
+                "id": "c",
+                "object": "chat.completion",
+                "model": SERVED_NAME,
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "length",
+                        "message": {"role": "assistant", "content": None, "reasoning_content": " ".join(words) + " "},
+                    }
+                ],
+                "usage": _usage(len(words)),
+            }
+        )
     if request.path.startswith("/generate"):
         if req.get("stream"):
-            events = [(TOKEN_DELAY_S, {"text": " ".join(words[: i + 1]) + " ", "meta_info": {
-                "id": "g", "prompt_tokens": 4, "completion_tokens": i + 1}}) for i in range(len(words))]
+            events = [
+                (
+                    TOKEN_DELAY_S,
+                    {
+                        "text": " ".join(words[: i + 1]) + " ",
+                        "meta_info": {"id": "g", "prompt_tokens": 4, "completion_tokens": i + 1},
+                    },
+                )
+                for i in range(len(words))
+            ]
             events.append((0.0, "[DONE]"))
             return sse_reply(events)
         time.sleep(TOKEN_DELAY_S * len(words))
-        return json_reply({"text": " ".join(words) + " ", "meta_info": {
-            "id": "g", "prompt_tokens": 4, "completion_tokens": len(words),
-            "finish_reason": {"type": "length", "length": len(words)}}})
+        return json_reply(
+            {
+                "text": " ".join(words) + " ",
+                "meta_info": {
+                    "id": "g",
+                    "prompt_tokens": 4,
+                    "completion_tokens": len(words),
+                    "finish_reason": {"type": "length", "length": len(words)},
+                },
+            }
+        )
     return json_reply({})
 
 

@@ -16,6 +16,7 @@ Also what the probe scripts share (opening a release on CPU, the error record, r
 the checks' conftests share (the scenario record, running a probe over a list of scenarios through
 checklib.probe).
 """
+
 import dataclasses
 import json
 import pathlib
@@ -28,8 +29,14 @@ from checklib.stubs import stub_missing
 
 def scenario(capability, kv_cache_dtype, prefill, decode, **extra) -> dict:
     """One probe scenario: what the user passed (None = not set) on a GLM-5 (DSA) model."""
-    return {"capability": list(capability), "kv_cache_dtype": kv_cache_dtype, "prefill": prefill,
-            "decode": decode, "arch": "GlmMoeDsaForCausalLM", **extra}
+    return {
+        "capability": list(capability),
+        "kv_cache_dtype": kv_cache_dtype,
+        "prefill": prefill,
+        "decode": decode,
+        "arch": "GlmMoeDsaForCausalLM",
+        **extra,
+    }
 
 
 def open_release(tree: str, scenarios_path: str):

@@ -1,4 +1,5 @@
 """Non-streaming chat (--backend sglang-oai-chat --disable-stream) against a reasoning model."""
+
 import pytest
 
 from checklib.sglang.bench_fixtures import assert_sane, run_bench

@@ -1,4 +1,5 @@
 """Streaming chat (--backend sglang-oai-chat) against a reasoning model (reasoning_content deltas)."""
+
 import pytest
 
 from checklib.sglang.bench_fixtures import assert_sane, run_bench

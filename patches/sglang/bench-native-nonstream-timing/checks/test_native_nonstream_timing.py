@@ -1,4 +1,5 @@
 """Native /generate without streaming (--backend sglang --disable-stream): TPOT and ITL."""
+
 import pytest
 
 from checklib.sglang.bench_fixtures import assert_sane, run_bench

@@ -1,6 +1,7 @@
 """Streamed replies with SSE keep-alive comments (": ping - ...") between their events, as
 sse-starlette servers (llama.cpp's Python server) send them: chat (--backend sglang-oai-chat)
 and native /generate (--backend sglang)."""
+
 import pytest
 
 from checklib.sglang.bench_fixtures import NUM_PROMPTS, assert_sane, run_bench

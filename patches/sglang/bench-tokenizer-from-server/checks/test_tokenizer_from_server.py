@@ -2,6 +2,7 @@
 
 Hugging Face is unreachable (HF_HUB_OFFLINE=1): loading by the served name must fail, loading by the
 path the fake server reports (a tiny tokenizer saved in a temp dir) must work."""
+
 import pytest
 
 from checklib.sglang.bench_fixtures import assert_sane, run_bench

@@ -8,6 +8,7 @@ Each scenario: {"capability": [12, 0], "kv_cache_dtype": "fp8_e4m3", "prefill": 
 (null = not set). The device capability is stubbed where upstream reads it: see
 checklib/sglang/_nsa_resolution.py, shared with the guard patch's checks.
 """
+
 import sys
 
 from checklib.sglang import _nsa_resolution as nsa  # shared with the guard patch's checks

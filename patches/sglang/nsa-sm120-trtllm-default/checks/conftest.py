@@ -1,4 +1,5 @@
 """Shared helpers for the NSA/DSA backend-default checks (CPU tier)."""
+
 import pathlib
 
 import pytest

@@ -2,6 +2,7 @@
 
 The capability is stubbed (see _dsa_probe.py); no GPU and no model weights are involved.
 """
+
 import pytest
 
 

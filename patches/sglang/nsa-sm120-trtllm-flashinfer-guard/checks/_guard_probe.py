@@ -18,6 +18,7 @@ to `ServerArgs._set_default_{nsa,dsa}_backends`, which the server calls from `__
 `arg_groups.overrides._dsa_split_backend_resolution(view)`, the pass that `__post_init__` invokes
 at the same slot, which calls torch.cuda.get_device_capability() itself.
 """
+
 import importlib
 import os
 import sys

@@ -4,6 +4,7 @@ A fake `flashinfer` package (made under tmp, never imported) carries only what t
 `flashinfer/data/include/flashinfer/trtllm/fmha/fmhaRunner.cuh`, as installed from a wheel, and a
 dist-info with its version. The architecture checks below are the statements stock wheels ship.
 """
+
 import pathlib
 
 import pytest
@@ -44,10 +45,10 @@ HEADERS = {
 }
 
 _BODY = (
-    "#pragma once\n\n#include \"fmhaKernels.cuh\"\n\nclass TllmGenFmhaRunner {\n public:\n"
+    '#pragma once\n\n#include "fmhaKernels.cuh"\n\nclass TllmGenFmhaRunner {\n public:\n'
     "  explicit TllmGenFmhaRunner(Data_type dtypeQ, Data_type dtypeKv, Data_type dtypeOut)\n"
     "{check}"
-    '    FLASHINFER_CHECK(mDtypeQ == DATA_TYPE_E4M3 || mDtypeQ == DATA_TYPE_BF16,\n'
+    "    FLASHINFER_CHECK(mDtypeQ == DATA_TYPE_E4M3 || mDtypeQ == DATA_TYPE_BF16,\n"
     '                     "Unsupported Q data type: " + std::string(toStr(mDtypeQ)));\n'
     "  }\n};\n"
 )
@@ -64,8 +65,7 @@ SCENARIOS = {
     "stock_sm120_bf16": ("stock_063", (12, 0), "bfloat16", None, None, {}),
     "stock_sm120_user_trtllm_decode": ("stock_063", (12, 0), "fp8_e4m3", "flashmla_sparse", "trtllm", {}),
     "stock_sm120_user_both": ("stock_063", (12, 0), "fp8_e4m3", "flashmla_sparse", "flashmla_kv", {}),
-    "stock_sm120_skip_env": ("stock_063", (12, 0), "fp8_e4m3", None, "trtllm",
-                             {"SGLANG_SKIP_SM120_TRTLLM_CHECK": "1"}),
+    "stock_sm120_skip_env": ("stock_063", (12, 0), "fp8_e4m3", None, "trtllm", {"SGLANG_SKIP_SM120_TRTLLM_CHECK": "1"}),
     "stock_sm90_user_trtllm": ("stock_063", (9, 0), "fp8_e4m3", None, "trtllm", {}),
     "stock_sm100_user_trtllm": ("stock_063", (10, 0), "fp8_e4m3", None, "trtllm", {}),
     "stock_sm100_bf16": ("stock_063", (10, 0), "bfloat16", None, None, {}),
@@ -80,8 +80,7 @@ SCENARIOS = {
     "stock074_sm120_auto": ("stock_074", (12, 0), "auto", None, None, {}),
     "stock074_sm120_deepseek_auto": ("stock_074", (12, 0), "auto", None, None, {}, DEEPSEEK),
     "stock074_sm120_deepseek_bf16": ("stock_074", (12, 0), "bfloat16", None, None, {}, DEEPSEEK),
-    "stock074_sm120_bf16_skip_env": ("stock_074", (12, 0), "bfloat16", None, None,
-                                     {"SGLANG_SKIP_SM120_TRTLLM_CHECK": "1"}),
+    "stock074_sm120_bf16_skip_env": ("stock_074", (12, 0), "bfloat16", None, None, {"SGLANG_SKIP_SM120_TRTLLM_CHECK": "1"}),
     "stock074_sm90_bf16": ("stock_074", (9, 0), "bfloat16", None, None, {}),
     "stock074_sm100_auto": ("stock_074", (10, 0), "auto", None, None, {}),
     "sm12x_sm120_bf16": ("sm12x", (12, 0), "bfloat16", None, None, {}),
@@ -95,9 +94,7 @@ def make_fake_flashinfer(root: pathlib.Path, version: str, check) -> pathlib.Pat
     (pkg / "__init__.py").write_text('raise ImportError("fake flashinfer: not importable")\n')
     dist = root / f"flashinfer_python-{version}.dist-info"
     dist.mkdir()
-    (dist / "METADATA").write_text(
-        f"Metadata-Version: 2.1\nName: flashinfer-python\nVersion: {version}\n"
-    )
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: flashinfer-python\nVersion: {version}\n")
     if check is not None:
         header = pkg / "data" / "include" / "flashinfer" / "trtllm" / "fmha" / "fmhaRunner.cuh"
         header.parent.mkdir(parents=True)
@@ -108,10 +105,7 @@ def make_fake_flashinfer(root: pathlib.Path, version: str, check) -> pathlib.Pat
 @pytest.fixture(scope="session")
 def fake_flashinfers(tmp_path_factory) -> dict:
     base = tmp_path_factory.mktemp("fake_flashinfer")
-    return {
-        kind: make_fake_flashinfer(base / kind, version, check)
-        for kind, (version, check) in HEADERS.items()
-    }
+    return {kind: make_fake_flashinfer(base / kind, version, check) for kind, (version, check) in HEADERS.items()}
 
 
 def resolve(tree: pathlib.Path, tmp_path_factory, fakes: dict) -> dict:
@@ -120,8 +114,9 @@ def resolve(tree: pathlib.Path, tmp_path_factory, fakes: dict) -> dict:
     payload = []
     for name in names:
         kind, cap, kv, prefill, decode, env, *arch = SCENARIOS[name]
-        payload.append(_nsa_resolution.scenario(
-            cap, kv, prefill, decode, flashinfer_root=str(fakes[kind]), env=env, arch=(arch or [GLM])[0]))
+        payload.append(
+            _nsa_resolution.scenario(cap, kv, prefill, decode, flashinfer_root=str(fakes[kind]), env=env, arch=(arch or [GLM])[0])
+        )
     results = _nsa_resolution.run_scenarios(HERE / "_guard_probe.py", tree, payload, tmp_path_factory.mktemp("guard"))
     return dict(zip(names, results, strict=False))
 
@@ -134,4 +129,3 @@ def patched(patched_tree, tmp_path_factory, fake_flashinfers):
 @pytest.fixture(scope="session")
 def pristine(pristine_tree, tmp_path_factory, fake_flashinfers):
     return resolve(pristine_tree, tmp_path_factory, fake_flashinfers)
-

@@ -3,6 +3,7 @@
 Run against the real release source; the device capability is stubbed and FlashInfer is a fake
 package that only carries fmhaRunner.cuh (see conftest.py and _guard_probe.py). No GPU involved.
 """
+
 import pytest
 from packaging.version import Version
 
@@ -104,9 +105,7 @@ def test_skip_env_disables_the_check(patched):
     assert r["decode"] == "trtllm", r
 
 
-@pytest.mark.parametrize(
-    "name", ["stock_sm90_user_trtllm", "stock_sm100_user_trtllm", "stock_sm100_bf16"]
-)
+@pytest.mark.parametrize("name", ["stock_sm90_user_trtllm", "stock_sm100_user_trtllm", "stock_sm100_bf16"])
 def test_other_gpus_are_not_checked(patched, name):
     """SM90/SM100 with trtllm resolved: no failure, same backends as without the guard."""
     r, plain = _ok(patched[name]["guarded"]), _ok(patched[name]["unguarded"])
@@ -124,7 +123,11 @@ def test_sm_is_matched_exactly(patched, engine_version):
     """A build that accepts kSM_120 only still refuses SM121 (getSMVersion() = 10 * major + minor)."""
     r = patched["sm120only_sm121"]
     _assert_guard_message(
-        r["guarded"], 121, "0.7.2.post1+sm120", _ok(r["unguarded"])["flag_prefix"], ["decode"],
+        r["guarded"],
+        121,
+        "0.7.2.post1+sm120",
+        _ok(r["unguarded"])["flag_prefix"],
+        ["decode"],
         engine_version,
     )
 
@@ -157,8 +160,10 @@ def test_bf16_cache_on_sm12x_fails_naming_the_default_fp8_way_out(patched, engin
 
 def _new_family_only(engine_version):
     if engine_version < NEW_FAMILY:
-        pytest.skip("a 0.5.17+ case: before 0.5.17 the default FP8 cache resolves GLM to trtllm on "
-                    "SM12x as well (test_stock_flashinfer_fails_at_startup_when_default_is_trtllm)")
+        pytest.skip(
+            "a 0.5.17+ case: before 0.5.17 the default FP8 cache resolves GLM to trtllm on "
+            "SM12x as well (test_stock_flashinfer_fails_at_startup_when_default_is_trtllm)"
+        )
 
 
 def test_default_fp8_cache_keeps_upstreams_sm12x_backend(patched, pristine, engine_version):
@@ -167,15 +172,17 @@ def test_default_fp8_cache_keeps_upstreams_sm12x_backend(patched, pristine, engi
     nsa-sm120-trtllm-default obsolete)."""
     _new_family_only(engine_version)
     r, q = _ok(patched["stock074_sm120_auto"]["guarded"]), _ok(pristine["stock074_sm120_auto"]["guarded"])
-    assert (r["prefill"], r["decode"], r["kv_cache_dtype"]) == (
-        "flashinfer_sparse_mla", "flashinfer_sparse_mla", "fp8_e4m3"), r
+    assert (r["prefill"], r["decode"], r["kv_cache_dtype"]) == ("flashinfer_sparse_mla", "flashinfer_sparse_mla", "fp8_e4m3"), r
     assert (r["prefill"], r["decode"]) == (q["prefill"], q["decode"]), (r, q)
 
 
-@pytest.mark.parametrize("name, kv, phases", [
-    ("stock074_sm120_deepseek_auto", "fp8_e4m3", ["decode", "prefill"]),
-    ("stock074_sm120_deepseek_bf16", "bfloat16", ["decode"]),
-])
+@pytest.mark.parametrize(
+    "name, kv, phases",
+    [
+        ("stock074_sm120_deepseek_auto", "fp8_e4m3", ["decode", "prefill"]),
+        ("stock074_sm120_deepseek_bf16", "bfloat16", ["decode"]),
+    ],
+)
 def test_other_dsa_models_still_default_to_trtllm_and_fail(patched, engine_version, name, kv, phases):
     """DeepSeek V3.2 is not sent to flashinfer_sparse_mla (GLM only): on SM12x its defaults are
     trtllm (both phases with FP8, decode with bf16), so it fails at start-up; the GLM way out

@@ -21,6 +21,7 @@ returned, yielded tensors no weight loader received, and every parameter's value
 file (float parameters equal to the HF reference; GGUF parameters hold each shard's raw bytes
 and quant type where the plugin's kernels will read them).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -333,9 +334,9 @@ def _engine(vllm_tree: str, plugin_tree: str) -> dict:
     port = s.getsockname()[1]
     s.close()
     with set_current_vllm_config(VllmConfig()):
-        parallel_state.init_distributed_environment(world_size=1, rank=0, local_rank=0,
-                                                    distributed_init_method=f"tcp://127.0.0.1:{port}",
-                                                    backend="gloo")
+        parallel_state.init_distributed_environment(
+            world_size=1, rank=0, local_rank=0, distributed_init_method=f"tcp://127.0.0.1:{port}", backend="gloo"
+        )
         parallel_state.initialize_model_parallel(1, 1)
     return {"info": info, "ModelConfig": ModelConfig, "VllmConfig": VllmConfig}
 
@@ -355,15 +356,15 @@ def _load(engine: dict, types: dict | None, seed: int, unguarded: bool = False) 
     report: dict = {"error": None, **engine["info"]}
     work = pathlib.Path(tempfile.mkdtemp(prefix="glm5-probe-"))
     overrides = {k: v for k, v in GLM5_CONFIG.items() if k != "architectures"}
-    tiny = gf.build_mla_gguf(work / "glm5-tiny.gguf", "glm-dsa", seed=seed, config_overrides=overrides,
-                             type_overrides=types)
+    tiny = gf.build_mla_gguf(work / "glm5-tiny.gguf", "glm-dsa", seed=seed, config_overrides=overrides, type_overrides=types)
     tiny.config.architectures = GLM5_CONFIG["architectures"]
     tiny.config.save_pretrained(work)
     raw = _gguf_raw(tiny.path)
     report["file_types"] = {k: v[0] for k, v in raw.items()}
 
-    model_config = engine["ModelConfig"](model=str(work), skip_tokenizer_init=True, dtype="float32",
-                                         enforce_eager=True, max_model_len=128)
+    model_config = engine["ModelConfig"](
+        model=str(work), skip_tokenizer_init=True, dtype="float32", enforce_eager=True, max_model_len=128
+    )
     model_config.model_weights = str(tiny.path)
     vllm_config = engine["VllmConfig"](model_config=model_config)
     vllm_config.quant_config = GGUFConfig()  # what --quantization gguf builds (from_config)
@@ -383,9 +384,11 @@ def _load(engine: dict, types: dict | None, seed: int, unguarded: bool = False) 
         # every parameter's loader records the tensors it receives (the models fall back to
         # default_weight_loader where a parameter has none: the same function, recorded)
         for p in model.parameters():
+
             def wrapped(param, loaded_weight, *a, _loader=getattr(p, "weight_loader", default_weight_loader), **k):
                 received.add(id(loaded_weight))
                 return _loader(param, loaded_weight, *a, **k)
+
             p.weight_loader = wrapped
         real_load = model.load_weights
 
@@ -423,9 +426,12 @@ def _load(engine: dict, types: dict | None, seed: int, unguarded: bool = False) 
 
 
 # variant: (type overrides, seed, refusal switched off)
-VARIANTS = {"standard": (None, 11, False), "mixed": (MIXED_TYPES, 12, False),
-            "mixed_experts": (MIXED_EXPERT_TYPES, 13, False),
-            "mixed_experts_unguarded": (MIXED_EXPERT_TYPES, 13, True)}
+VARIANTS = {
+    "standard": (None, 11, False),
+    "mixed": (MIXED_TYPES, 12, False),
+    "mixed_experts": (MIXED_EXPERT_TYPES, 13, False),
+    "mixed_experts_unguarded": (MIXED_EXPERT_TYPES, 13, True),
+}
 
 
 def main(argv):

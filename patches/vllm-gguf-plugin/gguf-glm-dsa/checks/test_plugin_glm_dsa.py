@@ -8,6 +8,7 @@ weight adapter, weight_utils and loader modules can be imported from the tree un
 test_pristine_release_fails (marked pristine_fails) runs these same checks against the unpatched
 release and requires each of them to fail there for the bug it targets.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -56,14 +57,19 @@ def files(tmp_path_factory):
     return {
         "glm": gf.build_mla_gguf(d / "glm5-tiny.gguf", "glm-dsa", seed=1),
         "ds_split": gf.build_mla_gguf(d / "dsv3-split.gguf", "deepseek2", seed=2),
-        "llama_missing": gf.build_llama_gguf(d / "llama-missing.gguf", seed=5,
-                                             drop=("blk.1.ffn_norm.weight",)),
+        "llama_missing": gf.build_llama_gguf(d / "llama-missing.gguf", seed=5, drop=("blk.1.ffn_norm.weight",)),
     }
 
 
 def model_config(tiny):
-    return types.SimpleNamespace(model=str(tiny.path), model_weights=None, hf_config=tiny.config,
-                                 trust_remote_code=False, revision=None, dtype=torch.float32)
+    return types.SimpleNamespace(
+        model=str(tiny.path),
+        model_weights=None,
+        hf_config=tiny.config,
+        trust_remote_code=False,
+        revision=None,
+        dtype=torch.float32,
+    )
 
 
 def load(plugin, tiny):
@@ -105,8 +111,14 @@ def test_glm_indexer_float_and_suffix_only(glm, files):
             name = f"{attn}.indexer.{leaf}"
             assert name in weights and weights[name].is_floating_point(), name
             torch.testing.assert_close(weights[name].float(), torch.from_numpy(tiny.hf[name]), rtol=0, atol=0)
-        for module in ("kv_b_proj", "indexer.wq_b", "indexer.wk", "indexer.weights_proj",
-                       "indexer.k_norm", "indexer.wk_weights_proj"):
+        for module in (
+            "kv_b_proj",
+            "indexer.wq_b",
+            "indexer.wk",
+            "indexer.weights_proj",
+            "indexer.k_norm",
+            "indexer.wk_weights_proj",
+        ):
             assert f"{attn}.{module}" in spec.unquantized_modules, module
 
 
@@ -126,7 +138,7 @@ def test_kv_b_proj_rebuilt_and_tp_shards(plugin, files, key):
         for tp in TP_SIZES:
             rows = w.shape[0] // tp
             for rank in range(tp):
-                shard = w[rank * rows:(rank + 1) * rows].reshape(H // tp, -1, c.kv_lora_rank)
+                shard = w[rank * rows : (rank + 1) * rows].reshape(H // tp, -1, c.kv_lora_rank)
                 heads = range(rank * H // tp, (rank + 1) * H // tp)
                 assert torch.equal(shard[:, :nope], torch.stack([k_b[h].T for h in heads])), (tp, rank)
                 assert torch.equal(shard[:, nope:], torch.stack([v_b[h] for h in heads])), (tp, rank)
@@ -140,16 +152,16 @@ MIXED_EXPERTS = [("Q4_K", "Q4_0"), ("Q5_K", "Q5_0"), ("Q4_0", "Q4_K"), ("Q8_0", 
 
 @pytest.mark.parametrize("gate,up", MIXED_EXPERTS, ids=[f"{g}-{u}" for g, u in MIXED_EXPERTS])
 def test_mixed_expert_types_refused_at_load(plugin, tmp_path, gate, up):
-    tiny = gf.build_mla_gguf(tmp_path / "glm5-mixed-experts.gguf", "glm-dsa", seed=21,
-                             type_overrides={"ffn_gate_exps": gate, "ffn_up_exps": up})
+    tiny = gf.build_mla_gguf(
+        tmp_path / "glm5-mixed-experts.gguf", "glm-dsa", seed=21, type_overrides={"ffn_gate_exps": gate, "ffn_up_exps": up}
+    )
     moe_layers = [i for i in range(tiny.config.num_hidden_layers) if f"blk.{i}.ffn_gate_exps.weight" in tiny.stored]
     assert moe_layers, "fixture must have routed experts"
     with pytest.raises(ValueError) as err:
         load(plugin, tiny)
     message = str(err.value)
     for i in moe_layers:
-        assert (f"layer {i}: blk.{i}.ffn_gate_exps.weight is {gate}, blk.{i}.ffn_up_exps.weight is {up}"
-                in message), message
+        assert f"layer {i}: blk.{i}.ffn_gate_exps.weight is {gate}, blk.{i}.ffn_up_exps.weight is {up}" in message, message
     assert "one type for ffn_gate_exps and ffn_up_exps" in message, message
 
 
@@ -175,8 +187,7 @@ def test_missing_weight_is_an_error_naming_the_parameter(plugin, files):
 # ---------------------------------------------------------------------------------------------
 
 HERE = pathlib.Path(__file__).resolve().parent
-COMPANIONS = tuple(ref.split("@", 1)[1] for ref in
-                   yaml.safe_load((HERE.parent / "patch.yaml").read_text())["smoke"]["with"])
+COMPANIONS = tuple(ref.split("@", 1)[1] for ref in yaml.safe_load((HERE.parent / "patch.yaml").read_text())["smoke"]["with"])
 # the files _glm5_model_probe.py loads (its VARIANTS)
 PROBE_VARIANTS = ("standard", "mixed", "mixed_experts", "mixed_experts_unguarded")
 # the class GlmMoeDsaForCausalLM resolves to on CUDA: deepseek_v2's subclass up to 0.28, the DSA
@@ -185,8 +196,11 @@ DSA_PACKAGE_FROM = (0, 29)
 
 
 def _tree_version(tree: str) -> str | None:
-    found = re.search(r"^__version__ = version = '([^']+)'", (pathlib.Path(tree) / "vllm" / "_version.py").read_text(),
-                      re.M) if (pathlib.Path(tree) / "vllm" / "_version.py").is_file() else None
+    found = (
+        re.search(r"^__version__ = version = '([^']+)'", (pathlib.Path(tree) / "vllm" / "_version.py").read_text(), re.M)
+        if (pathlib.Path(tree) / "vllm" / "_version.py").is_file()
+        else None
+    )
     return found.group(1) if found else None
 
 
@@ -208,25 +222,36 @@ def real_models(patched_tree, tmp_path_factory):
     """{vllm version: {variant: report}}, the probes of every companion tree run side by side."""
     out = tmp_path_factory.mktemp("glm5-real-models")
     trees = {v: t for v, t in companion_trees().items() if v in COMPANIONS}
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(pathlib.Path(gf.__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")]))
-    procs = {v: subprocess.Popen([sys.executable, str(HERE / "_glm5_model_probe.py"), tree, str(patched_tree),
-                                  str(out / f"{v}.json")], env=env, stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT, text=True)
-             for v, tree in trees.items()}
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(pathlib.Path(gf.__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")]),
+    )
+    procs = {
+        v: subprocess.Popen(
+            [sys.executable, str(HERE / "_glm5_model_probe.py"), tree, str(patched_tree), str(out / f"{v}.json")],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for v, tree in trees.items()
+    }
     reports = {}
     for version, proc in procs.items():
         log = proc.communicate(timeout=900)[0]
         path = out / f"{version}.json"
-        reports[version] = (json.loads(path.read_text()) if path.is_file()
-                            else {variant: {"error": log[-3000:]} for variant in PROBE_VARIANTS})
+        reports[version] = (
+            json.loads(path.read_text()) if path.is_file() else {variant: {"error": log[-3000:]} for variant in PROBE_VARIANTS}
+        )
     return reports
 
 
 def _real_report(real_models, version, variant):
     if version not in real_models:
-        pytest.skip(f"no companion tree for vllm@{version}: smoke passes it in PATCHCTL_VLLM_TREES "
-                    f"(have: {sorted(real_models) or 'none'})")
+        pytest.skip(
+            f"no companion tree for vllm@{version}: smoke passes it in PATCHCTL_VLLM_TREES "
+            f"(have: {sorted(real_models) or 'none'})"
+        )
     r = real_models[version].get(variant, {"error": f"the probe reported no {variant!r} variant"})
     if r.get("plugin_incompatible"):
         pytest.skip(f"this plugin release does not import against vLLM {version}: {r['plugin_incompatible']}")
@@ -246,8 +271,11 @@ def test_real_glm5_model_takes_exactly_the_plugin_weights(real_models, version, 
     assert r["error"] is None, r["error"]
     assert r["vllm_version"] == version
     new = tuple(int(x) for x in version.split(".")[:2]) >= DSA_PACKAGE_FROM
-    assert r["model_class"] == ("vllm.models.deepseek_v32.nvidia.model.DeepseekV32ForCausalLM" if new
-                                else "vllm.model_executor.models.deepseek_v2.GlmMoeDsaForCausalLM")
+    assert r["model_class"] == (
+        "vllm.models.deepseek_v32.nvidia.model.DeepseekV32ForCausalLM"
+        if new
+        else "vllm.model_executor.models.deepseek_v2.GlmMoeDsaForCausalLM"
+    )
     params = set(r["params"])
     assert set(r["loaded"]) == params, (sorted(params - set(r["loaded"])), sorted(set(r["loaded"]) - params))
     assert not r["unconsumed"], f"yielded but taken by no weight loader: {r['unconsumed']}"
@@ -266,8 +294,7 @@ def test_real_glm5_mixed_expert_types_refused(real_models, version):
     r = _real_report(real_models, version, "mixed_experts")
     assert r["file_types"]["blk.1.ffn_gate_exps.weight"] == "Q4_K", r["file_types"]
     assert r["file_types"]["blk.1.ffn_up_exps.weight"] == "Q4_0", r["file_types"]
-    assert r["error"] is not None, ("loaded without an error; value mismatches: "
-                                    f"{r.get('value_mismatches')}")
+    assert r["error"] is not None, f"loaded without an error; value mismatches: {r.get('value_mismatches')}"
     assert r["error"].startswith("ValueError: GGUF routed experts store gate and up in different types"), r["error"]
     assert "layer 1: blk.1.ffn_gate_exps.weight is Q4_K, blk.1.ffn_up_exps.weight is Q4_0" in r["error"]
     assert not r["yielded"], "weights reached the model before the refusal"
@@ -296,8 +323,7 @@ PRISTINE_FAILS = {
     "test_missing_weight_is_an_error_naming_the_parameter": "DID NOT RAISE",
     # the unpatched plugin cannot map a GLM-5 file at all (a mixed-type file of a model it maps
     # loads silently: test_real_glm5_moe_keeps_one_w13_type shows it on the patched loader)
-    **{f"test_mixed_expert_types_refused_at_load[{g}-{u}]": "Unknown gguf model_type: glm_moe_dsa"
-       for g, u in MIXED_EXPERTS},
+    **{f"test_mixed_expert_types_refused_at_load[{g}-{u}]": "Unknown gguf model_type: glm_moe_dsa" for g, u in MIXED_EXPERTS},
 }
 REAL_PRISTINE_FAILS = "Unknown gguf model_type: glm_moe_dsa"
 
@@ -309,12 +335,21 @@ def test_pristine_release_fails(pristine_tree, tmp_path, plugin, real_models):
     expected = dict(PRISTINE_FAILS)
     # the real-model checks, where they ran on the patched plugin (a tree was passed, the plugin
     # release imports against it)
-    ran = [v for v, reports in real_models.items()
-           if not any(r.get("plugin_incompatible") for r in reports.values())]
-    expected.update({f"test_real_glm5_model_takes_exactly_the_plugin_weights[{v}-{variant}]": REAL_PRISTINE_FAILS
-                     for v in ran for variant in LOADING_VARIANTS})
-    expected.update({f"test_real_glm5_{test}[{v}]": REAL_PRISTINE_FAILS
-                     for v in ran for test in ("mixed_expert_types_refused", "moe_keeps_one_w13_type")})
+    ran = [v for v, reports in real_models.items() if not any(r.get("plugin_incompatible") for r in reports.values())]
+    expected.update(
+        {
+            f"test_real_glm5_model_takes_exactly_the_plugin_weights[{v}-{variant}]": REAL_PRISTINE_FAILS
+            for v in ran
+            for variant in LOADING_VARIANTS
+        }
+    )
+    expected.update(
+        {
+            f"test_real_glm5_{test}[{v}]": REAL_PRISTINE_FAILS
+            for v in ran
+            for test in ("mixed_expert_types_refused", "moe_keeps_one_w13_type")
+        }
+    )
     for test, needle in expected.items():
         outcome, message = results.get(test, ("absent", ""))
         # "error": the shared fixture that loads the GLM file raised (setup of the test)

@@ -19,6 +19,7 @@ tells which side computed it.
 MODE `dispatch`: the cases below with the stand-in installed.
 MODE `absent`: no DeepGEMM at all (neither `deep_gemm` nor a vendored copy is installed).
 """
+
 from __future__ import annotations
 
 import inspect
@@ -29,7 +30,7 @@ import tempfile
 
 from checklib import probe, stubs
 
-_STAND_IN = '''
+_STAND_IN = """
 import torch
 
 ARCH = 9  # the GPU's major arch, set by the probe per case
@@ -72,7 +73,7 @@ def fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table,
 
 
 fp8_paged_mqa_logits = fp8_fp4_paged_mqa_logits
-'''
+"""
 
 
 def _platform(cap):
@@ -92,8 +93,7 @@ def _set_cap(cap):
     from vllm.platforms.cuda import CudaPlatform
     from vllm.platforms.interface import DeviceCapability
 
-    CudaPlatform.get_device_capability = classmethod(
-        lambda cls, device_id=0: DeviceCapability(*cap))
+    CudaPlatform.get_device_capability = classmethod(lambda cls, device_id=0: DeviceCapability(*cap))
 
 
 def _reset_refusal():
@@ -118,10 +118,14 @@ def _inputs():
     torch.manual_seed(0)
     fp8 = torch.float8_e4m3fn
     M, N, H, D = 5, 23, 4, 32
-    pre = dict(q=torch.randn(M, H, D).to(fp8), k=torch.randn(N, D).to(fp8),
-               ks=torch.rand(N) + 0.5, w=torch.randn(M, H),
-               lo=torch.tensor([0, 0, 3, 5, 10], dtype=torch.int32),
-               hi=torch.tensor([1, 7, 12, 23, 23], dtype=torch.int32))
+    pre = dict(
+        q=torch.randn(M, H, D).to(fp8),
+        k=torch.randn(N, D).to(fp8),
+        ks=torch.rand(N) + 0.5,
+        w=torch.randn(M, H),
+        lo=torch.tensor([0, 0, 3, 5, 10], dtype=torch.int32),
+        hi=torch.tensor([1, 7, 12, 23, 23], dtype=torch.int32),
+    )
     return pre
 
 
@@ -153,13 +157,11 @@ def _wrapper_calls(pre) -> dict:
     from _dif_probe import _ref_prefill
 
     dg, mqa, paged, wrap = _wrappers()
-    ref = torch.tensor(_ref_prefill(pre["q"], pre["k"], pre["ks"], pre["w"], pre["lo"], pre["hi"]),
-                       dtype=torch.float64)
+    ref = torch.tensor(_ref_prefill(pre["q"], pre["k"], pre["ks"], pre["w"], pre["lo"], pre["hi"]), dtype=torch.float64)
     fin = torch.isfinite(ref)
 
     def prefill():
-        return mqa(wrap(pre["q"]), (pre["k"], pre["ks"]), pre["w"], pre["lo"], pre["hi"],
-                   clean_logits=False)
+        return mqa(wrap(pre["q"]), (pre["k"], pre["ks"]), pre["w"], pre["lo"], pre["hi"], clean_logits=False)
 
     ctx = torch.tensor([[9], [16]], dtype=torch.int32)
     bs, nblocks, D, H = 16, 4, pre["q"].shape[2], pre["q"].shape[1]
@@ -175,8 +177,7 @@ def _wrapper_calls(pre) -> dict:
     out["metadata"], sched = _call(lambda: dg.get_paged_mqa_logits_metadata(ctx, bs, 8))
     if sched is None:
         sched = torch.zeros(9, 2, dtype=torch.int32)
-    out["paged"], _ = _call(lambda: paged(wrap(qd), kv_cache, torch.randn(2, H), ctx, bt, sched, 32,
-                                          clean_logits=False))
+    out["paged"], _ = _call(lambda: paged(wrap(qd), kv_cache, torch.randn(2, H), ctx, bt, sched, 32, clean_logits=False))
     out["prefill_again"], _ = _call(prefill)
     return out
 
@@ -216,7 +217,7 @@ def _indexer_decode(sai, deep_gemm, cap, accepts) -> dict:
     scale = torch.rand(nblocks, bs) + 0.5
     raw = torch.empty(nblocks, bs * (D + 4), dtype=torch.uint8)
     raw[:, : bs * D] = vals.reshape(nblocks, -1).view(torch.uint8)
-    raw[:, bs * D:] = scale.reshape(nblocks, -1).view(torch.uint8).reshape(nblocks, -1)
+    raw[:, bs * D :] = scale.reshape(nblocks, -1).view(torch.uint8).reshape(nblocks, -1)
     kv_cache = raw.view(nblocks, bs, D + 4)  # the 3-D indexer cache allocation
     perm = torch.randperm(nblocks).to(torch.int32)
     block_table = perm[: B * 20].reshape(B, 20)
@@ -225,15 +226,25 @@ def _indexer_decode(sai, deep_gemm, cap, accepts) -> dict:
     seq_lens = torch.tensor(lens, dtype=torch.int32)[:, None]
 
     decode = types.SimpleNamespace(
-        decode_lens=torch.ones(B, dtype=torch.int32), requires_padding=False,
-        seq_lens=seq_lens, block_table=block_table,
-        schedule_metadata=torch.zeros(9, 2, dtype=torch.int32))
+        decode_lens=torch.ones(B, dtype=torch.int32),
+        requires_padding=False,
+        seq_lens=seq_lens,
+        block_table=block_table,
+        schedule_metadata=torch.zeros(9, 2, dtype=torch.int32),
+    )
 
     class Meta(types.SimpleNamespace):
         pass
 
-    meta = Meta(slot_mapping=torch.zeros(B, dtype=torch.int64), num_decodes=B, num_prefills=0,
-                num_decode_tokens=B, max_seq_len=max(lens), decode=decode, prefill=None)
+    meta = Meta(
+        slot_mapping=torch.zeros(B, dtype=torch.int64),
+        num_decodes=B,
+        num_prefills=0,
+        num_decode_tokens=B,
+        max_seq_len=max(lens),
+        decode=decode,
+        prefill=None,
+    )
     sai.DeepseekV32IndexerMetadata = Meta  # the type the function asserts
     sai.get_forward_context = lambda: types.SimpleNamespace(attn_metadata={"layer.k": meta})
 
@@ -247,8 +258,22 @@ def _indexer_decode(sai, deep_gemm, cap, accepts) -> dict:
     res: dict = {}
     try:
         sai.sparse_attn_indexer(
-            torch.zeros(B, 8), "layer.k", kv_cache, q, None, None, weights, 128, "ue8m0",
-            topk, D, max_model_len, sum(lens), buf, True)
+            torch.zeros(B, 8),
+            "layer.k",
+            kv_cache,
+            q,
+            None,
+            None,
+            weights,
+            128,
+            "ue8m0",
+            topk,
+            D,
+            max_model_len,
+            sum(lens),
+            buf,
+            True,
+        )
     except Exception as e:  # noqa: BLE001 - reported to the check
         res["error"] = f"{type(e).__name__}: {e}"[:600]
     res["topk_op"] = list(launched)
@@ -281,8 +306,9 @@ def _register_topk_ops():
     lib = torch.library.Library("_C", "FRAGMENT")
 
     def make(name):
-        lib.define(f"{name}(Tensor logits, Tensor lengths, Tensor(a!) output, "
-                   "Tensor(b!) workspace, int k, int max_seq_len) -> ()")
+        lib.define(
+            f"{name}(Tensor logits, Tensor lengths, Tensor(a!) output, Tensor(b!) workspace, int k, int max_seq_len) -> ()"
+        )
 
         def impl(logits, lengths, output, workspace, k, max_seq_len):
             launched.append(name)
@@ -364,15 +390,21 @@ def probe_absent() -> dict:
     # CustomOp.__init__ picks the forward from the compilation config (vllm.config imports
     # more than a CPU smoke env has); the DeepGEMM check after it is the release's own.
     CustomOp.__init__ = lambda self, *a, **k: torch.nn.Module.__init__(self)
-    res["constructor_needs_deep_gemm"] = "has_deep_gemm()" in inspect.getsource(
-        sai.SparseAttnIndexer.__init__)
+    res["constructor_needs_deep_gemm"] = "has_deep_gemm()" in inspect.getsource(sai.SparseAttnIndexer.__init__)
     built = {}
     for name, cap in (("sm120", (12, 0)), ("sm90", (9, 0))):
         _set_cap(cap)
         params = inspect.signature(sai.SparseAttnIndexer.__init__).parameters
-        kw = dict(k_cache=None, quant_block_size=128, scale_fmt="ue8m0", topk_tokens=512,
-                  head_dim=128, max_model_len=1024, max_total_seq_len=1024,
-                  topk_indices_buffer=torch.zeros(1, 512, dtype=torch.int32))
+        kw = dict(
+            k_cache=None,
+            quant_block_size=128,
+            scale_fmt="ue8m0",
+            topk_tokens=512,
+            head_dim=128,
+            max_model_len=1024,
+            max_total_seq_len=1024,
+            topk_indices_buffer=torch.zeros(1, 512, dtype=torch.int32),
+        )
         try:
             sai.SparseAttnIndexer(**{k: v for k, v in kw.items() if k in params})
             built[name] = "built"
@@ -384,8 +416,10 @@ def probe_absent() -> dict:
 
 def run(tree: pathlib.Path, mode: str) -> dict:
     """This probe in MODE against `tree` (checklib.probe), vLLM imported from the tree."""
-    env = {"VLLM_CACHE_ROOT": os.environ.get("VLLM_CACHE_ROOT") or tempfile.mkdtemp(prefix="dif-vllm-cache-"),
-           "VLLM_DSA_INDEXER_FALLBACK": None}
+    env = {
+        "VLLM_CACHE_ROOT": os.environ.get("VLLM_CACHE_ROOT") or tempfile.mkdtemp(prefix="dif-vllm-cache-"),
+        "VLLM_DSA_INDEXER_FALLBACK": None,
+    }
     res = probe.run_probe(tree, __file__, mode, env=env)
     probe.assert_imported_from(res, "vllm_file", tree)
     return res

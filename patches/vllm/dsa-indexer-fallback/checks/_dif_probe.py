@@ -7,6 +7,7 @@ VLLM_DSA_INDEXER_FALLBACK=1 and compares them with an independent per-row refere
 MODE `wrapper`: calls the prefill wrapper once with VLLM_DSA_INDEXER_FALLBACK=1 and reports
 what it did: "ran", or the RuntimeError it raised (the pristine release has no fallback).
 """
+
 from __future__ import annotations
 
 import os
@@ -71,23 +72,18 @@ def probe_fallback() -> dict:
     raw[:, : bs * D] = kvals.reshape(nblocks, -1).view(torch.uint8)
     raw[:, bs * D :] = kscale.reshape(nblocks, -1).view(torch.uint8).reshape(nblocks, -1)
     kv_cache = raw.view(nblocks, bs, 1, D + 4)
-    block_tables = torch.tensor(
-        [[3, 7, 1, 0, 0], [9, 2, 5, 4, 8], [6, 0, 0, 0, 0]], dtype=torch.int32
-    )
+    block_tables = torch.tensor([[3, 7, 1, 0, 0], [9, 2, 5, 4, 8], [6, 0, 0, 0, 0]], dtype=torch.int32)
     cases = {}
     for next_n, two_d in ((1, False), (1, True), (2, False), (2, True)):
         lens = torch.tensor([37, 75, 9], dtype=torch.int32)
         qd = torch.randn(B, next_n, H, D).to(fp8)
         wd = torch.randn(B * next_n, H)
         if two_d:
-            ctx = torch.stack(
-                [lens - next_n + 1 + j for j in range(next_n)], dim=1
-            ).to(torch.int32)
+            ctx = torch.stack([lens - next_n + 1 + j for j in range(next_n)], dim=1).to(torch.int32)
         else:
             ctx = lens
         sched = dg.get_paged_mqa_logits_metadata(ctx, bs, 8)
-        got = paged(wrap(qd), kv_cache, wd, ctx, block_tables, sched, max_model_len,
-                    clean_logits=False)
+        got = paged(wrap(qd), kv_cache, wd, ctx, block_tables, sched, max_model_len, clean_logits=False)
         ref = torch.full((B * next_n, max_model_len), float("-inf"), dtype=torch.float64)
         for b in range(B):
             for j in range(next_n):
@@ -96,9 +92,7 @@ def probe_fallback() -> dict:
                     blk = int(block_tables[b, p // bs])
                     kk = kvals[blk, p % bs].double()
                     s = (qd[b, j].double() @ kk).clamp(min=0)
-                    ref[b * next_n + j, p] = float(
-                        (s * wd[b * next_n + j].double()).sum() * kscale[blk, p % bs]
-                    )
+                    ref[b * next_n + j, p] = float((s * wd[b * next_n + j].double()).sum() * kscale[blk, p % bs])
         fin = torch.isfinite(ref)
         cases[f"next_n={next_n},2d={two_d}"] = {
             "shape": list(got.shape),
@@ -123,8 +117,14 @@ def probe_wrapper() -> dict:
 
     f = getattr(dg, "fp8_fp4_mqa_logits", None) or dg.fp8_mqa_logits
     try:
-        f(torch.zeros(1, 1, 8), (torch.zeros(1, 8), torch.ones(1)), torch.ones(1, 1),
-          torch.zeros(1, dtype=torch.int32), torch.ones(1, dtype=torch.int32), clean_logits=False)
+        f(
+            torch.zeros(1, 1, 8),
+            (torch.zeros(1, 8), torch.ones(1)),
+            torch.ones(1, 1),
+            torch.zeros(1, dtype=torch.int32),
+            torch.ones(1, dtype=torch.int32),
+            clean_logits=False,
+        )
         return {"wrapper": "ran"}
     except RuntimeError as e:
         return {"wrapper": str(e)}
@@ -132,8 +132,10 @@ def probe_wrapper() -> dict:
 
 def run(tree: pathlib.Path, mode: str, extra_env: dict | None = None) -> dict:
     """This probe in MODE against `tree` (checklib.probe), vLLM imported from the tree."""
-    env = {"VLLM_CACHE_ROOT": os.environ.get("VLLM_CACHE_ROOT") or tempfile.mkdtemp(prefix="dif-vllm-cache-"),
-           **(extra_env or {})}
+    env = {
+        "VLLM_CACHE_ROOT": os.environ.get("VLLM_CACHE_ROOT") or tempfile.mkdtemp(prefix="dif-vllm-cache-"),
+        **(extra_env or {}),
+    }
     res = probe.run_probe(tree, __file__, mode, env=env)
     probe.assert_imported_from(res, "vllm_file", tree)
     return res

@@ -1,6 +1,7 @@
 """GPU check (run on an H200 here): the fallback logits run on CUDA, are
 capturable in a CUDA graph (sync-free), and match a plain einsum reference.
 Loads the fallback module from the patched tree by path (torch only)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -12,9 +13,7 @@ import pytest
 def test_gpu_fallback_logits_and_cuda_graph(patched_tree):
     import torch
 
-    spec = importlib.util.spec_from_file_location(
-        "dif", patched_tree / "vllm/v1/attention/ops/dsa_indexer_fallback.py"
-    )
+    spec = importlib.util.spec_from_file_location("dif", patched_tree / "vllm/v1/attention/ops/dsa_indexer_fallback.py")
     f = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(f)
     dev, fp8 = "cuda", torch.float8_e4m3fn
@@ -89,18 +88,19 @@ def _load_with_platform(patched_tree, capability):
         def support_deep_gemm(self):
             return True
 
-    mods = {"vllm": types.ModuleType("vllm"), "vllm.platforms": types.ModuleType("vllm.platforms"),
-            "vllm.logger": types.ModuleType("vllm.logger"),
-            "vllm.utils": types.ModuleType("vllm.utils"),
-            "vllm.utils.import_utils": types.ModuleType("vllm.utils.import_utils")}
+    mods = {
+        "vllm": types.ModuleType("vllm"),
+        "vllm.platforms": types.ModuleType("vllm.platforms"),
+        "vllm.logger": types.ModuleType("vllm.logger"),
+        "vllm.utils": types.ModuleType("vllm.utils"),
+        "vllm.utils.import_utils": types.ModuleType("vllm.utils.import_utils"),
+    }
     mods["vllm.platforms"].current_platform = Platform()
     mods["vllm.logger"].init_logger = logging.getLogger
     mods["vllm.utils.import_utils"].has_deep_gemm = lambda: True
     saved = {name: sys.modules.get(name) for name in mods}
     sys.modules.update(mods)
-    spec = importlib.util.spec_from_file_location(
-        "dif_refusal", patched_tree / "vllm/v1/attention/ops/dsa_indexer_fallback.py"
-    )
+    spec = importlib.util.spec_from_file_location("dif_refusal", patched_tree / "vllm/v1/attention/ops/dsa_indexer_fallback.py")
     f = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(f)
     return f, saved
@@ -139,8 +139,7 @@ def test_gpu_refusal_inside_cuda_graph_capture(patched_tree, monkeypatch):
                 return f.fp8_paged_mqa_logits_fallback(q, kv, w, cl, bt, mml)
             asked.append(1)
             torch.empty(B, mml, device=dev)  # DeepGEMM allocates its logits, then refuses
-            raise RuntimeError("Assertion error (csrc/apis/attention.hpp:376): "
-                               "Unsupported architecture")
+            raise RuntimeError("Assertion error (csrc/apis/attention.hpp:376): Unsupported architecture")
 
         guarded = f.on_refusal(paged)
         assert f.use_indexer_fallback() is False  # DeepGEMM is trusted until it refuses

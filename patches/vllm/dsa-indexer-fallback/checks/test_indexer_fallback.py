@@ -1,4 +1,5 @@
 """The DSA indexer's DeepGEMM logits wrappers fall back to PyTorch (CPU check)."""
+
 from __future__ import annotations
 
 import pytest
@@ -18,9 +19,7 @@ def test_prefill_logits_match_reference(res):
     assert p["max_abs_err"] < 1e-3, p
 
 
-@pytest.mark.parametrize(
-    "case", ["next_n=1,2d=False", "next_n=1,2d=True", "next_n=2,2d=False", "next_n=2,2d=True"]
-)
+@pytest.mark.parametrize("case", ["next_n=1,2d=False", "next_n=1,2d=True", "next_n=2,2d=False", "next_n=2,2d=True"])
 def test_paged_decode_logits_match_reference(res, case):
     c = res["paged"][case]
     n = int(case.split(",")[0].split("=")[1])
@@ -40,5 +39,4 @@ def test_pristine_wrapper_needs_deepgemm(pristine_tree):
     r = run(pristine_tree, "wrapper", {"VLLM_DSA_INDEXER_FALLBACK": "1"})
     # "... is not available or outdated" up to 0.20, "... is unavailable in the current vLLM
     # environment" from 0.21
-    assert any(m in r["wrapper"] for m in ("DeepGEMM backend is not available",
-                                           "DeepGEMM backend is unavailable")), r
+    assert any(m in r["wrapper"] for m in ("DeepGEMM backend is not available", "DeepGEMM backend is unavailable")), r

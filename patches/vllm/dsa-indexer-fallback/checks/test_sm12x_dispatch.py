@@ -8,6 +8,7 @@ keeps running, and the cooperative top-k is not launched on 12.x. Where it does 
 0.19-0.23): the fallback on 12.x without asking DeepGEMM. Everywhere: 9.0 / 10.0 unchanged;
 VLLM_DSA_INDEXER_FALLBACK=1 forces the fallback and =0 leaves DeepGEMM's answer (or error).
 """
+
 from __future__ import annotations
 
 import pytest

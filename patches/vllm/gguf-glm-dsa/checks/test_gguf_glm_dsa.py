@@ -5,6 +5,7 @@ GGUFModelLoader (imported from the release tree under test) maps and iterates th
 GPU. test_pristine_release_fails (marked pristine_fails) runs these same checks against the
 unpatched release and requires each patch-specific check to fail there for the bug it targets.
 """
+
 from __future__ import annotations
 
 import pathlib
@@ -18,15 +19,14 @@ from checklib.pristine import run_checks_on_pristine
 
 torch = pytest.importorskip("torch")
 
-FLOAT_MODULE = re.compile(
-    r"model\.layers\.\d+\.self_attn\.(kv_b_proj|indexer\.(wq_b|wk|k_norm|weights_proj))\.(weight|bias)"
-)
+FLOAT_MODULE = re.compile(r"model\.layers\.\d+\.self_attn\.(kv_b_proj|indexer\.(wq_b|wk|k_norm|weights_proj))\.(weight|bias)")
 TP_SIZES = (2, 4, 8)
 
 
 # ---------------------------------------------------------------------------------------------
 # fixtures
 # ---------------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="session")
 def gguf_loader(patched_tree, tmp_path_factory):
@@ -54,15 +54,19 @@ def files(tmp_path_factory):
         "ds_split": gf.build_mla_gguf(d / "dsv3-split.gguf", "deepseek2", seed=2),
         "ds_legacy": gf.build_mla_gguf(d / "dsv3-legacy.gguf", "deepseek2", seed=3, split_kv_b=False),
         "llama": gf.build_llama_gguf(d / "llama-tiny.gguf", seed=4),
-        "llama_missing": gf.build_llama_gguf(d / "llama-missing.gguf", seed=5,
-                                             drop=("blk.1.ffn_norm.weight",)),
+        "llama_missing": gf.build_llama_gguf(d / "llama-missing.gguf", seed=5, drop=("blk.1.ffn_norm.weight",)),
     }
 
 
 def model_config(tiny: gf.TinyGGUF):
     return types.SimpleNamespace(
-        model=str(tiny.path), model_weights=None, hf_config=tiny.config, trust_remote_code=False,
-        revision=None, dtype=torch.float32, quantization="gguf",
+        model=str(tiny.path),
+        model_weights=None,
+        hf_config=tiny.config,
+        trust_remote_code=False,
+        revision=None,
+        dtype=torch.float32,
+        quantization="gguf",
     )
 
 
@@ -87,8 +91,7 @@ def expected_names(tiny: gf.TinyGGUF) -> set[str]:
 
 
 def set_diff(got: set, want: set) -> str:
-    return ("unexpected: " + ", ".join(sorted(got - want)) + " | missing: "
-            + ", ".join(sorted(want - got)))
+    return "unexpected: " + ", ".join(sorted(got - want)) + " | missing: " + ", ".join(sorted(want - got))
 
 
 def iterate(loader, tiny, name_map=None) -> dict[str, torch.Tensor]:
@@ -109,6 +112,7 @@ def glm_weights(loader, files):
 # ---------------------------------------------------------------------------------------------
 # GLM-5 (glm-dsa)
 # ---------------------------------------------------------------------------------------------
+
 
 def test_glm_map_covers_every_tensor(loader, files):
     tiny = files["glm"]
@@ -152,7 +156,7 @@ def test_glm_kv_b_proj_tp_row_shards_hold_own_heads(files, glm_weights, tp):
         v_b = torch.from_numpy(tiny.stored[f"blk.{layer}.attn_v_b.weight"].values)  # [H, v, rank]
         rows = w.shape[0] // tp
         for rank in range(tp):
-            shard = w[rank * rows:(rank + 1) * rows].reshape(H // tp, nope + vdim, -1)
+            shard = w[rank * rows : (rank + 1) * rows].reshape(H // tp, nope + vdim, -1)
             for i, head in enumerate(range(rank * H // tp, (rank + 1) * H // tp)):
                 assert torch.equal(shard[i, :nope], k_b[head].T), f"layer {layer} tp{tp} rank {rank}: k of head {head}"
                 assert torch.equal(shard[i, nope:], v_b[head]), f"layer {layer} tp{tp} rank {rank}: v of head {head}"
@@ -191,21 +195,29 @@ def test_glm_load_model_builds_indexer_and_kv_b_unquantized(gguf_loader, loader,
     monkeypatch.setattr(gguf_loader, "initialize_model", lambda **kw: FakeModel())
     monkeypatch.setattr(gguf_loader, "process_weights_after_loading", lambda *a, **k: None)
     quant = types.SimpleNamespace(unquantized_modules=[])
-    vllm_config = types.SimpleNamespace(device_config=types.SimpleNamespace(device="cpu"),
-                                        quant_config=quant, model_config=model_config(tiny))
+    vllm_config = types.SimpleNamespace(
+        device_config=types.SimpleNamespace(device="cpu"), quant_config=quant, model_config=model_config(tiny)
+    )
     loader.load_model(vllm_config, vllm_config.model_config)
     assert set(seen) == want, set_diff(set(seen), want)
     unquant = set(quant.unquantized_modules)
     for layer in range(tiny.config.num_hidden_layers):
         attn = f"model.layers.{layer}.self_attn"
-        for module in ("kv_b_proj", "indexer.wq_b", "indexer.wk", "indexer.weights_proj",
-                       "indexer.k_norm", "indexer.wk_weights_proj"):
+        for module in (
+            "kv_b_proj",
+            "indexer.wq_b",
+            "indexer.wk",
+            "indexer.weights_proj",
+            "indexer.k_norm",
+            "indexer.wk_weights_proj",
+        ):
             assert f"{attn}.{module}" in unquant, f"{attn}.{module} not in unquantized modules"
 
 
 # ---------------------------------------------------------------------------------------------
 # DeepSeek V3 (deepseek2): split k_b/v_b and legacy attn_kv_b
 # ---------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("key", ["ds_split", "ds_legacy"])
 def test_deepseek2_map_with_fused_experts(loader, files, key):
@@ -230,14 +242,16 @@ def test_deepseek2_kv_b_proj_loaded_as_float(loader, files, key):
         for tp in TP_SIZES:
             rows = weights[name].shape[0] // tp
             for rank in range(tp):
-                want = tiny.hf[name].reshape(H, -1, tiny.config.kv_lora_rank)[rank * H // tp:(rank + 1) * H // tp]
-                assert torch.equal(weights[name][rank * rows:(rank + 1) * rows].float(),
-                                   torch.from_numpy(want.reshape(rows, -1))), (tp, rank)
+                want = tiny.hf[name].reshape(H, -1, tiny.config.kv_lora_rank)[rank * H // tp : (rank + 1) * H // tp]
+                assert torch.equal(
+                    weights[name][rank * rows : (rank + 1) * rows].float(), torch.from_numpy(want.reshape(rows, -1))
+                ), (tp, rank)
 
 
 # ---------------------------------------------------------------------------------------------
 # Missing weights are an error; unrelated architectures load as before
 # ---------------------------------------------------------------------------------------------
+
 
 def llama_expected(tiny: gf.TinyGGUF) -> set[str]:
     out = set()
@@ -297,8 +311,9 @@ MIXED_EXPERTS = [("Q4_K", "Q4_0"), ("Q5_K", "Q5_0"), ("Q4_0", "Q4_K"), ("Q8_0", 
 
 @pytest.mark.parametrize("gate,up", MIXED_EXPERTS, ids=[f"{g}-{u}" for g, u in MIXED_EXPERTS])
 def test_mixed_expert_types_refused_at_load(loader, tmp_path, gate, up):
-    tiny = gf.build_mla_gguf(tmp_path / "glm5-mixed-experts.gguf", "glm-dsa", seed=21,
-                             type_overrides={"ffn_gate_exps": gate, "ffn_up_exps": up})
+    tiny = gf.build_mla_gguf(
+        tmp_path / "glm5-mixed-experts.gguf", "glm-dsa", seed=21, type_overrides={"ffn_gate_exps": gate, "ffn_up_exps": up}
+    )
     moe_layers = [i for i in range(tiny.config.num_hidden_layers) if f"blk.{i}.ffn_gate_exps.weight" in tiny.stored]
     assert moe_layers, "fixture must have routed experts"
     model = _Recorder(expected_names(tiny))
@@ -306,8 +321,7 @@ def test_mixed_expert_types_refused_at_load(loader, tmp_path, gate, up):
         loader.load_weights(model, model_config(tiny))
     message = str(err.value)
     for i in moe_layers:
-        assert (f"layer {i}: blk.{i}.ffn_gate_exps.weight is {gate}, blk.{i}.ffn_up_exps.weight is {up}"
-                in message), message
+        assert f"layer {i}: blk.{i}.ffn_gate_exps.weight is {gate}, blk.{i}.ffn_up_exps.weight is {up}" in message, message
     assert "one type for ffn_gate_exps and ffn_up_exps" in message, message
     assert not model.seen, "weights reached the model before the refusal"
 
@@ -320,16 +334,24 @@ def test_fused_moe_keeps_one_w13_type(gguf_loader):
     from vllm.model_executor.layers.fused_moe.layer import FusedMoE
 
     # the attributes weight_loader reads before its GGUF type branch
-    standin = types.SimpleNamespace(quant_config=types.SimpleNamespace(get_name=lambda: "gguf"),
-                                    quant_method=object(),
-                                    _map_global_expert_id_to_local_expert_id=lambda expert_id: expert_id)
+    standin = types.SimpleNamespace(
+        quant_config=types.SimpleNamespace(get_name=lambda: "gguf"),
+        quant_method=object(),
+        _map_global_expert_id_to_local_expert_id=lambda expert_id: expert_id,
+    )
     param = torch.nn.Parameter(torch.empty(1, dtype=torch.uint8), requires_grad=False)
     param.is_gguf_weight_type = True
     param.weight_type = 0
     Q = gf._gguf().GGMLQuantizationType
     for shard_id, qtype in (("w1", Q.Q4_K), ("w3", Q.Q4_0)):
-        FusedMoE.weight_loader(standin, param, torch.tensor(int(qtype), dtype=torch.uint8),
-                               "experts.w13_qweight_type", shard_id=shard_id, expert_id=0)
+        FusedMoE.weight_loader(
+            standin,
+            param,
+            torch.tensor(int(qtype), dtype=torch.uint8),
+            "experts.w13_qweight_type",
+            shard_id=shard_id,
+            expert_id=0,
+        )
     assert param.weight_type == int(Q.Q4_0), param.weight_type
 
 
@@ -342,8 +364,7 @@ PRISTINE_FAILS = {
     "test_glm_map_covers_every_tensor": "Unknown gguf model_type: glm_moe_dsa",
     "test_glm_iterator_yields_expected_names": "qweights_proj",
     "test_glm_kv_b_proj_rebuilt_equals_hf": "kv_b_proj.weight was not loaded",
-    **{f"test_glm_kv_b_proj_tp_row_shards_hold_own_heads[{tp}]": "kv_b_proj.weight was not loaded"
-       for tp in TP_SIZES},
+    **{f"test_glm_kv_b_proj_tp_row_shards_hold_own_heads[{tp}]": "kv_b_proj.weight was not loaded" for tp in TP_SIZES},
     "test_glm_indexer_weights_arrive_as_float": "not yielded",
     "test_glm_load_model_builds_indexer_and_kv_b_unquantized": "Unknown gguf model_type: glm_moe_dsa",
     "test_deepseek2_map_with_fused_experts[ds_split]": "Failed to map GGUF parameters",
@@ -353,8 +374,7 @@ PRISTINE_FAILS = {
     "test_missing_weight_is_an_error_naming_the_parameter": "DID NOT RAISE",
     # the unpatched release cannot map a GLM-5 file at all (what a mixed file would meet there:
     # test_fused_moe_keeps_one_w13_type)
-    **{f"test_mixed_expert_types_refused_at_load[{g}-{u}]": "Unknown gguf model_type: glm_moe_dsa"
-       for g, u in MIXED_EXPERTS},
+    **{f"test_mixed_expert_types_refused_at_load[{g}-{u}]": "Unknown gguf model_type: glm_moe_dsa" for g, u in MIXED_EXPERTS},
 }
 PRISTINE_PASSES = {"test_llama_loads_as_before", "test_fused_moe_keeps_one_w13_type"}
 

@@ -6,6 +6,7 @@ iterators of the release tree under test. test_pristine_release_fails (marked pr
 runs the same checks on the unpatched release and requires them to fail there with the
 "qweights_proj" name.
 """
+
 from __future__ import annotations
 
 import pathlib
@@ -51,11 +52,11 @@ def expected(tiny):
 def check(tiny, yielded):
     names = [n for n, _ in yielded]
     assert len(names) == len(set(names)), "duplicate names"
-    assert "model.layers.1.self_attn.indexer.weights_proj.qweight" in names, (
-        "names yielded for weights_proj: " + ", ".join(n for n in names if "weights_proj" in n))
+    assert "model.layers.1.self_attn.indexer.weights_proj.qweight" in names, "names yielded for weights_proj: " + ", ".join(
+        n for n in names if "weights_proj" in n
+    )
     got, want = set(names), expected(tiny)
-    assert got == want, ("unexpected: " + ", ".join(sorted(got - want)) + " | missing: "
-                         + ", ".join(sorted(want - got)))
+    assert got == want, "unexpected: " + ", ".join(sorted(got - want)) + " | missing: " + ", ".join(sorted(want - got))
     by_name = dict(yielded)
     for hf, (_g, qtype) in tiny.ckpt.items():
         if qtype in ("split",) or qtype in gf.FLOAT_TYPES:

@@ -11,6 +11,7 @@ MODE `v2`: `_compute_slot_mappings_kernel` of vllm/v1/worker/gpu/block_table.py 
 loader it calls (`_load_ptr`, gpu/buffer_utils.py); each KV-cache group's block table is reached
 through an int64 tensor of CPU tensors' data_ptr()s, which the interpreter dereferences.
 """
+
 from __future__ import annotations
 
 import ast
@@ -44,7 +45,7 @@ def jit_source(path: pathlib.Path, name: str, owner: str | None = None) -> str:
     assert fn is not None, f"{path}: no function {name}" + (f" in {owner}" if owner else "")
     jit = [d for d in fn.decorator_list if "triton.jit" in ast.unparse(d)]
     assert jit, f"{path}: {name} is not @triton.jit"
-    return textwrap.dedent("\n".join(src.splitlines()[jit[0].lineno - 1:fn.end_lineno]))
+    return textwrap.dedent("\n".join(src.splitlines()[jit[0].lineno - 1 : fn.end_lineno]))
 
 
 def _load(parts: list[str]) -> Any:
@@ -74,11 +75,21 @@ def slots_v1(tree: pathlib.Path, args: dict) -> list:
     pos = torch.tensor(args["pos"], dtype=torch.int64)
     out = torch.full((args["max_tokens"],), 777, dtype=torch.int64)
     values = dict(
-        num_tokens=len(args["pos"]), max_num_tokens=args["max_tokens"], query_start_loc_ptr=qsl,
-        positions_ptr=pos, block_table_ptr=table, block_table_stride=args["stride"],
-        block_size=args["kv_block"], slot_mapping_ptr=out, KV_CACHE_BLOCK_SIZE=args["kv_block"],
-        BLOCKS_PER_KV_BLOCK=1, TOTAL_CP_WORLD_SIZE=1, TOTAL_CP_RANK=0, CP_KV_CACHE_INTERLEAVE_SIZE=1,
-        PAD_ID=args["pad"], BLOCK_SIZE=16,
+        num_tokens=len(args["pos"]),
+        max_num_tokens=args["max_tokens"],
+        query_start_loc_ptr=qsl,
+        positions_ptr=pos,
+        block_table_ptr=table,
+        block_table_stride=args["stride"],
+        block_size=args["kv_block"],
+        slot_mapping_ptr=out,
+        KV_CACHE_BLOCK_SIZE=args["kv_block"],
+        BLOCKS_PER_KV_BLOCK=1,
+        TOTAL_CP_WORLD_SIZE=1,
+        TOTAL_CP_RANK=0,
+        CP_KV_CACHE_INTERLEAVE_SIZE=1,
+        PAD_ID=args["pad"],
+        BLOCK_SIZE=16,
     )
     _call(k, values, (len(args["qsl"]),))
     return out.tolist()
@@ -88,8 +99,9 @@ def slots_v2(tree: pathlib.Path, args: dict) -> list:
     import torch
 
     gpu = tree / V2_DIR
-    k = _load([jit_source(gpu / "buffer_utils.py", "_load_ptr"),
-               jit_source(gpu / "block_table.py", "_compute_slot_mappings_kernel")])._compute_slot_mappings_kernel
+    k = _load(
+        [jit_source(gpu / "buffer_utils.py", "_load_ptr"), jit_source(gpu / "block_table.py", "_compute_slot_mappings_kernel")]
+    )._compute_slot_mappings_kernel
     tables = [torch.tensor(t, dtype=torch.int32) for t in args["tables"]]
     # The pointer table as vLLM builds it (BlockTables._make_ptr_tensor): one address per group.
     ptrs = torch.tensor([t.data_ptr() for t in tables], dtype=torch.int64)
@@ -103,11 +115,17 @@ def slots_v2(tree: pathlib.Path, args: dict) -> list:
         pos=torch.tensor(args["pos"], dtype=torch.int64),
         block_table_ptrs=ptrs,
         block_table_strides=torch.tensor([t.stride(0) for t in tables], dtype=torch.int64),
-        block_sizes=sizes, kernel_block_sizes=sizes,
+        block_sizes=sizes,
+        kernel_block_sizes=sizes,
         slot_mapping_enabled=torch.ones(groups, dtype=torch.bool),
         dcp_sharded=torch.zeros(groups, dtype=torch.bool),
-        slot_mappings_ptr=out, slot_mappings_stride=out.stride(0), cp_rank=0,
-        CP_SIZE=1, CP_INTERLEAVE=1, PAD_ID=args["pad"], TRITON_BLOCK_SIZE=16,
+        slot_mappings_ptr=out,
+        slot_mappings_stride=out.stride(0),
+        cp_rank=0,
+        CP_SIZE=1,
+        CP_INTERLEAVE=1,
+        PAD_ID=args["pad"],
+        TRITON_BLOCK_SIZE=16,
     )
     _call(k, values, (groups, len(args["qsl"])))
     return out.tolist()

@@ -21,6 +21,7 @@ the current platform (capability CAP stubbed):
      index_kpool tokens per state (DeepGEMM on arch 12 takes 32 or 64 states; vLLM declares 64).
 Errors are reported, not raised.
 """
+
 from __future__ import annotations
 
 import sys
@@ -29,8 +30,16 @@ import tempfile
 from checklib import probe, stubs
 
 # Imported at module level by 0.33's model / attention packages; never called on this path.
-MISSING_OK = ("uvloop", "prometheus_client", "xgrammar", "fastapi", "partial_json_parser",
-              "llguidance", "torchvision", "compressed_tensors")
+MISSING_OK = (
+    "uvloop",
+    "prometheus_client",
+    "xgrammar",
+    "fastapi",
+    "partial_json_parser",
+    "llguidance",
+    "torchvision",
+    "compressed_tensors",
+)
 
 
 def _tiny_config_dir() -> str:
@@ -39,10 +48,20 @@ def _tiny_config_dir() -> str:
     # Real MLA / indexer / KDA geometry; few layers, tiny hidden and MoE (page sizes depend only
     # on the geometry kept: kv_lora_rank, rope dim, index head dim, kpool, KDA heads x head dim).
     cfg = Glm5NextTextConfig(
-        num_hidden_layers=8, hidden_size=256, intermediate_size=512, moe_intermediate_size=128,
-        n_routed_experts=4, num_experts_per_tok=2, vocab_size=1024, pad_token_id=0,
-        num_attention_heads=8, num_key_value_heads=8, q_lora_rank=64, index_topk=64,
-        index_n_heads=4, architectures=["Glm5NextForCausalLM"],
+        num_hidden_layers=8,
+        hidden_size=256,
+        intermediate_size=512,
+        moe_intermediate_size=128,
+        n_routed_experts=4,
+        num_experts_per_tok=2,
+        vocab_size=1024,
+        pad_token_id=0,
+        num_attention_heads=8,
+        num_key_value_heads=8,
+        q_lora_rank=64,
+        index_topk=64,
+        index_n_heads=4,
+        architectures=["Glm5NextForCausalLM"],
     )
     folder = tempfile.mkdtemp(prefix="glm5next-tiny-")
     cfg.save_pretrained(folder)
@@ -76,10 +95,13 @@ def main() -> None:
     res: dict = {"vllm_file": vllm.__file__}
     mc = ModelConfig(model=_tiny_config_dir(), dtype="bfloat16", max_model_len=4096)
     model_cls, _ = registry.ModelRegistry.resolve_model_cls(mc.architecture, model_config=mc)
-    res["model"] = {"hybrid": bool(mc.is_hybrid), "mla": bool(mc.use_mla),
-                    "head_size": mc.get_head_size(),
-                    "model_type": mc.hf_text_config.model_type,
-                    "kpool": mc.hf_text_config.index_kpool}
+    res["model"] = {
+        "hybrid": bool(mc.is_hybrid),
+        "mla": bool(mc.use_mla),
+        "head_size": mc.get_head_size(),
+        "model_type": mc.hf_text_config.model_type,
+        "kpool": mc.hf_text_config.index_kpool,
+    }
 
     # From here the CUDA platform is the current one: in vllm.platforms and in every module that
     # bound the (CPU-side) platform object at import.
@@ -95,6 +117,7 @@ def main() -> None:
     res["user_specified"] = bool(cc.user_specified_block_size)
 
     from vllm.v1.attention.backends.mla.indexer import Glm5NextIndexerBackend, KpoolTailBackend
+
     if mla == "sm120":
         from vllm.v1.attention.backends.mla.flashinfer_mla_sparse import (
             FlashInferMLASparseSM120Backend as mla_backend,
@@ -119,6 +142,7 @@ def main() -> None:
         return
 
     from vllm.models.glm5next.common.attention import Glm5NextIndexerCache, Glm5NextTailCache
+
     try:  # 0.33: planning split out of kv_cache_utils
         from vllm.v1.core.kv_cache_planning import get_kv_cache_groups
     except ModuleNotFoundError:
@@ -138,20 +162,30 @@ def main() -> None:
                 specs[base] = MambaSpec(
                     shapes=tuple(model_cls.get_mamba_state_shape_from_config(vc)),
                     dtypes=tuple(model_cls.get_mamba_state_dtype_from_config(vc)),
-                    block_size=cc.mamba_block_size, page_size_padded=cc.mamba_page_size_padded)
+                    block_size=cc.mamba_block_size,
+                    page_size_padded=cc.mamba_page_size_padded,
+                )
                 continue
             specs[f"{base}.attn"] = MLAAttentionSpec(
-                block_size=cc.block_size, num_kv_heads=1,
-                head_size=hf.kv_lora_rank + hf.qk_rope_head_dim, dtype=torch.bfloat16,
-                cache_dtype_str=cc.cache_dtype, is_index_group_leader=True)
+                block_size=cc.block_size,
+                num_kv_heads=1,
+                head_size=hf.kv_lora_rank + hf.qk_rope_head_dim,
+                dtype=torch.bfloat16,
+                cache_dtype_str=cc.cache_dtype,
+                is_index_group_leader=True,
+            )
             backend_of[f"{base}.attn"] = mla_backend
             head = hf.index_head_dim + hf.index_head_dim // 128 * 4
-            k_cache = Glm5NextIndexerCache(head_dim=head, dtype=torch.uint8,
-                                           prefix=f"{base}.indexer.k_cache", cache_config=cc,
-                                           index_kpool=hf.index_kpool)
-            tail = Glm5NextTailCache(head_dim=hf.index_head_dim, dtype=torch.bfloat16,
-                                     prefix=f"{base}.indexer.tail_cache", cache_config=cc,
-                                     index_kpool=hf.index_kpool)
+            k_cache = Glm5NextIndexerCache(
+                head_dim=head, dtype=torch.uint8, prefix=f"{base}.indexer.k_cache", cache_config=cc, index_kpool=hf.index_kpool
+            )
+            tail = Glm5NextTailCache(
+                head_dim=hf.index_head_dim,
+                dtype=torch.bfloat16,
+                prefix=f"{base}.indexer.tail_cache",
+                cache_config=cc,
+                index_kpool=hf.index_kpool,
+            )
             for layer, backend in ((k_cache, Glm5NextIndexerBackend), (tail, KpoolTailBackend)):
                 try:
                     specs[layer.prefix] = layer.get_kv_cache_spec(vc)

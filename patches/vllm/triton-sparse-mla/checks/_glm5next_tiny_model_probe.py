@@ -17,6 +17,7 @@ then loaded from a checkpoint transformers wrote:
      wrapper names them, plus a random lm_head); a few parameters compared with their sources.
 Errors are reported, not raised.
 """
+
 from __future__ import annotations
 
 import glob
@@ -28,22 +29,49 @@ from typing import Any
 from checklib import probe, stubs
 
 # Imported at module level by 0.33's model / attention packages; never called on this path.
-MISSING_OK = ("uvloop", "prometheus_client", "xgrammar", "fastapi", "partial_json_parser",
-              "llguidance", "torchvision", "compressed_tensors")
+MISSING_OK = (
+    "uvloop",
+    "prometheus_client",
+    "xgrammar",
+    "fastapi",
+    "partial_json_parser",
+    "llguidance",
+    "torchvision",
+    "compressed_tensors",
+)
 # Read by vLLM's glm5_next model, absent from transformers' Glm5NextTextConfig: guesses. mhc=False
 # because the hyper-connection path needs tilelang at construction (so no hc_* weights are loaded).
-GUESSED = {"mhc": False, "mla_use_nope": True, "indexer_rope_interleave": False,
-           "num_nextn_predict_layers": 0, "scoring_func": "sigmoid", "topk_method": "noaux_tc"}
+GUESSED = {
+    "mhc": False,
+    "mla_use_nope": True,
+    "indexer_rope_interleave": False,
+    "num_nextn_predict_layers": 0,
+    "scoring_func": "sigmoid",
+    "topk_method": "noaux_tc",
+}
 MAX_LEN = 4096
 
 
 def _config(transformers_cls: Any) -> Any:  # the release's class, imported late
     return transformers_cls(
-        num_hidden_layers=8, hidden_size=256, intermediate_size=512, moe_intermediate_size=128,
-        n_routed_experts=4, num_experts_per_tok=2, vocab_size=1024, pad_token_id=0,
-        num_attention_heads=8, num_key_value_heads=8, q_lora_rank=64, index_topk=64,
-        index_n_heads=4, kv_lora_rank=512, qk_nope_head_dim=256, qk_rope_head_dim=0,
-        architectures=["Glm5NextForCausalLM"], **GUESSED,
+        num_hidden_layers=8,
+        hidden_size=256,
+        intermediate_size=512,
+        moe_intermediate_size=128,
+        n_routed_experts=4,
+        num_experts_per_tok=2,
+        vocab_size=1024,
+        pad_token_id=0,
+        num_attention_heads=8,
+        num_key_value_heads=8,
+        q_lora_rank=64,
+        index_topk=64,
+        index_n_heads=4,
+        kv_lora_rank=512,
+        qk_nope_head_dim=256,
+        qk_rope_head_dim=0,
+        architectures=["Glm5NextForCausalLM"],
+        **GUESSED,
     )
 
 
@@ -84,8 +112,7 @@ def main() -> None:
     cuda_select = CudaPlatform.get_attn_backend_cls.__func__
     chosen: list = []
 
-    def _select(cls: Any, selected_backend: Any, attn_selector_config: Any,
-                num_heads: int | None = None) -> str:
+    def _select(cls: Any, selected_backend: Any, attn_selector_config: Any, num_heads: int | None = None) -> str:
         if attn_selector_config.use_sparse:
             got = cuda_select(CudaPlatform, selected_backend, attn_selector_config, num_heads)
             chosen.append({"head_size": attn_selector_config.head_size, "backend": got})
@@ -127,19 +154,28 @@ def main() -> None:
         importlib.import_module("vllm.models.glm5next")
         has_triton, triton_utils.HAS_TRITON = triton_utils.HAS_TRITON, True
         try:
-            vc = VllmConfig(model_config=mc, parallel_config=ParallelConfig(),
-                            cache_config=CacheConfig(enable_prefix_caching=False, mamba_block_size=MAX_LEN),
-                            device_config=DeviceConfig(device="cpu"))
+            vc = VllmConfig(
+                model_config=mc,
+                parallel_config=ParallelConfig(),
+                cache_config=CacheConfig(enable_prefix_caching=False, mamba_block_size=MAX_LEN),
+                device_config=DeviceConfig(device="cpu"),
+            )
         finally:
             triton_utils.HAS_TRITON = has_triton
         hf = mc.hf_text_config
-        res["model"] = {"hybrid": bool(mc.is_hybrid), "mla": bool(mc.use_mla),
-                        "head_size": mc.get_head_size(), "kv_lora_rank": hf.kv_lora_rank,
-                        "qk_rope_head_dim": hf.qk_rope_head_dim, "layer_types": list(hf.layer_types)}
+        res["model"] = {
+            "hybrid": bool(mc.is_hybrid),
+            "mla": bool(mc.use_mla),
+            "head_size": mc.get_head_size(),
+            "kv_lora_rank": hf.kv_lora_rank,
+            "qk_rope_head_dim": hf.qk_rope_head_dim,
+            "layer_types": list(hf.layer_types),
+        }
         step = "build"
         with set_current_vllm_config(vc):
-            init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
-                                         distributed_init_method=f"file://{tempfile.mktemp()}")
+            init_distributed_environment(
+                world_size=1, rank=0, local_rank=0, backend="gloo", distributed_init_method=f"file://{tempfile.mktemp()}"
+            )
             initialize_model_parallel(1, 1)
             model_cls, _ = registry.ModelRegistry.resolve_model_cls(mc.architecture, model_config=mc)
             # As vLLM's model loader does: parameters (and the layers' attention dtype) in the
@@ -153,9 +189,14 @@ def main() -> None:
             for name, mod in model.named_modules():
                 backend = getattr(mod, "attn_backend", None)
                 if backend is not None and hasattr(mod, "impl"):
-                    layers.append({"name": name, "backend": backend.get_name(),
-                                   "head_size": getattr(mod, "head_size", None),
-                                   "impl": type(mod.impl).__name__})
+                    layers.append(
+                        {
+                            "name": name,
+                            "backend": backend.get_name(),
+                            "head_size": getattr(mod, "head_size", None),
+                            "impl": type(mod.impl).__name__,
+                        }
+                    )
             res["attn_layers"], res["sparse_selections"] = layers, chosen
             step = "load"
             # hc_* (hyper-connection) tensors are written by transformers even with mhc off; the
@@ -164,8 +205,11 @@ def main() -> None:
             w.append(("lm_head.weight", torch.randn(cfg.vocab_size, cfg.hidden_size, dtype=torch.bfloat16)))
             params = dict(model.named_parameters())
             loaded = set(model.load_weights(iter(w)))
-            res["load"] = {"params": len(params), "loaded": len(loaded & set(params)),
-                           "missing": sorted(set(params) - loaded)[:20]}
+            res["load"] = {
+                "params": len(params),
+                "loaded": len(loaded & set(params)),
+                "missing": sorted(set(params) - loaded)[:20],
+            }
             lay = next(i for i, t in enumerate(hf.layer_types) if t != "linear_attention")
             emb = params["model.embed_tokens.weight"].data
             w13 = params[f"model.layers.{lay}.mlp.experts.routed_experts.w13_weight"].data[1]
@@ -173,10 +217,16 @@ def main() -> None:
             pre = f"layers.{lay}."
             res["equal"] = {
                 "embed_tokens": bool(torch.equal(emb, sd["embed_tokens.weight"][: emb.shape[0]])),
-                "expert1_w13": bool(torch.equal(w13, torch.cat([sd[pre + "mlp.experts.1.gate_proj.weight"],
-                                                                sd[pre + "mlp.experts.1.up_proj.weight"]]))),
-                "fused_qkv_a": bool(torch.equal(qkv, torch.cat([sd[pre + "self_attn.q_a_proj.weight"],
-                                                                sd[pre + "self_attn.kv_a_proj_with_mqa.weight"]]))),
+                "expert1_w13": bool(
+                    torch.equal(
+                        w13, torch.cat([sd[pre + "mlp.experts.1.gate_proj.weight"], sd[pre + "mlp.experts.1.up_proj.weight"]])
+                    )
+                ),
+                "fused_qkv_a": bool(
+                    torch.equal(
+                        qkv, torch.cat([sd[pre + "self_attn.q_a_proj.weight"], sd[pre + "self_attn.kv_a_proj_with_mqa.weight"]])
+                    )
+                ),
             }
     except Exception as e:  # noqa: BLE001 - reported to the check
         res["error"] = {"step": step, "what": f"{type(e).__name__}: {e}"[:2000]}

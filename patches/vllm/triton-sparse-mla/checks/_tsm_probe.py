@@ -14,6 +14,7 @@ SM12x sparse backend): the selection table over capability x dtype x KV cache x
 FlashInfer state, and the forward path through the release's own sparse
 metadata builder and impl base.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -55,14 +56,10 @@ def probe_select() -> dict:
         )
         return AttentionSelectorConfig(**{k: v for k, v in kw.items() if k in fields})
 
-    takes_num_heads = "num_heads" in inspect.signature(
-        CudaPlatform.get_attn_backend_cls
-    ).parameters
+    takes_num_heads = "num_heads" in inspect.signature(CudaPlatform.get_attn_backend_cls).parameters
 
     def select(cap, dtype, selected=None, env=None, kv="auto"):
-        CudaPlatform.get_device_capability = classmethod(
-            lambda cls, device_id=0: DeviceCapability(*cap)
-        )
+        CudaPlatform.get_device_capability = classmethod(lambda cls, device_id=0: DeviceCapability(*cap))
         old = os.environ.pop("VLLM_TRITON_SPARSE_MLA", None)
         if env is not None:
             os.environ["VLLM_TRITON_SPARSE_MLA"] = env
@@ -92,19 +89,25 @@ def probe_select() -> dict:
         "sm90_env_off": select((9, 0), bf16, env="0"),
     }
     if res["has_enum"]:
-        res["sm90_flag"] = select(
-            (9, 0), bf16, selected=AttentionBackendEnum.TRITON_MLA_SPARSE
-        )
-        res["sm120_flag_flashmla"] = select(
-            (12, 0), bf16, selected=AttentionBackendEnum.FLASHMLA_SPARSE
-        )
+        res["sm90_flag"] = select((9, 0), bf16, selected=AttentionBackendEnum.TRITON_MLA_SPARSE)
+        res["sm120_flag_flashmla"] = select((12, 0), bf16, selected=AttentionBackendEnum.FLASHMLA_SPARSE)
     return res
 
 
 FI_CALL = (  # the keywords FLASHINFER_MLA_SPARSE_SM120 passes (0.24.0-0.33.0 alike)
-    "query", "kv_cache", "workspace_buffer", "qk_nope_head_dim", "kv_lora_rank",
-    "qk_rope_head_dim", "block_tables", "seq_lens", "max_seq_len", "out",
-    "bmm1_scale", "bmm2_scale", "sparse_mla_top_k",
+    "query",
+    "kv_cache",
+    "workspace_buffer",
+    "qk_nope_head_dim",
+    "kv_lora_rank",
+    "qk_rope_head_dim",
+    "block_tables",
+    "seq_lens",
+    "max_seq_len",
+    "out",
+    "bmm1_scale",
+    "bmm2_scale",
+    "sparse_mla_top_k",
 )
 
 
@@ -164,19 +167,23 @@ def probe_select_v24() -> dict:
 
     def set_model(index_topk, model="glm_moe_dsa"):
         model_type, nope, rope, _ = geometry[model]
-        hf = types.SimpleNamespace(index_topk=index_topk, model_type=model_type,
-                                   qk_nope_head_dim=nope, qk_rope_head_dim=rope, kv_lora_rank=512,
-                                   v_head_dim=256)
+        hf = types.SimpleNamespace(
+            index_topk=index_topk,
+            model_type=model_type,
+            qk_nope_head_dim=nope,
+            qk_rope_head_dim=rope,
+            kv_lora_rank=512,
+            v_head_dim=256,
+        )
         vcfg._current_vllm_config = types.SimpleNamespace(
             model_config=types.SimpleNamespace(hf_text_config=hf, hf_config=hf),
             parallel_config=types.SimpleNamespace(
-                decode_context_parallel_size=1, prefill_context_parallel_size=1,
-                tensor_parallel_size=1))
+                decode_context_parallel_size=1, prefill_context_parallel_size=1, tensor_parallel_size=1
+            ),
+        )
 
     def select(cap, dtype, kv, fi, selected=None, env=None, index_topk=2048, model="glm_moe_dsa"):
-        CudaPlatform.get_device_capability = classmethod(
-            lambda cls, device_id=0: DeviceCapability(*cap)
-        )
+        CudaPlatform.get_device_capability = classmethod(lambda cls, device_id=0: DeviceCapability(*cap))
         _install_flashinfer(fi)
         if tsm is not None:
             tsm.flashinfer_sm12x_sparse_decode_usable.cache_clear()
@@ -185,8 +192,9 @@ def probe_select_v24() -> dict:
         if env is not None:
             os.environ["VLLM_TRITON_SPARSE_MLA"] = env
         try:
-            cfg = AttentionSelectorConfig(head_size=geometry[model][3], dtype=dtype, kv_cache_dtype=kv,
-                                          block_size=64, use_mla=True, use_sparse=True)
+            cfg = AttentionSelectorConfig(
+                head_size=geometry[model][3], dtype=dtype, kv_cache_dtype=kv, block_size=64, use_mla=True, use_sparse=True
+            )
             path = CudaPlatform.get_attn_backend_cls(selected, cfg, num_heads=16)
             backend = path.rsplit(".", 1)[-1]
             mod, _, name = path.rpartition(".")
@@ -204,18 +212,19 @@ def probe_select_v24() -> dict:
 
     def dsv32_cache(cap, kv):
         """The KV cache dtype DeepSeek V3.2's model config leaves for the layer."""
-        CudaPlatform.get_device_capability = classmethod(
-            lambda cls, device_id=0: DeviceCapability(*cap)
-        )
+        CudaPlatform.get_device_capability = classmethod(lambda cls, device_id=0: DeviceCapability(*cap))
         vplat._current_platform = CudaPlatform()
         try:  # 0.34.0+ also sets the indexer's logits dtype on it, through the real class
             from vllm.config.attention import AttentionConfig
+
             attention = AttentionConfig()
         except ImportError:
             attention = None
         cfg = types.SimpleNamespace(
             model_config=types.SimpleNamespace(hf_config=types.SimpleNamespace(index_topk=2048)),
-            cache_config=types.SimpleNamespace(cache_dtype=kv), attention_config=attention)
+            cache_config=types.SimpleNamespace(cache_dtype=kv),
+            attention_config=attention,
+        )
         model_configs.DeepseekV32ForCausalLM.verify_and_update_config(cfg)
         return cfg.cache_config.cache_dtype
 
@@ -228,8 +237,7 @@ def probe_select_v24() -> dict:
         "env_off_sm90": select((9, 0), bf16, "auto", "none", env="0"),
     }
     if "TRITON_MLA_SPARSE" in AttentionBackendEnum.__members__:
-        flag_sm90 = select((9, 0), bf16, "auto", "none",
-                           selected=AttentionBackendEnum.TRITON_MLA_SPARSE)
+        flag_sm90 = select((9, 0), bf16, "auto", "none", selected=AttentionBackendEnum.TRITON_MLA_SPARSE)
     table = {}
     for cap in ((9, 0), (10, 0), (12, 0), (12, 1)):
         # FlashInfer's state matters to the SM12x choice only (elsewhere the
@@ -248,12 +256,10 @@ def probe_select_v24() -> dict:
             for dname, dtype in (("bf16", bf16), ("fp16", fp16)):
                 for kv in ("auto", "bfloat16", "float16", "fp8", "fp8_ds_mla"):
                     for fi in states:
-                        glm5next[f"{cap[0]}.{cap[1]}/{dname}/{kv}/{fi}"] = select(cap, dtype, kv, fi,
-                                                                                  model="glm5_next")
+                        glm5next[f"{cap[0]}.{cap[1]}/{dname}/{kv}/{fi}"] = select(cap, dtype, kv, fi, model="glm5_next")
         glm5next["env_sm90_bf16"] = select((9, 0), bf16, "auto", "none", env="1", model="glm5_next")
         glm5next["env_sm120_bf16_new"] = select((12, 0), bf16, "auto", "new", env="1", model="glm5_next")
-        glm5next["topk1024_sm120_bf16_new"] = select((12, 0), bf16, "auto", "new", index_topk=1024,
-                                                     model="glm5_next")
+        glm5next["topk1024_sm120_bf16_new"] = select((12, 0), bf16, "auto", "new", index_topk=1024, model="glm5_next")
     res = {
         "has_enum": "TRITON_MLA_SPARSE" in AttentionBackendEnum.__members__,
         "table": table,
@@ -262,16 +268,16 @@ def probe_select_v24() -> dict:
         **early,
         "env_sm120_bf16_new": select((12, 0), bf16, "auto", "new", env="1"),
         "env_off_sm120_bf16_new": select((12, 0), bf16, "auto", "new", env="0"),
-        "dsv32_cache": {f"{c[0]}.{c[1]}/{kv}": dsv32_cache(c, kv)
-                        for c in ((12, 0), (9, 0), (10, 0)) for kv in ("bfloat16", "auto")},
+        "dsv32_cache": {
+            f"{c[0]}.{c[1]}/{kv}": dsv32_cache(c, kv) for c in ((12, 0), (9, 0), (10, 0)) for kv in ("bfloat16", "auto")
+        },
     }
     if res["has_enum"]:
         res["flag_sm90"] = flag_sm90
-        res["flag_sm120_fi_old"] = select((12, 0), bf16, "auto", "old",
-                                          selected=AttentionBackendEnum.TRITON_MLA_SPARSE)
+        res["flag_sm120_fi_old"] = select((12, 0), bf16, "auto", "old", selected=AttentionBackendEnum.TRITON_MLA_SPARSE)
     res["flag_sm120_upstream_fp16"] = select(
-        (12, 0), fp16, "auto", "new",
-        selected=AttentionBackendEnum.FLASHINFER_MLA_SPARSE_SM120)
+        (12, 0), fp16, "auto", "new", selected=AttentionBackendEnum.FLASHINFER_MLA_SPARSE_SM120
+    )
     return res
 
 
@@ -318,9 +324,7 @@ def probe_forward() -> dict:
             speculative_config=None,
             parallel_config=_t.SimpleNamespace(decode_context_parallel_size=1),
         )
-        builder = m.TritonMLASparseMetadataBuilder(
-            _t.SimpleNamespace(block_size=BS), ["l0"], vllm_config, torch.device("cpu")
-        )
+        builder = m.TritonMLASparseMetadataBuilder(_t.SimpleNamespace(block_size=BS), ["l0"], vllm_config, torch.device("cpu"))
         cm = _t.SimpleNamespace(
             num_actual_tokens=T,
             query_start_loc_cpu=torch.tensor(qsl, dtype=torch.int32),
@@ -380,6 +384,7 @@ def probe_forward() -> dict:
         }
     return results
 
+
 def _ns(**kw):
     import types
 
@@ -411,8 +416,7 @@ def probe_forward_v24(rope: int = 64) -> dict:
         pass
 
     torch.manual_seed(0)
-    results = {"common_impl": m._COMMON_IMPL,
-               "builder_bases": [c.__name__ for c in m.TritonMLASparseMetadataBuilder.__mro__]}
+    results = {"common_impl": m._COMMON_IMPL, "builder_bases": [c.__name__ for c in m.TritonMLASparseMetadataBuilder.__mro__]}
     # rope 0: rope-free MLA (GLM-5.3-Flash, glm5_next: qk_nope_head_dim 256), D = kv_lora_rank.
     H, L, R, BS, TOPK = 4, 512, rope, 16, 32
     D = L + R
@@ -420,17 +424,31 @@ def probe_forward_v24(rope: int = 64) -> dict:
     num_blocks, stride_rows = 12, BS + 8
     seq_lens, q_lens = [20, 9, 30], [1, 1, 5]  # two decodes, then a prefill
     T = sum(q_lens)
-    hf = _ns(index_topk=TOPK, kv_lora_rank=L, qk_rope_head_dim=R, qk_nope_head_dim=nope,
-             v_head_dim=128, model_type="glm_moe_dsa" if R else "glm5_next", num_attention_heads=H)
-    model_config = _ns(hf_config=hf, hf_text_config=hf, dtype=torch.bfloat16, max_model_len=4096,
-                       get_num_attention_heads=lambda parallel_config=None: H,
-                       model_arch_config=_ns(total_num_attention_heads=H), use_mla=True)
+    hf = _ns(
+        index_topk=TOPK,
+        kv_lora_rank=L,
+        qk_rope_head_dim=R,
+        qk_nope_head_dim=nope,
+        v_head_dim=128,
+        model_type="glm_moe_dsa" if R else "glm5_next",
+        num_attention_heads=H,
+    )
+    model_config = _ns(
+        hf_config=hf,
+        hf_text_config=hf,
+        dtype=torch.bfloat16,
+        max_model_len=4096,
+        get_num_attention_heads=lambda parallel_config=None: H,
+        model_arch_config=_ns(total_num_attention_heads=H),
+        use_mla=True,
+    )
     vllm_config = _ns(
         model_config=model_config,
         scheduler_config=_ns(max_num_batched_tokens=64, max_num_seqs=8),
         cache_config=_ns(block_size=BS, cache_dtype="auto"),
-        parallel_config=_ns(prefill_context_parallel_size=1, decode_context_parallel_size=1,
-                            cp_kv_cache_interleave_size=1, tensor_parallel_size=1),
+        parallel_config=_ns(
+            prefill_context_parallel_size=1, decode_context_parallel_size=1, cp_kv_cache_interleave_size=1, tensor_parallel_size=1
+        ),
         # cudagraph_mode and sparse_mla_shard_q: read by 0.34's sparse MLA impl (ShardQ), off here
         compilation_config=_ns(static_forward_context={"l0": _ns(prefill_backend=None)}, cudagraph_mode=None),
         attention_config=_ns(hisparse_config=None, sparse_mla_force_mqa=False, sparse_mla_shard_q=False),
@@ -453,24 +471,44 @@ def probe_forward_v24(rope: int = 64) -> dict:
         qsl = torch.tensor([0, 1, 2, 7], dtype=torch.int32)
         sl = torch.tensor(seq_lens, dtype=torch.int32)
         cm = CommonAttentionMetadata(
-            query_start_loc=qsl, query_start_loc_cpu=qsl, seq_lens=sl, num_reqs=3,
-            num_actual_tokens=T, max_query_len=max(q_lens), max_seq_len=max(seq_lens),
-            block_table_tensor=block_table, slot_mapping=torch.zeros(T, dtype=torch.int64),
-            seq_lens_cpu_upper_bound=sl)
+            query_start_loc=qsl,
+            query_start_loc_cpu=qsl,
+            seq_lens=sl,
+            num_reqs=3,
+            num_actual_tokens=T,
+            max_query_len=max(q_lens),
+            max_seq_len=max(seq_lens),
+            block_table_tensor=block_table,
+            slot_mapping=torch.zeros(T, dtype=torch.int64),
+            seq_lens_cpu_upper_bound=sl,
+        )
         if hasattr(cm, "_token_to_req_indices_cache"):
             # 0.33+ builds the token -> request map with one of vLLM's own Triton kernels, which
             # vLLM disables without a GPU driver; the runner may hand it over precomputed.
             cm._token_to_req_indices_cache = torch.tensor([0, 1, 2, 2, 2, 2, 2], dtype=torch.int32)
-        builder = m.TritonMLASparseMetadataBuilder(_ns(block_size=BS), ["l0"], vllm_config,
-                                                   torch.device("cpu"))
+        builder = m.TritonMLASparseMetadataBuilder(_ns(block_size=BS), ["l0"], vllm_config, torch.device("cpu"))
         md = builder.build(0, cm)
         scale = D**-0.5
         impl = m.TritonMLASparseImpl(
-            num_heads=H, head_size=D, scale=scale, num_kv_heads=1, alibi_slopes=None,
-            sliding_window=None, kv_cache_dtype="auto", logits_soft_cap=None,
-            attn_type="decoder", kv_sharing_target_layer_name=None, q_lora_rank=None,
-            kv_lora_rank=L, qk_nope_head_dim=nope, qk_rope_head_dim=R, qk_head_dim=nope + R,
-            v_head_dim=128, kv_b_proj=None, indexer=_ns(topk_indices_buffer=topk))
+            num_heads=H,
+            head_size=D,
+            scale=scale,
+            num_kv_heads=1,
+            alibi_slopes=None,
+            sliding_window=None,
+            kv_cache_dtype="auto",
+            logits_soft_cap=None,
+            attn_type="decoder",
+            kv_sharing_target_layer_name=None,
+            q_lora_rank=None,
+            kv_lora_rank=L,
+            qk_nope_head_dim=nope,
+            qk_rope_head_dim=R,
+            qk_head_dim=nope + R,
+            v_head_dim=128,
+            kv_b_proj=None,
+            indexer=_ns(topk_indices_buffer=topk),
+        )
         q = torch.randn(T, H, D).to(dtype)
         ql_nope = q[..., :L].transpose(0, 1).contiguous().transpose(0, 1)
         out, lse = impl.forward_mqa((ql_nope, q[..., L:]), kv_cache, md, layer=None)
@@ -483,18 +521,36 @@ def probe_forward_v24(rope: int = 64) -> dict:
             p_ = torch.softmax((q[t].float() @ k.T) * scale, dim=-1)
             ref[t] = p_ @ k[:, :L]
         results[str(dtype).split(".")[-1]] = {
-            "shape": list(out.shape), "dtype": str(out.dtype),
-            "max_abs_err": (out.float() - ref).abs().max().item(), "lse_is_none": lse is None,
-            "metadata": type(md).__name__, "block_size": md.block_size,
+            "shape": list(out.shape),
+            "dtype": str(out.dtype),
+            "max_abs_err": (out.float() - ref).abs().max().item(),
+            "lse_is_none": lse is None,
+            "metadata": type(md).__name__,
+            "block_size": md.block_size,
             "req_id_per_token": md.req_id_per_token.tolist(),
         }
     # a skip-topk layer (no indexer) reads the shared buffer handed over in mla_args
     impl2 = m.TritonMLASparseImpl(
-        num_heads=H, head_size=D, scale=1.0, num_kv_heads=1, alibi_slopes=None,
-        sliding_window=None, kv_cache_dtype="auto", logits_soft_cap=None, attn_type="decoder",
-        kv_sharing_target_layer_name=None, q_lora_rank=None, kv_lora_rank=L,
-        qk_nope_head_dim=nope, qk_rope_head_dim=R, qk_head_dim=nope + R, v_head_dim=128,
-        kv_b_proj=None, indexer=None, topk_indices_buffer=topk)
+        num_heads=H,
+        head_size=D,
+        scale=1.0,
+        num_kv_heads=1,
+        alibi_slopes=None,
+        sliding_window=None,
+        kv_cache_dtype="auto",
+        logits_soft_cap=None,
+        attn_type="decoder",
+        kv_sharing_target_layer_name=None,
+        q_lora_rank=None,
+        kv_lora_rank=L,
+        qk_nope_head_dim=nope,
+        qk_rope_head_dim=R,
+        qk_head_dim=nope + R,
+        v_head_dim=128,
+        kv_b_proj=None,
+        indexer=None,
+        topk_indices_buffer=topk,
+    )
     results["skip_topk_layer_buffer"] = impl2.topk_indices_buffer is topk
     return results
 
@@ -511,8 +567,10 @@ def run(tree: pathlib.Path, mode: str, extra_env: dict | None = None) -> dict:
     if "missing_module" in res:
         import pytest
 
-        pytest.skip(f"the smoke env lacks {res['missing_module']!r}, which this vLLM imports at "
-                    "module level (add it to patches/envs/vllm-cpu.txt)")
+        pytest.skip(
+            f"the smoke env lacks {res['missing_module']!r}, which this vLLM imports at "
+            "module level (add it to patches/envs/vllm-cpu.txt)"
+        )
     probe.assert_imported_from(res, "vllm_file", tree)
     return res
 
@@ -530,9 +588,13 @@ def main() -> None:
 
     stubs.stub_missing(*SERVING_STACK)
     try:
-        res = {"select": probe_select, "select_v24": probe_select_v24,
-               "forward": probe_forward, "forward_v24": probe_forward_v24,
-               "forward_v24_rope_free": lambda: probe_forward_v24(rope=0)}[mode]()
+        res = {
+            "select": probe_select,
+            "select_v24": probe_select_v24,
+            "forward": probe_forward,
+            "forward_v24": probe_forward_v24,
+            "forward_v24_rope_free": lambda: probe_forward_v24(rope=0),
+        }[mode]()
     except ModuleNotFoundError as e:
         if not e.name or e.name.split(".")[0] == "vllm":
             raise

@@ -1,5 +1,6 @@
 """vLLM 0.16-0.23: CUDA attention-backend selection for a sparse MLA (DSA) layer, on a CPU, with
 the device capability stubbed, through the real CudaPlatform code of the tree."""
+
 from __future__ import annotations
 
 import pytest
@@ -34,9 +35,7 @@ def _backend(res: dict) -> str:
 @pytest.mark.parametrize("case", ["sm120_bf16", "sm120_fp16", "sm121_bf16"])
 def test_sm12x_chooses_triton_sparse_mla(patched, case):
     assert _backend(patched[case]) == TRITON
-    assert patched[case]["path"] == (
-        "vllm.v1.attention.backends.mla.triton_mla_sparse.TritonMLASparseBackend"
-    )
+    assert patched[case]["path"] == ("vllm.v1.attention.backends.mla.triton_mla_sparse.TritonMLASparseBackend")
 
 
 @pytest.mark.pristine_fails
@@ -48,9 +47,7 @@ def test_pristine_sm12x_has_no_valid_backend(pristine, case):
     assert "No valid attention backend" in pristine[case]["error"]
 
 
-@pytest.mark.parametrize(
-    "case", ["sm90_bf16", "sm100_bf16", "sm100_fp8", "sm90_env_off"]
-)
+@pytest.mark.parametrize("case", ["sm90_bf16", "sm100_bf16", "sm100_fp8", "sm90_env_off"])
 def test_sm90_sm100_keep_upstream_choice(patched, pristine, case):
     assert patched[case] == pristine[case]
     if patched[case]["ok"]:

@@ -9,6 +9,7 @@ The rule checked: on 12.x upstream's FLASHINFER_MLA_SPARSE_SM120 is kept whereve
 auto/fp8/fp8_ds_mla cache, a FlashInfer with kv_scale_format); TRITON_MLA_SPARSE is chosen where it
 does not and ours can (and the cache is then left as asked); 9.x / 10.x are the pristine tree's
 choice unless forced."""
+
 from __future__ import annotations
 
 import itertools
@@ -89,8 +90,7 @@ def test_pristine_sm12x_gaps(pristine, cap):
     assert t[f"{cap}/bf16/auto/old"]["cache"] == "fp8_ds_mla"
 
 
-@pytest.mark.parametrize("key", [k for k in itertools.product(
-    ("9.0", "10.0"), DTYPES, CACHES, ("none",))])
+@pytest.mark.parametrize("key", [k for k in itertools.product(("9.0", "10.0"), DTYPES, CACHES, ("none",))])
 def test_sm90_sm100_keep_upstream_choice(patched, pristine, key):
     k = "/".join(key)
     assert patched["table"][k] == pristine["table"][k]

@@ -4,6 +4,7 @@ fp32 reference (decode + prefill rows). From vLLM 0.24 through the release's own
 builder (upstream's SM12x one; from 0.26 on the common sparse MLA builder) on a real
 CommonAttentionMetadata, the impl on the release's sparse impl base, and a cache whose blocks
 are not adjacent."""
+
 from __future__ import annotations
 
 import importlib.util

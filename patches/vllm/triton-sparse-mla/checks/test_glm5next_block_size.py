@@ -12,6 +12,7 @@ the MLA backend must accept that kernel block too: upstream's FLASHINFER_MLA_SPA
 MultipleOf(64); ours declared exactly [64] before, which left the group "No common block size for
 5120 (DEEPSEEK_V32_INDEXER: [1024]; TRITON_MLA_SPARSE: [64])" at KV-cache setup (run on the
 previous variant's patched tree); it now declares MultipleOf(64)."""
+
 from __future__ import annotations
 
 import os
@@ -47,16 +48,17 @@ def _run(tree: pathlib.Path, *args: str) -> dict:
         pytest.skip("this vLLM has no glm5_next model (vllm/models/glm5next: 0.33+)")
     release = _release()
     if release is not None and release < VERIFIED_FROM:
-        pytest.skip("the glm5_next block-size probe is verified on vLLM 0.32.0 and 0.33.0 only; on "
-                    f"{os.environ['PATCHCTL_ENGINE_VERSION']} it exits before the check (issue 27, open)")
+        pytest.skip(
+            "the glm5_next block-size probe is verified on vLLM 0.32.0 and 0.33.0 only; on "
+            f"{os.environ['PATCHCTL_ENGINE_VERSION']} it exits before the check (issue 27, open)"
+        )
     env = {
         "VLLM_CACHE_ROOT": os.environ.get("VLLM_CACHE_ROOT") or tempfile.mkdtemp(prefix="g5n-vllm-cache-"),
         "PYTHONPATH": os.pathsep.join(p for p in (str(tree), os.environ.get("PYTHONPATH", "")) if p),
     }
     res = probe.run_probe(tree, PROBE, *args, env=env)
     probe.assert_imported_from(res, "vllm_file", tree)
-    assert res["model"] == {"hybrid": True, "mla": True, "head_size": 512,
-                            "model_type": "glm5_next_text", "kpool": 16}
+    assert res["model"] == {"hybrid": True, "mla": True, "head_size": 512, "model_type": "glm5_next_text", "kpool": 16}
     return res
 
 

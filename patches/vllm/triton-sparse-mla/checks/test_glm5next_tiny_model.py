@@ -7,6 +7,7 @@ loaded from a checkpoint transformers' Glm5NextTextModel.save_pretrained wrote
 
 What fails without the patch: the pristine release has no backend for those layers there, so the
 model does not build ("No valid attention backend")."""
+
 from __future__ import annotations
 
 import os
@@ -30,12 +31,18 @@ def _run(tree: pathlib.Path) -> dict:
     }
     res = probe.run_probe(tree, PROBE, env=env)
     if "no_transformers_class" in res:
-        pytest.skip("transformers in the smoke env has no Glm5NextTextConfig / Glm5NextTextModel: "
-                    + res["no_transformers_class"])
+        pytest.skip(
+            "transformers in the smoke env has no Glm5NextTextConfig / Glm5NextTextModel: " + res["no_transformers_class"]
+        )
     probe.assert_imported_from(res, "vllm_file", tree)
     model = res["model"]
-    assert (model["hybrid"], model["mla"], model["head_size"], model["kv_lora_rank"],
-            model["qk_rope_head_dim"]) == (True, True, 512, 512, 0), model
+    assert (model["hybrid"], model["mla"], model["head_size"], model["kv_lora_rank"], model["qk_rope_head_dim"]) == (
+        True,
+        True,
+        512,
+        512,
+        0,
+    ), model
     assert "indexed_attention" in model["layer_types"] and "linear_attention" in model["layer_types"]
     return res
 

@@ -7,6 +7,7 @@ SM120's 99 KB of shared memory per program picks, forced.
 
 Needs only torch + triton: the two pieces are loaded from the patched tree's
 files without importing vLLM."""
+
 from __future__ import annotations
 
 import ast
@@ -21,15 +22,10 @@ def _load(tree: pathlib.Path):
 
     src = (tree / "vllm/v1/attention/backends/mla/triton_mla_sparse.py").read_text()
     mod = ast.parse(src)
-    fn = next(
-        n for n in mod.body
-        if isinstance(n, ast.FunctionDef) and n.name == "convert_req_index_to_global_slot"
-    )
+    fn = next(n for n in mod.body if isinstance(n, ast.FunctionDef) and n.name == "convert_req_index_to_global_slot")
     ns = {"torch": torch}
     exec(compile(ast.Module(body=[fn], type_ignores=[]), "convert", "exec"), ns)
-    spec = importlib.util.spec_from_file_location(
-        "tsm_kernel", tree / "vllm/v1/attention/ops/triton_sparse_mla.py"
-    )
+    spec = importlib.util.spec_from_file_location("tsm_kernel", tree / "vllm/v1/attention/ops/triton_sparse_mla.py")
     kernel = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(kernel)
     return ns["convert_req_index_to_global_slot"], kernel.sparse_mla_attention, kernel
@@ -73,7 +69,7 @@ def test_gpu_forward_and_cuda_graph(patched_tree, dtype_name, block_gap, rope, h
             req.append(r)
             row += 1
     q = torch.randn(T, H, D, generator=g).to(dtype)
-    scale = D ** -0.5
+    scale = D**-0.5
     # reference (fp32, CPU)
     ref = torch.empty(T, H, L)
     flat = kv.float().reshape(-1, D)  # a copy: row block * BS + offset
@@ -112,5 +108,7 @@ def test_gpu_forward_and_cuda_graph(patched_tree, dtype_name, block_gap, rope, h
     assert err_g < tol, err_g
     assert kv_d.stride(0) == (BS + block_gap) * D
     name = cfg["_config"]["name"] if cfg else "auto"
-    print(f"{dtype_name} gap={block_gap} D={D} H={H} {limits} {name}: eager max_abs_err={err:.3e} "
-          f"graph max_abs_err={err_g:.3e} on {torch.cuda.get_device_name()} cc={torch.cuda.get_device_capability()}")
+    print(
+        f"{dtype_name} gap={block_gap} D={D} H={H} {limits} {name}: eager max_abs_err={err:.3e} "
+        f"graph max_abs_err={err_g:.3e} on {torch.cuda.get_device_name()} cc={torch.cuda.get_device_capability()}"
+    )
