@@ -43,14 +43,26 @@ def run_and_exit(name: str, as_json: bool, fn: Callable[[], tuple[dict, int]], r
     used = click_ctx.meta.get("patchctl.cli.deployment") if click_ctx is not None else None  # cli.DEPLOYMENT_KEY
     if used:  # the document says which deployment file filled the command's options
         doc.setdefault("deployment", used)
-    from patchctl.cli.hints import complete
+    if _names_a_command(doc):  # most documents (ensure on an intact tree) hold no hint: nothing to import
+        from patchctl.cli.hints import complete
 
-    complete(doc, click_ctx)  # its hints carry the user's --python/--target/--store: they run as printed
+        complete(doc, click_ctx)  # its hints carry the user's --python/--target/--store: they run as printed
     if as_json:
         emit_json(doc)
     else:
         render_text(doc, render)
     sys.exit(code)
+
+
+def _names_a_command(value: Any) -> bool:
+    """Whether any text in the document holds a backticked `patchctl ...` (a hint to complete)."""
+    if isinstance(value, str):
+        return "`patchctl " in value
+    if isinstance(value, dict):
+        return any(_names_a_command(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_names_a_command(v) for v in value)
+    return False
 
 
 def failure_document(name: str, exc: Exception) -> tuple[dict, int]:
