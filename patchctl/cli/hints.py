@@ -25,11 +25,6 @@ _COMMAND = re.compile(r"`(patchctl [^`\n]+)`")
 _LOCATORS = ("--python", "--target", "--store", "--no-bundled")
 
 
-def command_line(*words: str) -> str:
-    """`patchctl WORDS...`, each word shell-quoted: what a hint shows between backticks."""
-    return "patchctl " + " ".join(shlex.quote(w) for w in words)
-
-
 def locating_args(ctx: click.Context | None) -> list[tuple[str, str | None]]:
     """(flag, value) of the options that located this command's target, as the user typed them (a
     value from a deployment file or the environment is found again by the hint's own run)."""

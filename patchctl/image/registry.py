@@ -77,14 +77,6 @@ class Repository(Protocol):
         """Store the manifest under the tag (or under its digest: a platform's manifest in an index)."""
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(CHUNK), b""):
-            digest.update(chunk)
-    return "sha256:" + digest.hexdigest()
-
-
 def check_digest(digest: str) -> str:
     """The hex of a sha256 digest; anything else is the registry's mistake (exit 3)."""
     algorithm, _, hexpart = digest.partition(":")

@@ -16,7 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from patchctl.core.errors import BadServerReply, NetworkError, RequestFailed, UsageError
+from patchctl.core.errors import (
+    BadServerReply,
+    NetworkError,
+    RequestDeadline,
+    RequestFailed,
+    UsageError,
+    plain_network_reason,
+)
 from patchctl.validate import answers as _answers
 from patchctl.validate import baseline as _baseline
 from patchctl.validate import golden as _golden
@@ -95,18 +102,11 @@ def check_config(config: ServeConfig) -> None:
 
 
 def _why(exc: BaseException) -> str:
-    """One line for a failed request: a refused connection is "connection refused", not urllib3's
-    nested repr of its retry pool (issue 36)."""
-    text = str(exc)
-    for marker, short in (
-        ("Connection refused", "connection refused"),
-        ("Name or service not known", "unknown host"),
-        ("timed out", "timed out"),
-        ("No route to host", "no route to host"),
-    ):
-        if marker in text:
-            return short
-    return " ".join(text.split())[:200]
+    """One line for a failed request (issue 36): a socket's or resolver's words as core.errors says them
+    everywhere (plain_network_reason); a deadline's own message as it is (it names the deadline)."""
+    if isinstance(exc, RequestDeadline):
+        return " ".join(str(exc).split())[:200]
+    return plain_network_reason(str(exc))
 
 
 def run_validate(config: ServeConfig, progress: Progress | None = None) -> ServeReport:

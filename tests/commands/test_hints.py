@@ -17,7 +17,7 @@ from support.builders import fake_venv, install_fake_dist
 from support.fixtures import PRISTINE, four_release_index, loader_with
 from support.invoke import run_json
 
-from patchctl.cli.hints import command_line, complete_command
+from patchctl.cli.hints import complete_command
 from patchctl.cli.main import main
 
 HINT = re.compile(r"`(patchctl [^`\n]+)`")
@@ -116,7 +116,6 @@ def test_a_hint_that_names_its_own_target_gets_no_second_one():
     assert complete_command("patchctl revert vllm --target /t", given) == "patchctl revert vllm --target /t --store /s"
     assert complete_command("patchctl status vllm", given) == "patchctl status vllm --python /opt/py"
     assert complete_command("patchctl nosuch x", given) == "patchctl nosuch x"
-    assert command_line("new", "vllm", "a b") == "patchctl new vllm 'a b'"
 
 
 def test_the_locating_table_is_the_commands_own():
