@@ -90,12 +90,22 @@ def tree_document(r: ApplyResult, command: str, *, dry_run: bool = False) -> dic
     )
 
 
+# ensure on an intact tree evaluates nothing: each patch's line says what the record says of it.
+_RECORDED = {
+    O.ALREADY_APPLIED: "recorded as applied, and every file it wrote is intact",
+    O.OBSOLETE: "recorded as obsolete on this version when applied: nothing of it was written",
+    O.UPSTREAMED: "recorded as upstreamed when applied (its change was already there): nothing of it was written",
+    O.CONFLICT: "recorded as not applying when applied with --keep-going: nothing of it was written",
+}
+
+
 def _recorded(p: PatchRecord) -> dict:
+    outcome = O.ALREADY_APPLIED if p.outcome in O.WRITES else p.outcome
     return {
         "name": p.name,
-        "outcome": O.ALREADY_APPLIED if p.outcome in O.WRITES else p.outcome,
+        "outcome": outcome,
         "variant": p.variant,
-        "reason": "recorded as applied, and every file it wrote is intact",
+        "reason": _RECORDED.get(outcome, f"recorded as {outcome}"),
         "files": [],
         "hunks": [],
     }
@@ -113,7 +123,9 @@ def revert_document(r: RevertResult) -> dict:
     target = r.target
     fields = dict(engine=target.engine.name, version=str(target.version), target=str(target.root))
     if r.reverted:  # revert --patch
-        kept = [p.name for p in r.record.patches] if r.record else []
+        from patchctl.tree.operations import on_tree
+
+        kept = [p.name for p in on_tree(r.record)]
         message = (
             f"took {', '.join(r.reverted)} out ({len(r.restored)} file(s) written); still applied: {', '.join(kept) or 'none'}"
         )
@@ -145,6 +157,8 @@ EXIT_BY_STATE = {
 
 
 def status_document(r: StatusResult) -> tuple[dict, int]:
+    from patchctl.tree.operations import ON_TREE, on_tree
+
     target, st = r.target, r.status
     code = EXIT_BY_STATE[st.state]
     record = st.record
@@ -158,7 +172,10 @@ def status_document(r: StatusResult) -> tuple[dict, int]:
         message=st.message + (" (recovered an interrupted run first)" if r.recovered else ""),
         applied_version=record.version if record else None,
         applied_at=record.applied_at if record else None,
-        applied=[p.to_json() for p in record.patches] if record else [],
+        # Only what is on the tree counts as applied; the record's other patches (obsolete or
+        # upstreamed on its version, a conflict --keep-going skipped) are listed with their outcome.
+        applied=[p.to_json() for p in on_tree(record)],
+        not_applied=[p.to_json() for p in record.patches if p.outcome not in ON_TREE] if record else [],
         # What ensure re-applies: the choice (--patch/--exclude; patches null: every patch of the
         # series) and the stores, highest priority first.
         selection=record.selection.to_json() if record else None,

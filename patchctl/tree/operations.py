@@ -88,7 +88,6 @@ def status(target: Target) -> TargetStatus:
         else:
             files.append(FileStatus(f.path, "changed"))
     kinds = {f.status for f in files}
-    names = ", ".join(p.name for p in record.patches if p.outcome in O.WRITES) or "none"
     if str(target.version) != record.version:
         return TargetStatus(
             "version-changed",
@@ -98,7 +97,7 @@ def status(target: Target) -> TargetStatus:
             f"applied (pip install -U?): the patches are gone. Run `patchctl ensure {target.engine.name}`.",
         )
     if kinds <= {"patched"}:
-        return TargetStatus("intact", record, tuple(files), f"{len(record.patches)} patches applied and intact ({names})")
+        return TargetStatus("intact", record, tuple(files), counted(record, "applied and intact"))
     upstream_files = {f.status for f, r in zip(files, record.files, strict=True) if r.pristine_sha256 is not None}
     # pip never removes files it did not install, so files the patches created may outlive a wipe.
     if upstream_files and upstream_files <= {"pristine"}:
@@ -117,6 +116,32 @@ def status(target: Target) -> TargetStatus:
         f"patched files changed since patchctl applied them (not by an upgrade: the version is still "
         f"{record.version}): {', '.join(changed)}",
     )
+
+
+# What the record lists as on the tree: written by patchctl, or found there already (`new`, a second
+# apply). The record keeps the others too (obsolete, upstreamed, a conflict under --keep-going), so
+# that ensure knows the choice was made; they are never counted as applied.
+ON_TREE = (*O.WRITES, O.ALREADY_APPLIED)
+
+
+def on_tree(record: StateRecord | None) -> list[PatchRecord]:
+    return [p for p in record.patches if p.outcome in ON_TREE] if record else []
+
+
+def counted(record: StateRecord, how: str) -> str:
+    """`1 patch applied and intact (loader); not applied: 1 obsolete (old), 1 upstreamed (up)`: the
+    applied patches counted and named, the record's others by outcome."""
+    applied = on_tree(record)
+    names = ", ".join(p.name for p in applied)
+    text = f"{len(applied)} patch{'' if len(applied) == 1 else 'es'} {how} ({names})" if applied else "no patch applied"
+    rest: dict[str, list[str]] = {}
+    for p in record.patches:
+        if p.outcome not in ON_TREE:
+            rest.setdefault(p.outcome, []).append(p.name)
+    if rest:
+        order = sorted(rest, key=lambda o: (O.ALL.index(o) if o in O.ALL else len(O.ALL), o))
+        text += "; not applied: " + ", ".join(f"{len(rest[o])} {o} ({', '.join(rest[o])})" for o in order)
+    return text
 
 
 def checked_status(target: Target, wait: float = 30.0) -> tuple[TargetStatus, bool, str | None]:
