@@ -31,7 +31,7 @@ def body(previous: dict | None, current: dict, issues: list[dict] | None = None)
         out += lines or ["none"]
     out += ["", "### First bad version per patch", ""]
     rows = [f"| {e} | `{p}` | {v} |" for e, patches in sorted(changes["first_bad"].items()) for p, v in sorted(patches.items())]
-    out += ["| engine | patch | first bad |", "|---|---|---|", *rows] if rows else ["every patch applies everywhere"]
+    out += ["| engine | patch | first bad |", "|---|---|---|", *rows] if rows else ["no patch conflicts in any version"]
     failed = matrix.nightly_failed(current)
     if failed:
         out += ["", "### Nightly FAILED", ""]

@@ -446,12 +446,13 @@ def _cell(entry: dict) -> str:
 
 def first_bad(doc: dict) -> dict[str, dict[str, str]]:
     """engine -> {patch: the lowest version (releases before the nightly) where it conflicts}."""
+    from patchctl.matrix.course import courses
+
     out: dict[str, dict[str, str]] = {}
     for engine, data in doc.get("engines", {}).items():
-        for version in sorted(data.get("versions", {}), key=_version_key):
-            for patch, cell in (data["versions"][version].get("patches") or {}).items():
-                if cell.get("outcome") == O.CONFLICT:
-                    out.setdefault(engine, {}).setdefault(patch, version)
+        bad = {patch: c.first_bad for patch, c in courses(data).items() if c.first_bad is not None}
+        if bad:
+            out[engine] = bad
     return out
 
 

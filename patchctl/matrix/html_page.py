@@ -208,16 +208,18 @@ def render_engine(engine: str, data: dict) -> str:
 
 
 def render_first_bad(engine: str, data: dict, patches: list[str]) -> str:
-    from patchctl.matrix.build import first_bad
+    from patchctl.matrix.course import courses
 
-    bad = first_bad({"engines": {engine: data}}).get(engine, {})
-    items = "".join(
-        f"<li><code>{esc(p)}</code>: "
-        + (f'<span class="bad">first bad {esc(bad[p])}</span>' if p in bad else "applies everywhere")
-        + "</li>"
-        for p in patches
-    )
-    return f'<div class="firstbad"><h3>First bad version per patch</h3><ul>{items}</ul></div>'
+    known = courses(data)
+    items = []
+    for p in patches:
+        course = known.get(p)
+        if course is None:
+            continue
+        parts = [f'<span class="bad">first bad {esc(course.first_bad)}</span>'] if course.first_bad else []
+        parts += [esc(course.words)] if course.words else []
+        items.append(f"<li><code>{esc(p)}</code>: " + "; ".join(parts) + "</li>")
+    return f'<div class="firstbad"><h3>First bad version per patch</h3><ul>{"".join(items)}</ul></div>'
 
 
 def render_caveats(data: dict, patches: list[str]) -> str:
