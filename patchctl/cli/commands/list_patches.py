@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -36,6 +37,9 @@ def run(store: Store, spec: str | None = None, ctx: SourceContext | None = None)
         from patchctl.sources.registry import open_upstream
 
         version = open_upstream(ref, ctx or SourceContext()).version
+    from patchctl.store.layered import store_kind
+
+    kinds: dict[Path, str] = {}  # store root -> bundled | user, asked once per store
     rows = []
     for name in [engine] if engine else store.engines():
         dist = ref.engine.dist if ref else _dist(name)
@@ -52,6 +56,7 @@ def run(store: Store, spec: str | None = None, ctx: SourceContext | None = None)
                 "upstream": list(patch.upstream),
                 "variants": [v.filename for v in patch.variants],
                 "store": str(store.store_of(patch)),
+                "store_kind": kinds.setdefault(store.store_of(patch), store_kind(store.store_of(patch))),
             }
             if version is not None:
                 choice = choose_variant(patch, version)
@@ -70,10 +75,12 @@ def _dist(engine: str) -> str:
 
 def render(doc: dict, out: Console, err: Console) -> None:
     versioned = bool(doc.get("version"))
-    columns = ["engine", "#", "patch", "applies_to", "variants"] + (["chosen", "why"] if versioned else [])
+    columns = ["engine", "#", "patch", "applies_to", "variants", "store"] + (["chosen", "why"] if versioned else [])
     t = table("series" + (f" for {doc['engine']} {doc['version']}" if versioned else ""), columns)
     for row in doc["series"]:
-        cells = [row["engine"], str(row["position"]), row["name"], row["applies_to"], " ".join(row["variants"])]
+        # The bundled set by its name (its path is deep in site-packages); a store of yours by its path.
+        where = "bundled" if row["store_kind"] == "bundled" else row["store"]
+        cells = [row["engine"], str(row["position"]), row["name"], row["applies_to"], " ".join(row["variants"]), where]
         if versioned:
             cells += [row.get("chosen_variant") or "-", row.get("why") or ""]
         t.add_row(*cells)
