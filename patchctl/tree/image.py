@@ -105,7 +105,9 @@ def apply_image(
                 left_out.append({"platform": image.platform, "reason": exc.message})
                 continue
             before = L.snapshot(found.local)
-            run = service.apply(ref, TargetSpec(target_dir=str(found.local)), request)
+            run = in_image(
+                service.apply(ref, TargetSpec(target_dir=str(found.local)), request), staged.folder, source, image.platform
+            )
             result = PlatformResult(image.platform, run, EXIT_OK if run.ok else EXIT_PATCH_FAILED, image, found)
             if result.code == EXIT_OK and not dry_run:
                 result = _new_layer(result, staged, before, folder, engine, patchctl_version)
@@ -289,10 +291,58 @@ def status_image(
                     label,
                     len(layers),
                     "/" + str(root.relative_to(staged.folder)),
-                    service.status(target, wait=wait),
+                    status_in_image(service.status(target, wait=wait), staged.folder, source, image.platform),
                 )
             )
     return top.digest, platforms
+
+
+# The staging folder is gone when the command returns, and its name says nothing about the image: a
+# result names each tree by its path inside the image, described by the image's reference.
+
+
+def _image_path(folder: Path, path: Path) -> Path:
+    return Path("/") / path.relative_to(folder)
+
+
+def _strip(folder: Path, text: str) -> str:
+    """A message naming a staged file: `<staging>/usr/lib/...` → `/usr/lib/...`."""
+    return text.replace(str(folder).rstrip("/"), "")
+
+
+def in_image(run: ApplyRun, folder: Path, source: ImageRef, platform: str) -> ApplyRun:
+    import dataclasses
+
+    from patchctl.tree.service import Failure
+
+    results = []
+    for r in run.results:
+        root = _image_path(folder, r.target.root)
+        failure = r.failure and Failure(
+            r.failure.kind, _strip(folder, r.failure.message), r.failure.hint and _strip(folder, r.failure.hint), r.failure.state
+        )
+        results.append(
+            dataclasses.replace(
+                r,
+                target=r.target._replace(root=root, how=f"image {source} ({platform}): {root}"),
+                note=_strip(folder, r.note),
+                warnings=tuple(_strip(folder, w) for w in r.warnings),
+                failure=failure,
+            )
+        )
+    return dataclasses.replace(run, results=tuple(results))
+
+
+def status_in_image(result: StatusResult, folder: Path, source: ImageRef, platform: str) -> StatusResult:
+    import dataclasses
+
+    root = _image_path(folder, result.target.root)
+    return dataclasses.replace(
+        result,
+        target=result.target._replace(root=root, how=f"image {source} ({platform}): {root}"),
+        status=result.status._replace(message=_strip(folder, result.status.message)),
+        warnings=tuple(_strip(folder, w) for w in result.warnings),
+    )
 
 
 def _record_root(staged: L.Staged, engine: Engine) -> Path:
