@@ -18,6 +18,8 @@ from patchctl.core import outcomes as O
 from patchctl.core.engines import get_engine
 from patchctl.core.errors import PatchctlError, UsageError
 from patchctl.core.yamlio import dump_yaml, load_yaml
+from patchctl.matrix.course import courses
+from patchctl.matrix.course import version_key as _version_key
 from patchctl.patching import evaluate
 from patchctl.sources import fetch
 from patchctl.store.layered import Store
@@ -293,10 +295,6 @@ def nightly_failed(doc: dict) -> list[str]:
     ]
 
 
-def _version_key(version: str) -> tuple[int, Version]:
-    return (1, Version("0")) if version == "nightly" else (0, Version(version))
-
-
 def assemble(store: Store, engines: list[str], rows: dict[tuple[str, str], dict], nightly_notes: dict | None = None) -> dict:
     engines_doc: dict[str, dict] = {}
     doc = {"schema": SCHEMA, "engines": engines_doc}
@@ -446,8 +444,6 @@ def _cell(entry: dict) -> str:
 
 def first_bad(doc: dict) -> dict[str, dict[str, str]]:
     """engine -> {patch: the lowest version (releases before the nightly) where it conflicts}."""
-    from patchctl.matrix.course import courses
-
     out: dict[str, dict[str, str]] = {}
     for engine, data in doc.get("engines", {}).items():
         bad = {patch: c.first_bad for patch, c in courses(data).items() if c.first_bad is not None}

@@ -7,9 +7,16 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from packaging.version import Version
+
 from patchctl.core import outcomes as O
 
 APPLIES = "applies"
+
+
+def version_key(version: str) -> tuple[int, Version]:
+    """A matrix's rows in version order, the nightly last."""
+    return (1, Version("0")) if version == "nightly" else (0, Version(version))
 
 
 class Course(NamedTuple):
@@ -20,9 +27,7 @@ class Course(NamedTuple):
 def courses(data: dict) -> dict[str, Course]:
     """patch -> its course over one engine's versions (rows with an error, and cells a row lacks, say
     nothing about it); the nightly counts as the newest version."""
-    from patchctl.matrix.build import _version_key
-
-    versions = sorted(data.get("versions") or {}, key=_version_key)
+    versions = sorted(data.get("versions") or {}, key=version_key)
     out = {}
     for patch in data.get("patches") or []:
         cells = []
