@@ -1,10 +1,11 @@
-"""`patchctl show`: one patch whole — what it fixes and why, where upstream tracks it, the versions it
-claims, the variant a version gets and why, what its evidence proves and does not, and its store.
-Everything a user would otherwise read from the YAML inside site-packages."""
+"""`patchctl show`: one patch — what it fixes and why, where it applies, where upstream tracks it, what
+its evidence proves and does not (in short, as the docs site's page of the patch says it; whole with
+--evidence), the variant a version gets and why, and its store. Everything a user would otherwise
+read from the YAML inside site-packages."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import click
 
@@ -31,7 +32,23 @@ def run(store: Store, name: str, spec: str | None, ctx: SourceContext) -> tuple[
     ref = parse_spec(spec) if spec else None
     patch = _find(store, name, ref.engine.name if ref else None)
     version = _version_of(ref, ctx) if ref else None
-    info: dict = {
+    info = patch_info(patch, str(store.store_of(patch)))
+    info["version"] = str(version) if version is not None else None
+    if version is not None:
+        from patchctl.core.engines import get_engine
+
+        choice = choose_variant(patch, version)
+        info["chosen_variant"] = choice.variant.filename if choice.variant else None
+        info["chosen_why"] = choice.reason
+        info["drop_rule_met"] = drop_rule_met(patch, get_engine(patch.engine).dist, version)
+    return document("show", EXIT_OK, patch=info), EXIT_OK
+
+
+def patch_info(patch: Patch, store: str) -> dict:
+    """show's `patch` document, without a version: everything patch.yaml and series.yaml say of it.
+    scripts/docs_pages.py builds each bundled patch's page from the same dict."""
+    smoke = patch.smoke or {}
+    return {
         "engine": patch.engine,
         "name": patch.name,
         "title": patch.title,
@@ -44,20 +61,14 @@ def run(store: Store, name: str, spec: str | None, ctx: SourceContext) -> tuple[
         "depends_on": list(patch.depends_on),
         "variants": [v.filename for v in patch.variants],
         "evidence": {"proven": _strings(patch.evidence.get("proven")), "not_proven": _strings(patch.evidence.get("not_proven"))},
-        "store": str(store.store_of(patch)),
-        "version": str(version) if version is not None else None,
+        "smoke": {"env": _string(smoke.get("env")), "tiers": _strings(smoke.get("tiers"))} if smoke else None,
+        "generated_by": dict(patch.generated_by) if patch.generated_by else None,
+        "store": store,
+        "version": None,
         "chosen_variant": None,
         "chosen_why": None,
         "drop_rule_met": None,
     }
-    if version is not None:
-        from patchctl.core.engines import get_engine
-
-        choice = choose_variant(patch, version)
-        info["chosen_variant"] = choice.variant.filename if choice.variant else None
-        info["chosen_why"] = choice.reason
-        info["drop_rule_met"] = drop_rule_met(patch, get_engine(patch.engine).dist, version)
-    return document("show", EXIT_OK, patch=info), EXIT_OK
 
 
 def _find(store: Store, name: str, engine: str | None) -> Patch:
@@ -92,6 +103,10 @@ def _version_of(ref: EngineRef, ctx: SourceContext) -> Version | None:
     )
 
 
+def _string(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
 def _strings(value: object) -> list[str]:
     if value is None:
         return []
@@ -100,10 +115,95 @@ def _strings(value: object) -> list[str]:
     return [str(value)]
 
 
+SHORT = 160  # characters of an evidence bullet in the short form; --evidence prints each whole
+
+
+def short_item(value: object) -> str:
+    """An evidence item cut to its first clause (or SHORT characters at a word)."""
+    text = " ".join(str(value).split())
+    if len(text) <= SHORT:
+        return text
+    head = text[:SHORT]
+    cut = max(head.rfind(sep) for sep in (". ", "; ", ": "))
+    head = head[:cut] if cut >= 60 else head[: head.rfind(" ")]
+    if head.count("`") % 2:  # never leave a code span open
+        head += "`"
+    return head.rstrip(",;:. ") + " …"
+
+
+_LOWER_FIRST = (">=", ">", "~=", "==", "===", "!=", "<=", "<")
+
+
+def readable_range(specifiers: str) -> str:
+    """`<0.5.13,>=0.5.4` (as packaging prints a set) → `>=0.5.4,<0.5.13`: the lower bound first."""
+    parts = [s.strip() for s in specifiers.split(",") if s.strip()]
+
+    def rank(spec: str) -> tuple[int, str]:
+        op = next((o for o in sorted(_LOWER_FIRST, key=len, reverse=True) if spec.startswith(o)), "")
+        return (_LOWER_FIRST.index(op) if op else len(_LOWER_FIRST), spec)
+
+    return ",".join(sorted(parts, key=rank))
+
+
+class Section(NamedTuple):
+    heading: str
+    bullets: tuple[str, ...]  # empty: nothing recorded
+
+
+def short_form(p: dict) -> tuple[Section, ...]:
+    """A patch in short (after its title and why): where it applies, its upstream links, and what is
+    proven and what is not as short bullets. What `patchctl show PATCH` prints and what the docs
+    site's page of each bundled patch says (scripts/docs_pages.py): one function, so that the two
+    cannot drift. p: show's `patch` document (patch_info)."""
+    where = [
+        f"engine: `{p['engine']}`, applies to `{readable_range(p['applies_to'])}`",
+        "variants (the variant for version V is the newest base <= V): " + (", ".join(f"`{v}`" for v in p["variants"]) or "none"),
+    ]
+    if p["drop_when"]:
+        where.append(f"dropped when: `{p['drop_when']}`")
+    if p["upstreamed_in"]:
+        where.append(f"upstreamed in: `{readable_range(p['upstreamed_in'])}`")
+    if p["depends_on"]:
+        where.append("depends on: " + ", ".join(f"`{d}`" for d in p["depends_on"]))
+    if p["requires"]:
+        where.append("requires: " + ", ".join(f"`{r}`" for r in p["requires"]))
+    if p["smoke"]:
+        where.append(f"smoke checks: environment `{p['smoke']['env']}`, tiers {', '.join(p['smoke']['tiers']) or '-'}")
+    if p["generated_by"]:
+        made = p["generated_by"]
+        sources = ", ".join(f"`{s}`" for s in made["sources"])
+        where.append(f"generated by `{made['generator']}` from {sources} (regenerate it, never edit the variants)")
+    return (
+        Section("Where it applies", tuple(where)),
+        Section("Upstream", tuple(p["upstream"])),
+        Section("What is proven", tuple(short_item(e) for e in p["evidence"]["proven"])),
+        Section("What is not proven", tuple(short_item(e) for e in p["evidence"]["not_proven"])),
+    )
+
+
 def render(doc: dict, out: Console, err: Console) -> None:
+    """The short form; with --evidence, every field and each evidence item whole, as show printed
+    before it had a short form. The flag is the text's alone: --json always holds everything."""
     p = doc["patch"]
     out.print(f"[bold]{p['engine']}/{p['name']}[/]: {Literal(p['title'])}", markup=True)
     out.print(p["why"], markup=False)
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None and ctx.params.get("evidence"):
+        _render_long(p, out)
+        return
+    for section in short_form(p):
+        out.print(f"{section.heading}:", markup=False)
+        for line in section.bullets or ("(none recorded)",):
+            out.print(f"  - {line}", markup=False)
+    out.print(f"store: {p['store']}", markup=False)
+    if p["version"]:
+        out.print(f"on {p['version']}: {p['chosen_variant'] or 'no variant'} ({p['chosen_why']})", markup=False)
+    cut = [e for e in (*p["evidence"]["proven"], *p["evidence"]["not_proven"]) if short_item(e) != " ".join(str(e).split())]
+    if cut:
+        out.print(f"{len(cut)} evidence item(s) cut short (…): --evidence prints them whole", markup=False)
+
+
+def _render_long(p: dict, out: Console) -> None:
     rows = [
         ("applies to", p["applies_to"]),
         ("upstreamed in", p["upstreamed_in"]),
@@ -129,16 +229,24 @@ def render(doc: dict, out: Console, err: Console) -> None:
     "show",
     render=render,
     example=(
-        "patchctl show bench-chat-content-null               the patch whole: why, links, evidence",
+        "patchctl show bench-chat-content-null               why, where it applies, what is proven, in short",
+        "patchctl show triton-sparse-mla --evidence          every field, and each evidence item whole",
         "patchctl show triton-sparse-mla vllm@0.23.0         and which variant 0.23.0 gets, and why",
         "patchctl show nsa-sm120-trtllm-default sglang@latest --json",
     ),
 )
 @click.argument("name", metavar="PATCH")
 @click.argument("spec", metavar="[ENGINE[@VERSION]]", required=False)
+@click.option(
+    "--evidence",
+    "evidence",
+    is_flag=True,
+    help="Print every field and each evidence item whole, not the short form (--json always has everything).",
+)
 @store_option
 @source_options
-def command(name: str, spec: str | None, store: Store, ctx: SourceContext) -> tuple[dict, int]:
-    """One patch whole: title, why, upstream links, applies_to, the variant ENGINE@VERSION gets and
-    why, what its evidence proves and does not, and its store."""
-    return run(store, name, spec, ctx)
+def command(name: str, spec: str | None, evidence: bool, store: Store, ctx: SourceContext) -> tuple[dict, int]:
+    """One patch: its title and why, where it applies, its upstream links, and what its evidence
+    proves and does not, as short bullets (what the docs site's page of the patch says); with
+    ENGINE@VERSION also the variant that version gets, and why. --evidence prints the long form."""
+    return run(store, name, spec, ctx)  # --evidence is read by render
