@@ -123,7 +123,7 @@ def revert_document(r: RevertResult) -> dict:
     target = r.target
     fields = dict(engine=target.engine.name, version=str(target.version), target=str(target.root))
     if r.reverted:  # revert --patch
-        from patchctl.tree.operations import on_tree
+        from patchctl.tree.status import on_tree
 
         kept = [p.name for p in on_tree(r.record)]
         message = (
@@ -157,7 +157,7 @@ EXIT_BY_STATE = {
 
 
 def status_document(r: StatusResult) -> tuple[dict, int]:
-    from patchctl.tree.operations import ON_TREE, on_tree
+    from patchctl.tree.status import ON_TREE, on_tree
 
     target, st = r.target, r.status
     code = EXIT_BY_STATE[st.state]

@@ -15,7 +15,7 @@ def outside_packages(paths: Iterable[str], packages: Iterable[str]) -> list[str]
     """The paths (relative to the import root) that are not files inside one of the engine's
     `packages` (engines.yaml): a `.pth` beside them runs code at every interpreter start, a dist-info
     or another distribution's files are not the engine's. The one outside-package rule: variants
-    (patching.evaluate), every tree write (tree.operations.check_paths) and every path a record or
+    (patching.evaluate), every tree write (tree.target.check_paths) and every path a record or
     journal names (tree.bookkeeping) ask it."""
     packages = tuple(packages)
     return [p for p in paths if "/" not in p or p.split("/", 1)[0] not in packages]

@@ -22,7 +22,7 @@ from patchctl.core.errors import EnvironmentProblem, PatchctlError, UsageError
 from patchctl.core.nofollow import RECORD_LIMIT, read_beneath
 from patchctl.core.paths import outside_packages
 from patchctl.tree.bookkeeping import FileRecord, PatchRecord, StateRecord, sha256
-from patchctl.tree.operations import Target
+from patchctl.tree.target import Target
 
 if TYPE_CHECKING:
     from patchctl.sources.fetch import SourceContext
@@ -321,7 +321,7 @@ def adopt(
     Returns a warning when the record could not be written (a tree this user cannot write)."""
     from patchctl.store.layered import store_kind
     from patchctl.tree.bookkeeping import Selection, StoreRef
-    from patchctl.tree.operations import check_paths
+    from patchctl.tree.target import check_paths
 
     check_paths(target, list(files))  # what revert will restore: the one rule of every tree write
     st = target.state()

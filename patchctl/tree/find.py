@@ -22,7 +22,7 @@ from patchctl.sources import installed as inst
 from patchctl.sources.spec import EngineRef
 from patchctl.tree.bookkeeping import BuildRecord
 from patchctl.tree.edits import dist_info_file
-from patchctl.tree.operations import Target
+from patchctl.tree.target import Target
 
 if TYPE_CHECKING:
     from patchctl.sources.fetch import SourceContext

@@ -16,9 +16,13 @@ from typing import TYPE_CHECKING
 from patchctl.core import outcomes as O
 from patchctl.core.errors import EnvironmentProblem, PatchFailed, RecordUnmet, UsageError
 from patchctl.patching.options import Options
-from patchctl.tree import operations as ops
 from patchctl.tree import stores as S
+from patchctl.tree.apply import Plan, apply_locked, rebuild_locked
 from patchctl.tree.bookkeeping import Selection
+from patchctl.tree.revert import repair_from_release
+from patchctl.tree.revert import revert as revert_tree
+from patchctl.tree.status import checked_status
+from patchctl.tree.status import status as read_status
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -30,7 +34,8 @@ if TYPE_CHECKING:
     from patchctl.store.series import Patch
     from patchctl.tree.bookkeeping import BuildRecord, StateRecord
     from patchctl.tree.find import TargetSpec
-    from patchctl.tree.operations import Target, TargetStatus
+    from patchctl.tree.status import TargetStatus
+    from patchctl.tree.target import Target
 
 
 class Mode(enum.Enum):
@@ -99,7 +104,7 @@ def apply(ref: EngineRef, where: TargetSpec, request: ApplyRequest, *, install: 
     from patchctl.core.engines import get_engine
     from patchctl.sources import installed as inst
     from patchctl.tree import find
-    from patchctl.tree.operations import Target
+    from patchctl.tree.target import Target
 
     if no_deps and not install:
         raise UsageError("--no-deps only means something with --install")
@@ -125,7 +130,7 @@ def apply_tree(target: Target, request: ApplyRequest, *, python: str | None = No
     st = target.state()
     with st.locked(request.wait, read_only_ok=ensure) as unlocked:
         recovered = st.recover() if unlocked is None else False
-        current = ops.status(target)  # the record, read once: every decision below is made on it
+        current = read_status(target)  # the record, read once: every decision below is made on it
         record = current.record
         # The record's stores unless the command line named others (ensure: always, the named in front).
         keep = ensure or not request.stores.named
@@ -158,13 +163,13 @@ def apply_tree(target: Target, request: ApplyRequest, *, python: str | None = No
 
         picked = select(patches, chosen.patches, chosen.exclude, name)
         leaving = _leaving(target, current, picked, patches, decided.gone, request.stores.named)
-        plan = ops.Plan(chosen, S.refs(store), fingerprint)
+        plan = Plan(chosen, S.refs(store), fingerprint)
         base_files = None
         if request.ctx is not None:
             from patchctl.sources.fetch import base_files_for
 
             base_files = base_files_for(target.engine, request.ctx)
-        work = ops.rebuild_locked if current.state == "intact" and leaving else ops.apply_locked
+        work = rebuild_locked if current.state == "intact" and leaving else apply_locked
         rep = work(
             target,
             st,
@@ -333,7 +338,7 @@ class RevertResult:
 
 
 def revert(target: Target, *, force: bool = False, wait: float = 0.0) -> RevertResult:
-    rep = ops.revert(target, force=force, wait=wait)
+    rep = revert_tree(target, force=force, wait=wait)
     return RevertResult(target, rep.restored, rep.skipped, rep.recovered, rep.note)
 
 
@@ -350,7 +355,7 @@ def revert_patches(
     st = target.state()
     with st.locked(wait):
         recovered = st.recover()
-        current = ops.status(target)
+        current = read_status(target)
         record = current.record
         if record is None:
             raise UsageError(f"nothing to revert: no patches applied to {target.engine.name} at {target.root}")
@@ -387,13 +392,13 @@ def revert_patches(
             if old.patches is not None
             else old._replace(exclude=tuple(dict.fromkeys([*old.exclude, *names])))
         )
-        plan = ops.Plan(selection, record.stores, record.store_fingerprint)
+        plan = Plan(selection, record.stores, record.store_fingerprint)
         base_files = None
         if ctx is not None:
             from patchctl.sources.fetch import base_files_for
 
             base_files = base_files_for(target.engine, ctx)
-        rep = ops.rebuild_locked(
+        rep = rebuild_locked(
             target,
             st,
             current,
@@ -416,7 +421,7 @@ def revert_from_release(target: Target, store: Store, ctx: SourceContext, *, wai
     can touch at this version, and every file the dist-info RECORD says differs, gets the release's
     own bytes (read from its artifact, checked against the wheel's RECORD). The variants are read as
     check and apply read them: pinned, and refused when they name a file outside the engine's packages
-    (tree.operations.check_paths refuses it again before anything is written)."""
+    (tree.target.check_paths refuses it again before anything is written)."""
     from patchctl.sources import fetch
     from patchctl.tree.edits import record_mismatches
 
@@ -424,7 +429,7 @@ def revert_from_release(target: Target, store: Store, ctx: SourceContext, *, wai
     paths = set(_series_paths(store, target)) | {e.path for e in record_mismatches(target)}
     release = fetch.release(target.engine, target.version, ctx)
     release.prefetch(sorted(paths))
-    rep = ops.repair_from_release(target, release, sorted(paths), wait=wait)
+    rep = repair_from_release(target, release, sorted(paths), wait=wait)
     return RevertResult(target, rep.restored, rep.skipped, rep.recovered, rep.note)
 
 
@@ -459,7 +464,7 @@ def status(target: Target, *, wait: float = 30.0) -> StatusResult:
     a hand edit beside it is still intact."""
     from patchctl.tree.edits import unmanaged
 
-    current, recovered, unlocked = ops.checked_status(target, wait)
+    current, recovered, unlocked = checked_status(target, wait)
     warnings = []
     if unlocked is not None:
         warnings.append(

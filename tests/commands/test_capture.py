@@ -378,7 +378,7 @@ def test_status_without_record_says_nothing_and_with_one_keeps_its_exit_code(tre
 def test_revert_from_release_uses_the_shared_scan(tmp_path):
     from patchctl.core.engines import get_engine
     from patchctl.tree.edits import record_mismatches
-    from patchctl.tree.operations import Target
+    from patchctl.tree.target import Target
 
     site = tmp_path / "site"
     install_fake_dist(site, "vllm", "1.0", PRISTINE)

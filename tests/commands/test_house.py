@@ -94,7 +94,7 @@ def test_the_hidden_deprecated_flags_are_gone(builder):
 def test_status_wait_is_honoured(tree):
     """Was: --wait accepted and ignored (the lock wait was hard-coded to 30 s)."""
     from patchctl.core.engines import get_engine
-    from patchctl.tree.operations import Target
+    from patchctl.tree.target import Target
 
     target = Target(get_engine("vllm"), tree, None, "test")
     with target.state().locked():

@@ -229,7 +229,7 @@ def test_the_lock_holder_is_named_though_nothing_is_written_into_the_lock(case, 
     from packaging.version import Version
 
     from patchctl.core.engines import get_engine
-    from patchctl.tree.operations import Target
+    from patchctl.tree.target import Target
 
     c = case("lock: held")
     with Target(get_engine("vllm"), site, Version("1.0"), "t").state().locked():

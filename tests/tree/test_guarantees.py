@@ -343,7 +343,7 @@ def test_another_data_dir_or_path_finds_the_same_record_and_lock(store, site, tm
     from packaging.version import Version
 
     from patchctl.core.engines import get_engine
-    from patchctl.tree.operations import Target
+    from patchctl.tree.target import Target
 
     with Target(get_engine("vllm"), site, Version("1.0"), "t").state().locked():
         doc = cli("apply", "vllm", "--target", str(link), "--store", str(store), expect=3)
@@ -364,7 +364,7 @@ def test_a_bind_mount_of_the_tree_sees_the_same_record_and_lock(store, site, tmp
         from packaging.version import Version
 
         from patchctl.core.engines import get_engine
-        from patchctl.tree.operations import Target
+        from patchctl.tree.target import Target
 
         with Target(get_engine("vllm"), site, Version("1.0"), "t").state().locked():
             doc = cli("revert", "vllm", "--target", str(mnt), expect=3)

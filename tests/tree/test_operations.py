@@ -81,7 +81,7 @@ def test_second_apply_fails_clearly_while_locked(store, tree):
     from packaging.version import Version
 
     from patchctl.core.engines import get_engine
-    from patchctl.tree.operations import Target
+    from patchctl.tree.target import Target
 
     target = Target(get_engine("vllm"), tree.resolve(), Version("1.0"), "test")
     with target.state().locked():
@@ -202,7 +202,7 @@ def test_leftover_corrupt_journal_is_never_trusted(store, tree):
     from packaging.version import Version
 
     from patchctl.core.engines import get_engine
-    from patchctl.tree.operations import Target
+    from patchctl.tree.target import Target
 
     st = Target(get_engine("vllm"), tree.resolve(), Version("1.0"), "t").state()
     st.dir.mkdir(parents=True, exist_ok=True)

@@ -66,8 +66,8 @@ def test_the_service_returns_typed_results(store, tree):
     from patchctl.store.layered import Store
     from patchctl.tree import service
     from patchctl.tree.bookkeeping import Selection
-    from patchctl.tree.operations import Target
     from patchctl.tree.stores import Stores
+    from patchctl.tree.target import Target
 
     target = Target(get_engine("vllm"), tree, Version("1.0"), "directory")
     stores = Stores(Store.open(store), named=True)

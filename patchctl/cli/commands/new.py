@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from patchctl.cli.commands.text import Console
     from patchctl.sources.fetch import SourceContext
     from patchctl.tree.find import TargetSpec
-    from patchctl.tree.operations import Target
+    from patchctl.tree.target import Target
 
 STORE_HELP = (
     "Store to write the patch into (created when missing; default: $PATCHCTL_STORE). The bundled patch "
@@ -44,7 +44,7 @@ def run(
     from patchctl.sources import fetch
     from patchctl.tree import edits as ed
     from patchctl.tree.find import find_target
-    from patchctl.tree.operations import check_paths
+    from patchctl.tree.target import check_paths
 
     store_root = capture.writable_store(store_dir)
     capture.check_new_name(store_root, engine, name)

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from patchctl.sources.release import ReleaseSource
     from patchctl.store.series import Patch, Series
     from patchctl.tree.find import TargetSpec
-    from patchctl.tree.operations import Target
+    from patchctl.tree.target import Target
 
 REFRESHED, ADDED, UNCHANGED = "refreshed", "added", "unchanged"
 
@@ -47,7 +47,7 @@ def run(
     from patchctl.tree import edits as ed
     from patchctl.tree.bookkeeping import sha256
     from patchctl.tree.find import find_target
-    from patchctl.tree.operations import check_paths
+    from patchctl.tree.target import check_paths
 
     store_root = capture.writable_store(store_dir)
     store = Store.open(store_root)

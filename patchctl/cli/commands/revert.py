@@ -47,7 +47,7 @@ def run_from_release(spec: str, where: TargetSpec, store: Store, ctx: SourceCont
     can touch at this version, and every file the dist-info RECORD says differs, gets the release's
     own bytes (read from its artifact, checked against the wheel's RECORD). The variants are read as
     check and apply read them: pinned, and refused when they name a file outside the engine's packages
-    (tree.operations.check_paths refuses it again before anything is written)."""
+    (tree.target.check_paths refuses it again before anything is written)."""
     from patchctl.cli.tree_documents import revert_document
     from patchctl.tree import service
     from patchctl.tree.find import find_target

@@ -174,7 +174,7 @@ def served_patch_set(
     if python is None and target_dir is None:
         return "unknown", "unknown", None
     from patchctl.tree.find import TargetSpec, find_target
-    from patchctl.tree.operations import status
+    from patchctl.tree.status import status
     from patchctl.validate.baseline import applied_patch_set
 
     tree = find_target(ref, TargetSpec(python, target_dir, as_version))

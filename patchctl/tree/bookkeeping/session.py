@@ -1,5 +1,5 @@
-"""TargetState: the bookkeeping of one engine in one tree, as the work layer uses it (tree.operations,
-tree.edits): a Place (its files, record and blobs) with the lock, the journaled write and recovery.
+"""TargetState: the bookkeeping of one engine in one tree, as the work layer uses it (tree.apply,
+tree.revert, tree.status, tree.edits): a Place (its files, record and blobs) with the lock, the journaled write and recovery.
 Under the lock it is a session: the folders' descriptors the lock opened serve every read and write
 of the target's bookkeeping in this process until it is let go (Place.holding)."""
 

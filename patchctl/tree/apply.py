@@ -1,29 +1,17 @@
-"""Patching a real tree on disk (an installed engine or a source checkout): all-or-nothing apply,
-status, exact revert, idempotent ensure, and a repair from the release itself when the record is
-damaged — on top of the in-memory apply engine and the journal (journal.py).
-
-Every operation takes the target's lock and recovers an interrupted run first."""
+"""Patching a tree all or nothing. Under its lock (tree.service takes it and recovers an interrupted
+run first): the series evaluated on the tree's files (apply_locked) or on the pristine bytes the
+record keeps when the set of patches shrinks (rebuild_locked), then one journaled write of the
+files and the new record."""
 
 from __future__ import annotations
 
-import os
 import stat
 import time
 from collections.abc import Iterable
-from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from packaging.version import Version
-
 from patchctl.core import outcomes as O
-from patchctl.core.engines import Engine
-from patchctl.core.errors import (
-    EnvironmentProblem,
-    PatchFailed,
-    StateDamaged,
-    StoreError,
-    UsageError,
-)
+from patchctl.core.errors import UsageError
 from patchctl.core.nofollow import lstat_beneath, read_beneath
 from patchctl.tree.bookkeeping import (
     BuildRecord,
@@ -36,124 +24,16 @@ from patchctl.tree.bookkeeping import (
     TargetState,
     sha256,
 )
+from patchctl.tree.status import TargetStatus
+from patchctl.tree.target import Target, check_paths, check_writable
 
 if TYPE_CHECKING:
     # The apply engine (the diff reader, the store, packaging.requirements under it) is imported by
-    # apply() only: status and revert read the state record and hash files, nothing more.
+    # the functions that evaluate only: status and revert read the state record and hash files.
     from patchctl.patching.evaluate import BaseFiles, SeriesResult
     from patchctl.patching.options import Options
-    from patchctl.sources.files import FileSource, Provenance
+    from patchctl.sources.files import Provenance
     from patchctl.store.series import Patch
-
-
-class Target(NamedTuple):
-    engine: Engine
-    root: Path  # import root
-    version: Version
-    how: str  # "installed in /usr/bin/python3", "directory"
-    build: BuildRecord | None = None  # which build this is (installed by --install, or read from its dist-info)
-
-    def state(self) -> TargetState:
-        return TargetState(self.root, self.engine.name, packages=tuple(self.engine.packages))
-
-
-class FileStatus(NamedTuple):
-    path: str
-    status: str  # patched | pristine | changed | missing
-
-
-class TargetStatus(NamedTuple):
-    state: str  # not-applied | intact | wiped | modified | version-changed
-    record: StateRecord | None
-    files: tuple[FileStatus, ...]
-    message: str
-
-
-def status(target: Target) -> TargetStatus:
-    """What the record says against what the files are; the caller holds the lock (or reads only)."""
-    st = target.state()
-    record = st.load()
-    if record is None:
-        return TargetStatus("not-applied", None, (), f"no patches applied to {target.engine.name} at {target.root}")
-    files = []
-    for f in record.files:
-        data = st.read_tree(f.path, st.state_file)
-        digest = sha256(data)
-        if digest == f.patched_sha256:
-            files.append(FileStatus(f.path, "patched"))
-        elif data is None:  # before "pristine": a file the patches created is pristine only in name when absent
-            files.append(FileStatus(f.path, "missing"))
-        elif digest == f.pristine_sha256:
-            files.append(FileStatus(f.path, "pristine"))
-        else:
-            files.append(FileStatus(f.path, "changed"))
-    kinds = {f.status for f in files}
-    if str(target.version) != record.version:
-        return TargetStatus(
-            "version-changed",
-            record,
-            tuple(files),
-            f"{target.engine.dist} changed from {record.version} to {target.version} since the patches were "
-            f"applied (pip install -U?): the patches are gone. Run `patchctl ensure {target.engine.name}`.",
-        )
-    if kinds <= {"patched"}:
-        return TargetStatus("intact", record, tuple(files), counted(record, "applied and intact"))
-    upstream_files = {f.status for f, r in zip(files, record.files, strict=True) if r.pristine_sha256 is not None}
-    # pip never removes files it did not install, so files the patches created may outlive a wipe.
-    if upstream_files and upstream_files <= {"pristine"}:
-        return TargetStatus(
-            "wiped",
-            record,
-            tuple(files),
-            f"every patched file is back to the pristine {record.version} content: {target.engine.dist} was "
-            f"reinstalled and the patches are gone. Run `patchctl ensure {target.engine.name}`.",
-        )
-    changed = [f.path for f in files if f.status != "patched"]
-    return TargetStatus(
-        "modified",
-        record,
-        tuple(files),
-        f"patched files changed since patchctl applied them (not by an upgrade: the version is still "
-        f"{record.version}): {', '.join(changed)}",
-    )
-
-
-# What the record lists as on the tree: written by patchctl, or found there already (`new`, a second
-# apply). The record keeps the others too (obsolete, upstreamed, a conflict under --keep-going), so
-# that ensure knows the choice was made; they are never counted as applied.
-ON_TREE = (*O.WRITES, O.ALREADY_APPLIED)
-
-
-def on_tree(record: StateRecord | None) -> list[PatchRecord]:
-    return [p for p in record.patches if p.outcome in ON_TREE] if record else []
-
-
-def counted(record: StateRecord, how: str) -> str:
-    """`1 patch applied and intact (loader); not applied: 1 obsolete (old), 1 upstreamed (up)`: the
-    applied patches counted and named, the record's others by outcome."""
-    applied = on_tree(record)
-    names = ", ".join(p.name for p in applied)
-    text = f"{len(applied)} patch{'' if len(applied) == 1 else 'es'} {how} ({names})" if applied else "no patch applied"
-    rest: dict[str, list[str]] = {}
-    for p in record.patches:
-        if p.outcome not in ON_TREE:
-            rest.setdefault(p.outcome, []).append(p.name)
-    if rest:
-        order = sorted(rest, key=lambda o: (O.ALL.index(o) if o in O.ALL else len(O.ALL), o))
-        text += "; not applied: " + ", ".join(f"{len(rest[o])} {o} ({', '.join(rest[o])})" for o in order)
-    return text
-
-
-def checked_status(target: Target, wait: float = 30.0) -> tuple[TargetStatus, bool, str | None]:
-    """status under the lock, after recovering an interrupted run: (status, recovered, unlocked).
-    unlocked: why the lock could not be taken on a tree nothing may be written into (read without
-    it, nothing to recover), else None."""
-    st = target.state()
-    with st.locked(wait, read_only_ok=True) as unlocked:
-        if unlocked is not None:
-            return status(target), False, unlocked
-        recovered = st.recover()
-        return status(target), recovered, None
 
 
 class ApplyReport(NamedTuple):
@@ -248,7 +128,7 @@ def apply_locked(
     ):
         return ApplyReport(result, (), recovered, "nothing to write", current.state)
     check_paths(target, [c.path for c in changes])
-    _check_writable(target.root, [c.path for c in changes])
+    check_writable(target.root, [c.path for c in changes])
     new_record = _merge_record(target, st, record, result, changes, plan, origins)
     st.write_files([Change(c.path, c.before, c.after) for c in changes], new_record)
     return ApplyReport(result, tuple(c.path for c in changes), recovered, "", current.state, new_record)
@@ -326,7 +206,7 @@ def rebuild_locked(
             if back != now:
                 changes.append(Change(path, now, back, old.pristine_mtime_ns, old.bytecode))
     check_paths(target, [c.path for c in changes])
-    _check_writable(target.root, [c.path for c in changes])
+    check_writable(target.root, [c.path for c in changes])
     origins = _origins(patches, result)
     new_record = StateRecord(
         target.engine.name,
@@ -403,58 +283,6 @@ def _failed(target: Target, bad: list) -> tuple[str, str]:
     )
 
 
-def check_paths(target: Target, paths: Iterable[str]) -> None:
-    """The one rule for every path a command writes into a tree (apply, revert, --from-release,
-    recovery through the record): inside one of the engine's packages (a `.pth` beside them runs code
-    at every interpreter start; another distribution's files are not ours), and a path the file
-    system can hold there: no name over NAME_MAX, no file where a folder must be, no folder where the
-    file goes. Bad patch input is refused (exit 2) before anything is written, never an exit 3
-    from the writer halfway."""
-    from patchctl.core.paths import outside_packages
-
-    packages = tuple(target.engine.packages)
-    for rel in paths:
-        parts = rel.split("/")
-        if os.path.isabs(rel) or ".." in parts or "\0" in rel:
-            raise StoreError(f"refusing {rel!r}: it leaves the tree")
-        if outside_packages([rel], packages):
-            raise StoreError(
-                f"refusing {rel}: patchctl writes only files inside the {', '.join(p + '/' for p in packages)} package",
-                hint="a patch of another distribution belongs in that engine's series",
-            )
-        try:
-            name_max = os.pathconf(target.root, "PC_NAME_MAX")
-        except (OSError, ValueError):
-            name_max = 255
-        long = [p for p in parts if len(os.fsencode(p)) > name_max]
-        if long:
-            raise StoreError(
-                f"refusing {rel}: the name {long[0][:40]}… is {len(os.fsencode(long[0]))} bytes, more "
-                f"than the file system holds ({name_max})"
-            )
-        here = target.root
-        for part in parts[:-1]:
-            here = here / part
-            if here.exists() and not here.is_dir():
-                raise StoreError(f"refusing {rel}: {here.relative_to(target.root)} is a file, not a folder")
-        final = target.root / rel
-        if final.is_dir():
-            raise StoreError(f"refusing {rel}: it is a folder in the tree, not a file")
-
-
-def _check_writable(root: Path, paths: list[str]) -> None:
-    for rel in paths:
-        file = root / rel
-        directory = file.parent  # a rename into it needs the directory writable, not the file
-        while not directory.exists():
-            directory = directory.parent
-        if not os.access(directory, os.W_OK):
-            raise EnvironmentProblem(
-                f"cannot write {file}: permission denied; nothing was changed",
-                hint="run as the owner of the environment, or use --target on a copy",
-            )
-
-
 def _merge_record(
     target: Target,
     st: TargetState,
@@ -504,92 +332,3 @@ def _build(target: Target, old: StateRecord | None) -> BuildRecord | None:
     if old is not None and old.build is not None and old.build.version == str(target.version):
         return old.build
     return build
-
-
-class RevertReport(NamedTuple):
-    restored: tuple[str, ...]
-    skipped: tuple[str, ...]
-    recovered: bool
-    note: str
-
-
-def revert(target: Target, *, force: bool = False, wait: float = 0.0) -> RevertReport:
-    st = target.state()
-    with st.locked(wait):
-        recovered = st.recover()
-        current = status(target)
-        if current.record is None:
-            return RevertReport((), (), recovered, "nothing to revert: no patches applied")
-        if current.state == "version-changed":
-            # Only files the patches created are still ours: pip replaced the others.
-            created = [
-                f
-                for f, s in zip(current.record.files, current.files, strict=True)
-                if f.pristine_sha256 is None and s.status == "patched"
-            ]
-            changes = [Change(f.path, st.read_tree(f.path, st.state_file), None) for f in created]
-            st.write_files(changes, None)
-            return RevertReport(
-                tuple(c.path for c in changes),
-                (),
-                recovered,
-                f"{current.message} Dropped the stale record"
-                + (f" and removed {len(changes)} file(s) the patches had created." if changes else "."),
-            )
-        changes, skipped = [], []
-        for record, fs in zip(current.record.files, current.files, strict=True):
-            if fs.status == "pristine" or (fs.status == "missing" and record.pristine_sha256 is None):
-                skipped.append(record.path)
-                continue
-            if fs.status != "patched" and not force:
-                raise PatchFailed(
-                    f"{record.path} changed since it was patched; refusing to overwrite it",
-                    hint="pass --force to restore the pristine file anyway",
-                )
-            before = st.read_tree(record.path, st.state_file)
-            pristine = None if record.pristine_sha256 is None else st.blob(record.pristine_sha256)
-            changes.append(Change(record.path, before, pristine, record.pristine_mtime_ns, record.bytecode))
-        check_paths(target, [c.path for c in changes])
-        _check_writable(target.root, [c.path for c in changes])
-        st.write_files(changes, None)
-        return RevertReport(tuple(c.path for c in changes), tuple(skipped), recovered, "")
-
-
-def repair_from_release(target: Target, release: FileSource, paths: list[str], *, wait: float = 0.0) -> RevertReport:
-    """The way out of a damaged record or journal: every file in `paths` (what the series touches at
-    this version, and whatever the dist-info RECORD says differs) back to the release's own bytes,
-    read from its artifact (each member checked against the wheel's RECORD), and the record dropped."""
-    st = target.state()
-    check_paths(target, paths)
-    with st.locked(wait):
-        changes, skipped = [], []
-        for rel in paths:
-            current = st.read_tree(rel, st.dir)
-            pristine = release.read(rel)
-            if current == pristine:
-                skipped.append(rel)
-            else:
-                changes.append(Change(rel, current, pristine))
-        _check_writable(target.root, [c.path for c in changes])
-        # Nothing of the damaged record or journal is trusted: they are set aside, not replayed.
-        st.set_aside_damaged()
-        st.write_files(changes, None)
-        return RevertReport(
-            tuple(c.path for c in changes),
-            tuple(skipped),
-            False,
-            f"restored {len(changes)} file(s) from {target.engine.dist} {target.version} itself",
-        )
-
-
-__all__ = [
-    "StateDamaged",
-    "Target",
-    "apply_locked",
-    "check_paths",
-    "checked_status",
-    "rebuild_locked",
-    "repair_from_release",
-    "revert",
-    "status",
-]
