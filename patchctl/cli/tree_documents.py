@@ -157,7 +157,7 @@ EXIT_BY_STATE = {
 
 
 def status_document(r: StatusResult) -> tuple[dict, int]:
-    from patchctl.tree.status import ON_TREE, on_tree
+    from patchctl.tree.status import on_tree
 
     target, st = r.target, r.status
     code = EXIT_BY_STATE[st.state]
@@ -175,7 +175,7 @@ def status_document(r: StatusResult) -> tuple[dict, int]:
         # Only what is on the tree counts as applied; the record's other patches (obsolete or
         # upstreamed on its version, a conflict --keep-going skipped) are listed with their outcome.
         applied=[p.to_json() for p in on_tree(record)],
-        not_applied=[p.to_json() for p in record.patches if p.outcome not in ON_TREE] if record else [],
+        not_applied=[p.to_json() for p in record.patches if p.outcome not in O.ON_TREE] if record else [],
         # What ensure re-applies: the choice (--patch/--exclude; patches null: every patch of the
         # series) and the stores, highest priority first.
         selection=record.selection.to_json() if record else None,

@@ -14,5 +14,8 @@ CONFLICT = "conflict"
 ALL = (CLEAN, OFFSET, FUZZ, THREE_WAY, ALREADY_APPLIED, UPSTREAMED, OBSOLETE, CONFLICT)
 # Outcomes that change files when applied.
 WRITES = (CLEAN, OFFSET, FUZZ, THREE_WAY)
+# Outcomes after which the patch's changes are on the tree (written, or found there): the only ones
+# counted as applied; a record keeps obsolete and upstreamed patches too, which were never written.
+ON_TREE = (*WRITES, ALREADY_APPLIED)
 # Outcomes after which the patch's intent holds on the target.
 SATISFIED = (CLEAN, OFFSET, FUZZ, THREE_WAY, ALREADY_APPLIED, UPSTREAMED)

@@ -35,7 +35,7 @@ def courses(data: dict) -> dict[str, Course]:
             cell = (data["versions"][version].get("patches") or {}).get(patch)
             if cell and cell.get("outcome"):
                 outcome = cell["outcome"]
-                cells.append((version, APPLIES if outcome in (*O.WRITES, O.ALREADY_APPLIED) else outcome))
+                cells.append((version, APPLIES if outcome in O.ON_TREE else outcome))
         out[patch] = course(cells)
     return out
 

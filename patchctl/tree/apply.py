@@ -136,11 +136,7 @@ def apply_locked(
 
 def _origins_changed(record: StateRecord, origins: dict[str, tuple[StoreRef, str | None]]) -> bool:
     """A record `new` wrote lacks a store or fingerprint it can have now."""
-    return any(
-        p.name in origins and (p.store, p.sha256) != origins[p.name]
-        for p in record.patches
-        if p.outcome in (*O.WRITES, O.ALREADY_APPLIED)
-    )
+    return any(p.name in origins and (p.store, p.sha256) != origins[p.name] for p in record.patches if p.outcome in O.ON_TREE)
 
 
 def rebuild_locked(

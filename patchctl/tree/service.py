@@ -305,7 +305,7 @@ def _ensure_read_only(
 def _require_recorded(target: Target, record: StateRecord, series: tuple[Patch, ...]) -> None:
     """Every patch the record lists as written (or found applied) must still be in the series."""
     names = {p.name for p in series}
-    gone = [p for p in record.patches if p.outcome in (*O.WRITES, O.ALREADY_APPLIED) and p.name not in names]
+    gone = [p for p in record.patches if p.outcome in O.ON_TREE and p.name not in names]
     if gone:
         p = gone[0]
         where = (
@@ -367,7 +367,7 @@ def revert_patches(
                 f"{current.message}; `revert --patch` takes one patch out of an intact tree only",
                 hint=f"`patchctl ensure {target.engine.name}` first, or `patchctl revert {target.engine.name}` for every patch",
             )
-        applied = [p.name for p in record.patches if p.outcome in (*O.WRITES, O.ALREADY_APPLIED)]
+        applied = [p.name for p in record.patches if p.outcome in O.ON_TREE]
         series = store.series(target.engine.name).patches
         unknown_names(series, names, target.engine.name)
         not_applied = [n for n in names if n not in applied]

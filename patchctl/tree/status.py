@@ -72,14 +72,8 @@ def status(target: Target) -> TargetStatus:
     )
 
 
-# What the record lists as on the tree: written by patchctl, or found there already (`new`, a second
-# apply). The record keeps the others too (obsolete, upstreamed, a conflict under --keep-going), so
-# that ensure knows the choice was made; they are never counted as applied.
-ON_TREE = (*O.WRITES, O.ALREADY_APPLIED)
-
-
 def on_tree(record: StateRecord | None) -> list[PatchRecord]:
-    return [p for p in record.patches if p.outcome in ON_TREE] if record else []
+    return [p for p in record.patches if p.outcome in O.ON_TREE] if record else []
 
 
 def counted(record: StateRecord, how: str) -> str:
@@ -90,7 +84,7 @@ def counted(record: StateRecord, how: str) -> str:
     text = f"{len(applied)} patch{'' if len(applied) == 1 else 'es'} {how} ({names})" if applied else "no patch applied"
     rest: dict[str, list[str]] = {}
     for p in record.patches:
-        if p.outcome not in ON_TREE:
+        if p.outcome not in O.ON_TREE:
             rest.setdefault(p.outcome, []).append(p.name)
     if rest:
         order = sorted(rest, key=lambda o: (O.ALL.index(o) if o in O.ALL else len(O.ALL), o))
