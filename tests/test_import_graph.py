@@ -271,3 +271,20 @@ def test_contributing_draws_these_layers():
     order = [[line_of(n) for n in names if n != "patchctl"] for _, names in LAYERS]
     for lower, upper in zip(order, order[1:], strict=False):
         assert min(lower) > max(upper), "the diagram draws the layers top (cli) to bottom (ground)"
+
+
+# Generated code (the compiled JSON schemas) is written by scripts/compile_schemas.py, not read by people.
+MODULE_LINE_LIMIT = 500
+
+
+def test_no_hand_written_module_is_over_the_house_limit():
+    """One module per idea, none over 500 lines (the guide's house rule): a module that grows past it
+    holds two ideas; split it by idea, as tree/operations.py and cli/commands/validate.py were."""
+    root = Path(patchctl.__file__).parent
+    compiled = root / "core" / "schemas" / "compiled"
+    over = {
+        str(p.relative_to(root)): n
+        for p in root.rglob("*.py")
+        if compiled not in p.parents and (n := len(p.read_text(encoding="utf-8").splitlines())) > MODULE_LINE_LIMIT
+    }
+    assert not over, f"modules over {MODULE_LINE_LIMIT} lines: {over}"
