@@ -318,7 +318,7 @@ def request_samples(ok: Sequence[RequestRecord], timed: Sequence[RequestRecord])
     statistics.MAX_SAMPLES: what lets a later run say whether a change is more than noise."""
     from patchctl.validate.statistics import thin
 
-    per_request = {
+    per_request: dict[str, list[float | None]] = {
         "request_tok_s": [r.tok_s for r in ok],
         "decode_tok_s": [r.decode_tok_s for r in timed],
         "ttft_ms": [None if r.ttft is None else r.ttft * 1000 for r in timed],

@@ -52,7 +52,7 @@ class Provenance(NamedTuple):
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> Provenance:
         patches = obj.get("patches")
-        fields = {k: obj.get(k) for k in cls._fields}
+        fields: dict[str, Any] = {k: obj.get(k) for k in cls._fields}
         fields["patches"] = None if patches is None else tuple((str(p[0]), p[1]) for p in patches)
         fields["unknown"] = dict(obj.get("unknown") or {})
         return cls(**fields)
@@ -63,10 +63,11 @@ def record_facts(record: StateRecord | None) -> tuple[tuple[tuple[str, str | Non
     if record is None:
         return (), None
     build = None
-    if record.build is not None:
-        b = record.build
-        which = b.commit or b.artifact or b.sha256 or b.url
-        build = f"{b.kind} {b.version}" + (f" {which}" if which else "")
+    b = record.build
+    # Only a record that names the build (a commit, an artifact) tells more than the version does.
+    which = b and (b.commit or b.artifact or b.sha256 or b.url)
+    if b is not None and which:
+        build = f"{b.kind} {b.version} {which}"
     return tuple((p.name, p.sha256) for p in record.patches), build
 
 
@@ -225,7 +226,10 @@ def check_baseline(then: Mapping[str, Any] | None, now: Provenance, path: str, a
     from patchctl.core.errors import UsageError
 
     if then is None:
-        return [f"the baseline {path} does not say what it measured (recorded by an older patchctl): re-record it with --update-baseline"]
+        return [
+            f"the baseline {path} does not say what it measured (recorded by an older patchctl), so it cannot be "
+            "checked against this run: re-record it with --update-baseline"
+        ]
     diffs, _unknown = differences(then, now.to_json())
     if not diffs:
         return []
