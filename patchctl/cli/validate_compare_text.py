@@ -44,7 +44,10 @@ def provenance_line(prov: dict | None) -> str | None:
 
     patches = prov.get("patches")
     origin = prov.get("patch_set_from")
-    source = f" ({origin}: {len(patches)} patches)" if patches is not None else f" ({origin})"
+    if prov.get("patch_set") == "unknown":
+        source = f" ({why.get('patch_set', 'not said')})"
+    else:
+        source = f" (from {origin}: {len(patches)} patches)" if patches is not None else f" (from {origin})"
     gpu = said("gpu_name", prov.get("gpu_name"))
     if prov.get("gpu_driver"):
         gpu += f" (driver {prov['gpu_driver']})"

@@ -100,7 +100,7 @@ def max_model_len_from_models(client: OpenAIClient, model: str) -> tuple[int | N
     value = entry.get("max_model_len") if entry else None
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
         return value, None
-    return None, "the server's /v1/models entry has no max_model_len (vLLM's has; SGLang and llama.cpp do not put it there)"
+    return None, "not in the model's /v1/models entry (vLLM puts it there; SGLang and llama.cpp do not)"
 
 
 def is_local(base_url: str) -> bool:
