@@ -20,7 +20,7 @@ from patchctl.core.errors import UsageError
 from patchctl.validate import baseline as _baseline
 from patchctl.validate.provenance import IDENTITY, Difference, differences, patch_changes
 
-WORKLOAD = ("prompt", "prompt_sha256", "max_tokens", "api", "streamed")
+WORKLOAD = ("prompts", "prompt", "prompt_sha256", "max_tokens", "api", "streamed")
 FIELDS = IDENTITY + WORKLOAD
 ALL = "all"
 MAX_REPORT_BYTES = 64 * 1024 * 1024  # a report is a few hundred kB at most: a larger file is not one
@@ -104,7 +104,7 @@ def _facts(obj: Mapping[str, Any]) -> dict[str, Any]:
     prov = obj.get("provenance") or {}
     facts = {"model": d["model"], "patch_set": d["patch_set"], "engine_version": d["engine_version"]}
     facts.update({k: prov.get(k) for k in ("engine_build", "max_model_len", "gpu_name", "patches")})
-    facts.update({k: tp.get(k) for k in ("prompts", *WORKLOAD)})
+    facts.update({k: tp.get(k) for k in WORKLOAD})
     return facts
 
 

@@ -22,8 +22,10 @@ if TYPE_CHECKING:
     from patchctl.tree.bookkeeping import StateRecord
     from patchctl.validate.client import OpenAIClient
 
-# Fields whose difference makes two measurements incomparable, in the order a refusal names them.
-IDENTITY = ("model", "patch_set", "engine_version", "engine_build", "max_model_len", "gpu_name", "prompts")
+# Fields whose difference makes two measurements of a server incomparable, in the order a refusal names
+# them. How the load was sent (the prompt kind among it) is the workload's: a baseline measured with
+# another one warns (baseline.workload_differences), and --compare refuses it (compare.FIELDS).
+IDENTITY = ("model", "patch_set", "engine_version", "engine_build", "max_model_len", "gpu_name")
 NVIDIA_SMI_TIMEOUT_S = 5.0  # a wedged driver can hang nvidia-smi for minutes: validate does not wait for it
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "0.0.0.0", "::"}
 

@@ -67,7 +67,7 @@ def test_what_is_not_known_says_why(shape_server, tmp_path, monkeypatch):
     prov = doc["report"]["provenance"]
     assert (prov["gpu_name"], prov["max_model_len"], prov["engine_build"], prov["prompts"]) == (None, None, None, None)
     assert prov["unknown"]["gpu_name"] == "nvidia-smi not found on this host"
-    assert "max_model_len" in prov["unknown"]["max_model_len"] and "patch_set" in prov["unknown"]
+    assert "/v1/models entry" in prov["unknown"]["max_model_len"] and "patch_set" in prov["unknown"]
     assert "version names no build" in prov["unknown"]["engine_build"]
 
 

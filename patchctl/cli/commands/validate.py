@@ -358,7 +358,7 @@ def _notify(text: str) -> None:
     "--accept-baseline-mismatch",
     is_flag=True,
     help="Compare with the deployment's baseline even when it measured something else (another engine build, "
-    "GPU, max_model_len or prompt kind): without it that is exit 2, naming the field.",
+    "GPU or max_model_len): without it that is exit 2, naming the field.",
 )
 @click.option(
     "--compare",
