@@ -85,8 +85,23 @@ def engine_build_of(version: str, recorded: str | None) -> tuple[str | None, str
     return None, "no tree record read (--python/--target) and the version names no build (+label)"
 
 
+def version_from_server_info(client: OpenAIClient) -> str | None:
+    """SGLang's version where its /version is missing: its HTTP server (python/sglang/srt/entrypoints/
+    http_server.py, read at 0025436) has no /version route; GET /get_server_info answers its server
+    args, scheduler info and `version` (sglang.__version__). None when the server has neither."""
+    from patchctl.core.errors import BadServerReply, RequestFailed
+
+    try:
+        status, data = client._get_small("/get_server_info")
+        obj = load_json(data) if status == 200 else None
+    except (RequestFailed, BadServerReply, ValueError):
+        return None
+    version = obj.get("version") if isinstance(obj, dict) else None
+    return version[:200] if isinstance(version, str) and version else None
+
+
 def max_model_len_from_models(client: OpenAIClient, model: str) -> tuple[int | None, str | None]:
-    """(max_model_len, why unknown) from the model's /v1/models entry, where vLLM puts it.
+    """(max_model_len, why unknown) from the model's /v1/models entry, where vLLM and SGLang put it.
 
     Stand-in until validate/serverinfo.py (issue 37, the long-context checks) merges: that module
     reads what each engine reports, and this function is to be replaced by it."""
@@ -102,7 +117,7 @@ def max_model_len_from_models(client: OpenAIClient, model: str) -> tuple[int | N
     value = entry.get("max_model_len") if entry else None
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
         return value, None
-    return None, "not in the model's /v1/models entry (vLLM puts it there; SGLang and llama.cpp do not)"
+    return None, "not in the model's /v1/models entry (vLLM and SGLang put it there)"
 
 
 def is_local(base_url: str) -> bool:
@@ -164,7 +179,7 @@ def collect(
     if patch_set == "unknown":
         unknown["patch_set"] = "neither --python/--target nor --patch-set said which patch set the server runs"
     if engine_version == "unknown":
-        unknown["engine_version"] = "the server has no /version and --engine-version was not given"
+        unknown["engine_version"] = "no version from the server (/version, /get_server_info) nor --engine-version"
     return Provenance(
         model,
         patch_set,

@@ -129,7 +129,7 @@ def run_validate(config: ServeConfig, progress: Progress | None = None) -> Serve
             hint="start one, or pass --start 'vllm serve MODEL' to let patchctl start and stop it",
         ) from None
     notes: list[str] = []
-    engine_version = config.engine_version or client.engine_version()
+    engine_version = config.engine_version or client.engine_version() or _provenance.version_from_server_info(client)
     if engine_version is None:
         engine_version = "unknown"
         notes.append("engine version unknown: the server has no /version; pass it for a precise baseline key")

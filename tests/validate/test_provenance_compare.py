@@ -71,6 +71,24 @@ def test_what_is_not_known_says_why(shape_server, tmp_path, monkeypatch):
     assert "version names no build" in prov["unknown"]["engine_build"]
 
 
+def test_sglang_s_version_is_read_from_get_server_info(shape_server):
+    # SGLang's HTTP server has no /version: its version is in /get_server_info, beside its server args.
+    shape_server.settings["version"] = None
+    info = {"model_path": "m", "tp_size": 1, "version": "0.5.4.post1"}
+
+    def server_info(request):
+        return json_reply(info) if request.method == "GET" and request.path == "/get_server_info" else None
+
+    shape_server.server.responders.insert(0, server_info)
+    args = ("vllm", "--url", shape_server.base_url, "--no-answers", "--no-throughput")
+    doc = run_json("validate", *args, expect=0)
+    assert doc["report"]["deployment"]["engine_version"] == "0.5.4.post1"
+    assert doc["report"]["provenance"]["engine_version"] == "0.5.4.post1"
+    info.pop("version")
+    prov = run_json("validate", *args, expect=0)["report"]["provenance"]
+    assert prov["engine_version"] == "unknown" and "/get_server_info" in prov["unknown"]["engine_version"]
+
+
 def test_nvidia_smi_is_asked_only_on_this_host_and_never_waited_for(tmp_path, monkeypatch):
     assert pv.gpu_of("http://gpu-box.example:8000")[2] == "the server is not on this host (gpu-box.example) and does not say"
     fake_nvidia_smi(tmp_path / "hang", monkeypatch, "sleep 30")
