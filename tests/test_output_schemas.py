@@ -213,8 +213,11 @@ def test_every_command_s_documents_validate(tmp_path, builder, seen, monkeypatch
         run("validate", "vllm", *quick, "--record-golden", "--update-baseline", "--out", str(tmp_path / "v" / "s.json"))
         # A one-request level's timings swing by more than 5% on a loaded machine (a regression verdict,
         # exit 1, seen once): the comparison is what this needs, not its verdict, so any change passes.
-        report = run("validate", "vllm", *quick, "--threshold", "1000")["report"]
+        report = run("validate", "vllm", *quick, "--threshold", "1000", "--out", str(tmp_path / "v" / "s2.json"))["report"]
         assert report["golden"]["mode"] == "compared" and report["baseline"]["status"] == "compared", report
+    # --compare: two saved reports, no server
+    saved = (str(tmp_path / "v" / "s.json"), str(tmp_path / "v" / "s2.json"))
+    assert run("validate", "--compare", *saved, "--threshold", "1000")["compare"]["checks"]
     run("validate", "vllm", "--url", "ftp://nowhere", expect=2)
 
     # a usage error click finds, for every command, and a command line that names none

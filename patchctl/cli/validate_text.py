@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from patchctl.cli.commands.text import Literal, coloured, print_lines, table
+from patchctl.cli.validate_compare_text import provenance_line
 
 if TYPE_CHECKING:
     from patchctl.cli.commands.text import Console
@@ -16,6 +17,11 @@ if TYPE_CHECKING:
 def render(doc: dict, out: Console, err: Console) -> None:
     """The report: the single-request figure first, then coherence, throughput, baseline, the
     verdict and what --out wrote (warnings are the document's, on stderr)."""
+    if doc.get("compare") is not None:
+        from patchctl.cli.validate_compare_text import render_compare
+
+        render_compare(doc, out)
+        return
     rep = doc.get("report")
     if rep is None:
         return
@@ -28,7 +34,8 @@ def render(doc: dict, out: Console, err: Console) -> None:
         [
             f"validate {doc.get('engine')}: {rep['base_url']}",
             f"  model {d['model']}  engine {d['engine_version']}  patch set {d['patch_set']}",
-        ],
+        ]
+        + [line for line in [provenance_line(rep.get("provenance"))] if line],
     )
     if rep.get("answers") is not None:
         t = table("coherence: answers", ["check", "result", "why", "reply"])

@@ -34,6 +34,25 @@ DEFAULT_METRICS: tuple[str, ...] = ("output_tok_s", "decode_tok_s_p50")
 HIGHER_IS_BETTER = {"output_tok_s", "request_tok_s_p50", "decode_tok_s_p50"}
 LOWER_IS_BETTER = {f"{m}_{q}" for m in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms") for q in ("p50", "p99")}
 
+# The per-request sample each median metric is judged on (metrics.LevelMetrics.samples). output_tok_s is
+# one figure per level, with no sample of its own: at a fixed concurrency it moves with each request's
+# output tokens over its E2E (request_tok_s), so that sample judges it. Tails (p99) and ITL (a sample of
+# gaps, not of requests) have none: they are held to the threshold alone.
+SAMPLE_OF = {
+    "output_tok_s": "request_tok_s",
+    "request_tok_s_p50": "request_tok_s",
+    "decode_tok_s_p50": "decode_tok_s",
+    "ttft_ms_p50": "ttft_ms",
+    "tpot_ms_p50": "tpot_ms",
+    "e2e_ms_p50": "e2e_ms",
+}
+# Why a check was judged on the threshold alone (BaselineCheck.evidence)
+NO_BASELINE_SAMPLES = "no samples in the baseline: threshold only"
+NO_CURRENT_SAMPLES = "no samples in this run: threshold only"
+NO_SAMPLE_METRIC = "a tail or per-gap figure, no per-request sample: threshold only"
+TOO_FEW_SAMPLES = "too few samples for a 95% interval: threshold only"
+SAMPLED = "samples"
+
 
 class Deployment(NamedTuple):
     model: str
@@ -67,6 +86,11 @@ class Baseline(NamedTuple):
     # What was measured: {prompt, prompt_sha256, max_tokens, api, streamed}. None in baselines
     # written before it was recorded (their prompt was the essay, then the default).
     workload: Mapping[str, Any] | None = None
+    # Per level, per-request samples (metric -> values, at most statistics.MAX_SAMPLES each): what the
+    # statistics compare. None in baselines written before they were kept: those compare on the threshold.
+    samples: Mapping[int, Mapping[str, Sequence[float]]] | None = None
+    # What was measured, beyond the key (provenance.Provenance.to_json); None in older baselines.
+    provenance: Mapping[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = {
@@ -77,6 +101,10 @@ class Baseline(NamedTuple):
         }
         if self.workload is not None:
             out["workload"] = dict(self.workload)
+        if self.samples is not None:
+            out["samples"] = {str(c): {k: list(v) for k, v in m.items()} for c, m in sorted(self.samples.items())}
+        if self.provenance is not None:
+            out["provenance"] = dict(self.provenance)
         return out
 
     @classmethod
@@ -86,11 +114,19 @@ class Baseline(NamedTuple):
         workload = obj.get("workload")
         if workload is not None and not isinstance(workload, dict):
             raise ValueError(f"workload is {type(workload).__name__}, not an object")
+        samples = obj.get("samples")
+        provenance = obj.get("provenance")
+        if provenance is not None and not isinstance(provenance, dict):
+            raise ValueError(f"provenance is {type(provenance).__name__}, not an object")
         return cls(
             Deployment(**obj["deployment"]),
             obj["recorded_at"],
             {int(c): {k: float(v) for k, v in m.items()} for c, m in obj["levels"].items()},
             workload,
+            None
+            if samples is None
+            else {int(c): {k: tuple(float(x) for x in v) for k, v in m.items()} for c, m in samples.items()},
+            provenance,
         )
 
 
@@ -116,9 +152,15 @@ class BaselineStore:
         return baseline
 
     def save(
-        self, deployment: Deployment, levels: Mapping[int, Mapping[str, float]], workload: Mapping[str, Any] | None = None
+        self,
+        deployment: Deployment,
+        levels: Mapping[int, Mapping[str, float]],
+        workload: Mapping[str, Any] | None = None,
+        samples: Mapping[int, Mapping[str, Sequence[float]]] | None = None,
+        provenance: Mapping[str, Any] | None = None,
     ) -> Path:
-        baseline = Baseline(deployment, _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), levels, workload)
+        now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        baseline = Baseline(deployment, now, levels, workload, samples, provenance)
         path = self.path_for(deployment)
         write_atomic(path, (json.dumps(baseline.to_json(), indent=2, sort_keys=True) + "\n").encode())
         return path
@@ -130,16 +172,39 @@ class BaselineCheck(NamedTuple):
     baseline: float
     current: float | None  # None only in reports written before not_compared existed
     change: float | None  # relative, signed: +0.02 is 2% higher than baseline
-    regressed: bool
+    regressed: bool  # worse beyond the threshold, and (with samples) significantly so
+    # Added with the statistics (None in reports written before them, judged on the threshold alone):
+    # `samples` when the per-request samples of both runs judged it, else why the threshold alone did.
+    evidence: str | None = None
+    # The 95% interval of the shift in the per-request medians, as a fraction of the baseline's median
+    # (statistics.shift); None without samples on both sides.
+    ci_low: float | None = None
+    ci_high: float | None = None
+    significant: bool | None = None  # the interval excludes no change; None without samples
+    samples: tuple[int, int] | None = None  # how many per-request samples: (baseline, this run)
 
     def describe(self, threshold: float) -> str:
         if self.current is None:
             return f"c={self.concurrency} {self.metric}: baseline {self.baseline:.4g}, not measured now"
+        head = f"c={self.concurrency} {self.metric}: {self.current:.4g} vs baseline {self.baseline:.4g} ({self.change:+.1%}"
+        if self.evidence == SAMPLED and self.ci_low is not None and self.ci_high is not None:
+            n = f", {self.samples[0]}/{self.samples[1]} requests" if self.samples else ""
+            if not self.significant:
+                bound = max(abs(self.ci_low), abs(self.ci_high))
+                return f"{head}{n}): no significant change (±{bound:.1%} at 95%) ok"
+            interval = f"95% interval {self.ci_low:+.1%} to {self.ci_high:+.1%}{n}"
+            if self.regressed:
+                return f"{head}, {interval}): significant and beyond the {threshold:.0%} threshold REGRESSED"
+            better = (self.ci_low > 0) == (self.metric in HIGHER_IS_BETTER)
+            if better:
+                return f"{head}, {interval}): significantly better ok"
+            return f"{head}, {interval}): significant but within the {threshold:.0%} threshold ok"
         verdict = "REGRESSED" if self.regressed else "ok"
-        return (
-            f"c={self.concurrency} {self.metric}: {self.current:.4g} vs baseline {self.baseline:.4g} "
-            f"({self.change:+.1%}, threshold {threshold:.0%}) {verdict}"
-        )
+        why = f"; {self.evidence}" if self.evidence else ""
+        return f"{head}, threshold {threshold:.0%}) {verdict}{why}"
+
+
+Samples = Mapping[int, Mapping[str, Sequence[float]]]
 
 
 def compare(
@@ -147,11 +212,16 @@ def compare(
     baseline: Baseline,
     threshold: float = DEFAULT_THRESHOLD,
     metrics: Sequence[str] = DEFAULT_METRICS,
+    current_samples: Samples | None = None,
 ) -> tuple[BaselineCheck, ...]:
     """Every (level, metric) measured both in the baseline and now is reported, within threshold or
     not; the rest is not_compared's.
 
-    A worsening beyond `threshold` (relative) regresses; better numbers never do.
+    A worsening beyond `threshold` (relative) regresses only when it is also significant: when the
+    per-request samples of both runs give a 95% interval of the shift that lies wholly on the worse
+    side (statistics.shift). Where either run has no samples for the metric (a baseline recorded before
+    they were kept, a tail figure), the threshold alone decides, and the check says so. Better numbers
+    never regress.
     """
     checks = []
     for conc in sorted(set(baseline.levels) & set(current)):
@@ -163,9 +233,43 @@ def compare(
             if base is None or now is None:
                 continue
             change = (now - base) / base if base else 0.0
-            regressed = change < -threshold if metric in HIGHER_IS_BETTER else change > threshold
-            checks.append(BaselineCheck(conc, metric, base, now, change, regressed))
+            higher = metric in HIGHER_IS_BETTER
+            beyond = change < -threshold if higher else change > threshold
+            checks.append(_judged(conc, metric, base, now, change, beyond, higher, baseline.samples, current_samples))
     return tuple(checks)
+
+
+def _judged(
+    conc: int,
+    metric: str,
+    base: float,
+    now: float,
+    change: float,
+    beyond: bool,
+    higher: bool,
+    then_samples: Samples | None,
+    now_samples: Samples | None,
+) -> BaselineCheck:
+    from patchctl.validate.statistics import shift
+
+    key = SAMPLE_OF.get(metric)
+    then = (then_samples or {}).get(conc, {}).get(key or "")
+    current = (now_samples or {}).get(conc, {}).get(key or "")
+    if key is None:
+        why = NO_SAMPLE_METRIC
+    elif not then:
+        why = NO_BASELINE_SAMPLES
+    elif not current:
+        why = NO_CURRENT_SAMPLES
+    else:
+        sh = shift(then, current)
+        low, high = (sh.relative(sh.low), sh.relative(sh.high)) if sh is not None else (None, None)
+        if sh is not None and low is not None and high is not None:
+            worse = high < 0 if higher else low > 0
+            counts = (sh.n_baseline, sh.n_current)
+            return BaselineCheck(conc, metric, base, now, change, beyond and worse, SAMPLED, low, high, sh.significant, counts)
+        why = TOO_FEW_SAMPLES
+    return BaselineCheck(conc, metric, base, now, change, beyond, why)
 
 
 class NotCompared(NamedTuple):

@@ -24,7 +24,7 @@ reports no TTFT, TPOT, ITL or decode rate rather than the arrival time of one bu
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import pairwise
 from typing import NamedTuple
 
@@ -234,6 +234,9 @@ class LevelMetrics(NamedTuple):
     ended_in_reasoning: int = 0  # requests cut by max_tokens while still reasoning
     usage_rejected: int = 0  # requests whose server usage made no sense, so were counted from chunks
     usage_problems: tuple[str, ...] = ()  # why, the first few distinct reasons
+    # Per-request values the statistics compare (metric -> sorted values, statistics.thin): request_tok_s,
+    # decode_tok_s, ttft_ms, tpot_ms, e2e_ms, where measured. None in reports written before them.
+    samples: Mapping[str, Sequence[float]] | None = None
 
     def flat(self) -> dict[str, float]:
         """The scalar numbers a baseline stores (and can compare: baseline.HIGHER_IS_BETTER and
@@ -306,4 +309,21 @@ def aggregate(concurrency: int, records: Sequence[RequestRecord], duration_s: fl
         ended_in_reasoning=sum(1 for r in ok if r.ended_in_reasoning),
         usage_rejected=sum(1 for r in ok if r.usage_rejected),
         usage_problems=tuple(sorted({r.usage_rejected for r in ok if r.usage_rejected}))[:USAGE_PROBLEMS_KEPT],
+        samples=request_samples(ok, timed),
     )
+
+
+def request_samples(ok: Sequence[RequestRecord], timed: Sequence[RequestRecord]) -> dict[str, tuple[float, ...]]:
+    """One value per request for each figure a baseline compares on its median, thinned to
+    statistics.MAX_SAMPLES: what lets a later run say whether a change is more than noise."""
+    from patchctl.validate.statistics import thin
+
+    per_request: dict[str, list[float | None]] = {
+        "request_tok_s": [r.tok_s for r in ok],
+        "decode_tok_s": [r.decode_tok_s for r in timed],
+        "ttft_ms": [None if r.ttft is None else r.ttft * 1000 for r in timed],
+        "tpot_ms": [None if r.tpot is None else r.tpot * 1000 for r in timed],
+        "e2e_ms": [r.e2e * 1000 for r in ok],
+    }
+    out = {k: thin(v for v in vs if v is not None) for k, vs in per_request.items()}
+    return {k: v for k, v in out.items() if v}

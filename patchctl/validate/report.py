@@ -10,12 +10,14 @@ from patchctl.validate.answers import AnswerResult
 from patchctl.validate.baseline import BaselineCheck, Deployment, NotCompared
 from patchctl.validate.golden import GoldenDiff
 from patchctl.validate.metrics import LevelMetrics, Spread, Stats
+from patchctl.validate.provenance import Provenance
 
 # Keys have been added to format 1 since it was first written (answers' reasoning_passed,
 # finish_reason and max_tokens; throughput's prompt, prompt_sha256, temperature, prompts, single_request and
 # each level's request_tok_s, decode_tok_s, request_throughput, stream, latency_not_measured,
 # buffered_requests, reasoning_tokens, content_tokens, ended_in_reasoning, usage_rejected, usage_problems;
-# baseline's not_compared and workload_changes; warnings, bad_replies, bad_reply_count), none renamed or
+# baseline's not_compared and workload_changes; warnings, bad_replies, bad_reply_count; provenance, each
+# level's samples and each baseline check's evidence, ci_low, ci_high, significant, samples), none renamed or
 # removed: a reader of format 1 keeps working, and older stored reports still load.
 FORMAT = 1
 
@@ -126,6 +128,7 @@ class ServeReport:
     # list"), the first BAD_REPLIES_KEPT of them: the server is wrong, validate exits 3.
     bad_replies: tuple[str, ...] = ()
     bad_reply_count: int = 0  # all of them
+    provenance: Provenance | None = None  # what was measured (provenance.py); None in older reports
 
     @property
     def ok(self) -> bool:
@@ -167,7 +170,7 @@ class ServeReport:
             else BaselineReport(
                 **{
                     **base,
-                    "checks": tuple(BaselineCheck(**c) for c in base["checks"]),
+                    "checks": tuple(_check(c) for c in base["checks"]),
                     "not_compared": tuple(NotCompared(**n) for n in base.get("not_compared", ())),
                     "workload_changes": tuple(base.get("workload_changes", ())),
                 }
@@ -177,14 +180,27 @@ class ServeReport:
             warnings=tuple(obj.get("warnings", ())),
             bad_replies=tuple(obj.get("bad_replies", ())),
             bad_reply_count=int(obj.get("bad_reply_count", 0)),
+            provenance=None if obj.get("provenance") is None else Provenance.from_json(obj["provenance"]),
         )
+
+
+def _check(obj: dict[str, Any]) -> BaselineCheck:
+    counts = obj.get("samples")
+    return BaselineCheck(**{**obj, "samples": None if counts is None else tuple(counts)})
 
 
 def _level(obj: dict[str, Any]) -> LevelMetrics:
     stats = {k: None if obj[k] is None else Stats(**obj[k]) for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")}
     spreads = {k: None if obj.get(k) is None else Spread(**obj[k]) for k in ("request_tok_s", "decode_tok_s")}
     return LevelMetrics(
-        **{**obj, **stats, **spreads, "errors": tuple(obj["errors"]), "usage_problems": tuple(obj.get("usage_problems", ()))}
+        **{
+            **obj,
+            **stats,
+            **spreads,
+            "errors": tuple(obj["errors"]),
+            "usage_problems": tuple(obj.get("usage_problems", ())),
+            "samples": None if obj.get("samples") is None else {k: tuple(v) for k, v in obj["samples"].items()},
+        }
     )
 
 

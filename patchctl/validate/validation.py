@@ -27,6 +27,7 @@ from patchctl.core.errors import (
 from patchctl.validate import answers as _answers
 from patchctl.validate import baseline as _baseline
 from patchctl.validate import golden as _golden
+from patchctl.validate import provenance as _provenance
 from patchctl.validate.client import CHAT, COMPLETIONS, DEFAULT_TIMEOUT_S, OpenAIClient
 from patchctl.validate.metrics import BUFFERED
 from patchctl.validate.process import ServerProcess
@@ -57,6 +58,10 @@ class ServeConfig:
     model: str | None = None  # None: the first model GET /v1/models lists
     engine_version: str | None = None  # None: GET /version, else "unknown"
     patch_set: str = "unknown"  # what the server runs: baseline.applied_patch_set ("none": pristine)
+    patch_set_from: str = "unknown"  # target | option | unknown
+    patches: Sequence[tuple[str, str | None]] | None = None  # (name, sha256) from the tree's record
+    engine_build: str | None = None  # the build the tree's record names (provenance.record_facts)
+    accept_baseline_mismatch: bool = False  # compare with a baseline that measured something else
     api_key: str | None = None
     request_timeout_s: float = DEFAULT_TIMEOUT_S  # each request's deadline, connect to last byte (--timeout)
     level_timeout_s: float | None = None  # each level's (--level-timeout); None: throughput.level_deadline
@@ -124,13 +129,22 @@ def run_validate(config: ServeConfig, progress: Progress | None = None) -> Serve
             hint="start one, or pass --start 'vllm serve MODEL' to let patchctl start and stop it",
         ) from None
     notes: list[str] = []
-    engine_version = config.engine_version or client.engine_version()
+    engine_version = config.engine_version or client.engine_version() or _provenance.version_from_server_info(client)
     if engine_version is None:
         engine_version = "unknown"
         notes.append("engine version unknown: the server has no /version; pass it for a precise baseline key")
     deployment = _baseline.Deployment(model, engine_version, config.patch_set)
     failures: list[str] = []
     warnings: list[str] = []
+    prompts = ("shared" if config.shared_prompt else "unique") if config.throughput else None
+    provenance = _provenance.collect(
+        client, model, engine_version, config.patch_set, config.patch_set_from, config.patches, config.engine_build, prompts
+    )
+    # Before any check runs: a baseline of something else is refused now, not after minutes of load.
+    base = _load_baseline(config, deployment)
+    if base is not None:
+        path = str(_store(config).path_for(deployment))
+        warnings += _provenance.check_baseline(base.provenance, provenance, path, config.accept_baseline_mismatch)
     extra = dict(config.extra_body)
 
     answer_results = None
@@ -177,7 +191,7 @@ def run_validate(config: ServeConfig, progress: Progress | None = None) -> Serve
             if not lv.streamed:
                 notes.append(f"c={lv.concurrency}: not streamed, so TTFT, TPOT and ITL are not measured")
         warnings += level_warnings(throughput_report)
-        baseline_report, base = _run_baseline(config, deployment, throughput_report)
+        baseline_report = _run_baseline(config, deployment, throughput_report, base, provenance)
         if baseline_report.status == "refused":
             failures.append(f"baseline not recorded: requests failed, so {baseline_report.path} keeps its numbers")
         for check in baseline_report.regressions:
@@ -204,6 +218,7 @@ def run_validate(config: ServeConfig, progress: Progress | None = None) -> Serve
         warnings=tuple(warnings),
         bad_replies=tuple(client.bad_replies),
         bad_reply_count=client.bad_reply_count,
+        provenance=provenance,
     )
 
 
@@ -293,27 +308,41 @@ def _run_throughput(config: ServeConfig, client: OpenAIClient, extra: Mapping[st
     )
 
 
+def _store(config: ServeConfig) -> _baseline.BaselineStore:
+    return _baseline.BaselineStore(Path(config.baseline_dir) if config.baseline_dir else default_data_dir() / "baselines")
+
+
+def _load_baseline(config: ServeConfig, deployment: _baseline.Deployment) -> _baseline.Baseline | None:
+    """The baseline this run is compared with; None when it records one, measures no throughput, or
+    the deployment has none."""
+    if not config.throughput or config.update_baseline:
+        return None
+    return _store(config).load(deployment)
+
+
 def _run_baseline(
-    config: ServeConfig, deployment: _baseline.Deployment, tp: ThroughputReport
-) -> tuple[BaselineReport, _baseline.Baseline | None]:
-    """The baseline report, and the baseline compared with (None when none was)."""
-    root = Path(config.baseline_dir) if config.baseline_dir else default_data_dir() / "baselines"
-    store = _baseline.BaselineStore(root)
+    config: ServeConfig,
+    deployment: _baseline.Deployment,
+    tp: ThroughputReport,
+    base: _baseline.Baseline | None,
+    provenance: _provenance.Provenance,
+) -> BaselineReport:
+    store = _store(config)
     current = {lv.concurrency: lv.flat() for lv in tp.levels}
+    samples = {lv.concurrency: lv.samples for lv in tp.levels if lv.samples}
     path = store.path_for(deployment)
     if config.update_baseline:
         if any(lv.failed for lv in tp.levels):
             # A run with failed requests would become the bar every later run is held to.
-            return BaselineReport("refused", str(path), config.threshold, ()), None
-        store.save(deployment, current, tp.workload)
-        return BaselineReport("recorded", str(path), config.threshold, ()), None
-    base = store.load(deployment)
+            return BaselineReport("refused", str(path), config.threshold, ())
+        store.save(deployment, current, tp.workload, samples, provenance.to_json())
+        return BaselineReport("recorded", str(path), config.threshold, ())
     if base is None:
-        return BaselineReport("missing", str(path), config.threshold, ()), None
-    checks = _baseline.compare(current, base, config.threshold, config.baseline_metrics)
+        return BaselineReport("missing", str(path), config.threshold, ())
+    checks = _baseline.compare(current, base, config.threshold, config.baseline_metrics, samples)
     skipped = _baseline.not_compared(current, base, config.baseline_metrics)
     changes = _baseline.workload_differences(base, tp.workload)
-    return BaselineReport("compared", str(path), config.threshold, checks, skipped, changes), base
+    return BaselineReport("compared", str(path), config.threshold, checks, skipped, changes)
 
 
 def _levels(concurrencies: Iterable[int]) -> str:

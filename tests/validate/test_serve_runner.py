@@ -128,17 +128,27 @@ def test_baseline_record_then_regression_names_the_numbers(shape_server, tmp_pat
     assert ok.baseline.status == "compared"
     assert {c.concurrency for c in ok.baseline.checks} == {1, 4}
 
-    # Pretend the known-good run was 100x as fast: today's numbers are a >5% drop
-    # however much a loaded CI machine slowed down the recording run.
+    # Pretend the known-good run was 100x as fast, every request of it (the samples the statistics
+    # compare): today's numbers are a significant drop far past 5% however much a loaded CI machine
+    # slowed down the recording run.
     data = json.loads(open(path).read())
-    for level in data["levels"].values():
+    for conc, level in data["levels"].items():
         level["output_tok_s"] *= 100
+        data["samples"][conc]["request_tok_s"] = [x * 100 for x in data["samples"][conc]["request_tok_s"]]
     open(path, "w").write(json.dumps(data))
     bad = run_validate(cfg)
     assert not bad.ok
     msg = [f for f in bad.failures if f.startswith("baseline")]
-    assert len(msg) == 2 and "REGRESSED" in msg[0] and "vs baseline" in msg[0] and "threshold 5%" in msg[0]
+    assert len(msg) == 2 and "vs baseline" in msg[0]
+    assert "significant and beyond the 5% threshold REGRESSED" in msg[0] and "95% interval" in msg[0]
     assert ServeReport.from_json(json.loads(json.dumps(bad.to_json()))) == bad
+
+    # A baseline written before samples were kept is held to the threshold alone, and says so.
+    del data["samples"]
+    open(path, "w").write(json.dumps(data))
+    old = run_validate(cfg)
+    msg = [f for f in old.failures if f.startswith("baseline")]
+    assert len(msg) == 2 and "threshold 5%) REGRESSED; no samples in the baseline: threshold only" in msg[0]
 
     # A different patch set is a different deployment: no baseline for it yet.
     other = run_validate(replace(cfg, patch_set="p2"))

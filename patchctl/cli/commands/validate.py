@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from packaging.version import Version
 
     from patchctl.sources.spec import EngineRef
+    from patchctl.tree.bookkeeping import StateRecord
 
 DEFAULT_CONCURRENCY = (1, 8, 32)
 
@@ -69,6 +70,7 @@ def run(
     baseline_dir: Path | str | None = None,
     update_baseline: bool = False,
     threshold: float = DEFAULT_THRESHOLD,
+    accept_baseline_mismatch: bool = False,
     out: Path | str | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> tuple[dict, int]:
@@ -80,6 +82,7 @@ def run(
 
     from patchctl.validate.outputs import write_outputs
     from patchctl.validate.process import url_from_command
+    from patchctl.validate.provenance import record_facts
     from patchctl.validate.throughput import resolve_prompt
     from patchctl.validate.validation import ServeConfig, run_validate, run_with_server
 
@@ -102,14 +105,19 @@ def run(
     if not base_url.startswith(("http://", "https://")):
         raise UsageError(f"--url {base_url!r} is not an http:// or https:// URL", hint="e.g. http://127.0.0.1:8000")
     prompt_name, prompt_text = resolve_prompt(prompt)
-    served, origin, target = served_patch_set(
+    served, origin, target, record = served_patch_set(
         ref, python=python, target_dir=target_dir, as_version=as_version, patch_set=patch_set
     )
+    patches, build = record_facts(record)
     config = ServeConfig(
         base_url=base_url,
         model=model,
         engine_version=engine_version,
         patch_set=served,
+        patch_set_from=origin,
+        patches=patches if origin == "target" else None,
+        engine_build=build,
+        accept_baseline_mismatch=accept_baseline_mismatch,
         api_key=api_key,
         answers=answers,
         answers_extra_tokens=reasoning_budget,
@@ -162,17 +170,18 @@ def served_patch_set(
     target_dir: str | None = None,
     as_version: Version | None = None,
     patch_set: str | None = None,
-) -> tuple[str, str, str | None]:
-    """The patch set the server runs, for the baseline key: (value, where it came from, the tree read).
+) -> tuple[str, str, str | None, StateRecord | None]:
+    """The patch set the server runs, for the baseline key: (value, where it came from, the tree read,
+    its state record: what the report names of the patches and the build).
 
     --patch-set verbatim; else the state record of the engine's tree that --python or --target
     locate ("none" when nothing is applied to it); else "unknown"."""
     if patch_set is not None:
         if not patch_set.strip():
             raise UsageError("--patch-set is empty")
-        return patch_set, "option", None
+        return patch_set, "option", None, None
     if python is None and target_dir is None:
-        return "unknown", "unknown", None
+        return "unknown", "unknown", None, None
     from patchctl.tree.find import TargetSpec, find_target
     from patchctl.tree.status import status
     from patchctl.validate.baseline import applied_patch_set
@@ -181,7 +190,7 @@ def served_patch_set(
     current = status(tree)
     # A tree pip has wiped or upgraded still has its old record, but runs none of those patches.
     record = current.record if current.state in ("intact", "modified") else None
-    return applied_patch_set(record), "target", str(tree.root)
+    return applied_patch_set(record), "target", str(tree.root), record
 
 
 # --- command line -----------------------------------------------------------------------------
@@ -210,6 +219,7 @@ def _notify(text: str) -> None:
         "patchctl validate vllm --url URL --golden g.json --no-throughput   compare with them token by token",
         "patchctl validate sglang --url http://127.0.0.1:30000 --update-baseline --out runs/today.json --json",
         "patchctl validate vllm --url URL --timeout 60 --level-timeout 600   no request past 60 s, no level past 10 min",
+        "patchctl validate --compare before.json after.json --allow-different patch_set   after a patch change, no server",
     ),
 )
 @click.argument("engine", metavar="ENGINE", required=False)
@@ -345,6 +355,29 @@ def _notify(text: str) -> None:
     help="Relative drop from the baseline that fails (0.05 = 5%).",
 )
 @click.option(
+    "--accept-baseline-mismatch",
+    is_flag=True,
+    help="Compare with the deployment's baseline even when it measured something else (another engine build, "
+    "GPU or max_model_len): without it that is exit 2, naming the field.",
+)
+@click.option(
+    "--compare",
+    nargs=2,
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="A.json B.json",
+    help="No server: judge saved report B (--out, or --json) against A as a run is judged against its "
+    "baseline (95% interval of the per-request medians' shift, then --threshold). Exit 1 on a regression, "
+    "2 when they measured different things.",
+)
+@click.option(
+    "--allow-different",
+    multiple=True,
+    metavar="FIELD",
+    help="With --compare: the fields the comparison is about, allowed to differ (repeatable or comma-separated): "
+    "model, patch_set, engine_version, engine_build, max_model_len, gpu_name, prompts, prompt, prompt_sha256, "
+    "max_tokens, api, streamed, or all. E.g. --allow-different patch_set.",
+)
+@click.option(
     "--out",
     type=click.Path(dir_okay=False, path_type=Path),
     metavar="FILE.json",
@@ -358,12 +391,35 @@ def command(engine: str | None, demo: bool, **options: Any) -> tuple[dict, int]:
     throughput baseline. Exit codes: 0 ok, 1 a check failed (a request past its deadline among them),
     2 bad input, 3 no server, it failed to start or never answered, or its replies broke the protocol
     or a limit (each named in the report). --demo validates a demo server it starts itself.
+    --compare A.json B.json compares two saved reports instead, with no server.
     """
+    compare = options.pop("compare", None)
+    allow_different = options.pop("allow_different", ())
+    if compare:
+        return run_compare(engine, compare, allow_different, options)
+    if allow_different:
+        raise UsageError("--allow-different goes with --compare A.json B.json")
     if demo:
         return run_demo(engine, progress=_notify, **options)
     if engine is None:
         raise click.UsageError("Missing argument 'ENGINE'.")
     return run(engine, progress=_notify, **options)
+
+
+def run_compare(
+    engine: str | None, paths: Sequence[Path], allow_different: Sequence[str], options: dict[str, Any]
+) -> tuple[dict, int]:
+    """`--compare A B`: the two saved reports, no server; exit 1 when B regressed against A."""
+    from patchctl.validate.compare import compare_reports
+
+    if options.get("url") or options.get("start"):
+        raise UsageError("--compare compares two saved reports: leave out --url and --start")
+    result = compare_reports(Path(paths[0]), Path(paths[1]), options.get("threshold", DEFAULT_THRESHOLD), allow_different)
+    warnings = [f"compared across a difference you allowed: {d.describe()}" for d in result.differences]
+    if result.not_known:
+        warnings.append(f"not checked, one of the reports does not say: {', '.join(result.not_known)}")
+    code = EXIT_PATCH_FAILED if result.regressions else EXIT_OK
+    return document("validate", code, engine=engine, compare=result.to_json(), warnings=warnings), code
 
 
 def run_demo(engine: str | None, progress: Callable[[str], None] | None = None, **options: Any) -> tuple[dict, int]:
