@@ -234,6 +234,9 @@ class LevelMetrics(NamedTuple):
     ended_in_reasoning: int = 0  # requests cut by max_tokens while still reasoning
     usage_rejected: int = 0  # requests whose server usage made no sense, so were counted from chunks
     usage_problems: tuple[str, ...] = ()  # why, the first few distinct reasons
+    # validate's own CPU time over the level (the load generator's thread) per output token, in ms:
+    # what the client costs, so a reader sees whether it could have been the bottleneck (issue 37).
+    client_cpu_ms_per_token: float | None = None
 
     def flat(self) -> dict[str, float]:
         """The scalar numbers a baseline stores (and can compare: baseline.HIGHER_IS_BETTER and
