@@ -1,20 +1,27 @@
 """validate's load generator (loadgen.py): HTTP/1.1 replies unframed however the bytes arrive, the
-client's CPU per token reported per level, kept-alive connections, and a level sent through the
-proxy the environment names, as the blocking client sends it."""
+client's CPU per token reported per level, kept-alive connections, and a level sent as the blocking
+client sends it: through the proxy the environment names (the absolute URL for plain http, a CONNECT
+tunnel for https) and over TLS that trusts what pip trusts."""
 
 from __future__ import annotations
 
 import asyncio
+import socket
+import ssl
+import threading
 
 import pytest
 from support.invoke import run_json
-from support.reasoner import Reasoner
+from support.reasoner import MODEL, Reasoner
 
 from checklib.testserver import Request, TestServer
 from patchctl.core.errors import BadServerReply
+from patchctl.sources import connection, pip_config
 from patchctl.validate.client import CHAT, OpenAIClient
 from patchctl.validate.loadgen import Exchange, Target
 from patchctl.validate.throughput import run_level
+from tests.image.test_login import tls  # noqa: F401  (the fixture: a certificate for 127.0.0.1)
+from tests.sources.test_http_pip_settings import fresh  # noqa: F401  (no pip or environment setting)
 
 EVENTS = [b'data: {"choices": [{"delta": {"content": "a"}}]}\n\n', b"data: [DONE]\n\n"]
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -129,3 +136,80 @@ def test_a_level_goes_through_the_proxy_the_environment_names(monkeypatch):
         level = run_level(client, 2, 4, CHAT, "Say anything.", 4)
     assert level.failed == 0, level.errors
     assert seen.count("http://upstream.invalid:9/v1/chat/completions") == 4, seen
+
+
+def tls_reasoner(folder) -> tuple[TestServer, Reasoner]:
+    model = Reasoner()
+    model.settings.update(reasoning=False, delay_s=0.001)
+    server = TestServer([model])
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(folder / "cert.pem", folder / "key.pem")
+    server.httpd.socket = context.wrap_socket(server.httpd.socket, server_side=True)
+    return server, model
+
+
+def trust(folder, monkeypatch) -> None:
+    """pip's `cert` names the test certificate (read afresh, as a new process would)."""
+    monkeypatch.setenv("PIP_CERT", str(folder / "cert.pem"))
+    monkeypatch.setattr(connection, "_ssl_context", None)
+    monkeypatch.setattr(pip_config, "_settings", {})
+
+
+def test_a_level_over_tls_trusts_what_pip_trusts(fresh, tls, monkeypatch):  # noqa: F811
+    server, _ = tls_reasoner(tls)
+    with server:
+        client = OpenAIClient(f"https://127.0.0.1:{server.port}", model=MODEL)
+        untrusted = run_level(client, 2, 2, CHAT, "Say anything.", 4)
+        trust(tls, monkeypatch)
+        trusted = run_level(client, 2, 4, CHAT, "Say anything.", 4)
+    assert untrusted.failed == 2 and "CERTIFICATE_VERIFY_FAILED" in " ".join(untrusted.errors), untrusted.errors
+    assert trusted.failed == 0 and trusted.output_tokens == 16, trusted.errors
+
+
+def connect_proxy() -> tuple[socket.socket, list[bytes]]:
+    """A proxy that answers CONNECT with a tunnel (and keeps the request lines it was sent)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    asked: list[bytes] = []
+
+    def pipe(a: socket.socket, b: socket.socket) -> None:
+        try:
+            while data := a.recv(65536):
+                b.sendall(data)
+        except OSError:
+            pass
+        finally:
+            b.close()
+
+    def tunnel(conn: socket.socket) -> None:
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += conn.recv(1)
+        asked.append(head.split(b"\r\n", 1)[0])
+        host, port = head.split()[1].decode().rsplit(":", 1)
+        upstream = socket.create_connection((host, int(port)))
+        conn.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        threading.Thread(target=pipe, args=(upstream, conn), daemon=True).start()
+        pipe(conn, upstream)
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=tunnel, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return listener, asked
+
+
+def test_a_level_over_tls_goes_through_a_proxys_connect_tunnel(fresh, tls, monkeypatch):  # noqa: F811
+    server, model = tls_reasoner(tls)
+    listener, asked = connect_proxy()
+    trust(tls, monkeypatch)
+    monkeypatch.setenv("HTTPS_PROXY", f"http://127.0.0.1:{listener.getsockname()[1]}")
+    with server, listener:
+        level = run_level(OpenAIClient(f"https://127.0.0.1:{server.port}", model=MODEL), 2, 4, CHAT, "Say anything.", 4)
+    assert level.failed == 0, level.errors
+    assert asked == [f"CONNECT 127.0.0.1:{server.port} HTTP/1.1".encode()] * 2  # one tunnel a slot
+    assert sum(1 for body in model.requests if body.get("stream")) == 4
