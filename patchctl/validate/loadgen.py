@@ -49,7 +49,10 @@ OnBody = Callable[[bytes, float], bool]  # (a read's body bytes, when it arrived
 HEAD_MAX_BYTES = 64 << 10  # a response's status line and headers, at most
 SIZE_LINE_MAX = 1024  # one chunk-size line (hex digits and extensions)
 _HEX = re.compile(rb"[0-9a-fA-F]{1,16}")  # a chunk's size: hex digits, not int()'s "0x", "_" or sign
-ERROR_TEXT_BYTES = 300  # of an error reply's body, what is read and quoted
+ERROR_TEXT_BYTES = 300
+# How long a slot waits for the end of a body that stopped at [DONE] (its terminating chunk) before
+# its next request, so as to reuse the connection: engines send it right after [DONE].
+DRAIN_S = 0.05  # of an error reply's body, what is read and quoted
 
 
 class Exchange(asyncio.Protocol):
@@ -64,6 +67,10 @@ class Exchange(asyncio.Protocol):
         self.buf = bytearray()
         self.requests = 0  # sent on this connection: a reused one the server closed is sent again
         self.head_only = False  # a proxy's answer to CONNECT: a head and no body
+        # Set while the rest of a body that stopped at [DONE] is read (its terminating chunk, which
+        # may come in a read of its own): done once the body ended, and the connection is reusable
+        # if it ended cleanly (`keep`).
+        self.drained: asyncio.Future[None] | None = None
         self.got_bytes = False
 
     # -- asyncio's side ------------------------------------------------------------------------
@@ -73,6 +80,7 @@ class Exchange(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
+        self._drained()
         if self.done is not None and not self.done.done():
             try:
                 self._eof()
@@ -84,8 +92,8 @@ class Exchange(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         now = time.perf_counter()
-        if self.done is None or self.done.done():
-            return  # bytes after a request ended ([DONE] read, or it failed): the connection is not reused
+        if self.done is None or self.done.done() and self.drained is None:
+            return  # bytes after a request ended and was not left draining: the connection is not reused
         self.got_bytes = True
         try:
             self.buf += data
@@ -116,6 +124,7 @@ class Exchange(asyncio.Protocol):
 
     def _fail(self, exc: BaseException) -> None:
         self.keep = False
+        self._drained()
         if self.transport is not None:
             self.transport.close()
         if self.done is not None and not self.done.done():
@@ -138,12 +147,27 @@ class Exchange(asyncio.Protocol):
             del self.buf[: end + 4]
             self._head(head)
         piece = self._body()
+        if self.drained is not None:  # the request is done: only its body's end is awaited
+            if self.state == "end":
+                self.keep = not self.buf and self.keep_alive
+                self._drained()
+            return
         if piece or self.state == "end":
             stop = bool(piece) and self.on_body(piece, now)
-            if stop or self.state == "end":
-                # [DONE] read, or the body's end: the connection is reused only when it ended
-                # exactly there (a stream's [DONE] comes just before its terminating chunk).
-                self._finish(keep=self.state == "end" and not self.buf and self.keep_alive)
+            if self.state == "end":
+                # the connection is reused only when the body ended exactly there
+                self._finish(keep=not self.buf and self.keep_alive)
+            elif stop:
+                # [DONE] read before the body's end (its terminating chunk comes just after): the
+                # request is done now; the rest is read while it lasts, for the connection's sake
+                self._finish(keep=False)
+                if self.keep_alive:
+                    self.drained = asyncio.get_running_loop().create_future()
+
+    def _drained(self) -> None:
+        if self.drained is not None and not self.drained.done():
+            self.drained.set_result(None)
+        self.drained = None
 
     def _head(self, head: str) -> None:
         status_line, *lines = head.split("\r\n")
@@ -304,6 +328,19 @@ class Slot:
         self.target = target
         self.conn: Exchange | None = None
 
+    async def settle(self) -> None:
+        """The previous request's body read to its end (DRAIN_S at most, not the next request's
+        time): its connection is then reused; otherwise dropped, and open() opens another."""
+        conn = self.conn
+        if conn is None or conn.drained is None:
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(conn.drained), DRAIN_S)
+        except asyncio.TimeoutError:
+            pass
+        if conn.drained is not None or not conn.keep or conn.lost:
+            self.drop()
+
     async def open(self) -> None:
         if self.conn is None or self.conn.lost:
             self.conn = await self.target.connect()
@@ -391,11 +428,12 @@ async def timed_request(
             got.take_whole(bytes(reply.body))
 
     error: str | None = None
+    await slot.settle()
     start = time.perf_counter()  # as the blocking client's: before a connection that must be opened again
     try:
         # One wall deadline, connect to last byte: wait_for cancels the exchange at it, whatever arrived.
         await asyncio.wait_for(exchange(), seconds)
-        if not slot.conn or not slot.conn.keep:
+        if not slot.conn or not (slot.conn.keep or slot.conn.drained is not None):
             slot.drop()
     except asyncio.TimeoutError:
         slot.drop()

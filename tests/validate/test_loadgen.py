@@ -63,6 +63,23 @@ def test_a_chunked_reply_is_unframed_however_it_is_split(size):
     assert proto.keep  # ended exactly at its terminating chunk: the connection is reused
 
 
+def test_a_body_that_stops_at_done_is_drained_for_its_connection():
+    """[DONE] ends the request at once; its terminating chunk, in a read of its own, still arrives on
+    the connection, which is then reused (engines write the two apart)."""
+    end = REPLY.index(b"0\r\n\r\n")
+
+    async def go() -> tuple[bool, bool, bool]:
+        proto = Exchange()
+        proto.connection_made(Transport())  # type: ignore[arg-type]
+        done = proto.send(b"GET / HTTP/1.1\r\n\r\n", lambda status, headers: None, lambda piece, now: b"[DONE]" in piece)
+        proto.data_received(REPLY[:end])
+        stopped, draining = done.done(), proto.drained is not None
+        proto.data_received(REPLY[end:])
+        return stopped, draining, proto.keep and proto.drained is None
+
+    assert asyncio.run(go()) == (True, True, True)
+
+
 @pytest.mark.parametrize(
     "reply, why",
     [
