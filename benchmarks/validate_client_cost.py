@@ -300,10 +300,10 @@ def measure_bench(
     }
 
 
-def requests_of(conc: int, requests: int) -> int:
+def requests_of(conc: int, requests: int, low: int = 8) -> int:
     """A level's requests: `requests` from c=128 on (the issue's 256: two waves at 128, one at 256),
-    two waves below it (at least 8: c=1 is 0.94 s a request)."""
-    return requests if conc >= 128 else max(8, 2 * conc)
+    two waves below it (at least `low`: c=1 is 0.94 s a request)."""
+    return requests if conc >= 128 else max(low, 2 * conc)
 
 
 def cpus(spec: str) -> list[int]:
@@ -377,6 +377,7 @@ def main() -> None:
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--concurrency", default="1,32,128,256")
     p.add_argument("--requests", type=int, default=256, help="requests of a level from c=128 on (below: 2 x c, at least 8)")
+    p.add_argument("--at-least", type=int, default=8, help="requests of a level below c=128, at least")
     p.add_argument("--repeat", type=int, default=3, help="rounds; each figure is the median over them")
     p.add_argument("--tools", default=",".join(TOOLS), help="of: " + ", ".join(TOOLS) + " (those that import)")
     p.add_argument("--client-cpu", default="0", help="the core the clients are pinned to")
@@ -407,7 +408,7 @@ def main() -> None:
                 tools.append("bench_serving")
             for _ in range(args.repeat):
                 for conc in levels:
-                    n = requests_of(conc, args.requests)
+                    n = requests_of(conc, args.requests, args.at_least)
                     for tool in tools:
                         if tool == "bench_serving":
                             m = measure_bench(
@@ -443,7 +444,7 @@ def main() -> None:
         )
     print(
         f"{datetime.date.today()}; truth: TTFT {truth_ttft:.1f} ms, ITL {truth_itl:.1f} ms, {args.max_tokens} tokens, "
-        f"{args.requests} requests from c=128 on, 2 x c (at least 8) below; "
+        f"{args.requests} requests from c=128 on, 2 x c (at least {args.at_least}) below; "
         f"{os.cpu_count()} cores, {pinned}, server: "
         f"{len(procs)} asyncio workers on cores {args.server_cpus}{unpinned} ({workers} answered /stats), server late p99 "
         f"{late:.2f} ms; medians of {args.repeat} rounds"
