@@ -1,13 +1,17 @@
 """A level's requests on one asyncio loop: the load generator, so that the client is not what is measured.
 
 Why not sources/http.py, the house's one HTTP client, as every other request validate makes: it is
-blocking, so a level needed a thread per request in flight, and at concurrency 128-256 those threads
-queue for one GIL each time a token arrives on every stream at once. Against a server with known
-timings (TTFT 300 ms, ITL 10 ms; benchmarks/validate_client_cost.py) validate read TTFT 12% high at
-c=128 where a minimal asyncio client read the truth. Here one thread reads every stream: each read's
-bytes go through an asyncio Protocol's data_received (no coroutine per chunk), are unframed, and fed
-to the same Reading (reading.py) the blocking client uses: the same SSE parser, the same caps and
-checks, the same records.
+blocking, so a level needed a thread per request in flight (256 at c=256), each woken by its socket
+and queued for the GIL whenever a token arrives on every stream at once. Issue 37 measured TTFT 12%
+high at c=128 that way. Against benchmarks/paced_server.py on a quiet 16-core machine (2026-12-05,
+docs/benchmarks.md), with the server keeping time, both this loop and the threads read TTFT and ITL
+within 1% of the truth and of a minimal asyncio client up to c=256, but the threads spent 45-61 us of
+CPU per token against this loop's 34-38 (c=32-256): one core saturates ~25% sooner. aiohttp read
+the same at about the same cost (36-59 us), so no reason for a dependency; httpx fell behind from
+c=128 (TTFT 2.1 s against 0.3). Here one thread reads every stream: each read's bytes go through an
+asyncio Protocol's data_received (no coroutine per chunk), are unframed, and fed to the same Reading
+(reading.py) the blocking client uses: the same SSE parser, the same caps and checks, the same
+records.
 
 What the blocking client guarantees, this keeps: one wall deadline per request, connect to last
 byte, that a server dripping bytes cannot extend (asyncio.timeout around the whole exchange; the
