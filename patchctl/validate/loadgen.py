@@ -53,10 +53,10 @@ OnBody = Callable[[bytes, float], bool]  # (a read's body bytes, when it arrived
 HEAD_MAX_BYTES = 64 << 10  # a response's status line and headers, at most
 SIZE_LINE_MAX = 1024  # one chunk-size line (hex digits and extensions)
 _HEX = re.compile(rb"[0-9a-fA-F]{1,16}")  # a chunk's size: hex digits, not int()'s "0x", "_" or sign
-ERROR_TEXT_BYTES = 300
+ERROR_TEXT_BYTES = 300  # of an error reply's body, what is read and quoted
 # How long a slot waits for the end of a body that stopped at [DONE] (its terminating chunk) before
 # its next request, so as to reuse the connection: engines send it right after [DONE].
-DRAIN_S = 0.05  # of an error reply's body, what is read and quoted
+DRAIN_S = 0.05
 
 
 class Exchange(asyncio.Protocol):
@@ -314,6 +314,7 @@ async def _tunnel(proto: Exchange, host: str, port: int) -> None:
         await done
     finally:
         proto.head_only = False
+        proto.requests = 0  # the first request through the tunnel is its first
     if status != [200]:
         raise OSError(f"the proxy refused CONNECT {host}:{port}: HTTP {status[0] if status else '?'}")
 
