@@ -60,7 +60,8 @@ def render(doc: dict, out: Console, err: Console) -> None:
         t = table(
             f"throughput ({how}, {tp['api']}, {prompt}max_tokens {tp['max_tokens']}; latencies are p50 ms; "
             "decode: per-request 1/TPOT p50; tok/s: output tokens over the level's wall time; spread: "
-            "per-request tok/s IQR, ± its median's 95% interval; reasoning/answer: tokens, from chunks)",
+            "per-request tok/s IQR, ± its median's 95% interval; reasoning/answer: tokens, from chunks; client CPU: "
+            "validate's own CPU time per output token)",
             [
                 "concurrency",
                 "requests",
@@ -75,6 +76,7 @@ def render(doc: dict, out: Console, err: Console) -> None:
                 "spread",
                 "stream",
                 "reasoning/answer",
+                "client CPU",
                 "tokens by",
             ],
         )
@@ -93,6 +95,7 @@ def render(doc: dict, out: Console, err: Console) -> None:
                 _spread(lv.get("request_tok_s")),
                 lv.get("stream") or "-",
                 _split(lv),
+                "-" if lv.get("client_cpu_ms_per_token") is None else f"{lv['client_cpu_ms_per_token'] * 1000:.0f} µs/tok",
                 lv["token_count_method"],
             )
         out.print(t)

@@ -71,7 +71,7 @@ class OpenAIClient:
         self.model = model
         self.timeout_s = timeout_s
         # identity: a compressed reply could not be capped as it is read (BadServerReply if sent anyway)
-        self._headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
+        self.headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
         self._lock = threading.Lock()
         self.answered = 0  # requests the server answered (a status line came)
         self.unanswered = 0  # requests that ended with no answer (refused, reset, the deadline passed)
@@ -79,11 +79,12 @@ class OpenAIClient:
         self.bad_replies: list[str] = []  # "LABEL: why", one per request whose reply broke the protocol or a cap
         self.bad_reply_count = 0
         if api_key:
-            self._headers["Authorization"] = f"Bearer {api_key}"
+            self.headers["Authorization"] = f"Bearer {api_key}"
 
     # -- bounded exchanges ---------------------------------------------------------
 
-    def _count(self, answered: bool, why: str = "") -> None:
+    def count_answer(self, answered: bool, why: str = "") -> None:
+        """One request answered (a status line came) or not (why): never_answered() reads these."""
         with self._lock:
             if answered:
                 self.answered += 1
@@ -129,9 +130,9 @@ class OpenAIClient:
                 sending()
             # No retries: a timed request is sent once (a kept-alive connection the server had closed
             # is the one exception: the request had not reached it).
-            with http.send(method, url, deadline, body=data, headers=self._headers, retries=0, keep=CONNECTIONS_KEPT) as resp:
+            with http.send(method, url, deadline, body=data, headers=self.headers, retries=0, keep=CONNECTIONS_KEPT) as resp:
                 answered = True
-                self._count(True)
+                self.count_answer(True)
                 resp.max_bytes = http.MAX_SIZE  # the reply's caps are reading.py's (BadServerReply)
                 encoding = (resp.headers.get("Content-Encoding") or "").strip().lower()
                 if encoding not in ("", "identity"):
@@ -151,7 +152,7 @@ class OpenAIClient:
                 else exc
             )
             if not answered:
-                self._count(False, str(error) if expired else plain_network_reason(str(exc)))
+                self.count_answer(False, str(error) if expired else plain_network_reason(str(exc)))
             raise error from None
         if deadline.expired:  # the watchdog cut it short: what was read is not the whole reply
             raise self._deadline(url, seconds, why, answered)
@@ -215,7 +216,7 @@ class OpenAIClient:
 
     # -- requests ----------------------------------------------------------------
 
-    def _body(
+    def request_body(
         self, api: str, prompt: str, max_tokens: int, temperature: float, extra: Mapping[str, Any] | None
     ) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -233,7 +234,7 @@ class OpenAIClient:
         body.update(extra or {})
         return body
 
-    def _url(self, api: str) -> str:
+    def url(self, api: str) -> str:
         return f"{self.base_url}/v1/chat/completions" if api == CHAT else f"{self.base_url}/v1/completions"
 
     def complete(
@@ -248,13 +249,13 @@ class OpenAIClient:
     ) -> Completion:
         """One non-streaming request. NetworkError when the server has never answered (this request
         included); a BadServerReply is noted (bad_replies) and raised."""
-        body = self._body(api, prompt, max_tokens, temperature, extra)
+        body = self.request_body(api, prompt, max_tokens, temperature, extra)
         if logprobs:
             if api == CHAT:
                 body.update({"logprobs": True, "top_logprobs": 1})
             else:
                 body["logprobs"] = 1
-        url = self._url(api)
+        url = self.url(api)
 
         def consume(resp: http.Response) -> Any:
             if resp.status_code >= 400:
@@ -293,7 +294,7 @@ class OpenAIClient:
         --timeout), `why` the words that name it in the error; `label` names the request in a
         BadServerReply's sentence ("c=8 request 5: event 3: ...").
         """
-        body = self._body(api, prompt, max_tokens, temperature, extra)
+        body = self.request_body(api, prompt, max_tokens, temperature, extra)
         if stream:
             body["stream"] = True
             # Servers that know it put exact token counts in a final chunk.
@@ -307,7 +308,7 @@ class OpenAIClient:
         try:
             self._exchange(
                 "POST",
-                self._url(api),
+                self.url(api),
                 self.timeout_s if seconds is None else seconds,
                 lambda resp: got.read(resp, stream),
                 body,
@@ -320,25 +321,7 @@ class OpenAIClient:
             error = f"BadServerReply: {exc}"[:300]  # without the label: a level's errors are its distinct ones
         except (RequestFailed, ServerError, TruncatedStream, ValueError, OSError) as exc:
             error = f"{type(exc).__name__}: {exc}"[:300]
-        end = time.perf_counter()
-        return RequestRecord(
-            ok=error is None,
-            error=error,
-            streamed=stream,
-            start=started[0],
-            end=end,
-            chunk_times=tuple(got.chunk_times),
-            usage_tokens=got.usage,
-            content="".join(got.content),
-            reasoning="".join(got.reasoning),
-            finish_reason=got.finish,
-            reasoning_chunks=got.reasoning_chunks,
-            content_chunks=got.content_chunks,
-            reads=len(got.reads),
-            # max_tokens ran out while the model was still thinking: no answer was reached.
-            ended_in_reasoning=got.finish == "length" and got.last_kind == "reasoning",
-            usage_rejected=got.usage_rejected,
-        )
+        return got.record(ok=error is None, error=error, streamed=stream, start=started[0], end=time.perf_counter())
 
 
 def _tokens_of(obj: Mapping[str, Any]) -> tuple[str, ...] | None:

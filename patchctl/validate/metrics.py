@@ -237,6 +237,9 @@ class LevelMetrics(NamedTuple):
     # Per-request values the statistics compare (metric -> sorted values, statistics.thin): request_tok_s,
     # decode_tok_s, ttft_ms, tpot_ms, e2e_ms, where measured. None in reports written before them.
     samples: Mapping[str, Sequence[float]] | None = None
+    # validate's own CPU time over the level (the load generator's thread) per output token, in ms:
+    # what the client costs, so a reader sees whether it could have been the bottleneck (issue 37).
+    client_cpu_ms_per_token: float | None = None
 
     def flat(self) -> dict[str, float]:
         """The scalar numbers a baseline stores (and can compare: baseline.HIGHER_IS_BETTER and

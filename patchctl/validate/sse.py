@@ -22,17 +22,35 @@ LINE_MAX_BYTES = 1 << 20
 
 
 def iter_sse_data(chunks: Iterable[bytes], line_max: int = LINE_MAX_BYTES) -> Iterator[str]:
-    """Yield the payload of every `data:` field, in arrival order.
+    """Yield the payload of every `data:` field, in arrival order (SSEParser over an iterable)."""
+    parser = SSEParser(line_max)
+    for chunk in chunks:
+        yield from parser.feed(chunk)
+    yield from parser.close()
+
+
+class SSEParser:
+    """The payloads of `data:` fields, fed bytes as they arrive (`feed` returns the events a piece
+    completed; `close` those the end of the body completes). Push-style, so the asyncio client
+    (loadgen.py) and the blocking one (reading.Reading) parse the same way.
 
     Chunks may split a line anywhere (TCP does not respect event boundaries), so bytes are kept
     until a newline: at most line_max of them (BadServerReply past it). Each chunk is scanned once
     (a server dripping one byte at a time costs linear time, not quadratic). Multi-line data fields
     are joined with newlines, as the SSE spec says; comments (`:`) and other fields are ignored.
     """
-    pending = bytearray()
-    data_lines: list[str] = []
-    event_bytes = 0
-    for chunk in chunks:
+
+    __slots__ = ("line_max", "pending", "data_lines", "event_bytes")
+
+    def __init__(self, line_max: int = LINE_MAX_BYTES) -> None:
+        self.line_max = line_max
+        self.pending = bytearray()
+        self.data_lines: list[str] = []
+        self.event_bytes = 0
+
+    def feed(self, chunk: bytes) -> list[str]:
+        line_max, pending = self.line_max, self.pending
+        events: list[str] = []
         start = 0
         while (nl := chunk.find(b"\n", start)) >= 0:
             if pending:
@@ -45,27 +63,30 @@ def iter_sse_data(chunks: Iterable[bytes], line_max: int = LINE_MAX_BYTES) -> It
                 if len(raw) > line_max:
                     raise _line_too_long(line_max)
             start = nl + 1
-            line = raw.rstrip(b"\r").decode("utf-8", errors="replace")
-            if line == "":
-                if data_lines:
-                    yield "\n".join(data_lines)
-                    data_lines, event_bytes = [], 0
-                continue
-            if line.startswith("data:"):
-                value = line[5:]
-                event_bytes += len(raw)
-                if event_bytes > line_max:
+            if raw.startswith(b"data:"):
+                self.event_bytes += len(raw)
+                if self.event_bytes > line_max:
                     raise BadServerReply(f"an event's data lines come to more than {line_max} bytes (the cap of one SSE event)")
-                data_lines.append(value[1:] if value.startswith(" ") else value)
+                value = raw[5:].rstrip(b"\r").decode("utf-8", errors="replace")
+                self.data_lines.append(value[1:] if value.startswith(" ") else value)
+            elif raw == b"" or raw == b"\r":
+                if self.data_lines:
+                    events.append("\n".join(self.data_lines))
+                    self.data_lines, self.event_bytes = [], 0
         if len(pending) + len(chunk) - start > line_max:
             raise _line_too_long(line_max)
         pending += chunk[start:]
-    tail = bytes(pending).rstrip(b"\r").decode("utf-8", errors="replace")
-    if tail.startswith("data:"):
-        value = tail[5:]
-        data_lines.append(value[1:] if value.startswith(" ") else value)
-    if data_lines:
-        yield "\n".join(data_lines)
+        return events
+
+    def close(self) -> list[str]:
+        tail = bytes(self.pending).rstrip(b"\r").decode("utf-8", errors="replace")
+        self.pending.clear()
+        if tail.startswith("data:"):
+            value = tail[5:]
+            self.data_lines.append(value[1:] if value.startswith(" ") else value)
+        events = ["\n".join(self.data_lines)] if self.data_lines else []
+        self.data_lines, self.event_bytes = [], 0
+        return events
 
 
 def _line_too_long(line_max: int) -> BadServerReply:

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import math
-import threading
 import time
 from collections.abc import Mapping
 from typing import Any
 
 from patchctl.validate.client import PROBE_TIMEOUT_S, OpenAIClient
+from patchctl.validate.loadgen import Slot, Target, timed_request
 from patchctl.validate.metrics import LevelMetrics, RequestRecord, aggregate
 
 # The field's deterministic throughput prompt (the one people quote single-request tok/s with): at
@@ -32,7 +33,6 @@ TEMPERATURE = 0.0  # every throughput request: greedy, so runs decode the same t
 # +-2.5 s/sqrt(n): with s = 4%, n = 16 gives +-2.5%, half the threshold (4 requests gave +-5%, as
 # wide as the threshold itself). Two waves, so a level is not just its first batch's ramp-up.
 MIN_REQUESTS = 16
-BARRIER_TIMEOUT_S = 60.0  # the slowest worker's connection set-up, at most
 
 
 def default_requests(concurrency: int) -> int:
@@ -105,69 +105,88 @@ def run_level(
     """`num_requests` requests, never more than `concurrency` in flight, the first `concurrency` of
     them sent at once; each with a prompt of its own unless unique_prompts is off (request_prompts).
 
-    One worker thread per slot, each started and its connection opened before the level begins;
-    they wait at one barrier and then take requests from a shared counter. Without that (a pool's
-    workers created as work is submitted, each opening its connection in its first timed request)
-    the first wave left over some tens of ms, and one wave of 32 requests is a large part of a
-    level's wall time: output throughput read 15% under SGLang's bench_serving, whose asyncio loop
-    sends a wave at once.
+    On one asyncio loop (loadgen.py: why, and what it keeps of the blocking client): one slot per
+    request in flight, each with its connection opened before the level begins (a timed request
+    pays no TCP set-up), taking requests from a shared counter. The client's CPU time over the
+    level (this thread's: the loop does all the reading) per output token is in the result
+    (client_cpu_ms_per_token): a client near a core's worth of it would be measuring itself.
 
-    The level ends by its deadline (level_timeout_s from the barrier; default level_deadline): a
-    request in flight then is cut off with it, one not yet sent is not sent; both are failures that
-    say so. Each request also has its own deadline, the client's --timeout.
+    The level ends by its deadline (level_timeout_s once the connections are open; default
+    level_deadline): a request in flight then is cut off with it, one not yet sent is not sent; both
+    are failures that say so. Each request also has its own deadline, the client's --timeout.
     """
-    workers = max(1, min(concurrency, num_requests))
-    barrier = threading.Barrier(workers)
-    taken = itertools.count()
-    records: list[RequestRecord | None] = [None] * num_requests
-    prompts = request_prompts(prompt, num_requests, unique_prompts)
+    return asyncio.run(
+        _level(client, concurrency, num_requests, api, prompt, max_tokens, stream, extra, unique_prompts, level_timeout_s)
+    )
+
+
+async def _level(
+    client: OpenAIClient,
+    concurrency: int,
+    num_requests: int,
+    api: str,
+    prompt: str,
+    max_tokens: int,
+    stream: bool,
+    extra: Mapping[str, Any] | None,
+    unique_prompts: bool,
+    level_timeout_s: float | None,
+) -> LevelMetrics:
+    target = Target(client.base_url)
+    slots = [Slot(target) for _ in range(max(1, min(concurrency, num_requests)))]
+    bodies = []
+    for text in request_prompts(prompt, num_requests, unique_prompts):
+        body = client.request_body(api, text, max_tokens, TEMPERATURE, extra)
+        if stream:
+            body["stream"] = True
+            body.setdefault("stream_options", {"include_usage": True})
+        bodies.append(body)
+
+    async def open_one(slot: Slot) -> None:
+        try:
+            await asyncio.wait_for(slot.open(), min(PROBE_TIMEOUT_S, client.timeout_s))
+        except (OSError, asyncio.TimeoutError):
+            slot.drop()  # left to the timed request, which opens its own and reports what failed
+
+    await asyncio.gather(*(open_one(s) for s in slots))
     seconds = level_timeout_s if level_timeout_s is not None else level_deadline(num_requests, concurrency, client.timeout_s)
     why = f"the deadline of level c={concurrency}, {seconds:g} s (--level-timeout)"
-    ends: list[float] = []  # the level's deadline on perf_counter's clock, set once the barrier is passed
+    ends = time.perf_counter() + seconds
+    taken = itertools.count()
+    records: list[RequestRecord] = [_not_run(f"no result by {why}")] * num_requests
 
-    def work() -> None:
-        client.connect()
-        try:
-            barrier.wait(timeout=BARRIER_TIMEOUT_S)
-        except threading.BrokenBarrierError:
-            pass  # a worker that never arrived: the others go on rather than hang
-        if not ends:
-            ends.append(time.perf_counter() + seconds)
+    async def work(slot: Slot) -> None:
         while (i := next(taken)) < num_requests:
-            left = ends[0] - time.perf_counter()
+            left = ends - time.perf_counter()
             if left <= 0:
                 records[i] = _not_run(f"not sent: {why} had passed")
                 continue
             own = client.timeout_s
-            records[i] = client.timed_request(
+            records[i] = await timed_request(
+                client,
+                slot,
                 api,
-                prompts[i],
+                bodies[i],
+                stream,
                 max_tokens,
-                stream=stream,
-                temperature=TEMPERATURE,
-                extra=extra,
                 label=f"c={concurrency} request {i + 1}",
                 seconds=min(own, left),
                 why=why if left < own else None,
             )
 
-    threads = [threading.Thread(target=work, name=f"validate-{k}", daemon=True) for k in range(workers)]
-    for t in threads:
-        t.start()
-    # Every request is bounded by its deadline; this bounds the wait on the threads as well (the
-    # barrier, the connections opened first, and slack for the watchdog to shut sockets).
-    give_up = time.monotonic() + BARRIER_TIMEOUT_S + 2 * PROBE_TIMEOUT_S + seconds + JOIN_SLACK_S
-    for t in threads:
-        t.join(max(0.0, give_up - time.monotonic()))
-    done = [r if r is not None else _not_run(f"no result by {why}") for r in records]
-    sent = [r for r in done if r.end > r.start] or done
-    # Wall time from the first request sent to the last reply done: thread start-up and teardown
-    # are not the server's time.
+    cpu = time.thread_time()
+    try:
+        await asyncio.gather(*(work(s) for s in slots))
+    finally:
+        for slot in slots:
+            slot.drop()
+    cpu = time.thread_time() - cpu
+    sent = [r for r in records if r.end > r.start] or records
+    # Wall time from the first request sent to the last reply done: connection set-up is not the server's time.
     duration = max(r.end for r in sent) - min(r.start for r in sent)
-    return aggregate(concurrency, done, duration, stream)
-
-
-JOIN_SLACK_S = 5.0
+    level = aggregate(concurrency, records, duration, stream)
+    tokens = level.output_tokens or sum(r.chunk_tokens for r in records if r.ok)
+    return level._replace(client_cpu_ms_per_token=cpu * 1000 / tokens if tokens else None)
 
 
 def _not_run(error: str) -> RequestRecord:
