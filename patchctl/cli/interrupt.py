@@ -1,6 +1,6 @@
-"""Ctrl-C in the program itself (issue 36): exit 130 at any moment, with no traceback, no "Exception
-ignored" line, no hang, no half JSON document and no temporary file left in the download cache; or the
-command's own exit code when its work was done (its document written whole).
+"""Ctrl-C, safe at any moment: exit 130 with no traceback, no "Exception ignored" line, no hang, no half
+JSON document and no temporary file left in the download cache; or the command's own exit code when
+its work was done, its document written whole (issue 36).
 
 Python raises KeyboardInterrupt wherever the main thread happens to be. Four places cannot take it,
 and the handler here keeps it out of them:
@@ -56,7 +56,8 @@ def install() -> None:
     handler someone else set (a test runner's, SIG_IGN) is left alone, and so is a thread other than
     the main one (no handler can be set there)."""
     global _state
-    if _signal.getsignal(_signal.SIGINT) is not _signal.default_int_handler:
+    early = getattr(sys.modules.get("patchctl"), "_interrupted_early", None)  # set by patchctl/__init__.py
+    if _signal.getsignal(_signal.SIGINT) not in (_signal.default_int_handler, early):
         return
     try:
         _signal.signal(_signal.SIGINT, _on_sigint)

@@ -69,7 +69,13 @@ def launch(args: list[str], *, cache: Path, console_script: bool = True, hook: d
         argv = [sys.executable, "-c", CONSOLE_SCRIPT, *args]
     else:
         argv = [sys.executable, "-m", "patchctl.cli", *args]
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, preexec_fn=default_sigint)
+
+
+def default_sigint() -> None:
+    """In the child: SIGINT as a terminal's foreground process has it, whatever this test inherited (a
+    shell's background job ignores it, and so would patchctl, as Python does)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def interrupt(proc: subprocess.Popen) -> Run:
@@ -99,10 +105,24 @@ def wait_for(marker: Path, proc: subprocess.Popen, timeout: float = 30.0) -> Non
         time.sleep(0.005)
 
 
-def interpreter_start_up(stderr: str) -> bool:
-    """The interpreter's own start-up, before any patchctl code: site's .pth files (here and on most
-    machines, other packages' import hooks), which no program can guard (README, Exit codes)."""
-    return stderr.lstrip().startswith("Fatal Python error: init_import_site") and f'File "{package_dir()}' not in stderr
+def before_patchctl(run: Run) -> bool:
+    """A SIGINT that came before patchctl's first line (patchctl/__init__.py sets a handler there):
+    the interpreter's own start-up (site running other packages' .pth files: "Fatal Python error:
+    init_import_site", exit 1), or the launcher's (the console script's `import re`, runpy locating
+    the module: Python's traceback of an uncaught KeyboardInterrupt). No program can guard these
+    (docs/commands.md, Exit codes). Or Python's own "Exception ignored" for a SIGINT it dropped in
+    importlib's lock callback there, which patchctl's first line turns into exit 130. Never one with
+    a frame of patchctl's."""
+    err = run.stderr.strip()
+    if f'File "{package_dir()}' in err or not err.endswith("KeyboardInterrupt"):
+        return False
+    if run.code == 130:  # dropped by Python in importlib's lock callback: patchctl's first line ended it
+        return err.startswith("Exception ignored in: <function _get_module_lock.<locals>.cb") and err.count("Traceback") == 1
+    return (
+        run.code in (1, -signal.SIGINT)
+        and err.startswith(("Fatal Python error: init_", "Traceback (most recent call last):"))
+        and "Exception ignored" not in err
+    )
 
 
 def package_dir() -> str:

@@ -11,6 +11,9 @@ profiler, os), so the hook runs the same against any version of patchctl.
   Python prints as "Exception ignored" and drops: the command went on to exit 0).
 - slow-output: stdout takes the --json document 256 bytes at a time, 5 ms apart; the marker is
   written at the first write, and the test sends the SIGINT then (half a document on stdout).
+- start-up-lock: before patchctl is imported (as in the interpreter's start-up), the SIGINT arrives
+  inside importlib's weakref callback just after it took the import lock: Python drops it with the
+  lock held, and the program starts with it taken.
 - pause-publish: the worker thread stops just before renaming a finished `.part` file into the
   cache (the marker written), until the process ends; the test sends the SIGINT then.
 """
@@ -102,6 +105,16 @@ def _paused_replace(src, dst, *args, **kwargs):
 
 if MODE == "pause-publish":
     os.replace = _paused_replace
+
+if MODE == "start-up-lock":
+    _probe = os.path.dirname(SPEC["marker"])
+    with open(os.path.join(_probe, "ctrl_c_start_up_probe.py"), "w") as _f:
+        _f.write("VALUE = 1\n")
+    sys.path.insert(0, _probe)
+    sys.setprofile(_profile)
+    import ctrl_c_start_up_probe  # noqa: F401, E402
+
+    sys.setprofile(None)
 
 if __name__ == "__main__":
     from patchctl.cli.main import main

@@ -13,7 +13,7 @@ import sys
 import time
 
 import pytest
-from ctrl_c_cli import LIMIT, interrupt, launch, leftovers, make_index_files, wait_for
+from ctrl_c_cli import LIMIT, default_sigint, interrupt, launch, leftovers, make_index_files, package_dir, wait_for
 from support.index_server import IndexServer
 
 
@@ -150,8 +150,22 @@ def test_ctrl_c_during_the_interpreters_start_up_under_a_blocking_launcher(index
         stderr=subprocess.PIPE,
         text=True,
         env=env,
-        preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}),
+        preexec_fn=lambda: (default_sigint(), signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})),
     )
     proc.send_signal(signal.SIGINT)  # the interpreter is starting: nothing of patchctl's has run
     code, out, err = _finish(proc)
     assert (code, out, err) == (130, "", "")
+
+
+def test_ctrl_c_that_python_dropped_in_its_start_up_is_not_a_hang(index, tmp_path):
+    """A SIGINT in the interpreter's start-up (before any patchctl code) that lands in importlib's lock
+    callback is dropped by Python with the import lock still taken: Python prints "Exception ignored",
+    and was: the command went on until check's worker thread waited for the lock forever (a hang in
+    Thread.join). Now patchctl's first line finds the lock taken and ends as the Ctrl-C it was."""
+    server, store = index
+    marker = tmp_path / "marker"
+    proc = launch(_check(server, store), cache=tmp_path / "cache", hook={"mode": "start-up-lock", "marker": str(marker)})
+    code, out, err = _finish(proc)
+    assert marker.exists(), f"the hook's moment never came:\n{err[-3000:]}"
+    assert code == 130, f"exit {code}:\n{err[-3000:]}"
+    assert out == "" and package_dir() not in err, err[-3000:]  # Python's own "Exception ignored" alone
