@@ -14,6 +14,9 @@ profiler, os), so the hook runs the same against any version of patchctl.
 - start-up-lock: before patchctl is imported (as in the interpreter's start-up), the SIGINT arrives
   inside importlib's weakref callback just after it took the import lock: Python drops it with the
   lock held, and the program starts with it taken.
+- stuck-unwind: check's worker sleeps before its work, and the main thread's way out of its
+  Thread.join takes a minute and ignores further SIGINTs (as a `finally` that waits on a stuck
+  thread or disk would); the marker is written when the join begins.
 - pause-publish: the worker thread stops just before renaming a finished `.part` file into the
   cache (the marker written), until the process ends; the test sends the SIGINT then.
 """
@@ -105,6 +108,31 @@ def _paused_replace(src, dst, *args, **kwargs):
 
 if MODE == "pause-publish":
     os.replace = _paused_replace
+
+if MODE == "stuck-unwind":
+    _run, _join = threading.Thread.run, threading.Thread.join
+
+    def _slow_run(self):
+        if self.name == "open-upstream":
+            time.sleep(30)
+        _run(self)
+
+    def _stuck_join(self, *args, **kwargs):
+        if self.name != "open-upstream":
+            return _join(self, *args, **kwargs)
+        _mark("stuck-unwind")
+        try:
+            return _join(self, *args, **kwargs)
+        except KeyboardInterrupt:
+            end = time.monotonic() + 60
+            while time.monotonic() < end:
+                try:
+                    time.sleep(0.05)
+                except KeyboardInterrupt:
+                    pass
+            raise
+
+    threading.Thread.run, threading.Thread.join = _slow_run, _stuck_join
 
 if MODE == "start-up-lock":
     _probe = os.path.dirname(SPEC["marker"])

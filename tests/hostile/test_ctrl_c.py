@@ -169,3 +169,18 @@ def test_ctrl_c_that_python_dropped_in_its_start_up_is_not_a_hang(index, tmp_pat
     assert marker.exists(), f"the hook's moment never came:\n{err[-3000:]}"
     assert code == 130, f"exit {code}:\n{err[-3000:]}"
     assert out == "" and package_dir() not in err, err[-3000:]  # Python's own "Exception ignored" alone
+
+
+def test_ctrl_c_ends_the_process_even_when_its_unwinding_is_stuck(index, tmp_path):
+    """Was: a Ctrl-C unwound the command, and a `finally` that waited (a thread pool's shutdown
+    waiting for its workers, a stuck disk) kept the process alive as long as it waited. Now the
+    unwinding has a grace of its own (interrupt.GRACE, 5 s): after it the process ends with 130,
+    the cache's part files removed."""
+    server, store = index
+    marker = tmp_path / "marker"
+    proc = launch(_check(server, store), cache=tmp_path / "cache", hook={"mode": "stuck-unwind", "marker": str(marker)})
+    wait_for(marker, proc)
+    run = interrupt(proc)
+    assert run.code == 130, (run.code, run.stderr[-3000:])
+    assert 4 < run.after_signal < LIMIT, run.after_signal  # the grace, then the end
+    assert "Traceback" not in run.stderr, run.stderr[-3000:]
