@@ -140,6 +140,7 @@ def output() -> _Output:
 def stop(code: int = EXIT_INTERRUPTED) -> None:
     """End the process now: what was written so far flushed, the cache's temporary files removed,
     no worker thread waited for, nothing more printed."""
+    _start_watchdog()  # a flush into a pipe nobody reads from waits at most GRACE
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
@@ -166,7 +167,10 @@ def _on_sigint(signum: int, frame: FrameType | None) -> None:
     if _state == LIBRARY:
         _signal.default_int_handler(signum, frame)
     if _writing_output:
-        return  # the document is being written: the command's last act, it exits with its own code
+        # The document is being written, the command's last act: it exits with its own code. Within
+        # GRACE, though: a pipe nobody reads from would hold the write, and the Ctrl-C, forever.
+        _start_watchdog()
+        return
     if _inside_import(frame):
         _held = True
         _signal.setitimer(_signal.ITIMER_REAL, RETRY)

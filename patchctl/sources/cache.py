@@ -49,6 +49,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
+from patchctl.core import nofollow
 from patchctl.core.atomic import TEMP_NAME, write_atomic
 from patchctl.core.errors import CacheFileDamaged as Damaged
 from patchctl.core.errors import EnvironmentProblem
@@ -191,7 +192,7 @@ class ArtifactCache:
                         continue
                     if time.time() - st.st_mtime < scratch.STALE_AFTER:
                         continue
-                    os.unlink(name, dir_fd=fd)  # a link swapped in since is removed itself, never followed
+                    nofollow.unlink_at(fd, name)  # a link swapped in since is removed itself, never followed
                     removed.append(name)
                 except OSError:
                     continue

@@ -17,6 +17,8 @@ profiler, os), so the hook runs the same against any version of patchctl.
 - stuck-unwind: check's worker sleeps before its work, and the main thread's way out of its
   Thread.join takes a minute and ignores further SIGINTs (as a `finally` that waits on a stuck
   thread or disk would); the marker is written when the join begins.
+- stuck-output: stdout's first write of the document never returns (a pipe nobody reads from),
+  and ignores SIGINTs while it waits; the marker is written then.
 - pause-publish: the worker thread stops just before renaming a finished `.part` file into the
   cache (the marker written), until the process ends; the test sends the SIGINT then.
 """
@@ -92,6 +94,24 @@ class _SlowStdout(io.RawIOBase):
         time.sleep(0.005)
         return n
 
+
+class _StuckStdout(io.RawIOBase):
+    def writable(self):
+        return True
+
+    def write(self, data):
+        _mark("stuck-output")
+        end = time.monotonic() + 60
+        while time.monotonic() < end:
+            try:
+                time.sleep(0.05)
+            except KeyboardInterrupt:
+                pass
+        return len(data)
+
+
+if MODE == "stuck-output":
+    sys.stdout = io.TextIOWrapper(io.BufferedWriter(_StuckStdout(), buffer_size=256), encoding="utf-8", write_through=True)
 
 if MODE == "slow-output":
     sys.stdout = io.TextIOWrapper(io.BufferedWriter(_SlowStdout(), buffer_size=256), encoding="utf-8", write_through=True)

@@ -184,3 +184,16 @@ def test_ctrl_c_ends_the_process_even_when_its_unwinding_is_stuck(index, tmp_pat
     assert run.code == 130, (run.code, run.stderr[-3000:])
     assert 4 < run.after_signal < LIMIT, run.after_signal  # the grace, then the end
     assert "Traceback" not in run.stderr, run.stderr[-3000:]
+
+
+def test_a_document_held_by_a_stuck_pipe_does_not_hold_ctrl_c_forever(index, tmp_path):
+    """The document's write holds a Ctrl-C until it is whole (above); a write that never ends (stdout a
+    pipe nobody reads from) must not hold it forever: GRACE after the signal the process ends, 130.
+    (A guard on that hold: main raised KeyboardInterrupt into such a write.)"""
+    server, store = index
+    marker = tmp_path / "marker"
+    proc = launch(_check(server, store), cache=tmp_path / "cache", hook={"mode": "stuck-output", "marker": str(marker)})
+    wait_for(marker, proc)
+    run = interrupt(proc)
+    assert run.code == 130 and run.after_signal < LIMIT, (run.code, run.after_signal, run.stderr[-3000:])
+    assert "Traceback" not in run.stderr, run.stderr[-3000:]
