@@ -108,8 +108,9 @@ def wait_for(marker: Path, proc: subprocess.Popen, timeout: float = 30.0) -> Non
 def before_patchctl(run: Run) -> bool:
     """A SIGINT that came before patchctl's first line (patchctl/__init__.py sets a handler there):
     the interpreter's own start-up (site running other packages' .pth files: "Fatal Python error:
-    init_import_site", exit 1), or the launcher's (the console script's `import re`, runpy locating
-    the module: Python's traceback of an uncaught KeyboardInterrupt). No program can guard these
+    init_import_site", exit 1), or the launcher's (the console script's `import re`; `python -m`
+    importing runpy, "Could not import runpy module", and locating the module: Python's traceback of
+    an uncaught KeyboardInterrupt). No program can guard these
     (docs/commands.md, Exit codes). Or Python's own "Exception ignored" for a SIGINT it dropped in
     importlib's lock callback there, which patchctl's first line turns into exit 130. Never one with
     a frame of patchctl's."""
@@ -120,7 +121,7 @@ def before_patchctl(run: Run) -> bool:
         return err.startswith("Exception ignored in: <function _get_module_lock.<locals>.cb") and err.count("Traceback") == 1
     return (
         run.code in (1, -signal.SIGINT)
-        and err.startswith(("Fatal Python error: init_", "Traceback (most recent call last):"))
+        and err.startswith(("Fatal Python error: init_", "Could not import runpy module", "Traceback (most recent call last):"))
         and "Exception ignored" not in err
     )
 
