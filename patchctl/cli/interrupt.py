@@ -137,16 +137,23 @@ def output() -> _Output:
     return _Output()
 
 
-def stop(code: int = EXIT_INTERRUPTED) -> None:
+def stop(code: int = EXIT_INTERRUPTED, *, at_exit: bool = False) -> None:
     """End the process now: what was written so far flushed, the cache's temporary files removed,
-    no worker thread waited for, nothing more printed."""
-    _start_watchdog()  # a flush into a pipe nobody reads from waits at most GRACE
+    no worker thread waited for, nothing more printed. at_exit: the command has unwound, so run what
+    an exit runs too (the atexit functions: temporary folders still open, a TemporaryDirectory an
+    image source keeps, are removed as a normal exit removes them); not the interpreter's wait for
+    threads, which is what os._exit skips."""
+    _start_watchdog()  # a flush into a pipe nobody reads from, an atexit function stuck: GRACE at most
+    _abandon_scratch()
+    if at_exit:
+        import atexit  # built in
+
+        atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except Exception:  # a closed or broken pipe, or a write this interrupted: nobody left to tell
             pass
-    _abandon_scratch()
     os._exit(code)
 
 

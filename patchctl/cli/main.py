@@ -199,7 +199,7 @@ def _exit(code: int, *, entry: bool) -> None:
     its worker threads are abandoned (not waited for) and the cache's temporary files removed."""
     if entry:
         if code == EXIT_INTERRUPTED:
-            interrupt.stop(EXIT_INTERRUPTED)
+            interrupt.stop(EXIT_INTERRUPTED, at_exit=True)
         interrupt.exiting()
     sys.exit(code)
 

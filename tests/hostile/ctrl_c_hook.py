@@ -19,6 +19,8 @@ profiler, os), so the hook runs the same against any version of patchctl.
   thread or disk would); the marker is written when the join begins.
 - stuck-output: stdout's first write of the document never returns (a pipe nobody reads from),
   and ignores SIGINTs while it waits; the marker is written then.
+- temp-dir: once check's worker runs (it sleeps before its work), the main thread keeps a
+  tempfile.TemporaryDirectory open (as the image source does), named in the marker.
 - pause-publish: the worker thread stops just before renaming a finished `.part` file into the
   cache (the marker written), until the process ends; the test sends the SIGINT then.
 """
@@ -153,6 +155,25 @@ if MODE == "stuck-unwind":
             raise
 
     threading.Thread.run, threading.Thread.join = _slow_run, _stuck_join
+
+if MODE == "temp-dir":
+    import tempfile
+
+    _run_temp, _start_temp = threading.Thread.run, threading.Thread.start
+    _kept = []
+
+    def _slow_run_temp(self):
+        if self.name == "open-upstream":
+            time.sleep(30)
+        _run_temp(self)
+
+    def _start_keeping(self):
+        _start_temp(self)
+        if self.name == "open-upstream":
+            _kept.append(tempfile.TemporaryDirectory(prefix="ctrl-c-kept-", dir=os.path.dirname(SPEC["marker"])))
+            _mark(_kept[0].name)
+
+    threading.Thread.run, threading.Thread.start = _slow_run_temp, _start_keeping
 
 if MODE == "start-up-lock":
     _probe = os.path.dirname(SPEC["marker"])

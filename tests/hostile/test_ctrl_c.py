@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from ctrl_c_cli import LIMIT, default_sigint, interrupt, launch, leftovers, make_index_files, package_dir, wait_for
@@ -197,3 +198,18 @@ def test_a_document_held_by_a_stuck_pipe_does_not_hold_ctrl_c_forever(index, tmp
     run = interrupt(proc)
     assert run.code == 130 and run.after_signal < LIMIT, (run.code, run.after_signal, run.stderr[-3000:])
     assert "Traceback" not in run.stderr, run.stderr[-3000:]
+
+
+def test_an_interrupted_exit_still_removes_temporary_folders(index, tmp_path):
+    """An interrupted run ends with os._exit (no wait for its threads), but still runs what an exit
+    runs: a TemporaryDirectory the command keeps open (the image source's) is removed, as it was when
+    the run ended with sys.exit. (A guard on the new exit: main removed it too.)"""
+    server, store = index
+    marker = tmp_path / "marker"
+    proc = launch(_check(server, store), cache=tmp_path / "cache", hook={"mode": "temp-dir", "marker": str(marker)})
+    wait_for(marker, proc)
+    kept = Path(marker.read_text().strip())
+    assert kept.is_dir()
+    run = interrupt(proc)
+    assert run.code == 130, (run.code, run.stderr[-3000:])
+    assert not kept.exists()
