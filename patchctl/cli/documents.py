@@ -12,6 +12,7 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
+from patchctl.cli import interrupt
 from patchctl.core.errors import PatchctlError
 
 if TYPE_CHECKING:  # the apply engine is not imported by `status` and `revert`
@@ -54,4 +55,9 @@ def error_document(command: str, exc: PatchctlError, **fields: Any) -> dict:
 
 
 def emit_json(doc: dict) -> None:
-    sys.stdout.write(json.dumps(doc, indent=2, sort_keys=False) + "\n")
+    """Print the document: a command's last act. A Ctrl-C while it is written is held until it is
+    whole (cli/interrupt.py), so stdout holds one document or, interrupted before, none."""
+    text = json.dumps(doc, indent=2, sort_keys=False) + "\n"
+    with interrupt.output():
+        sys.stdout.write(text)
+        sys.stdout.flush()

@@ -7,46 +7,16 @@ and `patchctl --help` import none of the heavy libraries (requests, GitPython, r
 
 from __future__ import annotations
 
-# _signal, not signal: the C module imports in no time, while `import signal` builds its enums
-# (~10 ms), a window in which a Ctrl-C would still print a traceback.
-import _signal
-import os
-import sys
-from typing import TYPE_CHECKING
+# First, before any import of weight: a Ctrl-C during the imports below (click alone takes ~30 ms)
+# exits 130 with nothing printed, and once a command runs it is interrupt.py's safe KeyboardInterrupt.
+from patchctl.cli import interrupt
 
-if TYPE_CHECKING:
-    from types import FrameType
-
-_IMPORTING = True  # this module's own imports are running
-
-
-def _exit_interrupted(signum: int | None = None, frame: FrameType | None = None) -> None:
-    """Ctrl-C: exit 130 at once with nothing more printed (what was written so far is flushed)."""
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except Exception:  # a closed or broken pipe: there is nobody left to tell
-        pass
-    os._exit(130)  # errors.EXIT_INTERRUPTED, not imported yet: this runs before any other import
-
-
-def _interrupted_while_importing(signum: int, frame: FrameType | None) -> None:
-    """Ctrl-C while this module's imports run (click alone takes ~30 ms) ends the program as a Ctrl-C
-    later does, exit 130 and no traceback; once they are done, it is Python's KeyboardInterrupt again
-    (a program or test that imports the CLI keeps its Ctrl-C)."""
-    if _IMPORTING:
-        _exit_interrupted()
-    _signal.default_int_handler(signum, frame)
-
-
-if _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
-    try:
-        _signal.signal(_signal.SIGINT, _interrupted_while_importing)
-    except ValueError:  # imported first from a thread other than the main one: no handler to set
-        pass
+interrupt.install()
 
 import functools  # noqa: E402  (after the handler, on purpose)
 import importlib  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
 from typing import Any, NamedTuple  # noqa: E402
 
 import click  # noqa: E402
@@ -120,15 +90,19 @@ class Registry(click.Group):
         standalone_mode: bool = True,
         **extra: Any,
     ) -> Any:
-        # Python's own handler from here: a Ctrl-C during a command unwinds it (locks released, temp
-        # files removed), and lands below as exit 130.
-        if _signal.getsignal(_signal.SIGINT) is _interrupted_while_importing:
-            _set_sigint(_signal.default_int_handler)
         entry = args is None  # the program itself (the console script), not a CliRunner in a test
+        # A Ctrl-C during a command unwinds it (locks released, temp files removed) and lands below
+        # as exit 130: in the program, raised only where Python can take it (interrupt.py); in a
+        # program or test that invokes the CLI, Python's own KeyboardInterrupt.
+        interrupt.running() if entry else interrupt.library()
         argv = list(sys.argv[1:] if args is None else args)
         exit = functools.partial(_exit, entry=entry)
         try:
             rv = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
+        except SystemExit:  # a command's run_and_exit: its output written, the process ends
+            if entry:
+                interrupt.exiting()
+            raise
         except click.ClickException as exc:
             # --json promises one document on stdout, also for a usage error click found.
             if "--json" in argv:
@@ -221,17 +195,13 @@ def _command_name(argv: list[str]) -> str:
 
 def _exit(code: int, *, entry: bool) -> None:
     """sys.exit; in the program itself a Ctrl-C from here on (the output written, the interpreter
-    shutting down) still ends it with 130 and no traceback."""
+    shutting down) still ends it with 130 and no traceback, and an interrupted command ends at once:
+    its worker threads are abandoned (not waited for) and the cache's temporary files removed."""
     if entry:
-        _set_sigint(_exit_interrupted)
+        if code == EXIT_INTERRUPTED:
+            interrupt.stop(EXIT_INTERRUPTED, at_exit=True)
+        interrupt.exiting()
     sys.exit(code)
-
-
-def _set_sigint(handler: Any) -> None:
-    try:
-        _signal.signal(_signal.SIGINT, handler)
-    except ValueError:  # not the main thread (a test invoking the CLI from a worker): leave it be
-        pass
 
 
 @click.group(cls=Registry, context_settings={"help_option_names": ["-h", "--help"]})
@@ -258,7 +228,7 @@ def main() -> None:
     """
 
 
-_IMPORTING = False
+interrupt.imported()
 
 if __name__ == "__main__":
     main()

@@ -43,14 +43,17 @@ import re
 import shutil
 import stat
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
-from patchctl.core.atomic import write_atomic
+from patchctl.core import nofollow
+from patchctl.core.atomic import TEMP_NAME, write_atomic
 from patchctl.core.errors import CacheFileDamaged as Damaged
 from patchctl.core.errors import EnvironmentProblem
+from patchctl.sources import scratch
 
 FORMAT = 3
 FORMAT_FILE = "FORMAT"
@@ -162,7 +165,40 @@ class ArtifactCache:
         """Replace a cache file; its folders are made real folders first (a symlink planted in place
         of one is removed, not written through)."""
         self.make_dirs(path.parent)
-        write_atomic(path, data, durable=durable)
+        with scratch.writing():  # a Ctrl-C's exit waits for it: its temp file is not left behind
+            write_atomic(path, data, durable=durable)
+
+    def sweep(self, folder: Path) -> list[str]:
+        """Remove the temporary files a killed patchctl left in `folder` (a part file, write_atomic's
+        temp file), returning their names: only regular files with one link, owned by this user,
+        named as patchctl names them after a pid that is not running here, untouched for
+        scratch.STALE_AFTER seconds. Nothing is followed: the folder is opened as `_open` opens one,
+        and a link or another user's file in the cache is left where it is."""
+        try:
+            fd = self._open_dir(folder.relative_to(self.root).parts, create=False)
+        except (Damaged, OSError):
+            return []
+        if fd is None:
+            return []
+        removed = []
+        try:
+            for name in os.listdir(fd):
+                m = scratch.PART_NAME.match(name) or TEMP_NAME.match(name)
+                if not m or int(m.group(1)) == os.getpid() or scratch.alive(int(m.group(1))):
+                    continue
+                try:
+                    st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_uid != os.geteuid():
+                        continue
+                    if time.time() - st.st_mtime < scratch.STALE_AFTER:
+                        continue
+                    nofollow.unlink_at(fd, name)  # a link swapped in since is removed itself, never followed
+                    removed.append(name)
+                except OSError:
+                    continue
+        finally:
+            os.close(fd)
+        return removed
 
     def make_dirs(self, folder: Path) -> None:
         fd = self._open_dir(folder.relative_to(self.root).parts, create=True)

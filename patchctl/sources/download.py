@@ -4,12 +4,11 @@ index published: the bytes land beside the target and are renamed over it only w
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Callable
 from pathlib import Path
 
 from patchctl.core.errors import NetworkError
-from patchctl.sources import http
+from patchctl.sources import http, scratch
 from patchctl.sources.files import ProgressSink
 
 
@@ -33,36 +32,30 @@ def download(
         raise NetworkError(f"{filename}: HTTP {response.status_code}")
     total = response.length() or size or None
     progress.start(filename, total)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.part")
     digest = hashlib.sha256()
     try:
-        # O_EXCL|O_NOFOLLOW: a name planted at the temp path is not written through.
-        tmp.unlink(missing_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-        with os.fdopen(fd, "wb") as out:
+        # A part file beside the target: removed on every way out, a Ctrl-C on any thread included.
+        with scratch.part_file(target) as part:
             for chunk in response.iter_content(1 << 20):
-                out.write(chunk)
+                part.file.write(chunk)
                 digest.update(chunk)
                 count(len(chunk))
                 progress.advance(len(chunk))
+            if expected_sha256 is not None and digest.hexdigest() != expected_sha256:
+                raise NetworkError(f"{filename}: sha256 {digest.hexdigest()} does not match the index's {expected_sha256}")
+            part.publish(target)
     except NetworkError as exc:  # past a limit, cut short, past the deadline: it names the URL itself
-        tmp.unlink(missing_ok=True)
+        response.close()
         if not exc.message.startswith(filename):
             exc.message = f"download of {filename}: {exc.message}"
             exc.args = (exc.message,)
         raise
     except Exception as exc:
         response.close()
-        tmp.unlink(missing_ok=True)
         raise NetworkError(f"download of {filename} broke off: {exc}") from None
-    except BaseException:  # Ctrl-C: no part file left in the cache either
+    except BaseException:  # Ctrl-C
         response.close()
-        tmp.unlink(missing_ok=True)
         raise
     finally:
         progress.finish()
-    if expected_sha256 is not None and digest.hexdigest() != expected_sha256:
-        tmp.unlink(missing_ok=True)
-        raise NetworkError(f"{filename}: sha256 {digest.hexdigest()} does not match the index's {expected_sha256}")
-    os.replace(tmp, target)
     return digest.hexdigest()

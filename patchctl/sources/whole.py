@@ -130,6 +130,7 @@ class WholeArtifact:
     def _download(self, target: Path) -> None:
         self._need_network("the artifact")
         self.cache.make_dirs(target.parent)
+        self.cache.sweep(target.parent)  # what an earlier, killed download of it left
 
         def count(n: int) -> None:
             self._how.add("whole")

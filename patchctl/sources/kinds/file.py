@@ -21,6 +21,7 @@ from packaging.version import Version
 
 from patchctl.core import config
 from patchctl.core.errors import UsageError
+from patchctl.sources import scratch
 from patchctl.sources.fetch import Upstream, commit_of, installer_index
 from patchctl.sources.kinds import Parsed, PinnedBuild
 from patchctl.sources.kinds.common import Refusals
@@ -126,10 +127,11 @@ def _adopt(source: ReleaseSource, path: Path) -> None:
     target = source._full_file()  # noqa: SLF001  (the artifact cache's own slot for this artifact)
     if target.is_file():
         return
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".adopt.{os.getpid()}.part")
-    shutil.copyfile(path, tmp)
-    os.replace(tmp, target)
+    source.cache.make_dirs(target.parent)
+    source.cache.sweep(target.parent)
+    with scratch.part_file(target) as part, open(path, "rb") as f:  # removed if interrupted
+        shutil.copyfileobj(f, part.file, 1 << 20)
+        part.publish(target)
 
 
 FILE = File()
