@@ -172,7 +172,8 @@ def build(
         jobs = [job for n, job in enumerate(jobs) if n % count == index - 1]
     rows: dict[tuple[str, str], dict] = {}
     # Smoke runs build trees and venvs: one at a time; the sparse checks run in parallel.
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1 if smoke else workers) as pool:
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1 if smoke else workers)
+    try:
         fingerprints: dict = {}
         futures = {pool.submit(check_one, e, v, store, ctx, smoke, fingerprints=fingerprints): (e, v) for e, v in jobs}
         for future in concurrent.futures.as_completed(futures):
@@ -180,6 +181,12 @@ def build(
             rows[(e, str(v))] = future.result()
             if progress:
                 progress(e, v)
+    except BaseException:
+        # A Ctrl-C or a failed cell: the jobs not started are dropped, not run while the command unwinds
+        # (a `with` block would wait for every queued version; cli/interrupt.py's grace is the bound).
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
     nightly_notes = {}
     if not shard or shard[0] == 1:
         for engine in engines:
