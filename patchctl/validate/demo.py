@@ -4,13 +4,14 @@ It answers as a small reasoning model served by vLLM or SGLang would, so every p
 for real over a socket: `/v1/models`, `/version`, chat and text completions, streamed as SSE (chunked,
 `reasoning_content` deltas before the answer, a usage-only final chunk when `stream_options` asks
 for it) or whole. Its answers are deterministic and right: Paris, 391, 1 to 50 one per line, a
-Python `add`; anything else gets a fixed run of tokens. Only the standard library: it ships in the
-package, and `--demo` must work on a machine with nothing else installed.
+Python `add`, the word a long-context needle states; anything else gets a fixed run of tokens. Only
+the standard library: it ships in the package, and `--demo` must work on a machine with nothing else installed.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -34,7 +35,15 @@ ANSWERS = {
 }
 
 
+MAX_MODEL_LEN = 8192  # said in /v1/models, as vLLM says it: validate's long-context needles stay inside it
+_NEEDLE = re.compile(r"The secret word of the (.+?) is$")
+
+
 def _answer(prompt: str, max_tokens: int) -> list[str]:
+    asked = _NEEDLE.search(prompt)  # a long-context needle: the word its prompt states, as a right model reads it
+    stated = asked and re.search(rf"The secret word of the {re.escape(asked.group(1))} is (\w+)\.", prompt)
+    if stated:
+        return [" " + stated.group(1), "."]
     found = next((v for k, v in ANSWERS.items() if k in prompt), None)
     return found if found is not None else [f" tok{i % 50}" for i in range(max_tokens)]
 
@@ -92,7 +101,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         if self.path == "/v1/models":
-            self._send_json({"object": "list", "data": [{"id": MODEL, "object": "model", "owned_by": "patchctl"}]})
+            self._send_json(
+                {
+                    "object": "list",
+                    "data": [{"id": MODEL, "object": "model", "owned_by": "patchctl", "max_model_len": MAX_MODEL_LEN}],
+                }
+            )
         elif self.path == "/version":
             self._send_json({"version": VERSION})
         elif self.path == "/health":

@@ -8,14 +8,16 @@ from typing import Any, NamedTuple
 
 from patchctl.validate.answers import AnswerResult
 from patchctl.validate.baseline import BaselineCheck, Deployment, NotCompared
-from patchctl.validate.golden import GoldenDiff
+from patchctl.validate.golden import GoldenDiff, diff_from_json
+from patchctl.validate.longcontext import LongContextReport
 from patchctl.validate.metrics import LevelMetrics, Spread, Stats
 
 # Keys have been added to format 1 since it was first written (answers' reasoning_passed,
 # finish_reason and max_tokens; throughput's prompt, prompt_sha256, temperature, prompts, single_request and
 # each level's request_tok_s, decode_tok_s, request_throughput, stream, latency_not_measured,
 # buffered_requests, reasoning_tokens, content_tokens, ended_in_reasoning, usage_rejected, usage_problems;
-# baseline's not_compared and workload_changes; warnings, bad_replies, bad_reply_count), none renamed or
+# baseline's not_compared and workload_changes; warnings, bad_replies, bad_reply_count; each golden
+# diff's numerics; long_context), none renamed or
 # removed: a reader of format 1 keeps working, and older stored reports still load.
 FORMAT = 1
 
@@ -31,6 +33,17 @@ class GoldenReport:
     @property
     def diverged(self) -> tuple[GoldenDiff, ...]:
         return tuple(d for d in self.diffs if not d.matched)
+
+    @property
+    def numerics_failed(self) -> tuple[GoldenDiff, ...]:
+        return tuple(d for d in self.diffs if d.numerics is not None and not d.numerics.passed)
+
+    def numerics_notes(self) -> list[str]:
+        """Once: the prompts compared on text alone, and why (an old golden file, a server without logprobs)."""
+        alone = [d for d in self.diffs if d.numerics is not None and d.numerics.status != "compared"]
+        if not alone:
+            return []
+        return [f"golden: {len(alone)}/{len(self.diffs)} prompt(s) compared on text only: {alone[0].numerics.reason}"]  # type: ignore[union-attr]
 
 
 class SingleRequest(NamedTuple):
@@ -126,6 +139,7 @@ class ServeReport:
     # list"), the first BAD_REPLIES_KEPT of them: the server is wrong, validate exits 3.
     bad_replies: tuple[str, ...] = ()
     bad_reply_count: int = 0  # all of them
+    long_context: LongContextReport | None = None  # needles and the long greedy run (None: --long-context off)
 
     @property
     def ok(self) -> bool:
@@ -154,7 +168,7 @@ class ServeReport:
             answers=None if answers is None else tuple(AnswerResult(**a) for a in answers),
             golden=None
             if golden is None
-            else GoldenReport(**{**golden, "diffs": tuple(GoldenDiff(**d) for d in golden["diffs"])}),
+            else GoldenReport(**{**golden, "diffs": tuple(diff_from_json(d) for d in golden["diffs"])}),
             throughput=None
             if tp is None
             else ThroughputReport(
@@ -177,6 +191,7 @@ class ServeReport:
             warnings=tuple(obj.get("warnings", ())),
             bad_replies=tuple(obj.get("bad_replies", ())),
             bad_reply_count=int(obj.get("bad_reply_count", 0)),
+            long_context=None if obj.get("long_context") is None else LongContextReport.from_json(obj["long_context"]),
         )
 
 
