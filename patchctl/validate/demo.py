@@ -39,11 +39,14 @@ MAX_MODEL_LEN = 8192  # said in /v1/models, as vLLM says it: validate's long-con
 _NEEDLE = re.compile(r"The secret word of the (.+?) is$")
 
 
-def _answer(prompt: str, max_tokens: int) -> list[str]:
-    asked = _NEEDLE.search(prompt)  # a long-context needle: the word its prompt states, as a right model reads it
+def _needle(prompt: str) -> list[str] | None:
+    """A long-context needle's answer: the word its prompt states, as a right model reads it."""
+    asked = _NEEDLE.search(prompt)
     stated = asked and re.search(rf"The secret word of the {re.escape(asked.group(1))} is (\w+)\.", prompt)
-    if stated:
-        return [" " + stated.group(1), "."]
+    return [" " + stated.group(1), "."] if stated else None
+
+
+def _answer(prompt: str, max_tokens: int) -> list[str]:
     found = next((v for k, v in ANSWERS.items() if k in prompt), None)
     return found if found is not None else [f" tok{i % 50}" for i in range(max_tokens)]
 
@@ -172,7 +175,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _completion(self, body: dict[str, Any], prompt: str, max_tokens: int) -> None:
         # Greedy and deterministic: the same prompt always gets the same tokens (what --golden compares).
-        toks = [f" w{(len(prompt) * 7 + i * 3) % 50}" for i in range(max_tokens)]
+        toks = _needle(prompt) or [f" w{(len(prompt) * 7 + i * 3) % 50}" for i in range(max_tokens)]
         if not body.get("stream"):
             choice: dict[str, Any] = {"index": 0, "text": "".join(toks), "finish_reason": "length"}
             if body.get("logprobs") is not None:

@@ -302,7 +302,9 @@ def _run_needles(
                 stop = f"a request at {tokens} tokens got no usable answer"
                 break
             seconds = time.monotonic() - t0
-            clock.took(reply.prompt_tokens or tokens, seconds)
+            said = reply.prompt_tokens
+            # a usage that is no count of this prompt (a constant) would scale every estimate absurdly
+            clock.took(said if said and tokens / 2 <= said <= tokens * 2 else tokens, seconds)
             found = needle.value in reply.content
             needles.append(NeedleResult(depth, reply.prompt_tokens, needle.value, _excerpt(reply.content), found, seconds))
         if stop and not needles:

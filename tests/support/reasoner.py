@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 import re
 import threading
+import time
 from collections.abc import Iterator
 from types import TracebackType
 from typing import Any
@@ -72,7 +73,9 @@ def default_settings() -> dict[str, Any]:
         "fail": False,  # answer every POST with HTTP 500
         "truncate_after": None,  # end chat streams after this many chunks, no finish_reason/[DONE]
         "delay_cycle": None,  # per-chunk delays, one per POST in turn: requests of uneven speed
-        "max_model_len": 8192,  # said in /v1/models as vLLM says it (None: not said)
+        "max_model_len": 8192,  # the context limit (None: none), said in /v1/models as vLLM says it
+        "say_max_model_len": True,  # False: /v1/models does not say it (llama-cpp-python's does not)
+        "prefill_s_per_1k": 0.0,  # a completion waits this long per 1,000 prompt tokens: a known prefill
         "tokenize": True,  # answer POST /tokenize as vLLM does ({count}), at 4 characters a token
         "needle_lost_past": None,  # tokens: a needle in a longer prompt is not found (a long-context fault)
         "logprob": -0.1,  # every completion token's logprob (a numerics drift: another value)
@@ -96,7 +99,7 @@ class Reasoner:
         if request.method in ("GET", "HEAD"):
             if request.path == "/v1/models":
                 card: dict[str, Any] = {"id": MODEL, "object": "model"}
-                if self.settings["max_model_len"] is not None:
+                if self.settings["max_model_len"] is not None and self.settings["say_max_model_len"]:
                     card["max_model_len"] = self.settings["max_model_len"]
                 return json_reply({"object": "list", "data": [card]})
             if request.path == "/version" and self.settings["version"]:
@@ -209,6 +212,8 @@ class Reasoner:
             n = prompt_tokens(body["prompt"])
             message = f"This model's maximum context length is {limit} tokens. However, your request has {n} input tokens."
             return json_reply({"object": "error", "message": message, "type": "BadRequestError", "code": 400}, 400)
+        if s["prefill_s_per_1k"]:
+            time.sleep(s["prefill_s_per_1k"] * prompt_tokens(body["prompt"]) / 1000)
         toks = self._needle(body["prompt"]) or completion_tokens(body["prompt"], max_tokens, s["shift_at"])
         if body.get("stream"):
             return sse_reply(self._completion_events(toks, body, delay), s["framing"])
