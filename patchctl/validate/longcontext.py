@@ -278,6 +278,9 @@ def _run_needles(
         needles: list[NeedleResult] = []
         t_len = time.monotonic()
         for i, depth in enumerate(depths):
+            if needles and clock.left() <= 0:  # the estimate was short: the budget holds all the same
+                stop = f"budget ({clock.budget_s:g} s spent at {tokens} tokens, after {len(needles)} of {len(depths)} depths)"
+                break
             needle = haystack.needle_prompt(filler, depth, seed=tokens * 100 + i)
             t0 = time.monotonic()
             try:

@@ -206,3 +206,21 @@ def test_documents_and_needles_are_the_same_on_every_run():
     assert n.value not in a  # the filler never says it: only the needle can
     first = haystack.needle_prompt(a, 0.0, seed=3).prompt
     assert first.startswith(f"The secret word of the {n.key} is {n.value}.")
+
+
+def test_a_length_slower_than_its_estimate_stops_at_the_budget(shape_server):
+    # 1k's needles are quick, the server's prefill then turns 50 times slower per token than 1k's
+    # showed: 4k's first needle overruns the budget, and the rest of 4k and every longer length stop.
+    shape_server.settings["prefill_s_per_1k"] = 0.01
+    seen = []
+
+    def slower(msg: str) -> None:
+        seen.append(msg)
+        if "4096 tokens" in msg:
+            shape_server.settings["prefill_s_per_1k"] = 0.5
+
+    report = run_validate(config(shape_server.base_url, long_context_budget_s=1.5), progress=slower)
+    by_length = {r.tokens: r for r in report.long_context.lengths}
+    assert (by_length[4096].status, by_length[4096].total) == ("covered", 1)
+    assert by_length[8152].status == "skipped" and by_length[8152].reason.startswith("budget (1.5 s spent at 4096 tokens")
+    assert report.long_context.spent_s < 1.5 + 2.5
