@@ -47,13 +47,17 @@ def render(doc: dict, out: Console, err: Console) -> None:
         source = f", from {g['golden_model']} on {g['golden_engine_version']}" if g.get("golden_model") else ""
         title = f"coherence: golden ({g['mode']}, {g['path']}{source})"
         if g["diffs"]:
-            t = table(title, ["prompt", "result", "first divergence"])
+            t = table(title, ["prompt", "result", "first divergence", "logprobs"])
             for x in g["diffs"]:
                 where = "-" if x["matched"] else f"{x['unit']} {x['position']}: expected {x['expected']} got {x['got']}"
-                t.add_row(Literal(repr(x["prompt"])[:40]), _verdict(x["matched"], "same", "DIVERGED"), Literal(where))
+                t.add_row(
+                    Literal(repr(x["prompt"])[:40]), _verdict(x["matched"], "same", "DIVERGED"), Literal(where), _numerics(x)
+                )
             out.print(t)
         else:
             print_lines(out, [title])
+    if rep.get("long_context") is not None:
+        _long_context(rep["long_context"], out)
     if tp is not None:
         how = "streaming" if tp["streamed"] else "non-streaming"
         prompt = f"{_prompt_phrase(tp)}, " if tp.get("prompt") else ""
@@ -117,6 +121,56 @@ def render(doc: dict, out: Console, err: Console) -> None:
         out.print(coloured(f"FAILED: {len(failures)} problem(s) ({rep['duration_s']:.1f}s)", "bold red"))
         print_lines(out, [f"  - {f}" for f in failures])
     print_lines(out, [f"wrote {path}" for path in (doc.get("files") or {}).values() if path])
+
+
+def _numerics(diff: dict) -> str:
+    """|Δlogprob| mean/max over the shared prefix, or why only the text was compared."""
+    n = diff.get("numerics")
+    if n is None or n["status"] != "compared":
+        return "text only"
+    if n["mean_abs"] is None:
+        return "-"
+    shown = f"{n['mean_abs']:.4f}/{n['max_abs']:.4f} over {n['compared']}"
+    return shown if n["passed"] else coloured(f"MOVED {shown}", "bold red")
+
+
+def _long_context(lc: dict, out: Console) -> None:
+    """One row per length: the needles found at each depth, or why the length was skipped."""
+    limit = f"limit {lc['limit']} tokens ({lc['limit_source']})" if lc["limit"] else "limit unknown"
+    t = table(
+        f"long context ({lc['mode']}, {lc['spent_s']:.0f} of {lc['budget_s']:g} s; {limit}; lengths by {lc['counted_by']})",
+        ["tokens", "needles", *[f"depth {d:g}" for d in lc["depths"]], "time"],
+    )
+    for r in lc["lengths"]:
+        if r["status"] != "covered":
+            t.add_row(str(r["tokens"]), "skipped", Literal(r["reason"]), *[""] * (len(lc["depths"]) - 1), "-")
+            continue
+        by_depth = {n["depth"]: n for n in r["needles"]}
+        cells = [
+            "-" if (n := by_depth.get(d)) is None else _verdict(n["passed"], "found", f"MISSED {n['got']!r}"[:30])
+            for d in lc["depths"]
+        ]
+        t.add_row(
+            str(r["tokens"]),
+            _verdict(r["passed"] == r["total"], f"{r['passed']}/{r['total']}", f"{r['passed']}/{r['total']}"),
+            *cells,
+            f"{r['seconds']:.1f}s",
+        )
+    out.print(t)
+    g = lc.get("long_greedy")
+    if g is not None:
+        if g["status"] == "skipped":
+            line = f"long greedy continuation: skipped: {g['reason']}"
+        elif g["status"] == "recorded":
+            line = (
+                f"long greedy continuation: recorded into the golden file ({g['prompt_tokens']} prompt tokens, "
+                f"{g['max_tokens']} out)"
+            )
+        else:
+            d = g["diff"]
+            text = "same" if d["matched"] else f"DIVERGED at {d['unit']} {d['position']}: expected {d['expected']} got {d['got']}"
+            line = f"long greedy continuation ({g['prompt_tokens']} prompt tokens): {text}; logprobs {_numerics(d)}"
+        print_lines(out, [line])
 
 
 # How the throughput requests' prompts were sent (ThroughputReport.prompts); older reports: none.

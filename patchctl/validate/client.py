@@ -55,6 +55,10 @@ class Completion(NamedTuple):
     tokens: tuple[str, ...] | None
     completion_tokens: int | None
     finish_reason: str | None
+    # The top-1 logprob of each token (numerics.py compares them) and usage.prompt_tokens (haystack.py
+    # sizes documents by them): None where the server gave none.
+    logprobs: tuple[float, ...] | None = None
+    prompt_tokens: int | None = None
 
 
 class OpenAIClient:
@@ -266,13 +270,29 @@ class OpenAIClient:
             obj = self._exchange("POST", url, self.timeout_s, consume, body)
             delta = delta_from_object(obj)
             tokens = _tokens_of(obj)
+            values = _logprobs_of(obj, tokens)
         except BadServerReply as exc:
             raise BadServerReply(self.note_bad_reply(label, exc)) from None
         except RequestFailed:
             self.require_answer()
             raise
         usage = sane_usage(delta, max_tokens)[0]
-        return Completion(delta.content, delta.reasoning, tokens, usage, delta.finish_reason)
+        return Completion(delta.content, delta.reasoning, tokens, usage, delta.finish_reason, values, _prompt_tokens(obj))
+
+    def side_request(self, method: str, path: str, body: Any = None, cap: int = SMALL_REPLY_BYTES) -> tuple[int, Any]:
+        """One exchange with an endpoint beside OpenAI's (/props, /tokenize): (status, its JSON, None
+        when the body is not JSON), under the probes' deadline and a cap of `cap` bytes."""
+        url = f"{self.base_url}{path}"
+
+        def consume(resp: http.Response) -> tuple[int, Any]:
+            data = read_capped(resp, cap) if resp.status_code < 400 else error_text(resp).encode()
+            try:
+                return resp.status_code, json.loads(data)
+            except ValueError:
+                return resp.status_code, None
+
+        result: tuple[int, Any] = self._exchange(method, url, min(PROBE_TIMEOUT_S, self.timeout_s), consume, body)
+        return result
 
     def timed_request(
         self,
@@ -322,6 +342,26 @@ class OpenAIClient:
         except (RequestFailed, ServerError, TruncatedStream, ValueError, OSError) as exc:
             error = f"{type(exc).__name__}: {exc}"[:300]
         return got.record(ok=error is None, error=error, streamed=stream, start=started[0], end=time.perf_counter())
+
+
+def _prompt_tokens(obj: Mapping[str, Any]) -> int | None:
+    usage = obj.get("usage")
+    n = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+    return n if type(n) is int and n >= 0 else None
+
+
+def _logprobs_of(obj: Mapping[str, Any], tokens: tuple[str, ...] | None) -> tuple[float, ...] | None:
+    """Each token's logprob, one per token of _tokens_of (chat: content[i].logprob, completions:
+    token_logprobs); None when the server gave none, or not one number per token."""
+    if tokens is None:
+        return None
+    lp = obj["choices"][0].get("logprobs") or {}
+    values = [item.get("logprob") for item in lp["content"]] if isinstance(lp.get("content"), list) else lp.get("token_logprobs")
+    if not isinstance(values, list) or len(values) != len(tokens):
+        return None
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        return None  # a null (a token the server could not score) makes the whole run's numerics unknown
+    return tuple(float(v) for v in values)
 
 
 def _tokens_of(obj: Mapping[str, Any]) -> tuple[str, ...] | None:

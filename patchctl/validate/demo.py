@@ -4,13 +4,14 @@ It answers as a small reasoning model served by vLLM or SGLang would, so every p
 for real over a socket: `/v1/models`, `/version`, chat and text completions, streamed as SSE (chunked,
 `reasoning_content` deltas before the answer, a usage-only final chunk when `stream_options` asks
 for it) or whole. Its answers are deterministic and right: Paris, 391, 1 to 50 one per line, a
-Python `add`; anything else gets a fixed run of tokens. Only the standard library: it ships in the
-package, and `--demo` must work on a machine with nothing else installed.
+Python `add`, the word a long-context needle states; anything else gets a fixed run of tokens. Only
+the standard library: it ships in the package, and `--demo` must work on a machine with nothing else installed.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -32,6 +33,17 @@ ANSWERS = {
     "Count from 1 to 50": [f"{i}\n" for i in range(1, 51)],
     "add(a, b)": ["```python\n", "def add(a, b):\n", "    return a + b\n", "```"],
 }
+
+
+MAX_MODEL_LEN = 8192  # said in /v1/models, as vLLM says it: validate's long-context needles stay inside it
+_NEEDLE = re.compile(r"The secret word of the (.+?) is$")
+
+
+def _needle(prompt: str) -> list[str] | None:
+    """A long-context needle's answer: the word its prompt states, as a right model reads it."""
+    asked = _NEEDLE.search(prompt)
+    stated = asked and re.search(rf"The secret word of the {re.escape(asked.group(1))} is (\w+)\.", prompt)
+    return [" " + stated.group(1), "."] if stated else None
 
 
 def _answer(prompt: str, max_tokens: int) -> list[str]:
@@ -92,7 +104,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         if self.path == "/v1/models":
-            self._send_json({"object": "list", "data": [{"id": MODEL, "object": "model", "owned_by": "patchctl"}]})
+            self._send_json(
+                {
+                    "object": "list",
+                    "data": [{"id": MODEL, "object": "model", "owned_by": "patchctl", "max_model_len": MAX_MODEL_LEN}],
+                }
+            )
         elif self.path == "/version":
             self._send_json({"version": VERSION})
         elif self.path == "/health":
@@ -158,7 +175,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _completion(self, body: dict[str, Any], prompt: str, max_tokens: int) -> None:
         # Greedy and deterministic: the same prompt always gets the same tokens (what --golden compares).
-        toks = [f" w{(len(prompt) * 7 + i * 3) % 50}" for i in range(max_tokens)]
+        toks = _needle(prompt) or [f" w{(len(prompt) * 7 + i * 3) % 50}" for i in range(max_tokens)]
         if not body.get("stream"):
             choice: dict[str, Any] = {"index": 0, "text": "".join(toks), "finish_reason": "length"}
             if body.get("logprobs") is not None:

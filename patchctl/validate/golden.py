@@ -16,8 +16,11 @@ from typing import Any, NamedTuple
 from patchctl.core.atomic import write_atomic
 from patchctl.core.errors import HTTPError, UsageError
 from patchctl.core.yamlio import load_json
+from patchctl.validate import numerics as _numerics
 from patchctl.validate.client import CHAT, COMPLETIONS, OpenAIClient
 
+# Keys added to format 1 since: each entry's logprobs, the record's `long` (a long document's greedy
+# continuation, longcontext.py): a file without them still loads, and is compared on text alone.
 FORMAT = 1
 
 # Raw continuations rather than chat: they work on base models and no chat
@@ -34,6 +37,21 @@ class GoldenEntry(NamedTuple):
     prompt: str
     text: str
     tokens: tuple[str, ...] | None
+    logprobs: tuple[float, ...] | None = None  # the top-1 logprob of each token, where the server gave them
+
+
+class LongEntry(NamedTuple):
+    """A long document's greedy continuation (longcontext.py): the document is not stored but
+    rebuilt from (seed, chars) by haystack.document, and checked against its digest."""
+
+    seed: int
+    chars: int
+    prompt_tokens: int  # as the recording server counted them
+    prompt_sha256: str
+    max_tokens: int
+    text: str
+    tokens: tuple[str, ...] | None
+    logprobs: tuple[float, ...] | None
 
 
 class GoldenRecord(NamedTuple):
@@ -42,19 +60,28 @@ class GoldenRecord(NamedTuple):
     api: str
     max_tokens: int
     entries: tuple[GoldenEntry, ...]
+    long: LongEntry | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "format": FORMAT,
             "model": self.model,
             "engine_version": self.engine_version,
             "api": self.api,
             "max_tokens": self.max_tokens,
             "entries": [
-                {"prompt": e.prompt, "text": e.text, "tokens": list(e.tokens) if e.tokens is not None else None}
+                {
+                    "prompt": e.prompt,
+                    "text": e.text,
+                    "tokens": list(e.tokens) if e.tokens is not None else None,
+                    "logprobs": list(e.logprobs) if e.logprobs is not None else None,
+                }
                 for e in self.entries
             ],
         }
+        if self.long is not None:
+            out["long"] = {k: list(v) if isinstance(v, tuple) else v for k, v in self.long._asdict().items()}
+        return out
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> GoldenRecord:
@@ -73,9 +100,9 @@ class GoldenRecord(NamedTuple):
                 api=obj["api"],
                 max_tokens=int(obj["max_tokens"]),
                 entries=tuple(
-                    GoldenEntry(e["prompt"], e["text"], tuple(e["tokens"]) if e.get("tokens") is not None else None)
-                    for e in entries
+                    GoldenEntry(e["prompt"], e["text"], _strings(e.get("tokens")), _numbers(e.get("logprobs"))) for e in entries
                 ),
+                long=_long(obj.get("long")),
             )
         except KeyError as exc:
             raise ValueError(f"no {exc} key") from None
@@ -87,6 +114,10 @@ class GoldenRecord(NamedTuple):
         if record.api not in (CHAT, COMPLETIONS):
             raise ValueError(f"api {record.api!r}, expected {CHAT!r} or {COMPLETIONS!r}")
         return record
+
+    @property
+    def has_logprobs(self) -> bool:
+        return any(e.logprobs is not None for e in self.entries)
 
     def save(self, path: Path) -> Path:
         write_atomic(path, (json.dumps(self.to_json(), indent=2, ensure_ascii=False) + "\n").encode())
@@ -103,6 +134,36 @@ class GoldenRecord(NamedTuple):
             ) from None
 
 
+def _strings(value: Any) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
+        raise ValueError("tokens must be a list of strings")
+    return tuple(value)
+
+
+def _numbers(value: Any) -> tuple[float, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+        raise ValueError("logprobs must be a list of numbers")
+    return tuple(float(v) for v in value)
+
+
+def _long(obj: Any) -> LongEntry | None:
+    if obj is None:
+        return None
+    if not isinstance(obj, Mapping):
+        raise ValueError("'long' is not an object")
+    seed, chars, prompt_tokens, max_tokens = obj["seed"], obj["chars"], obj["prompt_tokens"], obj["max_tokens"]
+    if not all(type(v) is int for v in (seed, chars, prompt_tokens, max_tokens)):
+        raise ValueError("'long' needs integer seed, chars, prompt_tokens and max_tokens")
+    if not isinstance(obj["prompt_sha256"], str) or not isinstance(obj["text"], str):
+        raise ValueError("'long' needs string prompt_sha256 and text")
+    tokens, logprobs = _strings(obj.get("tokens")), _numbers(obj.get("logprobs"))
+    return LongEntry(seed, chars, prompt_tokens, obj["prompt_sha256"], max_tokens, obj["text"], tokens, logprobs)
+
+
 class GoldenDiff(NamedTuple):
     prompt: str
     matched: bool
@@ -113,9 +174,21 @@ class GoldenDiff(NamedTuple):
     got: str
     expected_len: int
     got_len: int
+    numerics: _numerics.Numerics | None = None  # the logprobs over the shared prefix (None in older reports)
+
+
+def diff_from_json(obj: Mapping[str, Any]) -> GoldenDiff:
+    """A GoldenDiff from a stored report (numerics absent in reports written before it was kept)."""
+    num = obj.get("numerics")
+    return GoldenDiff(**{**obj, "numerics": None if num is None else _numerics.Numerics(**num)})
 
 
 def diff_entry(expected: GoldenEntry, got: GoldenEntry, context: int = 3) -> GoldenDiff:
+    diff = _diff_text(expected, got, context)
+    return diff._replace(numerics=_numerics.compare(expected.tokens, expected.logprobs, got.tokens, got.logprobs))
+
+
+def _diff_text(expected: GoldenEntry, got: GoldenEntry, context: int) -> GoldenDiff:
     if expected.tokens is not None and got.tokens is not None:
         unit, a, b = "token", list(expected.tokens), list(got.tokens)
     else:
@@ -158,7 +231,7 @@ def generate(
         except HTTPError:
             # Some servers refuse logprobs; text is still comparable.
             reply = client.complete(api, prompt, max_tokens, temperature=0.0, extra=extra, label=label)
-        entries.append(GoldenEntry(prompt, reply.content, reply.tokens))
+        entries.append(GoldenEntry(prompt, reply.content, reply.tokens, reply.logprobs))
     return tuple(entries)
 
 
@@ -170,6 +243,7 @@ def record(
     api: str = COMPLETIONS,
     extra: Mapping[str, Any] | None = None,
 ) -> GoldenRecord:
+    """The short prompts' greedy outputs (longcontext.record_long adds the long document's)."""
     entries = generate(client, prompts, max_tokens, api, extra)
     return GoldenRecord(client.resolve_model(), engine_version, api, max_tokens, entries)
 

@@ -16,8 +16,6 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import urlsplit
 
-from patchctl.core.yamlio import load_json
-
 if TYPE_CHECKING:
     from patchctl.tree.bookkeeping import StateRecord
     from patchctl.validate.client import OpenAIClient
@@ -92,32 +90,25 @@ def version_from_server_info(client: OpenAIClient) -> str | None:
     from patchctl.core.errors import BadServerReply, RequestFailed
 
     try:
-        status, data = client._get_small("/get_server_info")
-        obj = load_json(data) if status == 200 else None
-    except (RequestFailed, BadServerReply, ValueError):
+        status, obj = client.side_request("GET", "/get_server_info")
+    except (RequestFailed, BadServerReply):
+        return None
+    if status != 200:
         return None
     version = obj.get("version") if isinstance(obj, dict) else None
     return version[:200] if isinstance(version, str) and version else None
 
 
-def max_model_len_from_models(client: OpenAIClient, model: str) -> tuple[int | None, str | None]:
-    """(max_model_len, why unknown) from the model's /v1/models entry, where vLLM and SGLang put it.
+def max_model_len_of(client: OpenAIClient) -> tuple[int | None, str | None]:
+    """(the server's context limit, why unknown), as the server states it (serverinfo.context_limit:
+    /v1/models' max_model_len for vLLM and SGLang, /props' n_ctx for llama-server). --max-context is not
+    used here: the report names what the server runs, not what validate was told."""
+    from patchctl.validate.serverinfo import context_limit
 
-    Stand-in until validate/serverinfo.py (issue 37, the long-context checks) merges: that module
-    reads what each engine reports, and this function is to be replaced by it."""
-    from patchctl.core.errors import BadServerReply, RequestFailed
-
-    try:
-        status, data = client._get_small("/v1/models")
-        obj = load_json(data) if status == 200 else None
-    except (RequestFailed, BadServerReply, ValueError):
-        return None, "/v1/models did not answer with its list"
-    entries = obj.get("data") if isinstance(obj, dict) else None
-    entry = next((m for m in entries or () if isinstance(m, dict) and m.get("id") == model), None)
-    value = entry.get("max_model_len") if entry else None
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value, None
-    return None, "not in the model's /v1/models entry (vLLM and SGLang put it there)"
+    limit = context_limit(client)
+    if limit.tokens is not None:
+        return limit.tokens, None
+    return None, "the server states none (/v1/models max_model_len, /props n_ctx)"
 
 
 def is_local(base_url: str) -> bool:
@@ -170,7 +161,7 @@ def collect(
     build, why = engine_build_of(engine_version, recorded_build)
     if why:
         unknown["engine_build"] = why
-    length, why = max_model_len_from_models(client, model)
+    length, why = max_model_len_of(client)
     if why:
         unknown["max_model_len"] = why
     gpu, driver, why = gpu_of(client.base_url)

@@ -8,7 +8,8 @@ from typing import Any, NamedTuple
 
 from patchctl.validate.answers import AnswerResult
 from patchctl.validate.baseline import BaselineCheck, Deployment, NotCompared
-from patchctl.validate.golden import GoldenDiff
+from patchctl.validate.golden import GoldenDiff, diff_from_json
+from patchctl.validate.longcontext import LongContextReport
 from patchctl.validate.metrics import LevelMetrics, Spread, Stats
 from patchctl.validate.provenance import Provenance
 
@@ -17,7 +18,8 @@ from patchctl.validate.provenance import Provenance
 # each level's request_tok_s, decode_tok_s, request_throughput, stream, latency_not_measured,
 # buffered_requests, reasoning_tokens, content_tokens, ended_in_reasoning, usage_rejected, usage_problems;
 # baseline's not_compared and workload_changes; warnings, bad_replies, bad_reply_count; provenance, each
-# level's samples and each baseline check's evidence, ci_low, ci_high, significant, samples), none renamed or
+# level's samples and each baseline check's evidence, ci_low, ci_high, significant, samples; each golden
+# diff's numerics; long_context), none renamed or
 # removed: a reader of format 1 keeps working, and older stored reports still load.
 FORMAT = 1
 
@@ -33,6 +35,17 @@ class GoldenReport:
     @property
     def diverged(self) -> tuple[GoldenDiff, ...]:
         return tuple(d for d in self.diffs if not d.matched)
+
+    @property
+    def numerics_failed(self) -> tuple[GoldenDiff, ...]:
+        return tuple(d for d in self.diffs if d.numerics is not None and not d.numerics.passed)
+
+    def numerics_notes(self) -> list[str]:
+        """Once: the prompts compared on text alone, and why (an old golden file, a server without logprobs)."""
+        alone = [d for d in self.diffs if d.numerics is not None and d.numerics.status != "compared"]
+        if not alone:
+            return []
+        return [f"golden: {len(alone)}/{len(self.diffs)} prompt(s) compared on text only: {alone[0].numerics.reason}"]  # type: ignore[union-attr]
 
 
 class SingleRequest(NamedTuple):
@@ -129,6 +142,7 @@ class ServeReport:
     bad_replies: tuple[str, ...] = ()
     bad_reply_count: int = 0  # all of them
     provenance: Provenance | None = None  # what was measured (provenance.py); None in older reports
+    long_context: LongContextReport | None = None  # needles and the long greedy run (None: --long-context off)
 
     @property
     def ok(self) -> bool:
@@ -157,7 +171,7 @@ class ServeReport:
             answers=None if answers is None else tuple(AnswerResult(**a) for a in answers),
             golden=None
             if golden is None
-            else GoldenReport(**{**golden, "diffs": tuple(GoldenDiff(**d) for d in golden["diffs"])}),
+            else GoldenReport(**{**golden, "diffs": tuple(diff_from_json(d) for d in golden["diffs"])}),
             throughput=None
             if tp is None
             else ThroughputReport(
@@ -181,6 +195,7 @@ class ServeReport:
             bad_replies=tuple(obj.get("bad_replies", ())),
             bad_reply_count=int(obj.get("bad_reply_count", 0)),
             provenance=None if obj.get("provenance") is None else Provenance.from_json(obj["provenance"]),
+            long_context=None if obj.get("long_context") is None else LongContextReport.from_json(obj["long_context"]),
         )
 
 

@@ -27,6 +27,7 @@ from patchctl.core.errors import (
 from patchctl.validate import answers as _answers
 from patchctl.validate import baseline as _baseline
 from patchctl.validate import golden as _golden
+from patchctl.validate import longcontext as _longcontext
 from patchctl.validate import provenance as _provenance
 from patchctl.validate.client import CHAT, COMPLETIONS, DEFAULT_TIMEOUT_S, OpenAIClient
 from patchctl.validate.metrics import BUFFERED
@@ -77,6 +78,10 @@ class ServeConfig:
     golden_max_tokens: int = 48
     golden_api: str = COMPLETIONS
 
+    long_context: str = _longcontext.QUICK  # off | quick | full (--long-context)
+    long_context_budget_s: float | None = None  # None: the mode's (--long-context-budget)
+    max_context: int | None = None  # the server's context limit, when it does not say it (--max-context)
+
     throughput: bool = True
     concurrency: Sequence[int] = (1, 8, 32)
     requests_per_level: int | None = None  # None: throughput.default_requests
@@ -99,6 +104,8 @@ def check_config(config: ServeConfig) -> None:
     before a server is started (which can take many minutes) or asked anything."""
     if config.record_golden and config.golden_path is None:
         raise UsageError("recording a golden file needs its path (--golden PATH)")
+    if config.long_context not in _longcontext.MODES:
+        raise UsageError(f"long context {config.long_context!r}: one of {', '.join(_longcontext.MODES)}")
     if not config.concurrency or min(config.concurrency) < 1:
         raise UsageError(f"concurrency levels must be >= 1, got {tuple(config.concurrency)}")
     golden = config.golden_path
@@ -176,6 +183,19 @@ def run_validate(config: ServeConfig, progress: Progress | None = None) -> Serve
             failures.append(
                 f"golden: {d.prompt!r} diverges at {d.unit} {d.position}, after {d.context}: expected {d.expected}, got {d.got}"
             )
+        failures += [
+            f"golden: {d.prompt!r} logprobs moved: {d.numerics.reason}" for d in golden_report.numerics_failed if d.numerics
+        ]
+        notes += golden_report.numerics_notes()
+
+    long_report = None
+    if config.long_context != _longcontext.OFF:
+        settings = _longcontext.Settings(config.long_context, config.long_context_budget_s, config.max_context)
+        golden_file = None if golden_report is None or golden_report.mode == "missing" else Path(config.golden_path or "")
+        long_report = _longcontext.run(client, settings, golden_file, config.record_golden, extra, say)
+        client.require_answer()
+        failures += long_report.failures()
+        notes += long_report.notes()
 
     throughput_report = None
     baseline_report = None
@@ -211,6 +231,7 @@ def run_validate(config: ServeConfig, progress: Progress | None = None) -> Serve
         duration_s=time.monotonic() - t0,
         answers=answer_results,
         golden=golden_report,
+        long_context=long_report,
         throughput=throughput_report,
         baseline=baseline_report,
         failures=tuple(failures),

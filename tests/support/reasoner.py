@@ -17,7 +17,9 @@ stubborn on demand).
 from __future__ import annotations
 
 import itertools
+import re
 import threading
+import time
 from collections.abc import Iterator
 from types import TracebackType
 from typing import Any
@@ -50,6 +52,11 @@ def completion_tokens(prompt: str, n: int, shift_at: int | None) -> list[str]:
     return toks
 
 
+def prompt_tokens(prompt: str) -> int:
+    """This model's tokenizer: 4 characters a token (what /tokenize and a completion's usage say)."""
+    return max(1, len(prompt) // 4)
+
+
 def default_settings() -> dict[str, Any]:
     return {
         "usage": True,  # honour stream_options.include_usage / put usage in replies
@@ -66,7 +73,17 @@ def default_settings() -> dict[str, Any]:
         "fail": False,  # answer every POST with HTTP 500
         "truncate_after": None,  # end chat streams after this many chunks, no finish_reason/[DONE]
         "delay_cycle": None,  # per-chunk delays, one per POST in turn: requests of uneven speed
+        "max_model_len": 8192,  # the context limit (None: none), said in /v1/models as vLLM says it
+        "say_max_model_len": True,  # False: /v1/models does not say it (llama-cpp-python's does not)
+        "prefill_s_per_1k": 0.0,  # a completion waits this long per 1,000 prompt tokens: a known prefill
+        "tokenize": True,  # answer POST /tokenize as vLLM does ({count}), at 4 characters a token
+        "needle_lost_past": None,  # tokens: a needle in a longer prompt is not found (a long-context fault)
+        "logprob": -0.1,  # every completion token's logprob (a numerics drift: another value)
+        "context_error": False,  # refuse prompts over max_model_len in vLLM's words, instead of answering
     }
+
+
+NEEDLE_QUESTION = re.compile(r"The secret word of the (.+?) is$")
 
 
 class Reasoner:
@@ -81,13 +98,20 @@ class Reasoner:
     def __call__(self, request: Request) -> Reply | None:
         if request.method in ("GET", "HEAD"):
             if request.path == "/v1/models":
-                return json_reply({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
+                card: dict[str, Any] = {"id": MODEL, "object": "model"}
+                if self.settings["max_model_len"] is not None and self.settings["say_max_model_len"]:
+                    card["max_model_len"] = self.settings["max_model_len"]
+                return json_reply({"object": "list", "data": [card]})
             if request.path == "/version" and self.settings["version"]:
                 return json_reply({"version": self.settings["version"]})
             return None
         if request.method != "POST":
             return None
         body = request.json()
+        if request.path == "/tokenize":
+            if not self.settings["tokenize"]:
+                return None
+            return json_reply({"count": prompt_tokens(body.get("prompt", "")), "max_model_len": self.settings["max_model_len"]})
         s = self.settings
         with self._lock:
             self.requests.append(body)
@@ -169,17 +193,36 @@ class Reasoner:
             yield 0.0, {"object": obj, "choices": [], "usage": self._usage(n_tokens)}
         yield 0.0, "[DONE]"
 
+    def _needle(self, prompt: str) -> list[str] | None:
+        """A needle's answer: the word the prompt's needle states, unless the prompt is longer than
+        `needle_lost_past` tokens (then a filler word, as a model that lost it)."""
+        m = NEEDLE_QUESTION.search(prompt)
+        if not m:
+            return None
+        lost = self.settings["needle_lost_past"]
+        stated = re.search(rf"The secret word of the {re.escape(m.group(1))} is (\w+)\.", prompt)
+        if stated is None or (lost is not None and prompt_tokens(prompt) > lost):
+            return [" the", " river", "."]
+        return [" " + stated.group(1), "."]
+
     def _completion(self, body: dict[str, Any], max_tokens: int, delay: float) -> Reply:
         s = self.settings
-        toks = completion_tokens(body["prompt"], max_tokens, s["shift_at"])
+        limit = s["max_model_len"]
+        if s["context_error"] and limit is not None and prompt_tokens(body["prompt"]) + max_tokens > limit:
+            n = prompt_tokens(body["prompt"])
+            message = f"This model's maximum context length is {limit} tokens. However, your request has {n} input tokens."
+            return json_reply({"object": "error", "message": message, "type": "BadRequestError", "code": 400}, 400)
+        if s["prefill_s_per_1k"]:
+            time.sleep(s["prefill_s_per_1k"] * prompt_tokens(body["prompt"]) / 1000)
+        toks = self._needle(body["prompt"]) or completion_tokens(body["prompt"], max_tokens, s["shift_at"])
         if body.get("stream"):
             return sse_reply(self._completion_events(toks, body, delay), s["framing"])
         choice: dict[str, Any] = {"index": 0, "text": "".join(toks), "finish_reason": "length"}
         if body.get("logprobs") is not None:
-            choice["logprobs"] = {"tokens": toks, "token_logprobs": [-0.1] * len(toks)}
+            choice["logprobs"] = {"tokens": toks, "token_logprobs": [s["logprob"]] * len(toks)}
         reply: dict[str, Any] = {"id": "x", "object": "text_completion", "model": MODEL, "choices": [choice]}
         if s["usage"]:
-            reply["usage"] = self._usage(len(toks))
+            reply["usage"] = {**self._usage(len(toks)), "prompt_tokens": prompt_tokens(body["prompt"])}
         return json_reply(reply)
 
     def _completion_events(

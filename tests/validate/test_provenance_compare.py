@@ -133,15 +133,18 @@ def test_a_baseline_from_another_gpu_is_refused_naming_the_field(shape_server, t
 def test_max_model_len_is_read_where_vllm_puts_it():
     class Client:
         def __init__(self, body: object) -> None:
-            self.body = json.dumps(body).encode()
+            self.body = body
 
-        def _get_small(self, _path: str) -> tuple[int, bytes]:
-            return 200, self.body
+        def resolve_model(self) -> str:
+            return "m"
+
+        def side_request(self, _method: str, path: str) -> tuple[int, object]:
+            return (200, self.body) if path == "/v1/models" else (404, None)
 
     vllm = {"data": [{"id": "other", "max_model_len": 1}, {"id": "m", "max_model_len": 131072}]}
-    assert pv.max_model_len_from_models(Client(vllm), "m") == (131072, None)  # type: ignore[arg-type]
-    assert pv.max_model_len_from_models(Client({"data": [{"id": "m"}]}), "m")[0] is None  # type: ignore[arg-type]
-    assert pv.max_model_len_from_models(Client({"data": [{"id": "m", "max_model_len": True}]}), "m")[0] is None  # type: ignore[arg-type]
+    assert pv.max_model_len_of(Client(vllm)) == (131072, None)  # type: ignore[arg-type]
+    assert pv.max_model_len_of(Client({"data": [{"id": "m"}]}))[0] is None  # type: ignore[arg-type]
+    assert pv.max_model_len_of(Client({"data": [{"id": "m", "max_model_len": True}]}))[0] is None  # type: ignore[arg-type]
 
 
 # --- --compare ---------------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ from patchctl.validate.sse import LINE_MAX_BYTES, delta_from_object, iter_sse_da
 RSS_LIMIT_MB = 200
 MARGIN_S = 8.0  # the interpreter's start-up and a loaded machine, over the deadlines a case adds up
 T = 1.0  # --timeout of the deadline cases
-QUICK = ["--no-answers", "--concurrency", "1", "--requests", "2", "--max-tokens", "16"]
+QUICK = ["--no-answers", "--long-context", "off", "--concurrency", "1", "--requests", "2", "--max-tokens", "16"]
 
 
 def validate_args(url: str, tmp_path, *extra: str) -> list[str]:

@@ -60,6 +60,9 @@ def run(
     reasoning_budget: int = 0,
     golden: Path | str | None = None,
     record_golden: bool = False,
+    long_context: str = "quick",
+    long_context_budget: float | None = None,
+    max_context: int | None = None,
     throughput: bool = True,
     concurrency: Sequence[int] | str = DEFAULT_CONCURRENCY,
     requests_per_level: int | None = None,
@@ -123,6 +126,9 @@ def run(
         answers_extra_tokens=reasoning_budget,
         golden_path=Path(golden) if golden is not None else None,
         record_golden=record_golden,
+        long_context=long_context,
+        long_context_budget_s=long_context_budget,
+        max_context=max_context,
         throughput=throughput,
         concurrency=parse_levels(concurrency) if isinstance(concurrency, str) else tuple(concurrency),
         requests_per_level=requests_per_level,
@@ -220,6 +226,8 @@ def _notify(text: str) -> None:
         "patchctl validate sglang --url http://127.0.0.1:30000 --update-baseline --out runs/today.json --json",
         "patchctl validate vllm --url URL --timeout 60 --level-timeout 600   no request past 60 s, no level past 10 min",
         "patchctl validate --compare before.json after.json --allow-different patch_set   after a patch change, no server",
+        "patchctl validate vllm --url URL --long-context full --long-context-budget 1800   needles up to the limit, 30 min",
+        "patchctl validate vllm --url URL --long-context off   short prompts only (no needles, no long greedy run)",
     ),
 )
 @click.argument("engine", metavar="ENGINE", required=False)
@@ -299,6 +307,29 @@ def _notify(text: str) -> None:
     help="Coherence: compare greedy outputs token by token with this golden file.",
 )
 @click.option("--record-golden", is_flag=True, help="Record --golden from this (known-good) server instead.")
+@click.option(
+    "--long-context",
+    type=click.Choice(["off", "quick", "full"]),
+    default="quick",
+    show_default=True,
+    help="Long-context checks: needles in a haystack from 1k tokens (below a sparse top-k of 2048) up to the "
+    "server's limit, at several depths, and with --golden a long document's greedy continuation. quick: "
+    "1k/4k/16k/64k tokens, 3 depths, a 120 s budget; full: 1k to 256k, 5 depths, 1800 s. A length whose "
+    "estimated time does not fit in the budget is skipped, and the report says so.",
+)
+@click.option(
+    "--long-context-budget",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="SECONDS",
+    help="Time budget of the long-context checks (default: quick 120, full 1800), e.g. --long-context-budget 600.",
+)
+@click.option(
+    "--max-context",
+    type=click.IntRange(min=64),
+    metavar="TOKENS",
+    help="The server's context limit, where it does not say it (vLLM and SGLang do in /v1/models, llama-server "
+    "in /props): the longest needle stays inside it. E.g. --max-context 32768.",
+)
 @click.option(
     "--throughput/--no-throughput",
     default=True,
