@@ -62,12 +62,14 @@ def test_a_report_names_its_patch_set_build_context_gpu_and_prompts(shape_server
 
 def test_what_is_not_known_says_why(shape_server, tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi here
-    shape_server.settings["version"] = "1.2.3"
-    doc = run_json("validate", "vllm", "--url", shape_server.base_url, "--no-answers", "--no-throughput", expect=0)
+    shape_server.settings.update(version="1.2.3", say_max_model_len=False)
+    doc = run_json(
+        "validate", "vllm", "--url", shape_server.base_url, "--no-answers", "--no-throughput", "--long-context", "off", expect=0
+    )
     prov = doc["report"]["provenance"]
     assert (prov["gpu_name"], prov["max_model_len"], prov["engine_build"], prov["prompts"]) == (None, None, None, None)
     assert prov["unknown"]["gpu_name"] == "nvidia-smi not found on this host"
-    assert "/v1/models entry" in prov["unknown"]["max_model_len"] and "patch_set" in prov["unknown"]
+    assert "/v1/models max_model_len" in prov["unknown"]["max_model_len"] and "patch_set" in prov["unknown"]
     assert "version names no build" in prov["unknown"]["engine_build"]
 
 
