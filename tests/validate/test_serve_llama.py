@@ -110,6 +110,9 @@ def small_config(url: str, tmp_path: Path, **kw) -> ServeConfig:
         golden_prompts=golden_mod.DEFAULT_PROMPTS[:2],
         baseline_dir=tmp_path / "baselines",
         request_timeout_s=120,
+        # These tests are about the short checks and the figures; the long-context checks (on by default)
+        # have their own tests, test_serve_llama_long.py, and would add a 2k-token prefill per needle here.
+        long_context="off",
     )
     base.update(kw)
     return ServeConfig(**base)
@@ -349,3 +352,27 @@ def _apart_at_one_pace(bench, tools, peer: str) -> list[str]:
                 f"{[round(x, 2) for x in tools[peer][figure]]}"
             )
     return off
+
+
+@pytest.mark.quiet  # .ci/run runs it alone, after the smoke tier's builds: the figures are the point
+def test_two_restarts_of_the_healthy_server_are_no_significant_change(tmp_path):
+    """Issue 37 item 6: a baseline recorded from one start of the healthy server, and a run against a
+    second start of the same server, same settings: every compared figure is ok, none a regression (the
+    statistics call a change a regression only when it is significant and past the threshold). The
+    verdicts are printed, so a reader sees how many were significant at all."""
+    need_server()
+    port = _free_port()
+    cfg = small_config(
+        f"http://127.0.0.1:{port}", tmp_path, answers=False, concurrency=(1, 4), requests_per_level=16, max_tokens=32
+    )
+    reports = []
+    for n in range(2):
+        run = replace(cfg, update_baseline=n == 0)
+        reports.append(run_with_server(run, server_command(port), ready_timeout_s=180, state_dir=tmp_path / "servers"))
+    recorded, again = reports
+    assert recorded.baseline.status == "recorded" and again.baseline.status == "compared"
+    checks = again.baseline.checks
+    print("\n" + "\n".join(c.describe(cfg.threshold) for c in checks))
+    assert checks and any(c.evidence == "samples" for c in checks), checks
+    assert not again.baseline.regressions, [c.describe(cfg.threshold) for c in again.baseline.regressions]
+    assert again.ok, again.failures
