@@ -16,14 +16,20 @@ def _interrupted_early(signum: int, frame: object) -> None:
 
 
 def _imported_by_the_program() -> bool:
-    """Imported by a `__main__` script (the console script) or while `python -m` locates its module
-    (sys.argv[0] is "-m" until runpy has found it)."""
+    """Imported by a `__main__` script for the CLI (the console script's `from patchctl.cli.main import
+    main`) or while `python -m` locates its module (sys.argv[0] is "-m" until runpy has found it). A
+    script importing patchctl's other modules (`import patchctl.tree`) keeps Python's Ctrl-C: what the
+    outermost import asked for is read from importlib's own frame (`_find_and_load(name, ...)`)."""
     if getattr(sys, "argv", [])[:1] == ["-m"]:
         return True
     frame = sys._getframe(1).f_back
+    asked = None
     while frame is not None and frame.f_code.co_filename.startswith("<frozen importlib._bootstrap"):
+        name = frame.f_locals.get("name") if frame.f_code.co_name == "_find_and_load" else None
+        asked = name if isinstance(name, str) else asked
         frame = frame.f_back
-    return frame is not None and frame.f_globals.get("__name__") == "__main__"
+    cli = isinstance(asked, str) and (asked == "patchctl.cli" or asked.startswith("patchctl.cli."))
+    return cli and frame is not None and frame.f_globals.get("__name__") == "__main__"
 
 
 if _imported_by_the_program():

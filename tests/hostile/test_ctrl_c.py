@@ -213,3 +213,13 @@ def test_an_interrupted_exit_still_removes_temporary_folders(index, tmp_path):
     run = interrupt(proc)
     assert run.code == 130, (run.code, run.stderr[-3000:])
     assert not kept.exists()
+
+
+@pytest.mark.parametrize("imports", ["import patchctl", "import patchctl.tree", "from patchctl.core import errors"])
+def test_a_script_importing_patchctl_keeps_python_s_own_ctrl_c(imports):
+    """The first-line handler is the CLI's (patchctl/__init__.py): a user's script that imports
+    patchctl's modules gets KeyboardInterrupt as always, not a silent exit 130 (it did, from `import
+    patchctl` in any `__main__`)."""
+    code = f"{imports}\nimport _signal\nprint(_signal.getsignal(_signal.SIGINT) is _signal.default_int_handler)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.strip() == "True", done.stdout + done.stderr
