@@ -14,7 +14,7 @@ asyncio Protocol's data_received (no coroutine per chunk), are unframed, and fed
 records.
 
 What the blocking client guarantees, this keeps: one wall deadline per request, connect to last
-byte, that a server dripping bytes cannot extend (asyncio.timeout around the whole exchange; the
+byte, that a server dripping bytes cannot extend (asyncio.wait_for around the whole exchange; the
 connection is closed at it); a cap on the response head (HEAD_MAX_BYTES), on a chunk-size line, and
 reading.py's on the reply and on every SSE line; a compressed reply refused; bad replies noted on the
 client (`bad_replies`) and answered/unanswered counted the same; the proxy pip or the environment
