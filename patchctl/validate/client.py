@@ -207,16 +207,26 @@ class OpenAIClient:
         return self.model
 
     def engine_version(self) -> str | None:
-        """vLLM and SGLang answer GET /version; others (llama.cpp) do not. NetworkError when this is
-        the first request and the server does not answer it (require_answer)."""
+        """Where each engine states its version: vLLM answers GET /version; SGLang's HTTP server
+        (python/sglang/srt/entrypoints/http_server.py, read at 0025436) has no /version route, and
+        GET /get_server_info carries `version` (sglang.__version__) beside its server args; llama.cpp
+        states neither (None). NetworkError when this is the first request and the server does not
+        answer it (require_answer)."""
         try:
             status, data = self._get_small("/version")
             obj = load_json(data) if status == 200 else None
             version = obj.get("version") if isinstance(obj, dict) else None
-            return str(version)[:200] if isinstance(version, (str, int, float)) and version != "" else None
+            if isinstance(version, (str, int, float)) and version != "":
+                return str(version)[:200]
         except (RequestFailed, BadServerReply):
             self.require_answer()
-        return None
+            return None
+        try:
+            status, info = self.side_request("GET", "/get_server_info")
+        except (RequestFailed, BadServerReply):
+            return None
+        version = info.get("version") if status == 200 and isinstance(info, dict) else None
+        return version[:200] if isinstance(version, str) and version else None
 
     # -- requests ----------------------------------------------------------------
 

@@ -212,6 +212,7 @@ def run(
     record_golden: bool = False,
     extra: Mapping[str, Any] | None = None,
     progress: Progress | None = None,
+    server_limit: ContextLimit | None = None,  # serverinfo.context_limit's reading, when the run has it
 ) -> LongContextReport:
     """The needles at each length the limit and the budget allow, then the long greedy run against
     the golden file's (or recorded into it, with --record-golden). NetworkError (exit 3) only when
@@ -219,7 +220,10 @@ def run(
     say = progress or (lambda _msg: None)
     plan = PLANS[settings.mode]
     clock = _Clock(settings.budget_s if settings.budget_s is not None else plan.budget_s)
-    limit = context_limit(client, settings.max_context)
+    if settings.max_context is not None or server_limit is None:
+        limit = context_limit(client, settings.max_context)
+    else:
+        limit = server_limit
     counter = haystack.TokenCounter(client, dict(extra or {}))
     depths = settings.depths or plan.depths
     lengths, limit = _run_needles(client, counter, settings.lengths or plan.lengths, depths, limit, clock, extra, say)

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 if TYPE_CHECKING:
     from patchctl.tree.bookkeeping import StateRecord
     from patchctl.validate.client import OpenAIClient
+    from patchctl.validate.serverinfo import ContextLimit
 
 # Fields whose difference makes two measurements of a server incomparable, in the order a refusal names
 # them. How the load was sent (the prompt kind among it) is the workload's: a baseline measured with
@@ -83,29 +84,13 @@ def engine_build_of(version: str, recorded: str | None) -> tuple[str | None, str
     return None, "no tree record read (--python/--target) and the version names no build (+label)"
 
 
-def version_from_server_info(client: OpenAIClient) -> str | None:
-    """SGLang's version where its /version is missing: its HTTP server (python/sglang/srt/entrypoints/
-    http_server.py, read at 0025436) has no /version route; GET /get_server_info answers its server
-    args, scheduler info and `version` (sglang.__version__). None when the server has neither."""
-    from patchctl.core.errors import BadServerReply, RequestFailed
-
-    try:
-        status, obj = client.side_request("GET", "/get_server_info")
-    except (RequestFailed, BadServerReply):
-        return None
-    if status != 200:
-        return None
-    version = obj.get("version") if isinstance(obj, dict) else None
-    return version[:200] if isinstance(version, str) and version else None
-
-
-def max_model_len_of(client: OpenAIClient) -> tuple[int | None, str | None]:
+def max_model_len_of(client: OpenAIClient, limit: ContextLimit | None = None) -> tuple[int | None, str | None]:
     """(the server's context limit, why unknown), as the server states it (serverinfo.context_limit:
     /v1/models' max_model_len for vLLM and SGLang, /props' n_ctx for llama-server). --max-context is not
     used here: the report names what the server runs, not what validate was told."""
     from patchctl.validate.serverinfo import context_limit
 
-    limit = context_limit(client)
+    limit = limit or context_limit(client)
     if limit.tokens is not None:
         return limit.tokens, None
     return None, "the server states none (/v1/models max_model_len, /props n_ctx)"
@@ -156,12 +141,13 @@ def collect(
     patches: Sequence[tuple[str, str | None]] | None,
     recorded_build: str | None,
     prompts: str | None,
+    server_limit: ContextLimit | None = None,  # serverinfo.context_limit's reading, when the run has it
 ) -> Provenance:
     unknown: dict[str, str] = {}
     build, why = engine_build_of(engine_version, recorded_build)
     if why:
         unknown["engine_build"] = why
-    length, why = max_model_len_of(client)
+    length, why = max_model_len_of(client, server_limit)
     if why:
         unknown["max_model_len"] = why
     gpu, driver, why = gpu_of(client.base_url)

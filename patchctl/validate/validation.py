@@ -33,6 +33,7 @@ from patchctl.validate.client import CHAT, COMPLETIONS, DEFAULT_TIMEOUT_S, OpenA
 from patchctl.validate.metrics import BUFFERED
 from patchctl.validate.process import ServerProcess
 from patchctl.validate.report import BaselineReport, GoldenReport, ServeReport, ThroughputReport
+from patchctl.validate.serverinfo import context_limit
 from patchctl.validate.throughput import (
     DEFAULT_PROMPT,
     PROMPTS,
@@ -136,7 +137,7 @@ def run_validate(config: ServeConfig, progress: Progress | None = None) -> Serve
             hint="start one, or pass --start 'vllm serve MODEL' to let patchctl start and stop it",
         ) from None
     notes: list[str] = []
-    engine_version = config.engine_version or client.engine_version() or _provenance.version_from_server_info(client)
+    engine_version = config.engine_version or client.engine_version()
     if engine_version is None:
         engine_version = "unknown"
         notes.append("engine version unknown: the server has no /version; pass it for a precise baseline key")
@@ -144,8 +145,18 @@ def run_validate(config: ServeConfig, progress: Progress | None = None) -> Serve
     failures: list[str] = []
     warnings: list[str] = []
     prompts = ("shared" if config.shared_prompt else "unique") if config.throughput else None
+    # Read once: the report's max_model_len and the long-context lengths rest on the same statement.
+    server_limit = context_limit(client)
     provenance = _provenance.collect(
-        client, model, engine_version, config.patch_set, config.patch_set_from, config.patches, config.engine_build, prompts
+        client,
+        model,
+        engine_version,
+        config.patch_set,
+        config.patch_set_from,
+        config.patches,
+        config.engine_build,
+        prompts,
+        server_limit,
     )
     # Before any check runs: a baseline of something else is refused now, not after minutes of load.
     base = _load_baseline(config, deployment)
@@ -192,7 +203,7 @@ def run_validate(config: ServeConfig, progress: Progress | None = None) -> Serve
     if config.long_context != _longcontext.OFF:
         settings = _longcontext.Settings(config.long_context, config.long_context_budget_s, config.max_context)
         golden_file = None if golden_report is None or golden_report.mode == "missing" else Path(config.golden_path or "")
-        long_report = _longcontext.run(client, settings, golden_file, config.record_golden, extra, say)
+        long_report = _longcontext.run(client, settings, golden_file, config.record_golden, extra, say, server_limit)
         client.require_answer()
         failures += long_report.failures()
         notes += long_report.notes()
